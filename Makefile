@@ -1,0 +1,36 @@
+# Two commands do all the set-up on a fresh machine:
+#   make dev    create .venv if needed, install, run `edge dev` on the repository's wrangler-like.toml
+#   make test   the same set-up, then the whole suite
+# Both are idempotent: the install step re-runs only when pyproject.toml changes.
+
+PYTHON ?= $(shell command -v python3.11 2>/dev/null || command -v python3)
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+# torch 2.13.0: the CPU build from local disk on the project's CI machines, the CUDA build elsewhere.
+TORCH ?= torch==2.13.0
+PIP := $(BIN)/python -m pip --disable-pip-version-check --quiet
+
+.PHONY: dev test lint install clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+
+$(STAMP): pyproject.toml | $(BIN)/python
+	$(PIP) install "$(TORCH)"
+	$(PIP) install -e '.[test]'
+	@touch $(STAMP)
+
+install: $(STAMP)
+
+dev: $(STAMP)
+	$(BIN)/edge dev $(ARGS)
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q $(ARGS)
+
+lint: $(STAMP)
+	$(BIN)/ruff check . && $(BIN)/ruff format --check .
+
+clean:
+	rm -rf $(VENV) .pytest_cache *.egg-info
