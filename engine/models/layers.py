@@ -1,0 +1,242 @@
+"""Building blocks shared by the architectures: norms, rotary embeddings, dense MLP, routed MoE.
+
+Modules are plain classes holding tensors (inference only); each takes its weights from a
+`Tensors` mapping by checkpoint name, so the checkpoint layout is the single source of truth.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+
+import torch
+import torch.nn.functional as F
+
+import kernels
+from engine.config import ModelConfig, RopeSpec
+from kernels.quant import QuantizedWeight, stack
+
+Tensors = Mapping[str, "torch.Tensor | QuantizedWeight"]
+
+
+def dense(w: torch.Tensor | QuantizedWeight, dtype: torch.dtype) -> torch.Tensor:
+    """A weight used inside an einsum (MLA's absorbed projections) must be dense."""
+    return w.dequantize(dtype) if isinstance(w, QuantizedWeight) else w
+
+
+class RMSNorm:
+    def __init__(self, weight: torch.Tensor, eps: float):
+        self.weight = weight
+        self.eps = eps
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        return kernels.rms_norm(x, self.weight, self.eps)
+
+
+class Linear:
+    """y = x W^T (+ b). The weight stays in the checkpoint's [out, in] layout, dense or compressed."""
+
+    def __init__(self, weight: torch.Tensor | QuantizedWeight, bias: torch.Tensor | None = None):
+        self.weight = weight
+        self.bias = bias
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        return kernels.linear(x, self.weight, self.bias)
+
+
+def linear(t: Tensors, prefix: str, bias: bool = False) -> Linear:
+    return Linear(t[f"{prefix}.weight"], t[f"{prefix}.bias"] if bias else None)
+
+
+# --- rotary embeddings --------------------------------------------------------------------------
+
+
+def _yarn_mscale(scale: float, mscale: float = 1.0) -> float:
+    return 1.0 if scale <= 1 else 0.1 * mscale * math.log(scale) + 1.0
+
+
+def softmax_scale(head_dim: int, rope: RopeSpec) -> float:
+    """1/sqrt(d), times YaRN's mscale(factor, mscale_all_dim)^2 as DeepSeek-V3 applies it."""
+    scale = head_dim**-0.5
+    if rope.type == "yarn" and rope.mscale_all_dim:
+        m = _yarn_mscale(rope.factor, rope.mscale_all_dim)
+        scale *= m * m
+    return scale
+
+
+def rope_inv_freq(dim: int, rope: RopeSpec) -> tuple[torch.Tensor, float]:
+    """Inverse frequencies for `dim` rotary dims and the cos/sin scaling (YaRN's attention factor)."""
+    pos_freqs = rope.theta ** (torch.arange(0, dim, 2, dtype=torch.float32) / dim)
+    if rope.type == "default":
+        return 1.0 / pos_freqs, 1.0
+    # YaRN: interpolate low frequencies by `factor`, keep high ones, ramp in between.
+    factor = rope.factor
+    if rope.attention_factor is not None:
+        attention_factor = rope.attention_factor
+    elif rope.mscale and rope.mscale_all_dim:
+        attention_factor = _yarn_mscale(factor, rope.mscale) / _yarn_mscale(factor, rope.mscale_all_dim)
+    else:
+        attention_factor = _yarn_mscale(factor)
+    original = rope.original_max_position_embeddings
+
+    def correction_dim(rotations: float) -> float:
+        return dim * math.log(original / (rotations * 2 * math.pi)) / (2 * math.log(rope.theta))
+
+    low, high = correction_dim(rope.beta_fast), correction_dim(rope.beta_slow)
+    if rope.truncate:
+        low, high = math.floor(low), math.ceil(high)
+    low, high = max(low, 0), min(high, dim - 1)
+    if low == high:
+        high += 0.001
+    ramp = torch.clamp((torch.arange(dim // 2, dtype=torch.float32) - low) / (high - low), 0, 1)
+    extrapolation = 1 - ramp
+    inv_freq = (1.0 / (factor * pos_freqs)) * (1 - extrapolation) + (1.0 / pos_freqs) * extrapolation
+    return inv_freq, float(attention_factor)
+
+
+class Rotary:
+    """Applies RoPE to the first `dim` features; `interleaved` pairs (x0,x1),(x2,x3) as DeepSeek does.
+
+    The output is always laid out as [rotated first halves | rotated second halves]; queries and
+    keys share the layout, so their dot products are those of the original pairing.
+    """
+
+    def __init__(self, dim: int, rope: RopeSpec, interleaved: bool, device: torch.device | None = None):
+        self.dim = dim
+        inv_freq, self.attention_factor = rope_inv_freq(dim, rope)
+        self.inv_freq = inv_freq.to(device) if device is not None else inv_freq
+        self.interleaved = interleaved
+
+    def cos_sin(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        freqs = positions.to(torch.float32)[:, None] * self.inv_freq[None, :]
+        return (freqs.cos() * self.attention_factor).to(dtype), (freqs.sin() * self.attention_factor).to(
+            dtype
+        )
+
+    def apply(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        """x: [tokens, heads, dim]; cos/sin: [tokens, dim/2]."""
+        cos, sin = cos[:, None, :], sin[:, None, :]
+        if self.interleaved:
+            x1, x2 = x[..., 0::2], x[..., 1::2]
+        else:
+            x1, x2 = x.chunk(2, dim=-1)
+        return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
+
+
+# --- feed-forward -----------------------------------------------------------------------------
+
+
+class MLP:
+    """SwiGLU: down(silu(gate(x)) * up(x))."""
+
+    def __init__(self, t: Tensors, prefix: str):
+        self.gate = linear(t, f"{prefix}.gate_proj")
+        self.up = linear(t, f"{prefix}.up_proj")
+        self.down = linear(t, f"{prefix}.down_proj")
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down(F.silu(self.gate(x)) * self.up(x))
+
+
+def mlp_tensors(prefix: str, hidden: int, intermediate: int) -> dict[str, tuple[int, ...]]:
+    return {
+        f"{prefix}.gate_proj.weight": (intermediate, hidden),
+        f"{prefix}.up_proj.weight": (intermediate, hidden),
+        f"{prefix}.down_proj.weight": (hidden, intermediate),
+    }
+
+
+class SigmoidRouter:
+    """DeepSeek-V3 routing: sigmoid scores, bias-corrected group-limited top-k (noaux_tc)."""
+
+    def __init__(self, t: Tensors, prefix: str, c: ModelConfig):
+        self.weight = t[f"{prefix}.weight"].to(torch.float32)
+        self.bias = t[f"{prefix}.e_score_correction_bias"].to(torch.float32)
+        self.top_k = c.num_experts_per_tok
+        self.n_group = c.n_group
+        self.topk_group = c.topk_group
+        self.norm_topk_prob = c.norm_topk_prob
+        self.scale = c.routed_scaling_factor
+
+    def __call__(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """x: [tokens, hidden] -> (weights [tokens, k] float32, expert ids [tokens, k])."""
+        scores = F.linear(x.to(torch.float32), self.weight).sigmoid()
+        choice = scores + self.bias
+        if self.n_group > 1:
+            n = x.shape[0]
+            grouped = choice.view(n, self.n_group, -1)
+            group_scores = grouped.topk(2, dim=-1).values.sum(dim=-1)
+            keep = torch.zeros_like(group_scores, dtype=torch.bool)
+            keep.scatter_(1, group_scores.topk(self.topk_group, dim=-1, sorted=False).indices, True)
+            choice = grouped.masked_fill(~keep[:, :, None], float("-inf")).view(n, -1)
+        ids = choice.topk(self.top_k, dim=-1, sorted=False).indices
+        weights = scores.gather(1, ids)
+        if self.norm_topk_prob:
+            weights = weights / (weights.sum(dim=-1, keepdim=True) + 1e-20)
+        return weights * self.scale, ids
+
+
+class RoutedExperts:
+    """The routed experts, stacked per projection ([E, out, in]) for grouped execution."""
+
+    def __init__(self, t: Tensors, prefix: str, num_experts: int):
+        def stacked(proj: str) -> torch.Tensor | QuantizedWeight:
+            weights = [t[f"{prefix}.{e}.{proj}.weight"] for e in range(num_experts)]
+            if isinstance(weights[0], QuantizedWeight):
+                return stack(weights)
+            return torch.stack(weights)
+
+        self.w_gate = stacked("gate_proj")
+        self.w_up = stacked("up_proj")
+        self.w_down = stacked("down_proj")
+        self.num_experts = num_experts
+
+    def __call__(self, x: torch.Tensor, weights: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+        """Sum over each token's k experts of weight * expert(x); only experts with tokens run."""
+        out = torch.zeros_like(x)
+        flat_ids = ids.reshape(-1)
+        order = flat_ids.argsort(stable=True)
+        counts = torch.bincount(flat_ids, minlength=self.num_experts).tolist()
+        token_of_slot = order // ids.shape[1]
+        slot_weights = weights.reshape(-1)[order]
+        start = 0
+        for expert, count in enumerate(counts):
+            if count == 0:
+                continue
+            tokens = token_of_slot[start : start + count]
+            h = x[tokens]
+            h = F.silu(kernels.linear(h, self.w_gate[expert])) * kernels.linear(h, self.w_up[expert])
+            h = kernels.linear(h, self.w_down[expert]) * slot_weights[start : start + count, None].to(x.dtype)
+            out.index_add_(0, tokens, h)
+            start += count
+        return out
+
+
+class MoE:
+    def __init__(self, t: Tensors, prefix: str, c: ModelConfig):
+        self.router = SigmoidRouter(t, f"{prefix}.gate", c)
+        self.experts = RoutedExperts(t, f"{prefix}.experts", c.n_routed_experts)
+        self.shared = MLP(t, f"{prefix}.shared_experts") if c.n_shared_experts else None
+        # Tokens routed to each expert since the last reset: the load the PoP and simulator read.
+        self.expert_load = torch.zeros(c.n_routed_experts, dtype=torch.int64)
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        weights, ids = self.router(x)
+        self.expert_load += torch.bincount(ids.reshape(-1).cpu(), minlength=self.expert_load.numel())
+        out = self.experts(x, weights, ids)
+        if self.shared is not None:
+            out = out + self.shared(x)
+        return out
+
+
+def moe_tensors(prefix: str, c: ModelConfig) -> dict[str, tuple[int, ...]]:
+    h, i = c.hidden_size, c.moe_intermediate_size
+    specs: dict[str, tuple[int, ...]] = {
+        f"{prefix}.gate.weight": (c.n_routed_experts, h),
+        f"{prefix}.gate.e_score_correction_bias": (c.n_routed_experts,),
+    }
+    for e in range(c.n_routed_experts):
+        specs.update(mlp_tensors(f"{prefix}.experts.{e}", h, i))
+    if c.n_shared_experts:
+        specs.update(mlp_tensors(f"{prefix}.shared_experts", h, i * c.n_shared_experts))
+    return specs

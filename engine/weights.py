@@ -1,0 +1,124 @@
+"""Read an HF-format checkpoint (single file or index + shards) into tensors the model expects.
+
+Every expected tensor is checked for presence, shape and dtype before any is used; the error names
+the tensor, the file and the expected value. Compressed weights are recognised by their dtype and
+companion scale, in the layouts of kernels.quant:
+
+    fp8   X.weight float8_e4m3fn [out, in]    + X.weight_scale_inv float32 [ceil(out/128), ceil(in/128)]
+    int8  X.weight int8 [out, in]             + X.weight_scale float32 [out]
+    int4  X.weight uint8 [out, in/2] (packed) + X.weight_scale bfloat16 [out, in/32]
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+from safetensors import safe_open
+
+from engine.errors import ModelLoadError
+from kernels.quant import FP8_BLOCK, INT4_GROUP, QuantizedWeight
+
+_FLOAT_DTYPES = {torch.float32, torch.float16, torch.bfloat16}
+_COMPRESSED = {torch.float8_e4m3fn: "fp8", torch.int8: "int8", torch.uint8: "int4"}
+SCALE_SUFFIX = {"fp8": "_scale_inv", "int8": "_scale", "int4": "_scale"}
+
+
+def checkpoint_files(model_dir: Path) -> dict[str, Path]:
+    """Tensor name -> the safetensors file that holds it."""
+    index = model_dir / "model.safetensors.index.json"
+    if index.exists():
+        try:
+            weight_map = json.loads(index.read_text())["weight_map"]
+        except (json.JSONDecodeError, KeyError) as exc:
+            raise ModelLoadError(f"{index}: not a safetensors index ({exc})") from None
+        files = {}
+        for name, shard in weight_map.items():
+            path = model_dir / shard
+            if not path.is_file():
+                raise ModelLoadError(f"{index}: shard {shard!r} (holding {name}) is missing")
+            files[name] = path
+        return files
+    single = model_dir / "model.safetensors"
+    if not single.is_file():
+        raise ModelLoadError(f"{model_dir}: no model.safetensors or model.safetensors.index.json")
+    with safe_open(str(single), framework="pt") as f:
+        return {name: single for name in f.keys()}
+
+
+def _scale_shape(fmt: str, logical: tuple[int, ...]) -> tuple[int, ...]:
+    rows, cols = logical
+    if fmt == "fp8":
+        return (-(-rows // FP8_BLOCK), -(-cols // FP8_BLOCK))
+    if fmt == "int8":
+        return (rows,)
+    return (rows, cols // INT4_GROUP)
+
+
+class _Reader:
+    """Opens each shard once and hands out tensors by name."""
+
+    def __init__(self, files: dict[str, Path]):
+        self.files = files
+        self._open: dict[Path, object] = {}
+
+    def get(self, name: str) -> torch.Tensor:
+        path = self.files[name]
+        if path not in self._open:
+            self._open[path] = safe_open(str(path), framework="pt")
+        return self._open[path].get_tensor(name)
+
+
+def load_tensors(
+    model_dir: Path,
+    expected: dict[str, tuple[int, ...]],
+    dtype: torch.dtype | None,
+    device: torch.device,
+    keep_float32: set[str] = frozenset(),
+    ignore_prefixes: tuple[str, ...] = (),
+) -> dict[str, torch.Tensor | QuantizedWeight]:
+    """Expected tensors, dense ones cast to `dtype` (None keeps the stored dtype)."""
+    files = checkpoint_files(model_dir)
+    missing = [name for name in expected if name not in files]
+    if missing:
+        shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
+        raise ModelLoadError(f"{model_dir}: checkpoint lacks tensor(s) the config requires: {shown}")
+    scales = {name + suffix for name in expected for suffix in set(SCALE_SUFFIX.values())}
+    unexpected = [
+        n for n in files if n not in expected and n not in scales and not n.startswith(ignore_prefixes)
+    ]
+    if unexpected:
+        shown = ", ".join(sorted(unexpected)[:5])
+        raise ModelLoadError(f"{model_dir}: checkpoint has tensor(s) the config does not describe: {shown}")
+
+    reader = _Reader(files)
+    tensors: dict[str, torch.Tensor | QuantizedWeight] = {}
+    for name, logical in expected.items():
+        t = reader.get(name)
+        where = f"{files[name].name}: tensor {name}"
+        fmt = _COMPRESSED.get(t.dtype)
+        if fmt is not None and len(logical) == 2:
+            stored = (logical[0], logical[1] // 2) if fmt == "int4" else logical
+            if fmt == "int4" and logical[1] % INT4_GROUP:
+                raise ModelLoadError(f"{where}: int4 needs an input dimension divisible by {INT4_GROUP}")
+            if tuple(t.shape) != stored:
+                raise ModelLoadError(f"{where} ({fmt}) has shape {list(t.shape)}; expected {list(stored)}")
+            scale_name = name + SCALE_SUFFIX[fmt]
+            if scale_name not in files:
+                raise ModelLoadError(f"{where} is {t.dtype} ({fmt}) but its scale {scale_name} is missing")
+            scale = reader.get(scale_name)
+            if tuple(scale.shape) != _scale_shape(fmt, logical):
+                raise ModelLoadError(
+                    f"{files[scale_name].name}: tensor {scale_name} has shape {list(scale.shape)}; "
+                    f"expected {list(_scale_shape(fmt, logical))} for a {list(logical)} {fmt} weight"
+                )
+            tensors[name] = QuantizedWeight(fmt, t.to(device), scale.to(device), logical)
+            continue
+        if tuple(t.shape) != logical:
+            raise ModelLoadError(f"{where} has shape {list(t.shape)}; the config expects {list(logical)}")
+        if t.dtype not in _FLOAT_DTYPES:
+            raise ModelLoadError(f"{where} has dtype {t.dtype}; expected bfloat16, float16 or float32")
+        target = torch.float32 if name in keep_float32 else (dtype or t.dtype)
+        tensors[name] = t.to(device=device, dtype=target)
+    return tensors

@@ -1,0 +1,27 @@
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+# Triton kernels run under the interpreter on machines without a GPU; this must be set before
+# any kernel module is imported.
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+torch.set_num_threads(min(2, os.cpu_count() or 1))
+
+REPO = Path(__file__).resolve().parent.parent
+SHIPPED_KIMI = REPO / "models" / "kimi-k2-mini"
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory) -> Path:
+    """A tiny random DeepSeek-V3 checkpoint written by transformers, with the shipped tokenizer."""
+    from tests.hf_reference import tiny_deepseek_v3
+
+    out = tmp_path_factory.mktemp("tiny-kimi")
+    tiny_deepseek_v3(out, seed=0, vocab_size=4096, eos_token_id=5)
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(SHIPPED_KIMI / name, out / name)
+    return out
