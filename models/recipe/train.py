@@ -1,0 +1,270 @@
+"""Train a miniature Kimi K2 (DeepSeek-V3 layout) or GLM-4.5 on the Python standard library, seeded.
+
+    python -m models.recipe.train --family kimi --out models/kimi-k2-mini --steps 1600 --threads 2
+    python -m models.recipe.train --family glm --out models/glm-4.5-mini --steps 1600 --threads 2
+
+Uses transformers' DeepseekV3ForCausalLM / Glm4MoeForCausalLM (the reference implementations, a
+test extra) so each checkpoint is written exactly as the hub layout; nothing here runs at serve time.
+Router balance: DeepSeek-V3's auxiliary-loss-free update of e_score_correction_bias after each
+step (without it the sigmoid router collapses onto one expert within ~50 steps).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import random
+import time
+from pathlib import Path
+
+import torch
+
+from models.recipe.corpus import read_corpus
+from models.recipe.tokenizer import write_tokenizer
+
+KIMI_MINI = dict(
+    vocab_size=4096,
+    hidden_size=256,
+    intermediate_size=512,
+    moe_intermediate_size=128,
+    num_hidden_layers=4,
+    num_attention_heads=4,
+    num_key_value_heads=4,
+    n_shared_experts=1,
+    n_routed_experts=8,
+    num_experts_per_tok=2,
+    n_group=1,
+    topk_group=1,
+    first_k_dense_replace=1,
+    routed_scaling_factor=2.827,  # Kimi K2's published value
+    norm_topk_prob=True,
+    q_lora_rank=None,
+    kv_lora_rank=64,
+    qk_nope_head_dim=32,
+    qk_rope_head_dim=32,
+    v_head_dim=32,
+    max_position_embeddings=4096,
+    rope_theta=50000.0,
+    rms_norm_eps=1e-6,
+    tie_word_embeddings=False,
+)
+# DeepSeek-V3 uses 1e-3 over trillions of tokens; a miniature trained for 1,600 steps at a high
+# learning rate needs the bias to catch up with its router within tens of steps.
+GLM_MINI = dict(
+    vocab_size=4096,
+    hidden_size=256,
+    intermediate_size=512,
+    moe_intermediate_size=128,
+    num_hidden_layers=4,
+    num_attention_heads=4,
+    num_key_value_heads=2,  # GQA, as GLM-4.5 (96 query heads over 8 KV heads)
+    head_dim=64,
+    partial_rotary_factor=0.5,  # GLM-4.5 rotates half of each head
+    use_qk_norm=True,
+    attention_bias=True,
+    n_shared_experts=1,
+    n_routed_experts=8,
+    num_experts_per_tok=2,
+    n_group=1,
+    topk_group=1,
+    first_k_dense_replace=1,
+    routed_scaling_factor=2.5,  # GLM-4.5's published value
+    norm_topk_prob=True,
+    max_position_embeddings=4096,
+    rope_theta=1000000.0,
+    rms_norm_eps=1e-5,
+    tie_word_embeddings=False,
+)
+FAMILIES = {"kimi": KIMI_MINI, "glm": GLM_MINI}
+GLM_STOP_TOKENS = ("<|endoftext|>", "<|user|>", "<|observation|>")
+BIAS_UPDATE_RATE = 1e-2
+
+
+def encode_corpus(tokenizer_path: Path, heldout: bool) -> torch.Tensor:
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(str(tokenizer_path))
+    text = read_corpus(heldout=heldout)
+    chunk = 1 << 16
+    pieces = [text[i : i + chunk] for i in range(0, len(text), chunk)]
+    ids: list[int] = []
+    for enc in tok.encode_batch(pieces, add_special_tokens=False):
+        ids.extend(enc.ids)
+    return torch.tensor(ids, dtype=torch.int16 if tok.get_vocab_size() < 32768 else torch.int32)
+
+
+def lr_at(step: int, steps: int, peak: float, warmup: int) -> float:
+    if step < warmup:
+        return peak * (step + 1) / warmup
+    progress = (step - warmup) / max(1, steps - warmup)
+    return peak * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress)))
+
+
+@torch.no_grad()
+def perplexity(model, tokens: torch.Tensor, seq: int, windows: int) -> float:
+    model.eval()
+    total, count = 0.0, 0
+    stride = max(seq, (len(tokens) - seq - 1) // windows)
+    for start in range(0, len(tokens) - seq - 1, stride)[:windows]:
+        x = tokens[start : start + seq + 1].long()[None]
+        out = model(x[:, :-1], labels=x[:, :-1].clone())
+        # HF shifts labels internally; pass inputs as labels to score tokens 1..seq-1.
+        total += out.loss.item() * (seq - 1)
+        count += seq - 1
+    model.train()
+    return math.exp(total / count)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--family", choices=sorted(FAMILIES), default="kimi")
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--steps", type=int, default=1600)
+    parser.add_argument("--batch", type=int, default=16)
+    parser.add_argument("--seq", type=int, default=256)
+    parser.add_argument("--lr", type=float, default=3e-3)
+    parser.add_argument("--warmup", type=int, default=100)
+    parser.add_argument("--seed", type=int, default=1234)
+    parser.add_argument("--threads", type=int, default=2)
+    args = parser.parse_args()
+
+    torch.set_num_threads(args.threads)
+    random.seed(args.seed)
+    torch.manual_seed(args.seed)
+    out: Path = args.out
+    shape = FAMILIES[args.family]
+    write_tokenizer(out, shape["vocab_size"], args.family)
+    train_tokens = encode_corpus(out / "tokenizer.json", heldout=False)
+    held_tokens = encode_corpus(out / "tokenizer.json", heldout=True)
+    print(f"train tokens {len(train_tokens):,}, held-out tokens {len(held_tokens):,}", flush=True)
+
+    eos = json.loads((out / "tokenizer_config.json").read_text())["eos_token"]
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(str(out / "tokenizer.json"))
+    eos_id = tok.token_to_id(eos)
+    # GLM-4.5 also ends a turn at the next role marker, as its published config lists.
+    stop_ids = [eos_id] if args.family == "kimi" else [tok.token_to_id(t) for t in GLM_STOP_TOKENS]
+    config_class, model_class = _hf_classes(args.family)
+    config = config_class(**shape, bos_token_id=None, eos_token_id=eos_id, pad_token_id=0)
+    model = model_class(config)
+    model.train()
+    params = sum(p.numel() for p in model.parameters())
+    print(f"parameters {params:,}", flush=True)
+
+    decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
+    no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=args.lr,
+        betas=(0.9, 0.95),
+    )
+    gates = [layer.mlp.gate for layer in model.model.layers[config.first_k_dense_replace :]]
+    loads = [torch.zeros(config.n_routed_experts) for _ in gates]
+
+    def count_load(i):
+        def hook(_module, _inputs, output):
+            loads[i] += torch.bincount(output[2].reshape(-1), minlength=config.n_routed_experts).float()
+
+        return hook
+
+    for i, gate in enumerate(gates):
+        gate.register_forward_hook(count_load(i))
+
+    gen = torch.Generator().manual_seed(args.seed)
+    started = time.time()
+    n_windows = len(train_tokens) - args.seq - 1
+    for step in range(args.steps):
+        starts = torch.randint(0, n_windows, (args.batch,), generator=gen)
+        x = torch.stack([train_tokens[s : s + args.seq + 1] for s in starts.tolist()]).long()
+        for group in opt.param_groups:
+            group["lr"] = lr_at(step, args.steps, args.lr, args.warmup)
+        for load in loads:
+            load.zero_()
+        loss = model(x[:, :-1], labels=x[:, :-1].clone()).loss
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        with torch.no_grad():  # auxiliary-loss-free balancing (DeepSeek-V3, section 2.1.2)
+            for gate, load in zip(gates, loads, strict=False):
+                gate.e_score_correction_bias += BIAS_UPDATE_RATE * torch.sign(load.mean() - load)
+        if step % 50 == 0 or step == args.steps - 1:
+            share = " ".join(f"{float(load.max() / load.sum()):.2f}" for load in loads)
+            rate = (step + 1) * args.batch * args.seq / (time.time() - started)
+            print(
+                f"step {step:5d} loss {loss.item():.3f} max-expert-share per layer {share} {rate:,.0f} tok/s",
+                flush=True,
+            )
+
+    ppl = perplexity(model, held_tokens, args.seq, 64)
+    print(f"held-out perplexity {ppl:.2f} after {time.time() - started:.0f} s", flush=True)
+    model.to(torch.bfloat16).save_pretrained(out)
+    write_published_config(out, args.family, stop_ids if len(stop_ids) > 1 else eos_id)
+    (out / "training.json").write_text(
+        json.dumps(
+            {
+                "recipe": "python -m models.recipe.train "
+                + " ".join(f"--{k} {v}" for k, v in vars(args).items() if k != "out"),
+                "parameters": params,
+                "train_tokens_seen": args.steps * args.batch * args.seq,
+                "heldout_perplexity": round(ppl, 3),
+                "heldout_text": "models/eval/heldout.txt (Python standard library asyncio/ sources)",
+                "seconds": round(time.time() - started),
+            },
+            indent=2,
+        )
+        + "\n"
+    )
+
+
+def _hf_classes(family: str):
+    if family == "kimi":
+        from transformers import DeepseekV3Config, DeepseekV3ForCausalLM
+
+        return DeepseekV3Config, DeepseekV3ForCausalLM
+    from transformers import Glm4MoeConfig, Glm4MoeForCausalLM
+
+    return Glm4MoeConfig, Glm4MoeForCausalLM
+
+
+def write_published_config(out: Path, family: str, eos_id: int | list[int]) -> None:
+    """Rewrite config.json with the keys the published Kimi K2 / GLM-4.5 configs carry (not only ours)."""
+    path = out / "config.json"
+    cfg = json.loads(path.read_text())
+    rope = cfg.pop("rope_parameters", None) or {}
+    shape = FAMILIES[family]
+    common = dict(
+        rope_theta=rope.get("rope_theta", shape["rope_theta"]),
+        rope_scaling=None,
+        scoring_func="sigmoid",
+        topk_method="noaux_tc",
+        num_nextn_predict_layers=0,
+        eos_token_id=eos_id,
+        torch_dtype="bfloat16",
+    )
+    if family == "kimi":
+        cfg.update(
+            architectures=["DeepseekV3ForCausalLM"],
+            model_type="deepseek_v3",
+            aux_loss_alpha=0.0,
+            seq_aux=True,
+            ep_size=1,
+            moe_layer_freq=1,
+            **common,
+        )
+    else:
+        cfg.update(
+            architectures=["Glm4MoeForCausalLM"],
+            model_type="glm4_moe",
+            partial_rotary_factor=rope.get("partial_rotary_factor", shape["partial_rotary_factor"]),
+            **common,
+        )
+    path.write_text(json.dumps(dict(sorted(cfg.items())), indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
