@@ -1,0 +1,64 @@
+"""The edge as the runtime sees it: locate a client, pick its ingress, run an AI call, account for it."""
+
+from __future__ import annotations
+
+from edge_sim.accounting import LatencyAccount
+from edge_sim.network import NetworkModel
+from edge_sim.pop import GenerateRequest, GenerateResult, ModelSpec, PopNode
+from edge_sim.router import Router
+from edge_sim.topology import Location, PoP, Topology
+
+
+class Edge:
+    def __init__(self, topology: Topology, network: NetworkModel, nodes: dict[str, PopNode]):
+        self.topology = topology
+        self.network = network
+        self.nodes = nodes
+        self.router = Router(network, nodes)
+
+    @classmethod
+    def start(
+        cls,
+        topology: Topology,
+        network: NetworkModel,
+        gpu_pops: list[str],
+        models: list[ModelSpec],
+        device: str | None = None,
+    ) -> Edge:
+        """Load an in-process node, with an engine per model, at each of `gpu_pops`."""
+        nodes = {}
+        for code in gpu_pops:
+            pop = topology.pop(code)
+            nodes[pop.code] = PopNode.load(pop, models, device=device)
+        return cls(topology, network, nodes)
+
+    def locate(self, text: str) -> Location:
+        return self.topology.resolve_location(text)
+
+    def ingress(self, client: Location) -> tuple[PoP, float]:
+        """Anycast: the client lands on its nearest PoP; returns it and the client RTT."""
+        pop, _ = self.network.nearest_pop(client, self.topology.pops.values())
+        return pop, self.network.client_rtt_ms(client, pop)
+
+    def models(self) -> list[str]:
+        return sorted({m for node in self.nodes.values() for m in node.engines})
+
+    async def run(
+        self, req: GenerateRequest, ingress: PoP, client_rtt_ms: float
+    ) -> tuple[GenerateResult, LatencyAccount]:
+        node, backbone_ms = self.router.choose(req.model, ingress)
+        result = await node.generate(req)
+        account = LatencyAccount(
+            client_rtt_ms=client_rtt_ms,
+            backbone_rtt_ms=backbone_ms,
+            ingress=ingress.code,
+            pop=node.code,
+            queue_ms=result.queue_ms,
+            prefill_ms=result.prefill_ms,
+            decode_ms=result.decode_ms,
+        )
+        return result, account
+
+    def close(self) -> None:
+        for node in self.nodes.values():
+            node.close()

@@ -1,0 +1,48 @@
+"""The model catalog: names users call (`@edge/moonshotai/kimi-k2-mini`) and what serves them.
+
+Read from `catalog.toml` in the models folder; each entry names its checkpoint folder and says
+honestly what it is (for instance, random weights).
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+
+import msgspec
+
+from runtime.config import ConfigError
+
+
+class CatalogEntry(msgspec.Struct, kw_only=True):
+    name: str
+    path: str  # checkpoint folder, relative to the catalog
+    task: str = "text-generation"
+    description: str = ""
+    context_window: int | None = None
+    weights: str = "auto"
+    kv_cache_dtype: str = "auto"
+
+
+class Catalog(msgspec.Struct):
+    model: list[CatalogEntry]
+
+
+def load_catalog(models_dir: Path) -> dict[str, tuple[CatalogEntry, Path]]:
+    """Catalog name -> (entry, absolute checkpoint folder)."""
+    path = models_dir / "catalog.toml"
+    try:
+        catalog = msgspec.convert(tomllib.loads(path.read_text()), Catalog)
+    except FileNotFoundError:
+        raise ConfigError(
+            f"{path}: no model catalog; [edge] models_dir must point at a folder with catalog.toml"
+        ) from None
+    except (tomllib.TOMLDecodeError, msgspec.ValidationError) as exc:
+        raise ConfigError(f"{path}: {exc}") from None
+    entries = {}
+    for entry in catalog.model:
+        folder = (models_dir / entry.path).resolve()
+        if not (folder / "config.json").is_file():
+            raise ConfigError(f"{path}: model {entry.name!r}: {folder} has no config.json")
+        entries[entry.name] = (entry, folder)
+    return entries

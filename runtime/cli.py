@@ -1,0 +1,201 @@
+"""The `edge` command line."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from runtime.config import DEFAULT_CONFIG, ConfigError, WorkerConfig, load_config
+
+
+def _fail(message: str) -> int:
+    print(f"edge: error: {message}", file=sys.stderr)
+    return 2
+
+
+def build_edge(config: WorkerConfig):
+    """The simulated edge for `config`: topology, RTT model, and in-process GPU PoPs with engines."""
+    from edge_sim.edge import Edge
+    from edge_sim.network import NetworkModel
+    from edge_sim.pop import ModelSpec
+    from edge_sim.topology import Topology, TopologyError
+    from runtime.catalog import load_catalog
+
+    catalog = load_catalog(config.models_dir)
+    names = config.edge.models or list(catalog)
+    unknown = [n for n in names if n not in catalog]
+    if unknown:
+        raise ConfigError(
+            f"edge.models: unknown model(s) {', '.join(unknown)}; the catalog has {', '.join(catalog)}"
+        )
+    specs = [
+        ModelSpec(n, str(catalog[n][1]), catalog[n][0].weights, catalog[n][0].kv_cache_dtype) for n in names
+    ]
+    try:
+        topology = Topology.default()
+        for code in config.edge.pops:
+            if not topology.pop(code).has_gpu:
+                gpu_codes = ", ".join(p.code for p in topology.gpu_pops())
+                raise ConfigError(f"edge.pops: {code} has no GPUs in the topology; GPU PoPs: {gpu_codes}")
+        if not config.edge.pops:
+            raise ConfigError('edge.pops: list at least one GPU PoP, e.g. pops = ["ICN", "FRA", "IAD"]')
+        topology = topology.with_overrides(gpu_pops={c: topology.pop(c).gpus for c in config.edge.pops})
+        network = NetworkModel(
+            **{f: getattr(config.edge.network, f) for f in config.edge.network.__struct_fields__}
+        )
+        return Edge.start(topology, network, config.edge.pops, specs)
+    except (TopologyError, ValueError) as exc:
+        raise ConfigError(f"[edge]: {exc}") from None
+
+
+def cmd_dev(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from runtime.app import Runtime, create_app
+
+    logging.basicConfig(
+        level=getattr(logging, args.log_level.upper()), format="%(levelname)s %(name)s: %(message)s"
+    )
+    try:
+        config = load_config(args.config)
+        edge = build_edge(config)
+    except ConfigError as exc:
+        return _fail(str(exc))
+    except Exception as exc:  # a model that fails to load, say: print why, not a traceback
+        return _fail(f"{type(exc).__name__}: {exc}")
+    runtime = Runtime(config, edge)
+    print(f"edge dev: worker {config.name!r} ({config.main}) on http://{args.host}:{args.port}", flush=True)
+    for node in edge.nodes.values():
+        print(f"  GPU PoP {node.code} ({node.pop.city}): {', '.join(sorted(node.engines))}", flush=True)
+    print(
+        f"  default client location: {config.edge.client_location} "
+        f"(override per request with the x-edge-client-location header)",
+        flush=True,
+    )
+    uvicorn.run(create_app(runtime), host=args.host, port=args.port, log_level=args.log_level)
+    return 0
+
+
+def _mib(n: int) -> str:
+    return f"{n / 2**20:.2f}"
+
+
+def cmd_models_info(args: argparse.Namespace) -> int:
+    import msgspec
+
+    from engine.checkpoint import checkpoint_info
+    from engine.errors import ModelLoadError
+
+    try:
+        rows = checkpoint_info(args.dir, args.weights, args.parts)
+    except ModelLoadError as exc:
+        return _fail(str(exc))
+    if args.json:
+        print(msgspec.json.encode(rows).decode())
+        return 0
+    header = ["part", "tensors", "parameters", "bf16 MiB", "stored MiB", "stored as"]
+    if args.weights:
+        header += [f"{args.weights} MiB", "ratio"]
+    lines = [header]
+    totals = [0, 0, 0, 0, 0]
+    for r in rows:
+        line = [
+            r.part,
+            str(r.tensors),
+            f"{r.parameters:,}",
+            _mib(r.bf16_bytes),
+            _mib(r.stored_bytes),
+            r.stored_format,
+        ]
+        if args.weights:
+            line += [_mib(r.target_bytes), f"{r.target_bytes / r.bf16_bytes:.3f}x"]
+        lines.append(line)
+        for i, v in enumerate((r.tensors, r.parameters, r.bf16_bytes, r.stored_bytes, r.target_bytes or 0)):
+            totals[i] += v
+    total = ["total", str(totals[0]), f"{totals[1]:,}", _mib(totals[2]), _mib(totals[3]), ""]
+    if args.weights:
+        total += [_mib(totals[4]), f"{totals[4] / totals[2]:.3f}x"]
+    lines.append(total)
+    widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
+    for line in lines:
+        print(
+            "  ".join(
+                c.ljust(w) if i in (0, 5) else c.rjust(w)
+                for i, (c, w) in enumerate(zip(line, widths, strict=True))
+            )
+        )
+    return 0
+
+
+def cmd_models_quantize(args: argparse.Namespace) -> int:
+    from engine.checkpoint import quantize_checkpoint
+    from engine.errors import ModelLoadError
+
+    try:
+        sizes = quantize_checkpoint(args.src, args.dst, args.weights, args.parts)
+    except ModelLoadError as exc:
+        return _fail(str(exc))
+    before, after = sizes["bytes_before"], sizes["bytes_after"]
+    print(f"wrote {args.dst}: {_mib(before)} MiB -> {_mib(after)} MiB of tensors ({after / before:.3f}x)")
+    return 0
+
+
+def cmd_models_list(args: argparse.Namespace) -> int:
+    from runtime.catalog import load_catalog
+
+    try:
+        config = load_config(args.config)
+        catalog = load_catalog(config.models_dir)
+    except ConfigError as exc:
+        return _fail(str(exc))
+    for name, (entry, folder) in catalog.items():
+        print(
+            f"{name}\n  task {entry.task}, weights {entry.weights}, kv cache {entry.kv_cache_dtype}, {folder}"
+        )
+        if entry.description:
+            print(f"  {entry.description}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="edge", description="Run AI workers on a simulated edge network.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    dev = sub.add_parser("dev", help="serve the worker locally, with the model running on simulated GPU PoPs")
+    dev.add_argument(
+        "--config", default=DEFAULT_CONFIG, help=f"path to the config (default {DEFAULT_CONFIG})"
+    )
+    dev.add_argument("--host", default="127.0.0.1")
+    dev.add_argument("--port", type=int, default=8787)
+    dev.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    dev.set_defaults(func=cmd_dev)
+
+    models = sub.add_parser("models", help="inspect, compress and list models").add_subparsers(
+        dest="models_command", required=True
+    )
+    info = models.add_parser("info", help="parameters and bytes per part, before and after compression")
+    info.add_argument("dir", help="an HF-format model directory")
+    info.add_argument("--weights", choices=["fp8", "int8", "int4"], help="also show the size in this format")
+    info.add_argument("--parts", default=None, help="parts to compress (default: experts)")
+    info.add_argument("--json", action="store_true")
+    info.set_defaults(func=cmd_models_info)
+    quant = models.add_parser("quantize", help="write a compressed copy of a checkpoint")
+    quant.add_argument("src")
+    quant.add_argument("dst")
+    quant.add_argument("--weights", required=True, choices=["fp8", "int8", "int4"])
+    quant.add_argument(
+        "--parts",
+        default=None,
+        help="comma-separated: experts (default), routed_experts, shared_experts, "
+        "dense_mlp, attention, mlp, all",
+    )
+    quant.set_defaults(func=cmd_models_quantize)
+    mlist = models.add_parser("list", help="the model catalog edge dev serves")
+    mlist.add_argument("--config", default=DEFAULT_CONFIG)
+    mlist.set_defaults(func=cmd_models_list)
+    args = parser.parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

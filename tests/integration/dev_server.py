@@ -1,0 +1,80 @@
+"""Starts `edge dev` as a real subprocess on a free loopback port, for integration tests."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class DevServer:
+    def __init__(self, config: Path, cwd: Path = REPO):
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log = (
+            cwd / f".edge-dev-{self.port}.log" if cwd != REPO else Path(f"/tmp/edge-dev-{self.port}.log")
+        )
+        self._log_file = open(self.log, "w")
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "runtime.cli",
+                "dev",
+                "--config",
+                str(config),
+                "--port",
+                str(self.port),
+                "--log-level",
+                "warning",
+            ],
+            cwd=cwd,
+            stdout=self._log_file,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "PYTHONPATH": str(REPO)},
+        )
+
+    def wait_ready(self, timeout: float = 120.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"edge dev exited with {self.proc.returncode}:\n{self.log.read_text()}")
+            try:
+                if httpx.get(self.url + "/cdn-cgi/edge/health", timeout=2).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.2)
+        raise TimeoutError(f"edge dev did not become ready:\n{self.log.read_text()}")
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+        self._log_file.close()
+
+    def __enter__(self) -> DevServer:
+        try:
+            self.wait_ready()
+        except Exception:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()

@@ -1,0 +1,119 @@
+"""`edge dev` as a user runs it: a real server process, real HTTP, the demo worker and the model."""
+
+import re
+import textwrap
+
+import httpx
+import pytest
+
+from tests.integration.dev_server import REPO, DevServer
+
+pytestmark = pytest.mark.slow
+
+CLIENTS = {"Seoul": "ICN", "Paris": "FRA", "New York": "IAD"}
+
+
+@pytest.fixture(scope="module")
+def server():
+    with DevServer(REPO / "wrangler-like.toml") as srv:
+        yield srv
+
+
+def ask(server, body, where=None, **kw):
+    headers = {"x-edge-client-location": where} if where else {}
+    return httpx.post(server.url + "/", content=body, headers=headers, timeout=120, **kw)
+
+
+def test_clients_on_three_continents_are_served_by_their_nearest_pop(server):
+    seen = {}
+    for city, pop in CLIENTS.items():
+        r = ask(server, '{"prompt": "def fib(n):"}', city)
+        assert r.status_code == 200, r.text
+        out = r.json()
+        assert out["usage"]["completion_tokens"] > 0 and isinstance(out["response"], str)
+        t = out["timing"]
+        assert t["pop"] == pop, (city, t)
+        parts = t["client_rtt_ms"] + t["backbone_rtt_ms"] + t["queue_ms"] + t["prefill_ms"] + t["decode_ms"]
+        assert t["total_ms"] == pytest.approx(parts, abs=0.01)
+        assert t["prefill_ms"] > 0 and t["decode_ms"] > 0 and t["client_rtt_ms"] >= 2.0
+        # The headers carry the same account, and the ray names the ingress PoP as Cloudflare's does.
+        assert re.fullmatch(r"[0-9a-f]{16}-" + t["ingress"], r.headers["cf-ray"])
+        timing = dict(re.findall(r"([a-z-]+);dur=([0-9.]+)", r.headers["server-timing"]))
+        assert float(timing["total"]) == pytest.approx(t["total_ms"], abs=0.01)
+        assert float(timing["decode"]) == pytest.approx(t["decode_ms"], abs=0.01)
+        seen[city] = t["pop"]
+    assert len(set(seen.values())) == 3
+
+
+def test_default_location_comes_from_the_config(server):
+    r = ask(server, '{"prompt": "import os"}')
+    assert r.status_code == 200 and r.json()["timing"]["ingress"] == "ICN"  # client_location = "Seoul"
+
+
+def test_lat_lon_location(server):
+    r = ask(server, '{"prompt": "x", "max_tokens": 2}', "-33.9, 18.4")  # Cape Town
+    assert r.status_code == 200, r.text
+    assert r.headers["cf-ray"].endswith("-CPT")
+
+
+@pytest.mark.parametrize(
+    "body, where, status, fragment",
+    [
+        ("not json", None, 400, "send a JSON body"),
+        ('{"text": "no prompt"}', None, 400, '"prompt" string'),
+        ('{"prompt": "x", "model": "@edge/nobody/nothing"}', None, 400, "5007: no such model"),
+        ('{"prompt": "x", "max_tokens": -3}', None, 400, "5004: "),
+        ('{"prompt": "x"}', "Atlantis", 400, "unknown location 'Atlantis'"),
+    ],
+)
+def test_bad_input_gets_a_clear_error_and_the_next_request_is_served(server, body, where, status, fragment):
+    r = ask(server, body, where)
+    error = r.json()["error"]
+    message = error if isinstance(error, str) else error["message"]
+    assert r.status_code == status and fragment in message, r.text
+    ok = ask(server, '{"prompt": "def f():", "max_tokens": 3}', "Seoul")
+    assert ok.status_code == 200 and ok.json()["usage"]["completion_tokens"] > 0
+
+
+def test_a_worker_that_raises_gets_1101_and_the_runtime_keeps_serving(tmp_path):
+    (tmp_path / "worker.py").write_text(
+        textwrap.dedent("""
+        from workers import WorkerEntrypoint, Response
+
+        class Default(WorkerEntrypoint):
+            async def fetch(self, request):
+                if request.url.endswith("/boom"):
+                    raise RuntimeError("deliberate failure")
+                return Response.json({"ok": True, "colo": request.cf["colo"], "greeting": self.env.GREETING})
+    """)
+    )
+    (tmp_path / "wrangler-like.toml").write_text(
+        textwrap.dedent(f"""
+        name = "raiser"
+        main = "worker.py"
+        compatibility_date = "2026-11-01"
+        [vars]
+        GREETING = "hi"
+        [edge]
+        client_location = "Sydney"
+        pops = ["SYD"]
+        models_dir = "{REPO / "models"}"
+    """)
+    )
+    with DevServer(tmp_path / "wrangler-like.toml", cwd=tmp_path) as srv:
+        bad = httpx.get(srv.url + "/boom", timeout=30)
+        assert bad.status_code == 500
+        assert bad.json()["error"] == {
+            "code": 1101,
+            "message": "Worker threw exception: RuntimeError: deliberate failure",
+        }
+        good = httpx.get(srv.url + "/", timeout=30)
+        assert good.status_code == 200 and good.json() == {"ok": True, "colo": "SYD", "greeting": "hi"}
+
+
+def test_an_oversized_body_is_refused(server):
+    # Send a real 101 MB body: the runtime must refuse it without handing it to the worker.
+    big = b"x" * (101 * 1024 * 1024)
+    r = httpx.post(server.url + "/", content=big, timeout=120)
+    assert r.status_code == 413 and r.json()["error"]["code"] == 1113
+    assert ask(server, '{"prompt": "x", "max_tokens": 1}').status_code == 200

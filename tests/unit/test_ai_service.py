@@ -1,0 +1,91 @@
+"""env.AI.run's service: input validation with Workers AI codes, routing, and the latency account."""
+
+import asyncio
+
+import pytest
+
+from edge_sim.edge import Edge
+from edge_sim.network import NetworkModel
+from edge_sim.pop import ModelSpec
+from edge_sim.topology import Topology
+from runtime.ai import AIService
+from workers import AIError
+
+MODEL = "@edge/test/tiny"
+
+
+@pytest.fixture(scope="module")
+def service(tiny_model_dir):
+    topo = Topology.default()
+    edge = Edge.start(
+        topo, NetworkModel(), ["ICN", "FRA", "IAD"], [ModelSpec(MODEL, str(tiny_model_dir))], device="cpu"
+    )
+    yield AIService(edge)
+    edge.close()
+
+
+def call(service, inputs, where="Seoul", model=MODEL):
+    edge = service.edge
+    ingress, rtt = edge.ingress(edge.locate(where))
+    return asyncio.run(service.run(model, inputs, ingress=ingress, client_rtt_ms=rtt))
+
+
+def test_result_shape_and_account_add_up(service):
+    body, account = call(service, {"prompt": "def fib(n):", "max_tokens": 6, "temperature": 0})
+    assert isinstance(body["response"], str)
+    usage = body["usage"]
+    assert 0 < usage["completion_tokens"] <= 6 and usage["prompt_tokens"] > 0
+    assert usage["total_tokens"] == usage["prompt_tokens"] + usage["completion_tokens"]
+    t = body["timing"]
+    parts = t["client_rtt_ms"] + t["backbone_rtt_ms"] + t["queue_ms"] + t["prefill_ms"] + t["decode_ms"]
+    assert t["total_ms"] == pytest.approx(parts, abs=1e-6)
+    assert t["pop"] == "ICN" and t["ingress"] == "ICN"
+    assert body["quantization"] == {"weights": "bf16", "kv_cache": "auto"}
+    assert t == {k: getattr(account, k) for k in t}
+
+
+def test_calls_go_to_the_nearest_serving_pop_and_fail_over(service):
+    assert call(service, {"prompt": "x", "max_tokens": 1}, "New York")[0]["timing"]["pop"] == "IAD"
+    berlin = call(service, {"prompt": "x", "max_tokens": 1}, "Berlin")[0]["timing"]
+    assert berlin["pop"] == "FRA" and berlin["backbone_rtt_ms"] > 0  # Berlin's ingress is not a GPU PoP
+    service.edge.nodes["FRA"].up = False
+    try:
+        assert call(service, {"prompt": "x", "max_tokens": 1}, "Berlin")[0]["timing"]["pop"] in ("ICN", "IAD")
+        for node in service.edge.nodes.values():
+            node.up = False
+        with pytest.raises(AIError, match="^3040: "):
+            call(service, {"prompt": "x", "max_tokens": 1})
+    finally:
+        for node in service.edge.nodes.values():
+            node.up = True
+
+
+def test_chat_messages_use_the_template(service):
+    body, _ = call(service, {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2})
+    assert body["usage"]["prompt_tokens"] > 1
+
+
+@pytest.mark.parametrize(
+    "inputs, code, fragment",
+    [
+        ("just a string", 5004, "inputs must be an object"),
+        ({}, 5004, "exactly one of 'prompt'"),
+        ({"prompt": "a", "messages": [{"role": "user", "content": "b"}]}, 5004, "exactly one of 'prompt'"),
+        ({"prompt": "a", "max_tokens": "many"}, 5004, "max_tokens: expected `int`"),
+        ({"messages": [{"role": "robot", "content": "b"}]}, 5004, "messages.0.role"),
+        ({"prompt": "a", "temperature": -1}, 5004, "temperature"),
+        ({"prompt": ""}, 5004, "prompt: must not be empty"),
+        ({"prompt": "a", "stream": True}, 5004, "stream"),
+        ({"prompt": "word " * 5000}, 3006, "context window"),
+    ],
+)
+def test_bad_inputs_get_workers_ai_codes(service, inputs, code, fragment):
+    with pytest.raises(AIError) as err:
+        call(service, inputs)
+    assert err.value.code == code and str(err.value).startswith(f"{code}: ")
+    assert fragment in str(err.value)
+
+
+def test_unknown_model_lists_the_catalog(service):
+    with pytest.raises(AIError, match=f"^5007: no such model 'nope'; available: {MODEL}"):
+        call(service, {"prompt": "x"}, model="nope")

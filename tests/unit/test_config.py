@@ -1,0 +1,69 @@
+import logging
+
+import pytest
+
+from runtime.config import ConfigError, load_config, parse_config
+
+GOOD = """
+name = "w"
+main = "worker.py"
+compatibility_date = "2026-11-01"
+
+[ai]
+binding = "AI"
+
+[vars]
+A = "x"
+N = 3
+
+[edge]
+client_location = "Paris"
+pops = ["FRA"]
+
+[edge.network]
+base_ms = 1.5
+"""
+
+
+def test_good_config_is_typed_and_paths_resolve(tmp_path):
+    (tmp_path / "worker.py").write_text("")
+    (tmp_path / "wrangler-like.toml").write_text(GOOD)
+    cfg = load_config(tmp_path / "wrangler-like.toml")
+    assert cfg.name == "w" and cfg.ai.binding == "AI" and cfg.vars == {"A": "x", "N": 3}
+    assert cfg.edge.client_location == "Paris" and cfg.edge.pops == ["FRA"]
+    assert cfg.edge.network.base_ms == 1.5 and cfg.edge.network.inflation == 2.0
+    assert cfg.main_path == (tmp_path / "worker.py").resolve()
+
+
+def test_malformed_toml_names_the_line():
+    with pytest.raises(ConfigError, match=r"line 2"):
+        parse_config('name = "w"\nmain = \n')
+
+
+def test_wrong_type_names_the_key_path():
+    with pytest.raises(ConfigError, match=r"edge\.network\.base_ms: expected `float`, got `str`"):
+        parse_config(GOOD.replace("base_ms = 1.5", 'base_ms = "fast"'))
+    with pytest.raises(ConfigError, match=r"edge\.pops\.0: expected `str`, got `int`"):
+        parse_config(GOOD.replace('pops = ["FRA"]', "pops = [1]"))
+
+
+def test_missing_required_key_is_named():
+    with pytest.raises(ConfigError, match="main"):
+        parse_config('name = "w"\ncompatibility_date = "2026-11-01"\n')
+
+
+def test_unknown_keys_warn_with_their_path(caplog):
+    with caplog.at_level(logging.WARNING, logger="edge.config"):
+        parse_config("surprise = 1\n" + GOOD + "\nlatency = 3\n[edge.extra]\nx = 1\n")
+    text = caplog.text
+    assert "'surprise'" in text and "'edge.network.latency'" in text and "'edge.extra'" in text
+
+
+def test_bad_compatibility_date_and_missing_main(tmp_path):
+    with pytest.raises(ConfigError, match="compatibility_date"):
+        parse_config(GOOD.replace("2026-11-01", "yesterday"))
+    (tmp_path / "wrangler-like.toml").write_text(GOOD)
+    with pytest.raises(ConfigError, match="main: 'worker.py' does not exist"):
+        load_config(tmp_path / "wrangler-like.toml")
+    with pytest.raises(ConfigError, match="not found"):
+        load_config(tmp_path / "nope.toml")

@@ -1,0 +1,175 @@
+"""The isolate is a real OS process speaking msgpack over a socket pair."""
+
+import asyncio
+import os
+import textwrap
+
+import pytest
+
+from runtime import ipc
+from runtime.isolate import Isolate, IsolateCrashed, WorkerLoadError
+
+
+def write(tmp_path, source: str):
+    path = tmp_path / "worker.py"
+    path.write_text(textwrap.dedent(source))
+    return path
+
+
+async def echo_ai(call: ipc.AICall) -> ipc.AIReply:
+    if call.model == "missing":
+        return ipc.AIReply(call.call, error_code=5007, error_message="no such model 'missing'")
+    return ipc.AIReply(
+        call.call, result={"response": f"{call.model}:{call.inputs['prompt']}", "request": call.request}
+    )
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+async def with_isolate(script, fn, vars=None):
+    iso = Isolate("test", script, vars or {}, "AI", echo_ai)
+    await iso.start()
+    try:
+        return await fn(iso)
+    finally:
+        await iso.stop()
+
+
+def test_default_class_gets_request_env_and_ai(tmp_path):
+    script = write(
+        tmp_path,
+        """
+        import os
+        from workers import WorkerEntrypoint, Response
+
+        class Default(WorkerEntrypoint):
+            async def fetch(self, request):
+                body = await request.json()
+                out = await self.env.AI.run("m", {"prompt": body["prompt"]})
+                return Response.json({"ai": out, "greeting": self.env.GREETING, "colo": request.cf["colo"],
+                                      "pid": os.getpid(), "method": request.method,
+                                      "ua": request.headers.get("User-Agent")})
+    """,
+    )
+
+    async def go(iso):
+        res = await iso.invoke(
+            "POST", "http://x/", [("user-agent", "t")], b'{"prompt": "hi"}', {"colo": "ICN"}, request_id=7
+        )
+        return res, iso._proc.pid
+
+    res, pid = run(with_isolate(script, go, {"GREETING": "hello"}))
+    assert isinstance(res, ipc.InvokeResult) and res.status == 200
+    import json
+
+    data = json.loads(res.body)
+    assert data["ai"] == {"response": "m:hi", "request": 7}
+    assert data["greeting"] == "hello" and data["colo"] == "ICN" and data["method"] == "POST"
+    assert data["ua"] == "t"
+    assert data["pid"] == pid != os.getpid()  # ran in the isolate's own process
+    assert ("content-type", "application/json") in res.headers
+
+
+def test_on_fetch_style_and_ai_errors_raise_with_code(tmp_path):
+    script = write(
+        tmp_path,
+        """
+        from workers import Response, AIError
+
+        async def on_fetch(request, env):
+            try:
+                await env.AI.run("missing", {"prompt": "x"})
+            except AIError as exc:
+                return Response(str(exc), status=404)
+    """,
+    )
+    res = run(with_isolate(script, lambda iso: iso.invoke("GET", "http://x/", [], b"", {})))
+    assert res.status == 404 and res.body.startswith(b"5007: no such model")
+
+
+def test_uncaught_exception_is_reported_and_isolate_keeps_serving(tmp_path):
+    script = write(
+        tmp_path,
+        """
+        from workers import WorkerEntrypoint, Response
+
+        class Default(WorkerEntrypoint):
+            async def fetch(self, request):
+                if request.url.endswith("/boom"):
+                    raise KeyError("prompt")
+                return Response("ok")
+    """,
+    )
+
+    async def go(iso):
+        bad = await iso.invoke("GET", "http://x/boom", [], b"", {})
+        good = await iso.invoke("GET", "http://x/", [], b"", {})
+        return bad, good
+
+    bad, good = run(with_isolate(script, go))
+    assert isinstance(bad, ipc.InvokeError) and bad.message == "KeyError: 'prompt'"
+    assert "Traceback" in bad.traceback
+    assert good.status == 200 and good.body == b"ok"
+
+
+@pytest.mark.parametrize(
+    "source, fragment",
+    [
+        ("def broken(:\n", "SyntaxError"),
+        ("x = 1\n", "has no entry point"),
+        (
+            "from workers import WorkerEntrypoint\n"
+            "class Default(WorkerEntrypoint):\n    async def fetch(self, r): pass\n"
+            "async def on_fetch(request, env): pass\n",
+            "defines both",
+        ),
+        ("class Default:\n    async def fetch(self, r): pass\n", "deriving from workers.WorkerEntrypoint"),
+    ],
+)
+def test_bad_scripts_fail_to_load_with_the_reason(tmp_path, source, fragment):
+    script = write(tmp_path, source)
+    with pytest.raises(WorkerLoadError, match=fragment):
+        run(with_isolate(script, lambda iso: asyncio.sleep(0)))
+
+
+def test_a_crash_fails_the_request_and_the_next_one_gets_a_fresh_process(tmp_path):
+    script = write(
+        tmp_path,
+        """
+        import os
+        from workers import WorkerEntrypoint, Response
+
+        class Default(WorkerEntrypoint):
+            async def fetch(self, request):
+                if request.url.endswith("/die"):
+                    os._exit(3)
+                return Response(str(os.getpid()))
+    """,
+    )
+
+    async def go(iso):
+        first = (await iso.invoke("GET", "http://x/", [], b"", {})).body
+        with pytest.raises(IsolateCrashed):
+            await iso.invoke("GET", "http://x/die", [], b"", {})
+        second = (await iso.invoke("GET", "http://x/", [], b"", {})).body
+        return first, second
+
+    first, second = run(with_isolate(script, go))
+    assert first != second  # a new process took over
+
+
+def test_isolate_does_not_inherit_runtime_secrets(tmp_path, monkeypatch):
+    monkeypatch.setenv("EDGE_API_TOKEN", "secret-token")
+    script = write(
+        tmp_path,
+        """
+        import os
+        from workers import Response
+        async def on_fetch(request, env):
+            return Response(os.environ.get("EDGE_API_TOKEN", "none"))
+    """,
+    )
+    res = run(with_isolate(script, lambda iso: iso.invoke("GET", "http://x/", [], b"", {})))
+    assert res.body == b"none"

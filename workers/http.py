@@ -1,0 +1,122 @@
+"""Request, Response and Headers as a worker sees them."""
+
+from __future__ import annotations
+
+import json as _json
+from collections.abc import AsyncIterator, Iterable, Iterator, Mapping
+from typing import Any
+
+
+class Headers:
+    """Case-insensitive HTTP headers that keep repeated values (like the Fetch API's Headers)."""
+
+    def __init__(self, init: Mapping[str, str] | Iterable[tuple[str, str]] | None = None):
+        self._items: list[tuple[str, str]] = []
+        if init is None:
+            return
+        pairs = init.items() if isinstance(init, Mapping) else init
+        for name, value in pairs:
+            self.append(name, value)
+
+    def get(self, name: str, default: str | None = None) -> str | None:
+        values = [v for k, v in self._items if k == name.lower()]
+        return ", ".join(values) if values else default
+
+    def __getitem__(self, name: str) -> str:
+        value = self.get(name)
+        if value is None:
+            raise KeyError(name)
+        return value
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and any(k == name.lower() for k, _ in self._items)
+
+    def set(self, name: str, value: str) -> None:
+        self.delete(name)
+        self.append(name, value)
+
+    def __setitem__(self, name: str, value: str) -> None:
+        self.set(name, value)
+
+    def append(self, name: str, value: str) -> None:
+        self._items.append((name.lower(), str(value)))
+
+    def delete(self, name: str) -> None:
+        self._items = [(k, v) for k, v in self._items if k != name.lower()]
+
+    def items(self) -> list[tuple[str, str]]:
+        return list(self._items)
+
+    def keys(self) -> list[str]:
+        return [k for k, _ in self._items]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.keys())
+
+    def __repr__(self) -> str:
+        return f"Headers({self._items!r})"
+
+
+class Request:
+    def __init__(
+        self,
+        url: str,
+        method: str = "GET",
+        headers: Headers | Mapping[str, str] | Iterable[tuple[str, str]] | None = None,
+        body: bytes = b"",
+        cf: dict[str, Any] | None = None,
+    ):
+        self.url = url
+        self.method = method.upper()
+        self.headers = headers if isinstance(headers, Headers) else Headers(headers)
+        self.cf = cf or {}
+        self._body = body
+
+    async def bytes(self) -> bytes:
+        return self._body
+
+    async def text(self) -> str:
+        return self._body.decode("utf-8", errors="replace")
+
+    async def json(self) -> Any:
+        """The body parsed as JSON; raises ValueError on invalid JSON."""
+        return _json.loads(self._body)
+
+    def __repr__(self) -> str:
+        return f"<Request {self.method} {self.url}>"
+
+
+Body = str | bytes | AsyncIterator[bytes] | None
+
+
+class Response:
+    def __init__(
+        self,
+        body: Body = None,
+        status: int = 200,
+        headers: Headers | Mapping[str, str] | Iterable[tuple[str, str]] | None = None,
+    ):
+        if not 200 <= int(status) <= 599:
+            raise ValueError(f"Response status must be between 200 and 599, got {status}")
+        self.status = int(status)
+        self.headers = headers if isinstance(headers, Headers) else Headers(headers)
+        self.body = body
+        if isinstance(body, str) and "content-type" not in self.headers:
+            self.headers.set("content-type", "text/plain;charset=UTF-8")
+
+    @classmethod
+    def json(cls, data: Any, status: int = 200, headers: Mapping[str, str] | None = None) -> Response:
+        out = cls(_json.dumps(data, ensure_ascii=False), status=status, headers=headers)
+        out.headers.set("content-type", "application/json")
+        return out
+
+    from_json = json  # the name Cloudflare's Python SDK also accepts
+
+    @classmethod
+    def redirect(cls, url: str, status: int = 302) -> Response:
+        if status not in (301, 302, 303, 307, 308):
+            raise ValueError(f"redirect status must be 301, 302, 303, 307 or 308, got {status}")
+        return cls(None, status=status, headers={"location": url})
+
+    def __repr__(self) -> str:
+        return f"<Response {self.status}>"
