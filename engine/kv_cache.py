@@ -1,48 +1,311 @@
-"""Per-sequence KV cache (contiguous, grown by doubling).
+"""Paged, optionally quantized KV cache.
 
-For MLA the cached entry per token is the normalised latent plus the roped shared key
-(kv_lora_rank + qk_rope_head_dim values), not per-head keys and values: that is the point of MLA.
-The paged, quantized cache of the serving issue replaces this behind the same `write` call.
+Blocks of BLOCK_SIZE tokens live in one pool per layer and component; each sequence has a block
+table. Capacity comes from a byte budget, so a smaller KV dtype admits proportionally more
+sequences. What a token stores per layer is the model's choice of components: for MLA the
+normalised latent and the shared roped key (not per-head keys and values); for GQA, K and V per
+KV head.
+
+Attention always reads keys and values back through the cache ("write, then read"), so prefill,
+chunked prefill and decode all see exactly the values a later decode step will see.
+Formats that quantize a whole block at once (fp8; int4's key-like parts) keep the block being
+filled in full precision in a per-sequence staging slot until it is complete (KIVI's recent-token
+window); the slot's bytes are charged to the same budget.
 """
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass, field
+from typing import Literal
+
 import torch
 
+from engine.errors import InvalidRequestError
+from kernels import kv_quant
 
-class SequenceKVCache:
-    def __init__(
-        self,
-        num_layers: int,
-        widths: tuple[int, ...],
-        dtype: torch.dtype,
-        device: torch.device,
-        capacity: int = 64,
-    ):
-        self.widths = widths
-        self.length = 0  # tokens committed (visible to every layer)
-        self._layers = [
-            torch.empty(capacity, sum(widths), dtype=dtype, device=device) for _ in range(num_layers)
-        ]
+BLOCK_SIZE = 16
+KV_CACHE_DTYPES = ("auto", "bf16", "fp8", "int8", "int4")
+
+
+@dataclass(frozen=True)
+class KVComponent:
+    """One thing a token caches per layer: `heads` x `dim` values, key-like or value-like."""
+
+    name: str
+    heads: int
+    dim: int
+    style: Literal["key", "value"]
+
+    @property
+    def width(self) -> int:
+        return self.heads * self.dim
+
+
+def check_kv_dtype(kv_dtype: str) -> None:
+    if kv_dtype not in KV_CACHE_DTYPES:
+        raise InvalidRequestError(
+            "kv_cache_dtype", f"{kv_dtype!r} is unknown; use one of {', '.join(KV_CACHE_DTYPES)}"
+        )
+
+
+class ComponentStore:
+    """All blocks of one component in one layer, in one storage format."""
+
+    def __init__(self, comp: KVComponent, kv_dtype: str, num_blocks: int, dense: torch.dtype, device):
+        self.comp, self.kv_dtype, self.dense = comp, kv_dtype, dense
+        h, d, b = comp.heads, comp.dim, BLOCK_SIZE
+        self.staged = kv_dtype == "fp8" or (kv_dtype == "int4" and comp.style == "key")
+        if kv_dtype in ("auto", "bf16"):
+            store = dense if kv_dtype == "auto" else torch.bfloat16
+            self.data = torch.zeros(num_blocks, b, h, d, dtype=store, device=device)
+            self.scale = None
+        elif kv_dtype == "fp8":
+            self.data = torch.zeros(num_blocks, b, h, d, dtype=torch.float8_e4m3fn, device=device)
+            self.scale = torch.ones(num_blocks, h, dtype=torch.float32, device=device)
+        elif kv_dtype == "int8":
+            self.data = torch.zeros(num_blocks, b, h, d, dtype=torch.int8, device=device)
+            self.scale = torch.ones(num_blocks, b, h, dtype=torch.float32, device=device)
+        else:  # int4
+            if d % kv_quant.GROUP:
+                raise InvalidRequestError(
+                    "kv_cache_dtype", f"int4 needs {comp.name} dims divisible by {kv_quant.GROUP}, got {d}"
+                )
+            self.data = torch.zeros(num_blocks, b, h, d // 2, dtype=torch.uint8, device=device)
+            shape = (num_blocks, h, d) if comp.style == "key" else (num_blocks, b, h, d // kv_quant.GROUP)
+            self.scale = torch.ones(*shape, dtype=torch.float16, device=device)
+
+    def block_bytes(self) -> int:
+        """Exact bytes of one block of this component, scales included."""
+        per = self.data[0].numel() * self.data.element_size()
+        if self.scale is not None:
+            per += self.scale[0].numel() * self.scale.element_size()
+        return per
+
+    def write_tokens(self, blocks: torch.Tensor, offsets: torch.Tensor, x: torch.Tensor) -> None:
+        """Immediate formats: store tokens x [n, H, D] at (block, offset)."""
+        if self.kv_dtype in ("auto", "bf16"):
+            self.data[blocks, offsets] = x.to(self.data.dtype)
+        elif self.kv_dtype == "int8":
+            q, s = kv_quant.int8_quantize_token(x)
+            self.data[blocks, offsets], self.scale[blocks, offsets] = q, s
+        else:  # int4 value-like
+            q, s = kv_quant.int4_quantize_group(x)
+            self.data[blocks, offsets], self.scale[blocks, offsets] = q, s
+
+    def write_blocks(self, blocks: torch.Tensor, x: torch.Tensor) -> None:
+        """Staged formats: quantize whole blocks x [m, BLOCK, H, D] at once."""
+        if self.kv_dtype == "fp8":
+            q, s = kv_quant.fp8_quantize_block(x)
+        else:  # int4 key-like
+            q, s = kv_quant.int4_quantize_channel(x)
+        self.data[blocks], self.scale[blocks] = q, s
+
+    def read_blocks(self, blocks: torch.Tensor) -> torch.Tensor:
+        """Dense values of `blocks` (any index shape) -> [..., BLOCK, H, D] in the dense dtype."""
+        data = self.data[blocks]
+        if self.kv_dtype in ("auto", "bf16"):
+            return data.to(self.dense)
+        scale = self.scale[blocks]
+        if self.kv_dtype == "fp8":
+            return kv_quant.fp8_dequantize_block(data, scale, self.dense)
+        if self.kv_dtype == "int8":
+            return kv_quant.int8_dequantize_token(data, scale, self.dense)
+        if self.comp.style == "key":
+            return kv_quant.int4_dequantize_channel(data, scale, self.dense)
+        return kv_quant.int4_dequantize_group(data, scale, self.dense)
+
+
+@dataclass
+class SeqKV:
+    """One sequence's view of the cache: its block table and staging slot."""
+
+    cache: PagedKVCache
+    block_table: list[int] = field(default_factory=list)
+    slot: int | None = None
+    length: int = 0  # tokens committed (visible to every layer)
 
     @property
     def capacity(self) -> int:
-        return self._layers[0].shape[0]
-
-    def bytes_per_token(self) -> int:
-        return sum(self.widths) * self._layers[0].element_size() * len(self._layers)
+        return len(self.block_table) * BLOCK_SIZE
 
     def write(self, layer: int, start: int, *parts: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        """Store `parts` (each [n, width]) at positions start..start+n; return views of 0..start+n."""
+        """Store parts (each [n, width]) at positions start..start+n; dense views of 0..start+n."""
+        return self.cache.write_read(self, layer, start, parts)
+
+
+class PagedKVCache:
+    def __init__(
+        self,
+        components: list[KVComponent],
+        num_layers: int,
+        kv_dtype: str,
+        budget_bytes: int,
+        dense: torch.dtype,
+        device: torch.device,
+        max_seqs: int = 256,
+    ):
+        check_kv_dtype(kv_dtype)
+        self.components, self.num_layers, self.kv_dtype = components, num_layers, kv_dtype
+        self.dense, self.device = dense, device
+        self.block_bytes, self.staging_bytes = self.layout_bytes(components, num_layers, kv_dtype, dense)
+        probe = [ComponentStore(c, kv_dtype, 1, dense, "meta") for c in components]
+        # A running sequence holds its staging slot's bytes as reserved blocks.
+        self.staging_blocks = math.ceil(self.staging_bytes / self.block_bytes) if self.staging_bytes else 0
+        self.num_blocks = int(budget_bytes // self.block_bytes)
+        if self.num_blocks < 1 + self.staging_blocks:
+            raise InvalidRequestError(
+                "kv_cache_bytes",
+                f"{budget_bytes} bytes hold no complete block; one block takes {self.block_bytes}",
+            )
+        self.stores = [
+            [ComponentStore(c, kv_dtype, self.num_blocks, dense, device) for c in components]
+            for _ in range(num_layers)
+        ]
+        self._staged = [i for i, s in enumerate(probe) if s.staged]
+        self.max_seqs = max_seqs
+        self.staging = [
+            {
+                i: torch.zeros(
+                    max_seqs, BLOCK_SIZE, components[i].heads, components[i].dim, dtype=dense, device=device
+                )
+                for i in self._staged
+            }
+            for _ in range(num_layers)
+        ]
+        self._free_blocks = list(range(self.num_blocks - 1, -1, -1))
+        self._free_slots = list(range(max_seqs - 1, -1, -1))
+        self._reserved = 0  # blocks held back for staging slots
+
+    @staticmethod
+    def layout_bytes(components: list[KVComponent], num_layers: int, kv_dtype: str, dense: torch.dtype):
+        """(bytes of one block across all layers, bytes of one sequence's staging slot)."""
+        check_kv_dtype(kv_dtype)
+        probe = [ComponentStore(c, kv_dtype, 1, dense, "meta") for c in components]
+        elem = torch.tensor([], dtype=dense).element_size()
+        staging = sum(BLOCK_SIZE * c.width * elem for c, s in zip(components, probe, strict=True) if s.staged)
+        return num_layers * sum(s.block_bytes() for s in probe), num_layers * staging
+
+    # --- accounting -----------------------------------------------------------------------------
+
+    def bytes_per_token(self) -> float:
+        """Bytes one token costs across all layers, scales included (staging excluded)."""
+        return self.block_bytes / BLOCK_SIZE
+
+    def bytes_per_token_per_layer(self) -> float:
+        return self.bytes_per_token() / self.num_layers
+
+    @property
+    def free_blocks(self) -> int:
+        return len(self._free_blocks) - self._reserved
+
+    @property
+    def used_blocks(self) -> int:
+        return self.num_blocks - len(self._free_blocks)
+
+    def blocks_for(self, tokens: int) -> int:
+        return -(-tokens // BLOCK_SIZE)
+
+    def new_sequence(self) -> SeqKV:
+        return SeqKV(self)
+
+    def can_grow(self, seq: SeqKV, tokens: int) -> bool:
+        need = max(0, self.blocks_for(tokens) - len(seq.block_table))
+        if seq.slot is None and self.staging_blocks:
+            need += self.staging_blocks
+        if seq.slot is None and not self._free_slots:
+            return False
+        return need <= self.free_blocks
+
+    def grow(self, seq: SeqKV, tokens: int) -> bool:
+        """Make room for `tokens` tokens in total; False (and no change) when blocks run out."""
+        if not self.can_grow(seq, tokens):
+            return False
+        if seq.slot is None:
+            seq.slot = self._free_slots.pop()
+            self._reserved += self.staging_blocks
+        while len(seq.block_table) < self.blocks_for(tokens):
+            seq.block_table.append(self._free_blocks.pop())
+        return True
+
+    def release(self, seq: SeqKV) -> None:
+        self._free_blocks.extend(reversed(seq.block_table))
+        seq.block_table = []
+        if seq.slot is not None:
+            self._free_slots.append(seq.slot)
+            self._reserved -= self.staging_blocks
+            seq.slot = None
+        seq.length = 0
+
+    # --- data path --------------------------------------------------------------------------------
+
+    def write_read(
+        self, seq: SeqKV, layer: int, start: int, parts: tuple[torch.Tensor, ...]
+    ) -> tuple[torch.Tensor, ...]:
         n = parts[0].shape[0]
         end = start + n
-        buf = self._layers[layer]
-        if end > buf.shape[0]:
-            grown = torch.empty(max(end, 2 * buf.shape[0]), buf.shape[1], dtype=buf.dtype, device=buf.device)
-            grown[:start] = buf[:start]
-            self._layers[layer] = buf = grown
-        buf[start:end] = torch.cat(parts, dim=-1) if len(parts) > 1 else parts[0]
-        return tuple(buf[:end].split(self.widths, dim=-1))
+        if end > seq.capacity:
+            raise RuntimeError(f"sequence holds {seq.capacity} tokens of cache, asked to write up to {end}")
+        table = torch.tensor(seq.block_table, device=self.device)
+        positions = torch.arange(start, end, device=self.device)
+        out = []
+        for i, (store, x) in enumerate(zip(self.stores[layer], parts, strict=True)):
+            comp = self.components[i]
+            x = x.reshape(n, comp.heads, comp.dim)
+            if store.staged:
+                self._write_staged(layer, i, store, seq, start, x)
+            else:
+                store.write_tokens(table[positions // BLOCK_SIZE], positions % BLOCK_SIZE, x)
+            nb = self.blocks_for(end)
+            dense = store.read_blocks(table[:nb])  # [nb, BLOCK, H, D]
+            if store.staged and end % BLOCK_SIZE:
+                dense[nb - 1] = self.staging[layer][i][seq.slot]
+            out.append(dense.reshape(nb * BLOCK_SIZE, comp.width)[:end])
+        return tuple(out)
 
-    def truncate(self, length: int) -> None:
-        self.length = min(self.length, length)
+    def _write_staged(
+        self, layer: int, i: int, store: ComponentStore, seq: SeqKV, start: int, x: torch.Tensor
+    ):
+        stage = self.staging[layer][i][seq.slot]
+        first = start - start % BLOCK_SIZE  # the tail block's first position
+        tokens = torch.cat([stage[: start - first], x]) if start > first else x
+        full = tokens.shape[0] // BLOCK_SIZE
+        if full:
+            blocks = torch.tensor(
+                seq.block_table[first // BLOCK_SIZE : first // BLOCK_SIZE + full], device=self.device
+            )
+            store.write_blocks(
+                blocks, tokens[: full * BLOCK_SIZE].reshape(full, BLOCK_SIZE, *tokens.shape[1:])
+            )
+        rest = tokens[full * BLOCK_SIZE :]
+        stage[: rest.shape[0]] = rest
+
+    def decode_write_read(
+        self, meta, layer: int, parts: tuple[torch.Tensor, ...]
+    ) -> tuple[torch.Tensor, ...]:
+        """Batched decode (engine.batch.DecodeMeta): one new token per sequence at meta.pos.
+
+        Returns per component a dense [B, T_max, width] tensor; positions where meta.hidden is
+        set hold garbage and must be masked.
+        """
+        b = meta.tables.shape[0]
+        rows = torch.arange(b, device=self.device)
+        out = []
+        for i, (store, x) in enumerate(zip(self.stores[layer], parts, strict=True)):
+            comp = self.components[i]
+            x = x.reshape(b, comp.heads, comp.dim)
+            if store.staged:
+                stage = self.staging[layer][i]
+                stage[meta.slots, meta.offset] = x
+                done = meta.offset == BLOCK_SIZE - 1
+                if bool(done.any()):
+                    store.write_blocks(meta.tables[rows[done], meta.tail[done]], stage[meta.slots[done]])
+                dense = store.read_blocks(meta.tables)  # [B, nb, BLOCK, H, D]
+                partial = ~done
+                if bool(partial.any()):
+                    dense[rows[partial], meta.tail[partial]] = stage[meta.slots[partial]]
+            else:
+                store.write_tokens(meta.tables[rows, meta.tail], meta.offset, x)
+                dense = store.read_blocks(meta.tables)
+            out.append(dense.reshape(b, -1, comp.width))
+        return tuple(out)

@@ -1,35 +1,29 @@
 """The engine's Python API: `LLM(path).generate(prompts, SamplingParams(...))`, `LLM.logits(ids)`.
 
-`stream()` is the serving entry point the PoP node uses: it yields one event per generated token
-with the text delta, and measures prefill and decode time as it goes.
+`LLM.engine` is the continuously batched LLMEngine the PoP node drives from its own thread
+(engine.serving.EngineLoop); `stream()` drives it in the caller's thread for one request.
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import msgspec
 import torch
 
-from engine.batch import SeqSlice
+from engine.batch import SeqSlice, StepBatch
 from engine.config import ModelConfig, load_config
-from engine.errors import InvalidRequestError, ModelLoadError
-from engine.kv_cache import SequenceKVCache
+from engine.engine import LLMEngine, default_kv_budget
+from engine.errors import EngineError, InvalidRequestError, ModelLoadError
+from engine.kv_cache import BLOCK_SIZE, KV_CACHE_DTYPES, PagedKVCache
 from engine.models import architecture
-from engine.sampling import Sampler, SamplingParams
-from engine.tokenizer import IncrementalDetokenizer, TextTokenizer
+from engine.sampling import SamplingParams
+from engine.scheduler import SchedulerConfig
+from engine.sequence import RequestMetrics, SeqEvent
+from engine.tokenizer import TextTokenizer
 from engine.weight_parts import apply_weight_format, check_format, formats_by_part, parse_parts, weights_label
 from engine.weights import load_tensors
-
-KV_CACHE_DTYPES = ("auto",)
-
-
-class TokenEvent(msgspec.Struct):
-    token_id: int
-    text: str  # detokenized delta (may be empty while a multi-byte character is incomplete)
-    finish_reason: str | None = None  # set on the last event: "stop" (EOS) or "length"
 
 
 class Generation(msgspec.Struct):
@@ -39,17 +33,11 @@ class Generation(msgspec.Struct):
     finish_reason: str
     prefill_ms: float
     decode_ms: float
+    metrics: RequestMetrics | None = None
 
     @property
     def completion_tokens(self) -> int:
         return len(self.token_ids)
-
-
-class StreamTiming(msgspec.Struct):
-    """Filled in by `LLM.stream` while it runs: measured on the machine that runs the engine."""
-
-    prefill_ms: float = 0.0
-    decode_ms: float = 0.0
 
 
 def _pick_device(device: str | torch.device | None) -> torch.device:
@@ -67,9 +55,13 @@ class LLM:
         kv_cache_dtype: str = "auto",
         device: str | torch.device | None = None,
         weight_parts: str | tuple[str, ...] | None = None,
+        kv_cache_bytes: int | None = None,
+        max_num_seqs: int = 64,
+        max_num_batched_tokens: int = 512,
     ):
         """`weights`: 'auto' (as stored), 'bf16', 'fp8', 'int8' or 'int4'; a compressed format
-        applies to `weight_parts` (default: routed and shared experts)."""
+        applies to `weight_parts` (default: routed and shared experts). `kv_cache_dtype`: 'auto'
+        (the model dtype), 'bf16', 'fp8', 'int8' or 'int4'; `kv_cache_bytes` is the KV budget."""
         self.path = Path(model)
         if not self.path.is_dir():
             raise ModelLoadError(f"{self.path}: not a model directory (expected config.json and safetensors)")
@@ -77,7 +69,7 @@ class LLM:
         parts = parse_parts(weight_parts)
         if kv_cache_dtype not in KV_CACHE_DTYPES:
             raise ModelLoadError(
-                f"kv_cache_dtype={kv_cache_dtype!r} is not supported; use one of {', '.join(KV_CACHE_DTYPES)}"
+                f"kv_cache_dtype={kv_cache_dtype!r} is unknown; use one of {', '.join(KV_CACHE_DTYPES)}"
             )
         self.device = _pick_device(device)
         # bf16 is the serving dtype; the CPU runs float32 (its bf16 matmuls are slow and less exact).
@@ -108,7 +100,21 @@ class LLM:
             self._tokenizer = TextTokenizer(self.path)
             if self._tokenizer.eos_token_id is not None:
                 eos.add(self._tokenizer.eos_token_id)
-        self.eos_token_ids = frozenset(eos)
+        eos_ids = frozenset(eos)
+
+        probe = self._new_cache(budget=None)
+        budget = kv_cache_bytes or default_kv_budget(
+            self.device, probe.bytes_per_token(), self.context_window
+        )
+        self.engine = LLMEngine(
+            self.model,
+            self._new_cache(budget, max_num_seqs),
+            self._tokenizer,
+            eos_ids,
+            self.context_window,
+            self.config.vocab_size,
+            SchedulerConfig(max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs),
+        )
 
     @property
     def tokenizer(self) -> TextTokenizer:
@@ -117,22 +123,36 @@ class LLM:
         return self._tokenizer
 
     @property
+    def eos_token_ids(self) -> frozenset[int]:
+        return self.engine.eos_ids
+
+    @eos_token_ids.setter
+    def eos_token_ids(self, ids: frozenset[int]) -> None:
+        self.engine.eos_ids = frozenset(ids)
+
+    @property
     def context_window(self) -> int:
         return self.config.max_position_embeddings
 
-    def _new_cache(self) -> SequenceKVCache:
-        return SequenceKVCache(
-            self.config.num_hidden_layers, self.model.cache_widths(), self.dtype, self.device
+    def _new_cache(self, budget: int | None, max_seqs: int = 4, tokens: int | None = None) -> PagedKVCache:
+        """A paged cache in this LLM's KV dtype; budget None sizes it for `tokens` (default: a full
+        context) per sequence."""
+        components = self.model.kv_components()
+        if budget is None:
+            block, staging = PagedKVCache.layout_bytes(
+                components, self.config.num_hidden_layers, self.kv_cache_dtype, self.dtype
+            )
+            blocks = -(-(tokens or self.context_window) // BLOCK_SIZE) + -(-staging // block) + 1
+            budget = blocks * block * max_seqs
+        return PagedKVCache(
+            components,
+            self.config.num_hidden_layers,
+            self.kv_cache_dtype,
+            budget,
+            self.dtype,
+            self.device,
+            max_seqs=max_seqs,
         )
-
-    def _step(self, cache: SequenceKVCache, ids: list[int]) -> torch.Tensor:
-        """Run `ids` through the model after what `cache` holds; hidden states of the new tokens."""
-        past = cache.length
-        t_ids = torch.tensor(ids, dtype=torch.long, device=self.device)
-        positions = torch.arange(past, past + len(ids), device=self.device)
-        hidden = self.model.forward(t_ids, positions, [SeqSlice(cache, 0, len(ids), past)])
-        cache.length = past + len(ids)
-        return hidden
 
     # --- public API -----------------------------------------------------------------------------
 
@@ -141,79 +161,83 @@ class LLM:
 
     def check_request(self, prompt_ids: list[int], params: SamplingParams) -> None:
         """Raises InvalidRequestError naming the parameter; call before queueing any work."""
-        params.validate()
-        if not prompt_ids:
-            raise InvalidRequestError("prompt", "must not be empty")
-        if len(prompt_ids) >= self.context_window:
-            raise InvalidRequestError(
-                "prompt", f"is {len(prompt_ids)} tokens; the context window is {self.context_window} tokens"
-            )
-        if len(prompt_ids) + params.max_tokens > self.context_window:
-            room = self.context_window - len(prompt_ids)
-            raise InvalidRequestError(
-                "max_tokens",
-                f"{params.max_tokens} does not fit: the prompt takes {len(prompt_ids)} of the "
-                f"{self.context_window}-token context window; ask for at most {room}",
-            )
+        self.engine.check_request(prompt_ids, params)
 
     @torch.inference_mode()
-    def logits(self, token_ids: list[int]) -> torch.Tensor:
-        """Next-token logits at every position, [len(token_ids), vocab] float32."""
+    def logits(self, token_ids: list[int], chunk: int = 512) -> torch.Tensor:
+        """Next-token logits at every position, [len(token_ids), vocab] float32.
+
+        Runs through a private paged cache in this LLM's KV dtype, in chunks, reading keys and
+        values back from the cache: exactly what decoding would see, so quantization costs show.
+        """
         if not token_ids:
             raise InvalidRequestError("token_ids", "must not be empty")
-        return self.model.logits(self._step(self._new_cache(), list(token_ids))).cpu()
+        if len(token_ids) > self.context_window:
+            raise InvalidRequestError(
+                "token_ids", f"{len(token_ids)} exceed the {self.context_window}-token window"
+            )
+        cache = self._new_cache(budget=None, max_seqs=1, tokens=len(token_ids))
+        seq = cache.new_sequence()
+        cache.grow(seq, len(token_ids))
+        out = []
+        for start in range(0, len(token_ids), chunk):
+            ids = token_ids[start : start + chunk]
+            hidden = self.model.forward(
+                torch.tensor(ids, dtype=torch.long, device=self.device),
+                torch.arange(start, start + len(ids), device=self.device),
+                StepBatch([SeqSlice(seq, 0, len(ids), start)], self.device),
+            )
+            seq.length = start + len(ids)
+            out.append(self.model.logits(hidden).cpu())
+        return torch.cat(out)
 
-    def stream(
-        self, prompt_ids: list[int], params: SamplingParams, timing: StreamTiming | None = None
-    ) -> Iterator[TokenEvent]:
-        """Generate for one prompt, yielding a TokenEvent per token; the last one has finish_reason."""
-        self.check_request(prompt_ids, params)
-        timing = timing if timing is not None else StreamTiming()
-        sampler = Sampler(params, self.device)
-        detok = IncrementalDetokenizer(self.tokenizer) if self._tokenizer is not None else None
-        cache = self._new_cache()
-        next_ids = list(prompt_ids)
-        for n in range(params.max_tokens):
-            start = time.perf_counter()
-            with torch.inference_mode():
-                hidden = self._step(cache, next_ids)
-                token = sampler(self.model.logits(hidden[-1:])[0])
-            elapsed = (time.perf_counter() - start) * 1000
-            if n == 0:
-                timing.prefill_ms += elapsed
-            else:
-                timing.decode_ms += elapsed
-            finish = None
-            if token in self.eos_token_ids and not params.ignore_eos:
-                finish = "stop"
-            elif n + 1 == params.max_tokens:
-                finish = "length"
-            text = ""
-            if detok is not None:
-                text = detok.push(token) if finish != "stop" else ""
-                if finish is not None:
-                    text += detok.flush()
-            yield TokenEvent(token, text, finish)
-            if finish is not None:
-                return
-            next_ids = [token]
+    def stream(self, prompt_ids: list[int], params: SamplingParams) -> Iterator[SeqEvent]:
+        """Generate for one prompt on this engine, yielding an event per token; the last is final.
+
+        Drives the engine in the caller's thread; for concurrent serving use engine.serving.EngineLoop.
+        """
+        request_id = self.engine.add_request(prompt_ids, params)
+        while True:
+            for event in self.engine.step():
+                if event.request_id == request_id:
+                    yield event
+                    if event.finish_reason is not None:
+                        return
 
     def generate(self, prompts: str | list[str], params: SamplingParams | None = None) -> list[Generation]:
+        """Generate for every prompt at once (continuously batched); results in prompt order."""
         params = params or SamplingParams()
         prompts = [prompts] if isinstance(prompts, str) else prompts
         encoded = [self.encode(p) for p in prompts]
         for ids in encoded:  # reject a bad request before doing any work
             self.check_request(ids, params)
+        order = [self.engine.add_request(ids, params) for ids in encoded]
+        tokens: dict[str, list[int]] = {r: [] for r in order}
+        text: dict[str, list[str]] = {r: [] for r in order}
+        done: dict[str, SeqEvent] = {}
+        while len(done) < len(order):
+            for event in self.engine.step():
+                if event.token_id is not None and not (
+                    event.finish_reason == "stop" and event.token_id in self.eos_token_ids
+                ):
+                    tokens[event.request_id].append(event.token_id)
+                text[event.request_id].append(event.text)
+                if event.finish_reason is not None:
+                    done[event.request_id] = event
         results = []
-        for ids in encoded:
-            timing = StreamTiming()
-            tokens, text, finish = [], [], "length"
-            for event in self.stream(ids, params, timing):
-                if event.finish_reason != "stop":
-                    tokens.append(event.token_id)
-                text.append(event.text)
-                finish = event.finish_reason or finish
+        for rid, ids in zip(order, encoded, strict=True):
+            m = done[rid].metrics
+            if done[rid].finish_reason == "error":
+                raise EngineError(f"request {rid}: {done[rid].error}")
             results.append(
-                Generation(ids, tokens, "".join(text), finish, timing.prefill_ms, timing.decode_ms)
+                Generation(
+                    ids,
+                    tokens[rid],
+                    "".join(text[rid]),
+                    done[rid].finish_reason,
+                    m.prefill_ms,
+                    m.decode_ms,
+                    m,
+                )
             )
         return results

@@ -1,11 +1,19 @@
-"""Sampling parameters (validated before any work is queued) and the sampler."""
+"""Sampling parameters (validated before any work is queued) and the per-sequence sampler.
+
+Order of operations, as in vLLM: repetition penalty (prompt and output tokens), frequency and
+presence penalties (output tokens), temperature, then top-k, top-p and min-p filtering.
+"""
 
 from __future__ import annotations
+
+import math
 
 import msgspec
 import torch
 
 from engine.errors import InvalidRequestError
+
+MAX_STOP_STRINGS = 16
 
 
 class SamplingParams(msgspec.Struct, kw_only=True):
@@ -13,28 +21,51 @@ class SamplingParams(msgspec.Struct, kw_only=True):
     temperature: float = 1.0  # 0 = greedy
     top_p: float = 1.0
     top_k: int = 0  # 0 = no limit
+    min_p: float = 0.0
     seed: int | None = None
+    repetition_penalty: float = 1.0
+    frequency_penalty: float = 0.0
+    presence_penalty: float = 0.0
+    stop: list[str] = msgspec.field(default_factory=list)  # never part of the returned text
+    stop_token_ids: list[int] = msgspec.field(default_factory=list)
     ignore_eos: bool = False
 
     def validate(self) -> None:
+        def bad(param: str, message: str) -> InvalidRequestError:
+            return InvalidRequestError(param, message)
+
         if self.max_tokens < 1:
-            raise InvalidRequestError("max_tokens", f"must be at least 1, got {self.max_tokens}")
-        if not self.temperature >= 0:
-            raise InvalidRequestError("temperature", f"must be >= 0 (0 is greedy), got {self.temperature}")
+            raise bad("max_tokens", f"must be at least 1, got {self.max_tokens}")
+        if not (self.temperature >= 0 and math.isfinite(self.temperature)):
+            raise bad("temperature", f"must be >= 0 (0 is greedy), got {self.temperature}")
         if not 0 < self.top_p <= 1:
-            raise InvalidRequestError("top_p", f"must be in (0, 1], got {self.top_p}")
+            raise bad("top_p", f"must be in (0, 1], got {self.top_p}")
         if self.top_k < 0:
-            raise InvalidRequestError("top_k", f"must be >= 0 (0 means no limit), got {self.top_k}")
+            raise bad("top_k", f"must be >= 0 (0 means no limit), got {self.top_k}")
+        if not 0 <= self.min_p <= 1:
+            raise bad("min_p", f"must be in [0, 1], got {self.min_p}")
+        if not (self.repetition_penalty > 0 and math.isfinite(self.repetition_penalty)):
+            raise bad("repetition_penalty", f"must be > 0 (1 is none), got {self.repetition_penalty}")
+        for name in ("frequency_penalty", "presence_penalty"):
+            value = getattr(self, name)
+            if not -2 <= value <= 2:
+                raise bad(name, f"must be in [-2, 2], got {value}")
+        if len(self.stop) > MAX_STOP_STRINGS or any(not s for s in self.stop):
+            raise bad("stop", f"give at most {MAX_STOP_STRINGS} non-empty strings")
 
     @property
     def greedy(self) -> bool:
         return self.temperature == 0
 
+    @property
+    def penalised(self) -> bool:
+        return self.repetition_penalty != 1 or self.frequency_penalty != 0 or self.presence_penalty != 0
+
 
 class Sampler:
-    """Picks the next token of one sequence; a seeded request gets its own generator."""
+    """Picks the next token of one sequence; a request with a seed gets its own generator."""
 
-    def __init__(self, params: SamplingParams, device: torch.device):
+    def __init__(self, params: SamplingParams, vocab: int, prompt_ids: list[int], device: torch.device):
         self.params = params
         self._gen: torch.Generator | None = None
         if not params.greedy:
@@ -43,10 +74,31 @@ class Sampler:
                 self._gen.manual_seed(params.seed)
             else:
                 self._gen.seed()
+        self._counts: torch.Tensor | None = None
+        self._seen: torch.Tensor | None = None
+        if params.penalised:
+            self._counts = torch.zeros(vocab, dtype=torch.float32, device=device)
+            self._seen = torch.zeros(vocab, dtype=torch.bool, device=device)
+            ids = torch.tensor([i for i in prompt_ids if 0 <= i < vocab], dtype=torch.long, device=device)
+            self._seen[ids] = True
+
+    def observe(self, token: int) -> None:
+        """Record a generated token (for the penalties)."""
+        if self._counts is not None and 0 <= token < self._counts.numel():
+            self._counts[token] += 1
+            self._seen[token] = True
 
     def __call__(self, logits: torch.Tensor) -> int:
         """logits: [vocab] float32."""
         p = self.params
+        if self._counts is not None:
+            logits = logits.clone()
+            if p.repetition_penalty != 1:
+                seen = logits[self._seen]
+                logits[self._seen] = torch.where(
+                    seen > 0, seen / p.repetition_penalty, seen * p.repetition_penalty
+                )
+            logits -= p.frequency_penalty * self._counts + p.presence_penalty * (self._counts > 0).float()
         if p.greedy:
             return int(logits.argmax())
         logits = logits / p.temperature
@@ -54,10 +106,12 @@ class Sampler:
             kth = logits.topk(p.top_k).values[-1]
             logits = logits.masked_fill(logits < kth, float("-inf"))
         probs = torch.softmax(logits, dim=-1)
+        if p.min_p > 0:
+            probs = probs.masked_fill(probs < p.min_p * probs.max(), 0)
         if p.top_p < 1:
             sorted_probs, order = probs.sort(descending=True)
             # Keep the smallest prefix whose mass reaches top_p (the first token always stays).
-            drop = sorted_probs.cumsum(0) - sorted_probs >= p.top_p
+            drop = sorted_probs.cumsum(0) - sorted_probs >= p.top_p * sorted_probs.sum()
             sorted_probs[drop] = 0
             probs = torch.zeros_like(probs).scatter_(0, order, sorted_probs)
         return int(torch.multinomial(probs, 1, generator=self._gen))

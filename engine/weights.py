@@ -15,9 +15,9 @@ import json
 from pathlib import Path
 
 import torch
-from safetensors import safe_open
 
 from engine.errors import ModelLoadError
+from engine.safetensors_io import SafetensorsFile
 from kernels.quant import FP8_BLOCK, INT4_GROUP, QuantizedWeight
 
 _FLOAT_DTYPES = {torch.float32, torch.float16, torch.bfloat16}
@@ -25,26 +25,52 @@ _COMPRESSED = {torch.float8_e4m3fn: "fp8", torch.int8: "int8", torch.uint8: "int
 SCALE_SUFFIX = {"fp8": "_scale_inv", "int8": "_scale", "int4": "_scale"}
 
 
-def checkpoint_files(model_dir: Path) -> dict[str, Path]:
-    """Tensor name -> the safetensors file that holds it."""
-    index = model_dir / "model.safetensors.index.json"
-    if index.exists():
-        try:
-            weight_map = json.loads(index.read_text())["weight_map"]
-        except (json.JSONDecodeError, KeyError) as exc:
-            raise ModelLoadError(f"{index}: not a safetensors index ({exc})") from None
-        files = {}
-        for name, shard in weight_map.items():
-            path = model_dir / shard
-            if not path.is_file():
-                raise ModelLoadError(f"{index}: shard {shard!r} (holding {name}) is missing")
-            files[name] = path
-        return files
-    single = model_dir / "model.safetensors"
-    if not single.is_file():
-        raise ModelLoadError(f"{model_dir}: no model.safetensors or model.safetensors.index.json")
-    with safe_open(str(single), framework="pt") as f:
-        return {name: single for name in f.keys()}
+class Checkpoint:
+    """The safetensors files of a model directory, each read once (hashed while reading) and
+    header-checked before any tensor is used."""
+
+    def __init__(self, model_dir: Path):
+        self.model_dir = model_dir
+        self.digests: dict[str, str] = {}  # file name -> sha256 of its bytes
+        self._files: dict[str, SafetensorsFile] = {}
+        self.where: dict[str, str] = {}  # tensor name -> file name
+        index = model_dir / "model.safetensors.index.json"
+        if index.exists():
+            try:
+                weight_map = json.loads(index.read_text())["weight_map"]
+            except (json.JSONDecodeError, KeyError, TypeError) as exc:
+                raise ModelLoadError(f"{index}: not a safetensors index ({exc})") from None
+            for name, shard in weight_map.items():
+                if shard not in self._files:
+                    self._open(shard, index)
+                if name not in self._files[shard].entries:
+                    raise ModelLoadError(
+                        f"{index}: says {shard} holds {name}, but it does not (shards swapped?)"
+                    )
+                self.where[name] = shard
+            for shard, f in self._files.items():
+                extra = [n for n in f.keys() if weight_map.get(n) != shard]
+                if extra:
+                    raise ModelLoadError(f"{shard}: holds {extra[0]}, which the index places elsewhere")
+            return
+        if not (model_dir / "model.safetensors").is_file():
+            raise ModelLoadError(f"{model_dir}: no model.safetensors or model.safetensors.index.json")
+        f = self._open("model.safetensors", model_dir)
+        self.where = dict.fromkeys(f.keys(), "model.safetensors")
+
+    def _open(self, fname: str, referrer: Path) -> SafetensorsFile:
+        path = self.model_dir / fname
+        if not path.is_file():
+            raise ModelLoadError(f"{referrer}: shard {fname!r} is missing")
+        f, digest = SafetensorsFile.open(path)
+        self._files[fname], self.digests[fname] = f, digest
+        return f
+
+    def get(self, name: str) -> torch.Tensor:
+        return self._files[self.where[name]].get_tensor(name)
+
+    def file_of(self, name: str) -> str:
+        return self.where[name]
 
 
 def _scale_shape(fmt: str, logical: tuple[int, ...]) -> tuple[int, ...]:
@@ -56,20 +82,6 @@ def _scale_shape(fmt: str, logical: tuple[int, ...]) -> tuple[int, ...]:
     return (rows, cols // INT4_GROUP)
 
 
-class _Reader:
-    """Opens each shard once and hands out tensors by name."""
-
-    def __init__(self, files: dict[str, Path]):
-        self.files = files
-        self._open: dict[Path, object] = {}
-
-    def get(self, name: str) -> torch.Tensor:
-        path = self.files[name]
-        if path not in self._open:
-            self._open[path] = safe_open(str(path), framework="pt")
-        return self._open[path].get_tensor(name)
-
-
 def load_tensors(
     model_dir: Path,
     expected: dict[str, tuple[int, ...]],
@@ -77,9 +89,11 @@ def load_tensors(
     device: torch.device,
     keep_float32: set[str] = frozenset(),
     ignore_prefixes: tuple[str, ...] = (),
+    checkpoint: Checkpoint | None = None,
 ) -> dict[str, torch.Tensor | QuantizedWeight]:
     """Expected tensors, dense ones cast to `dtype` (None keeps the stored dtype)."""
-    files = checkpoint_files(model_dir)
+    reader = checkpoint or Checkpoint(model_dir)
+    files = reader.where
     missing = [name for name in expected if name not in files]
     if missing:
         shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
@@ -92,11 +106,10 @@ def load_tensors(
         shown = ", ".join(sorted(unexpected)[:5])
         raise ModelLoadError(f"{model_dir}: checkpoint has tensor(s) the config does not describe: {shown}")
 
-    reader = _Reader(files)
     tensors: dict[str, torch.Tensor | QuantizedWeight] = {}
     for name, logical in expected.items():
         t = reader.get(name)
-        where = f"{files[name].name}: tensor {name}"
+        where = f"{files[name]}: tensor {name}"
         fmt = _COMPRESSED.get(t.dtype)
         if fmt is not None and len(logical) == 2:
             stored = (logical[0], logical[1] // 2) if fmt == "int4" else logical
@@ -110,7 +123,7 @@ def load_tensors(
             scale = reader.get(scale_name)
             if tuple(scale.shape) != _scale_shape(fmt, logical):
                 raise ModelLoadError(
-                    f"{files[scale_name].name}: tensor {scale_name} has shape {list(scale.shape)}; "
+                    f"{files[scale_name]}: tensor {scale_name} has shape {list(scale.shape)}; "
                     f"expected {list(_scale_shape(fmt, logical))} for a {list(logical)} {fmt} weight"
                 )
             tensors[name] = QuantizedWeight(fmt, t.to(device), scale.to(device), logical)

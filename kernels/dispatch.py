@@ -19,10 +19,18 @@ class KernelShapeError(ValueError):
     """A Triton kernel was asked for a shape or dtype it does not handle."""
 
 
+_cached: tuple[str, str] | None = None  # (raw env value, validated choice): read per call, parsed once
+
+
 def backend() -> str:
-    choice = os.environ.get(BACKEND_ENV, "auto").strip().lower() or "auto"
+    global _cached
+    raw = os.environ.get(BACKEND_ENV, "auto")
+    if _cached is not None and _cached[0] == raw:
+        return _cached[1]
+    choice = raw.strip().lower() or "auto"
     if choice not in _BACKENDS:
         raise ValueError(f"{BACKEND_ENV}={choice!r}; expected one of {', '.join(_BACKENDS)}")
+    _cached = (raw, choice)
     return choice
 
 

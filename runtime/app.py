@@ -181,6 +181,10 @@ class Runtime:
             response.headers[name] = value
         return response
 
+    async def pops(self, request: Request) -> Response:
+        """Each GPU PoP: its engines' formats, KV occupancy, recent steps and expert load."""
+        return JSONResponse({"pops": [node.status() for node in self.edge.nodes.values()]})
+
     async def health(self, request: Request) -> Response:
         return JSONResponse(
             {
@@ -208,6 +212,7 @@ def create_app(runtime: Runtime) -> Starlette:
     return Starlette(
         routes=[
             Route(CONTROL_PREFIX + "health", runtime.health, methods=["GET"]),
+            Route(CONTROL_PREFIX + "pops", runtime.pops, methods=["GET"]),
             Route("/{path:path}", runtime.handle, methods=methods),
         ],
         lifespan=lifespan,

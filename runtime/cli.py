@@ -141,6 +141,49 @@ def cmd_models_quantize(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_models_eval(args: argparse.Namespace) -> int:
+    import msgspec
+
+    from engine.errors import EngineError
+    from engine.quality import evaluate, format_table
+
+    split = lambda text: [x.strip() for x in text.split(",") if x.strip()]  # noqa: E731
+    try:
+        contexts = [int(c) for c in split(args.contexts)]
+    except ValueError:
+        return _fail(f"--contexts {args.contexts!r}: give token counts such as 256,1024,2048")
+    try:
+        rows = evaluate(
+            _model_dir(args.model, args.config),
+            split(args.kv),
+            contexts,
+            weights=split(args.weights),
+            text=args.text,
+            max_windows=args.max_windows,
+        )
+    except (EngineError, ConfigError) as exc:
+        return _fail(str(exc))
+    if args.json:
+        print(msgspec.json.encode(rows).decode())
+    else:
+        print(format_table(rows))
+    return 0
+
+
+def _model_dir(model: str, config_path: str):
+    """A catalog name (with the config's models folder) or a model directory."""
+    from pathlib import Path
+
+    if Path(model).is_dir():
+        return Path(model)
+    from runtime.catalog import load_catalog
+
+    catalog = load_catalog(load_config(config_path).models_dir)
+    if model not in catalog:
+        raise ConfigError(f"{model!r} is neither a model directory nor in the catalog ({', '.join(catalog)})")
+    return catalog[model][1]
+
+
 def cmd_models_list(args: argparse.Namespace) -> int:
     from runtime.catalog import load_catalog
 
@@ -190,6 +233,18 @@ def main(argv: list[str] | None = None) -> int:
         "dense_mlp, attention, mlp, all",
     )
     quant.set_defaults(func=cmd_models_quantize)
+    ev = models.add_parser("eval", help="perplexity and greedy agreement per KV / weight setting")
+    ev.add_argument("model", help="a model directory or catalog name")
+    ev.add_argument("--kv", default="auto,fp8,int8,int4", help="KV dtypes, comma-separated")
+    ev.add_argument(
+        "--weights", default="auto", help="weight formats, comma-separated (first is the baseline)"
+    )
+    ev.add_argument("--contexts", default="256,1024,2048")
+    ev.add_argument("--text", default=None, help="held-out text (default: the model's)")
+    ev.add_argument("--max-windows", type=int, default=None, help="cap on windows per context")
+    ev.add_argument("--config", default=DEFAULT_CONFIG)
+    ev.add_argument("--json", action="store_true")
+    ev.set_defaults(func=cmd_models_eval)
     mlist = models.add_parser("list", help="the model catalog edge dev serves")
     mlist.add_argument("--config", default=DEFAULT_CONFIG)
     mlist.set_defaults(func=cmd_models_list)

@@ -9,16 +9,18 @@ from __future__ import annotations
 
 import torch
 
-from engine.batch import SeqSlice
+from engine.batch import StepBatch
 from engine.config import ModelConfig
+from engine.kv_cache import KVComponent
 from engine.models.layers import (
     MLP,
+    Linear,
     MoE,
     RMSNorm,
+    RopeTables,
     Rotary,
     Tensors,
     dense,
-    linear,
     mlp_tensors,
     moe_tensors,
     softmax_scale,
@@ -72,57 +74,102 @@ def float32_tensors(c: ModelConfig) -> set[str]:
 
 
 class MLAttention:
+    """MLA in absorbed form with its projections folded together at load:
+
+    - one input matmul yields [q_lat | q_rot | latent | k_rot] (no q-LoRA), or [q_a | latent | k_rot]
+      followed by one q_b matmul yielding [q_lat | q_rot]; W_UK is folded into the query weights;
+    - W_UV is folded into o_proj, so attention output in latent space goes straight to the hidden size.
+    Compressed attention weights are expanded for the fold (MLA then serves them dense).
+    """
+
     def __init__(self, t: Tensors, prefix: str, c: ModelConfig, layer: int, rotary: Rotary):
         self.layer = layer
-        self.heads = c.num_attention_heads
+        h, self.heads = c.hidden_size, c.num_attention_heads
         self.nope, self.rope_dim, self.v_dim = c.qk_nope_head_dim, c.qk_rope_head_dim, c.v_head_dim
         self.rank = c.kv_lora_rank
         self.rotary = rotary
-        if c.q_lora_rank is None:
-            self.q_proj = linear(t, f"{prefix}.q_proj")
-            self.q_a_proj = self.q_a_norm = self.q_b_proj = None
-        else:
-            self.q_proj = None
-            self.q_a_proj = linear(t, f"{prefix}.q_a_proj", bias=c.attention_bias)
-            self.q_a_norm = RMSNorm(t[f"{prefix}.q_a_layernorm.weight"], 1e-6)
-            self.q_b_proj = linear(t, f"{prefix}.q_b_proj")
-        self.kv_a_proj = linear(t, f"{prefix}.kv_a_proj_with_mqa", bias=c.attention_bias)
-        self.kv_a_norm = RMSNorm(t[f"{prefix}.kv_a_layernorm.weight"], 1e-6)
-        kv_b = dense(t[f"{prefix}.kv_b_proj.weight"], t[f"{prefix}.kv_a_layernorm.weight"].dtype).view(
-            self.heads, self.nope + self.v_dim, self.rank
-        )
-        self.w_uk = kv_b[:, : self.nope, :]  # [heads, nope, rank]: absorbed into the queries
-        self.w_uv = kv_b[:, self.nope :, :]  # [heads, v, rank]: applied after attention
-        self.o_proj = linear(t, f"{prefix}.o_proj", bias=c.attention_bias)
         self.scale = softmax_scale(c.qk_head_dim, c.rope)
+        dtype = t[f"{prefix}.kv_a_layernorm.weight"].dtype
 
-    def __call__(
-        self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, batch: list[SeqSlice]
-    ) -> torch.Tensor:
-        n = x.shape[0]
-        q = self.q_proj(x) if self.q_proj is not None else self.q_b_proj(self.q_a_norm(self.q_a_proj(x)))
-        q = q.view(n, self.heads, self.nope + self.rope_dim)
-        q_nope, q_rot = q.split([self.nope, self.rope_dim], dim=-1)
-        q_rot = self.rotary.apply(q_rot, cos, sin)
-        latent, k_rot = self.kv_a_proj(x).split([self.rank, self.rope_dim], dim=-1)
+        def w(name: str) -> torch.Tensor:
+            return dense(t[f"{prefix}.{name}.weight"], dtype)
+
+        def b(name: str, size: int) -> torch.Tensor:
+            return t[f"{prefix}.{name}.bias"] if c.attention_bias else torch.zeros(size, dtype=dtype)
+
+        kv_b = w("kv_b_proj").view(self.heads, self.nope + self.v_dim, self.rank)
+        w_uk, w_uv = kv_b[:, : self.nope, :], kv_b[:, self.nope :, :]  # [H, nope, R], [H, v, R]
+
+        def fold_queries(q_weight: torch.Tensor) -> torch.Tensor:
+            """[H*(nope+rope), in] -> [H*R + H*rope, in]: q_nope . k_nope == (W_UK^T q_nope) . latent."""
+            q = q_weight.view(self.heads, self.nope + self.rope_dim, -1)
+            q_lat = torch.einsum("hnr,hni->hri", w_uk, q[:, : self.nope]).reshape(self.heads * self.rank, -1)
+            return torch.cat([q_lat, q[:, self.nope :].reshape(self.heads * self.rope_dim, -1)])
+
+        kv_a, kv_a_bias = w("kv_a_proj_with_mqa"), b("kv_a_proj_with_mqa", self.rank + self.rope_dim)
+        self.q_lora = c.q_lora_rank
+        if c.q_lora_rank is None:
+            q = fold_queries(w("q_proj"))
+            self.w_in = Linear(
+                torch.cat([q, kv_a]), torch.cat([torch.zeros(q.shape[0], dtype=dtype), kv_a_bias])
+            )
+            self.q_a_norm = self.q_b = None
+        else:
+            self.w_in = Linear(
+                torch.cat([w("q_a_proj"), kv_a]), torch.cat([b("q_a_proj", c.q_lora_rank), kv_a_bias])
+            )
+            self.q_a_norm = RMSNorm(t[f"{prefix}.q_a_layernorm.weight"], 1e-6)
+            self.q_b = Linear(fold_queries(w("q_b_proj")))
+        self.kv_a_norm = RMSNorm(t[f"{prefix}.kv_a_layernorm.weight"], 1e-6)
+        o = w("o_proj").view(h, self.heads, self.v_dim)
+        self.w_out = Linear(
+            torch.einsum("dhv,hvr->dhr", o, w_uv).reshape(h, self.heads * self.rank),
+            t[f"{prefix}.o_proj.bias"] if c.attention_bias else None,
+        )
+
+    def __call__(self, x: torch.Tensor, rope: RopeTables, batch: StepBatch) -> torch.Tensor:
+        n, heads, rank, rdim = x.shape[0], self.heads, self.rank, self.rope_dim
+        proj = self.w_in(x)
+        if self.q_lora is None:
+            q_lat, q_rot, latent, k_rot = proj.split([heads * rank, heads * rdim, rank, rdim], dim=-1)
+        else:
+            q_a, latent, k_rot = proj.split([self.q_lora, rank, rdim], dim=-1)
+            q_lat, q_rot = self.q_b(self.q_a_norm(q_a)).split([heads * rank, heads * rdim], dim=-1)
+        q_lat = q_lat.view(n, heads, rank)
         latent = self.kv_a_norm(latent)
-        k_rot = self.rotary.apply(k_rot[:, None, :], cos, sin)[:, 0]
-        q_lat = torch.einsum("nhd,hdr->nhr", q_nope, self.w_uk)
+        # queries and the shared key rotate together: one pass instead of two
+        rotated = self.rotary.apply(
+            torch.cat([q_rot.view(n, heads, rdim), k_rot.view(n, 1, rdim)], dim=1), rope
+        )
+        q_rot, k_rot = rotated[:, :heads], rotated[:, heads]
 
-        out = torch.empty(n, self.heads, self.rank, dtype=x.dtype, device=x.device)
-        for s in batch:
+        meta = batch.decode
+        if batch.decode_only:  # the common case: no rows to gather or scatter
+            return self.w_out(self._decode(q_lat, q_rot, latent, k_rot, meta).view(n, heads * rank))
+        out = torch.empty(n, heads, rank, dtype=x.dtype, device=x.device)
+        if meta is not None:  # one new token each: a single batched pass over the block tables
+            rows = meta.rows
+            out[rows] = self._decode(q_lat[rows], q_rot[rows], latent[rows], k_rot[rows], meta)
+        for s in batch.prefilling:
             rows = slice(s.start, s.stop)
             lat_all, rot_all = s.cache.write(self.layer, s.past, latent[rows], k_rot[rows])
             scores = torch.einsum("lhr,tr->hlt", q_lat[rows], lat_all)
             scores = (scores + torch.einsum("lhd,td->hlt", q_rot[rows], rot_all)) * self.scale
-            if s.length > 1:
-                q_pos = torch.arange(s.past, s.past + s.length, device=x.device)[:, None]
-                visible = torch.arange(s.past + s.length, device=x.device)[None, :] <= q_pos
-                scores = scores.masked_fill(~visible, float("-inf"))
+            q_pos = torch.arange(s.past, s.past + s.length, device=x.device)[:, None]
+            visible = torch.arange(s.past + s.length, device=x.device)[None, :] <= q_pos
+            scores = scores.masked_fill(~visible, float("-inf"))
             probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(x.dtype)
             out[rows] = torch.einsum("hlt,tr->lhr", probs, lat_all)
-        attn = torch.einsum("nhr,hvr->nhv", out, self.w_uv).reshape(n, self.heads * self.v_dim)
-        return self.o_proj(attn)
+        return self.w_out(out.view(n, heads * rank))
+
+    def _decode(self, q_lat, q_rot, latent, k_rot, meta) -> torch.Tensor:
+        lat, rot = meta.seqs[0].cache.decode_write_read(meta, self.layer, (latent, k_rot))
+        scores = torch.matmul(q_lat, lat.transpose(1, 2)) + torch.matmul(q_rot, rot.transpose(1, 2))
+        scores = (scores * self.scale).masked_fill(meta.hidden[:, None, :], float("-inf"))
+        probs = torch.softmax(scores, dim=-1, dtype=torch.float32)
+        if probs.dtype != lat.dtype:
+            probs = probs.to(lat.dtype)
+        return torch.matmul(probs, lat)
 
 
 class DecoderLayer:
@@ -133,8 +180,8 @@ class DecoderLayer:
         self.attn = MLAttention(t, f"{p}.self_attn", c, i, rotary)
         self.mlp = MoE(t, f"{p}.mlp", c) if c.is_moe_layer(i) else MLP(t, f"{p}.mlp")
 
-    def __call__(self, x, cos, sin, batch):
-        x = x + self.attn(self.input_norm(x), cos, sin, batch)
+    def __call__(self, x, rope, batch):
+        x = x + self.attn(self.input_norm(x), rope, batch)
         return x + self.mlp(self.post_attn_norm(x))
 
 
@@ -152,17 +199,21 @@ class CausalLM:
         self.dtype = self.embed.dtype
         self.device = device
 
-    def cache_widths(self) -> tuple[int, ...]:
-        return (self.config.kv_lora_rank, self.config.qk_rope_head_dim)
+    def kv_components(self) -> list[KVComponent]:
+        """MLA caches the normalised latent (read like values) and the shared roped key."""
+        return [
+            KVComponent("latent", 1, self.config.kv_lora_rank, "value"),
+            KVComponent("rope", 1, self.config.qk_rope_head_dim, "key"),
+        ]
 
     def moe_layers(self) -> list[MoE]:
         return [layer.mlp for layer in self.layers if isinstance(layer.mlp, MoE)]
 
-    def forward(self, ids: torch.Tensor, positions: torch.Tensor, batch: list[SeqSlice]) -> torch.Tensor:
+    def forward(self, ids: torch.Tensor, positions: torch.Tensor, batch: StepBatch) -> torch.Tensor:
         x = self.embed[ids]
-        cos, sin = self.rotary.cos_sin(positions, x.dtype)
+        rope = self.rotary.tables(positions, x.dtype)
         for layer in self.layers:
-            x = layer(x, cos, sin, batch)
+            x = layer(x, rope, batch)
         return self.norm(x)
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:

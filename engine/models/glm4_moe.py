@@ -8,9 +8,21 @@ from __future__ import annotations
 
 import torch
 
-from engine.batch import SeqSlice
+from engine.batch import StepBatch
 from engine.config import ModelConfig
-from engine.models.layers import MLP, MoE, RMSNorm, Rotary, Tensors, linear, mlp_tensors, moe_tensors
+from engine.kv_cache import KVComponent
+from engine.models.layers import (
+    MLP,
+    Linear,
+    MoE,
+    RMSNorm,
+    RopeTables,
+    Rotary,
+    Tensors,
+    linear,
+    mlp_tensors,
+    moe_tensors,
+)
 
 
 def expected_tensors(c: ModelConfig) -> dict[str, tuple[int, ...]]:
@@ -53,48 +65,72 @@ class GQAttention:
         self.layer = layer
         self.heads, self.kv_heads, self.dim = c.num_attention_heads, c.kv_heads, c.attn_head_dim
         self.group = self.heads // self.kv_heads
-        self.q_proj = linear(t, f"{prefix}.q_proj", bias=c.attention_bias)
-        self.k_proj = linear(t, f"{prefix}.k_proj", bias=c.attention_bias)
-        self.v_proj = linear(t, f"{prefix}.v_proj", bias=c.attention_bias)
+        projs = [linear(t, f"{prefix}.{p}_proj", bias=c.attention_bias) for p in "qkv"]
+        # one matmul for q, k and v when they are dense (compressed weights keep their own)
+        self.fused = all(isinstance(p.weight, torch.Tensor) for p in projs)
+        if self.fused:
+            bias = torch.cat([p.bias for p in projs]) if c.attention_bias else None
+            self.w_qkv = Linear(torch.cat([p.weight for p in projs]), bias)
+        else:
+            self.q_proj, self.k_proj, self.v_proj = projs
         self.o_proj = linear(t, f"{prefix}.o_proj")
         self.q_norm = RMSNorm(t[f"{prefix}.q_norm.weight"], c.rms_norm_eps) if c.use_qk_norm else None
         self.k_norm = RMSNorm(t[f"{prefix}.k_norm.weight"], c.rms_norm_eps) if c.use_qk_norm else None
         self.rotary = rotary
         self.scale = self.dim**-0.5
 
-    def _rope(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    def _rope(self, x: torch.Tensor, rope: RopeTables) -> torch.Tensor:
         r = self.rotary.dim
         if r == self.dim:
-            return self.rotary.apply(x, cos, sin)
-        return torch.cat([self.rotary.apply(x[..., :r], cos, sin), x[..., r:]], dim=-1)
+            return self.rotary.apply(x, rope)
+        return torch.cat([self.rotary.apply(x[..., :r].contiguous(), rope), x[..., r:]], dim=-1)
 
-    def __call__(
-        self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, batch: list[SeqSlice]
-    ) -> torch.Tensor:
-        n = x.shape[0]
-        q = self.q_proj(x).view(n, self.heads, self.dim)
-        k = self.k_proj(x).view(n, self.kv_heads, self.dim)
-        v = self.v_proj(x).view(n, self.kv_heads, self.dim)
+    def __call__(self, x: torch.Tensor, rope: RopeTables, batch: StepBatch) -> torch.Tensor:
+        n, d = x.shape[0], self.dim
+        if self.fused:
+            q, k, v = self.w_qkv(x).split([self.heads * d, self.kv_heads * d, self.kv_heads * d], dim=-1)
+        else:
+            q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
+        q, k, v = q.view(n, self.heads, d), k.view(n, self.kv_heads, d), v.reshape(n, self.kv_heads * d)
         if self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
-        q, k = self._rope(q, cos, sin), self._rope(k, cos, sin)
+        q, k = self._rope(q, rope), self._rope(k, rope)
 
-        out = torch.empty(n, self.heads, self.dim, dtype=x.dtype, device=x.device)
-        for s in batch:
+        meta = batch.decode
+        if batch.decode_only:  # the common case: no rows to gather or scatter
+            return self.o_proj(self._decode(q, k.reshape(n, -1), v, meta).view(n, self.heads * d))
+        out = torch.empty(n, self.heads, d, dtype=x.dtype, device=x.device)
+        if meta is not None:  # one new token each: a single batched pass over the block tables
+            rows = meta.rows
+            out[rows] = self._decode(q[rows], k[rows].flatten(1), v[rows], meta)
+        for s in batch.prefilling:
             rows = slice(s.start, s.stop)
-            k_all, v_all = s.cache.write(self.layer, s.past, k[rows].flatten(1), v[rows].flatten(1))
+            k_all, v_all = s.cache.write(self.layer, s.past, k[rows].flatten(1), v[rows])
             k_all = k_all.view(-1, self.kv_heads, self.dim)
             v_all = v_all.view(-1, self.kv_heads, self.dim)
-            # [kv_heads, group, l, d] x [kv_heads, t, d]: each group of query heads reads its KV head.
+            # [kv_heads, group, l, d] x [t, kv_heads, d]: each group of query heads reads its KV head.
             q_g = q[rows].view(s.length, self.kv_heads, self.group, self.dim).permute(1, 2, 0, 3)
             scores = torch.einsum("kgld,tkd->kglt", q_g, k_all) * self.scale
-            if s.length > 1:
-                q_pos = torch.arange(s.past, s.past + s.length, device=x.device)[:, None]
-                visible = torch.arange(s.past + s.length, device=x.device)[None, :] <= q_pos
-                scores = scores.masked_fill(~visible, float("-inf"))
+            q_pos = torch.arange(s.past, s.past + s.length, device=x.device)[:, None]
+            visible = torch.arange(s.past + s.length, device=x.device)[None, :] <= q_pos
+            scores = scores.masked_fill(~visible, float("-inf"))
             probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(x.dtype)
             out[rows] = torch.einsum("kglt,tkd->lkgd", probs, v_all).reshape(s.length, self.heads, self.dim)
         return self.o_proj(out.reshape(n, self.heads * self.dim))
+
+    def _decode(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, meta) -> torch.Tensor:
+        k_all, v_all = meta.seqs[0].cache.decode_write_read(meta, self.layer, (k, v))
+        b, t = k_all.shape[:2]
+        # [b, kv, group, d] x [b, kv, d, t]: each group of query heads reads its KV head
+        k_all = k_all.view(b, t, self.kv_heads, self.dim).transpose(1, 2)
+        v_all = v_all.view(b, t, self.kv_heads, self.dim).transpose(1, 2)
+        q_g = q.view(b, self.kv_heads, self.group, self.dim)
+        scores = torch.matmul(q_g, k_all.transpose(2, 3)) * self.scale
+        scores = scores.masked_fill(meta.hidden[:, None, None, :], float("-inf"))
+        probs = torch.softmax(scores, dim=-1, dtype=torch.float32)
+        if probs.dtype != v_all.dtype:
+            probs = probs.to(v_all.dtype)
+        return torch.matmul(probs, v_all).reshape(b, self.heads, self.dim)
 
 
 class DecoderLayer:
@@ -105,8 +141,8 @@ class DecoderLayer:
         self.attn = GQAttention(t, f"{p}.self_attn", c, i, rotary)
         self.mlp = MoE(t, f"{p}.mlp", c) if c.is_moe_layer(i) else MLP(t, f"{p}.mlp")
 
-    def __call__(self, x, cos, sin, batch):
-        x = x + self.attn(self.input_norm(x), cos, sin, batch)
+    def __call__(self, x, rope, batch):
+        x = x + self.attn(self.input_norm(x), rope, batch)
         return x + self.mlp(self.post_attn_norm(x))
 
 
@@ -121,18 +157,22 @@ class CausalLM:
         self.norm = RMSNorm(t["model.norm.weight"], c.rms_norm_eps)
         self.lm_head = self.embed if c.tie_word_embeddings else t["lm_head.weight"]
 
-    def cache_widths(self) -> tuple[int, ...]:
-        width = self.config.kv_heads * self.config.attn_head_dim
-        return (width, width)
+    def kv_components(self) -> list[KVComponent]:
+        """GQA caches K and V per KV head."""
+        c = self.config
+        return [
+            KVComponent("k", c.kv_heads, c.attn_head_dim, "key"),
+            KVComponent("v", c.kv_heads, c.attn_head_dim, "value"),
+        ]
 
     def moe_layers(self) -> list[MoE]:
         return [layer.mlp for layer in self.layers if isinstance(layer.mlp, MoE)]
 
-    def forward(self, ids: torch.Tensor, positions: torch.Tensor, batch: list[SeqSlice]) -> torch.Tensor:
+    def forward(self, ids: torch.Tensor, positions: torch.Tensor, batch: StepBatch) -> torch.Tensor:
         x = self.embed[ids]
-        cos, sin = self.rotary.cos_sin(positions, x.dtype)
+        rope = self.rotary.tables(positions, x.dtype)
         for layer in self.layers:
-            x = layer(x, cos, sin, batch)
+            x = layer(x, rope, batch)
         return self.norm(x)
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:

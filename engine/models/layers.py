@@ -94,11 +94,22 @@ def rope_inv_freq(dim: int, rope: RopeSpec) -> tuple[torch.Tensor, float]:
     return inv_freq, float(attention_factor)
 
 
+class RopeTables:
+    """cos/sin of every token's angles for one forward pass, shared by all layers."""
+
+    def __init__(self, freqs: torch.Tensor, factor: float, dtype: torch.dtype):
+        self.cos = (freqs.cos() * factor).to(dtype)
+        self.sin = (freqs.sin() * factor).to(dtype)
+        # complex form for interleaved pairs in float32: one multiply instead of six ops
+        self.cis = torch.polar(torch.full_like(freqs, factor), freqs) if dtype == torch.float32 else None
+
+
 class Rotary:
     """Applies RoPE to the first `dim` features; `interleaved` pairs (x0,x1),(x2,x3) as DeepSeek does.
 
-    The output is always laid out as [rotated first halves | rotated second halves]; queries and
-    keys share the layout, so their dot products are those of the original pairing.
+    Queries and keys always share one output layout (pairs kept interleaved on the complex path,
+    [first halves | second halves] otherwise), so their dot products are those of the original
+    pairing; the cache stores keys in that same layout.
     """
 
     def __init__(self, dim: int, rope: RopeSpec, interleaved: bool, device: torch.device | None = None):
@@ -107,15 +118,16 @@ class Rotary:
         self.inv_freq = inv_freq.to(device) if device is not None else inv_freq
         self.interleaved = interleaved
 
-    def cos_sin(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    def tables(self, positions: torch.Tensor, dtype: torch.dtype) -> RopeTables:
         freqs = positions.to(torch.float32)[:, None] * self.inv_freq[None, :]
-        return (freqs.cos() * self.attention_factor).to(dtype), (freqs.sin() * self.attention_factor).to(
-            dtype
-        )
+        return RopeTables(freqs, self.attention_factor, dtype)
 
-    def apply(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-        """x: [tokens, heads, dim]; cos/sin: [tokens, dim/2]."""
-        cos, sin = cos[:, None, :], sin[:, None, :]
+    def apply(self, x: torch.Tensor, rope: RopeTables) -> torch.Tensor:
+        """x: [tokens, heads, dim] (contiguous)."""
+        if self.interleaved and rope.cis is not None:
+            pairs = torch.view_as_complex(x.reshape(*x.shape[:-1], -1, 2))
+            return torch.view_as_real(pairs * rope.cis[:, None, :]).flatten(-2)
+        cos, sin = rope.cos[:, None, :], rope.sin[:, None, :]
         if self.interleaved:
             x1, x2 = x[..., 0::2], x[..., 1::2]
         else:
@@ -127,14 +139,21 @@ class Rotary:
 
 
 class MLP:
-    """SwiGLU: down(silu(gate(x)) * up(x))."""
+    """SwiGLU: down(silu(gate(x)) * up(x)); gate and up run as one matmul when both are dense."""
 
     def __init__(self, t: Tensors, prefix: str):
-        self.gate = linear(t, f"{prefix}.gate_proj")
-        self.up = linear(t, f"{prefix}.up_proj")
+        gate, up = t[f"{prefix}.gate_proj.weight"], t[f"{prefix}.up_proj.weight"]
+        self.fused = not isinstance(gate, QuantizedWeight) and not isinstance(up, QuantizedWeight)
+        if self.fused:
+            self.gate_up = Linear(torch.cat([gate, up]))
+        else:
+            self.gate, self.up = Linear(gate), Linear(up)
         self.down = linear(t, f"{prefix}.down_proj")
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        if self.fused:
+            gate, up = self.gate_up(x).chunk(2, dim=-1)
+            return self.down(F.silu(gate) * up)
         return self.down(F.silu(self.gate(x)) * self.up(x))
 
 
@@ -177,7 +196,10 @@ class SigmoidRouter:
 
 
 class RoutedExperts:
-    """The routed experts, stacked per projection ([E, out, in]) for grouped execution."""
+    """The routed experts, stacked per projection ([E, out, in]); gate and up stacked together
+    ([E, 2I, in]) when dense, so each expert runs two matmuls."""
+
+    PAIR_LOOP_MAX = 4  # up to this many (token, expert) pairs, skip sorting: decode at batch 1-2
 
     def __init__(self, t: Tensors, prefix: str, num_experts: int):
         def stacked(proj: str) -> torch.Tensor | QuantizedWeight:
@@ -186,27 +208,44 @@ class RoutedExperts:
                 return stack(weights)
             return torch.stack(weights)
 
-        self.w_gate = stacked("gate_proj")
-        self.w_up = stacked("up_proj")
+        gate, up = stacked("gate_proj"), stacked("up_proj")
+        self.fused = isinstance(gate, torch.Tensor) and isinstance(up, torch.Tensor)
+        if self.fused:
+            self.w_gate_up = torch.cat([gate, up], dim=1)
+        else:
+            self.w_gate, self.w_up = gate, up
         self.w_down = stacked("down_proj")
         self.num_experts = num_experts
+
+    def _expert(self, e: int, h: torch.Tensor) -> torch.Tensor:
+        if self.fused:
+            gate, up = F.linear(h, self.w_gate_up[e]).chunk(2, dim=-1)
+        else:
+            gate, up = kernels.linear(h, self.w_gate[e]), kernels.linear(h, self.w_up[e])
+        return kernels.linear(F.silu(gate) * up, self.w_down[e])
 
     def __call__(self, x: torch.Tensor, weights: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
         """Sum over each token's k experts of weight * expert(x); only experts with tokens run."""
         out = torch.zeros_like(x)
+        k = ids.shape[1]
+        if ids.numel() <= self.PAIR_LOOP_MAX:
+            for pair, (e, w) in enumerate(
+                zip(ids.reshape(-1).tolist(), weights.reshape(-1).tolist(), strict=True)
+            ):
+                token = pair // k
+                out[token] += self._expert(e, x[token : token + 1])[0] * w
+            return out
         flat_ids = ids.reshape(-1)
         order = flat_ids.argsort(stable=True)
         counts = torch.bincount(flat_ids, minlength=self.num_experts).tolist()
-        token_of_slot = order // ids.shape[1]
+        token_of_slot = order // k
         slot_weights = weights.reshape(-1)[order]
         start = 0
         for expert, count in enumerate(counts):
             if count == 0:
                 continue
             tokens = token_of_slot[start : start + count]
-            h = x[tokens]
-            h = F.silu(kernels.linear(h, self.w_gate[expert])) * kernels.linear(h, self.w_up[expert])
-            h = kernels.linear(h, self.w_down[expert]) * slot_weights[start : start + count, None].to(x.dtype)
+            h = self._expert(expert, x[tokens]) * slot_weights[start : start + count, None].to(x.dtype)
             out.index_add_(0, tokens, h)
             start += count
         return out
@@ -217,12 +256,24 @@ class MoE:
         self.router = SigmoidRouter(t, f"{prefix}.gate", c)
         self.experts = RoutedExperts(t, f"{prefix}.experts", c.n_routed_experts)
         self.shared = MLP(t, f"{prefix}.shared_experts") if c.n_shared_experts else None
-        # Tokens routed to each expert since the last reset: the load the PoP and simulator read.
-        self.expert_load = torch.zeros(c.n_routed_experts, dtype=torch.int64)
+        self.num_experts = c.n_routed_experts
+        self._load = torch.zeros(c.n_routed_experts, dtype=torch.int64)
+        self._pending: list[torch.Tensor] = []  # routed ids not yet counted (counted in bulk: cheaper)
+
+    @property
+    def expert_load(self) -> torch.Tensor:
+        """Tokens routed to each expert since load: the load the PoP and the simulator read."""
+        if self._pending:
+            ids = torch.cat([p.reshape(-1) for p in self._pending]).cpu()
+            self._load += torch.bincount(ids, minlength=self.num_experts)
+            self._pending.clear()
+        return self._load
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         weights, ids = self.router(x)
-        self.expert_load += torch.bincount(ids.reshape(-1).cpu(), minlength=self.expert_load.numel())
+        self._pending.append(ids)
+        if len(self._pending) >= 256:
+            self.expert_load  # noqa: B018 - folds the pending ids into the counts
         out = self.experts(x, weights, ids)
         if self.shared is not None:
             out = out + self.shared(x)

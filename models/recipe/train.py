@@ -1,7 +1,7 @@
 """Train a miniature Kimi K2 (DeepSeek-V3 layout) or GLM-4.5 on the Python standard library, seeded.
 
-    python -m models.recipe.train --family kimi --out models/kimi-k2-mini --steps 1600 --threads 2
-    python -m models.recipe.train --family glm --out models/glm-4.5-mini --steps 1600 --threads 2
+    python -m models.recipe.train --family kimi --out models/kimi-k2-mini
+    python -m models.recipe.train --family glm --out models/glm-4.5-mini
 
 Uses transformers' DeepseekV3ForCausalLM / Glm4MoeForCausalLM (the reference implementations, a
 test extra) so each checkpoint is written exactly as the hub layout; nothing here runs at serve time.
@@ -125,6 +125,11 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=1600)
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--seq", type=int, default=256)
+    # Then a long-context phase, so the 1,024- and 2,048-token contexts the quality tool measures
+    # are in distribution (short windows first, long ones last, as context extension is done).
+    parser.add_argument("--long-steps", type=int, default=200)
+    parser.add_argument("--long-batch", type=int, default=2)
+    parser.add_argument("--long-seq", type=int, default=2048)
     parser.add_argument("--lr", type=float, default=3e-3)
     parser.add_argument("--warmup", type=int, default=100)
     parser.add_argument("--seed", type=int, default=1234)
@@ -176,12 +181,14 @@ def main() -> None:
 
     gen = torch.Generator().manual_seed(args.seed)
     started = time.time()
-    n_windows = len(train_tokens) - args.seq - 1
-    for step in range(args.steps):
-        starts = torch.randint(0, n_windows, (args.batch,), generator=gen)
-        x = torch.stack([train_tokens[s : s + args.seq + 1] for s in starts.tolist()]).long()
+    total = args.steps + args.long_steps
+    seen = 0
+    for step in range(total):
+        batch, seq = (args.batch, args.seq) if step < args.steps else (args.long_batch, args.long_seq)
+        starts = torch.randint(0, len(train_tokens) - seq - 1, (batch,), generator=gen)
+        x = torch.stack([train_tokens[s : s + seq + 1] for s in starts.tolist()]).long()
         for group in opt.param_groups:
-            group["lr"] = lr_at(step, args.steps, args.lr, args.warmup)
+            group["lr"] = lr_at(step, total, args.lr, args.warmup)
         for load in loads:
             load.zero_()
         loss = model(x[:, :-1], labels=x[:, :-1].clone()).loss
@@ -189,18 +196,19 @@ def main() -> None:
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
+        seen += batch * seq
         with torch.no_grad():  # auxiliary-loss-free balancing (DeepSeek-V3, section 2.1.2)
-            for gate, load in zip(gates, loads, strict=False):
+            for gate, load in zip(gates, loads, strict=True):
                 gate.e_score_correction_bias += BIAS_UPDATE_RATE * torch.sign(load.mean() - load)
-        if step % 50 == 0 or step == args.steps - 1:
+        if step % 50 == 0 or step == total - 1:
             share = " ".join(f"{float(load.max() / load.sum()):.2f}" for load in loads)
-            rate = (step + 1) * args.batch * args.seq / (time.time() - started)
+            rate = seen / (time.time() - started)
             print(
-                f"step {step:5d} loss {loss.item():.3f} max-expert-share per layer {share} {rate:,.0f} tok/s",
+                f"step {step:5d} seq {seq} loss {loss.item():.3f} max-expert-share {share} {rate:,.0f} tok/s",
                 flush=True,
             )
 
-    ppl = perplexity(model, held_tokens, args.seq, 64)
+    ppl = perplexity(model, held_tokens, args.long_seq, 64)
     print(f"held-out perplexity {ppl:.2f} after {time.time() - started:.0f} s", flush=True)
     model.to(torch.bfloat16).save_pretrained(out)
     write_published_config(out, args.family, stop_ids if len(stop_ids) > 1 else eos_id)
@@ -210,8 +218,9 @@ def main() -> None:
                 "recipe": "python -m models.recipe.train "
                 + " ".join(f"--{k} {v}" for k, v in vars(args).items() if k != "out"),
                 "parameters": params,
-                "train_tokens_seen": args.steps * args.batch * args.seq,
+                "train_tokens_seen": seen,
                 "heldout_perplexity": round(ppl, 3),
+                "heldout_perplexity_context": args.long_seq,
                 "heldout_text": "models/eval/heldout.txt (Python standard library asyncio/ sources)",
                 "seconds": round(time.time() - started),
             },

@@ -117,3 +117,13 @@ def test_an_oversized_body_is_refused(server):
     r = httpx.post(server.url + "/", content=big, timeout=120)
     assert r.status_code == 413 and r.json()["error"]["code"] == 1113
     assert ask(server, '{"prompt": "x", "max_tokens": 1}').status_code == 200
+
+
+def test_pop_status_exposes_engine_metrics(server):
+    ask(server, '{"prompt": "def f():", "max_tokens": 4}', "Seoul")
+    pops = {p["code"]: p for p in httpx.get(server.url + "/cdn-cgi/edge/pops", timeout=30).json()["pops"]}
+    assert set(pops) == {"ICN", "FRA", "IAD"}
+    kimi = pops["ICN"]["models"]["@edge/moonshotai/kimi-k2-mini"]
+    assert kimi["kv_blocks_total"] > 0 and kimi["kv_blocks_used"] == 0  # finished requests gave blocks back
+    assert kimi["generated_tokens"] > 0 and kimi["recent_steps"]
+    assert all(len(layer) == 8 for layer in kimi["expert_load"]) and sum(kimi["expert_load"][0]) > 0

@@ -1,0 +1,208 @@
+"""LLMEngine: requests in, token events out, one `step()` at a time (synchronous, single thread).
+
+A step asks the scheduler what to run, runs one forward pass over the flat token batch (decodes
+batched together, prefill chunks alongside), samples where a sequence has consumed all its known
+tokens, and reports per-request events and per-step statistics.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import time
+from collections import deque
+
+import msgspec
+import torch
+
+from engine.batch import SeqSlice, StepBatch
+from engine.errors import InvalidRequestError
+from engine.kv_cache import BLOCK_SIZE, PagedKVCache
+from engine.sampling import Sampler, SamplingParams
+from engine.scheduler import Scheduler, SchedulerConfig
+from engine.sequence import SeqEvent, SeqStatus, Sequence
+from engine.tokenizer import IncrementalDetokenizer, TextTokenizer
+
+
+class StepStats(msgspec.Struct):
+    batch_size: int
+    prefill_tokens: int
+    decode_tokens: int
+    kv_blocks_used: int
+    kv_blocks_free: int
+    duration_ms: float
+    preempted: int
+
+
+class LLMEngine:
+    def __init__(
+        self,
+        model,
+        cache: PagedKVCache,
+        tokenizer: TextTokenizer | None,
+        eos_ids: frozenset[int],
+        context_window: int,
+        vocab_size: int,
+        scheduler: SchedulerConfig | None = None,
+    ):
+        self.model = model
+        self.cache = cache
+        self.tokenizer = tokenizer
+        self.eos_ids = eos_ids
+        self.context_window = context_window
+        self.vocab_size = vocab_size
+        self.scheduler = Scheduler(cache, scheduler or SchedulerConfig())
+        self.device = cache.device
+        self._ids = itertools.count()
+        self._seqs: dict[str, Sequence] = {}
+        self.steps: deque[StepStats] = deque(maxlen=1024)
+        self.total_prompt_tokens = 0
+        self.total_generated_tokens = 0
+
+    # --- requests -------------------------------------------------------------------------------
+
+    def check_request(self, prompt_ids: list[int], params: SamplingParams) -> None:
+        """Raises InvalidRequestError naming the parameter; call before queueing any work."""
+        params.validate()
+        if not prompt_ids:
+            raise InvalidRequestError("prompt", "must not be empty")
+        window = self.context_window
+        if len(prompt_ids) >= window:
+            raise InvalidRequestError(
+                "prompt", f"is {len(prompt_ids)} tokens; the context window is {window} tokens"
+            )
+        if len(prompt_ids) + params.max_tokens > window:
+            room = window - len(prompt_ids)
+            raise InvalidRequestError(
+                "max_tokens",
+                f"{params.max_tokens} does not fit: the prompt takes {len(prompt_ids)} of the "
+                f"{window}-token context window; ask for at most {room}",
+            )
+        blocks = self.cache.blocks_for(len(prompt_ids) + params.max_tokens) + self.cache.staging_blocks
+        if blocks > self.cache.num_blocks:
+            raise InvalidRequestError(
+                "max_tokens",
+                f"prompt plus max_tokens needs {blocks} KV blocks; this engine's cache holds "
+                f"{self.cache.num_blocks}; ask for fewer tokens",
+            )
+
+    def add_request(
+        self,
+        prompt_ids: list[int],
+        params: SamplingParams,
+        request_id: str | None = None,
+        tenant: str = "local",
+    ) -> str:
+        self.check_request(prompt_ids, params)
+        request_id = request_id or f"req-{next(self._ids)}"
+        if request_id in self._seqs:
+            raise InvalidRequestError("request_id", f"{request_id!r} is already running")
+        sampler = Sampler(params, self.vocab_size, prompt_ids, self.device)
+        detok = IncrementalDetokenizer(self.tokenizer) if self.tokenizer is not None else None
+        seq = Sequence(
+            request_id, prompt_ids, params, sampler, self.cache.new_sequence(), detok, self.eos_ids, tenant
+        )
+        self._seqs[request_id] = seq
+        self.scheduler.add(seq)
+        return request_id
+
+    def abort(self, request_id: str) -> SeqEvent | None:
+        """Cancel a request (its client went away); its blocks are freed at once."""
+        seq = self._seqs.pop(request_id, None)
+        if seq is None:
+            return None
+        seq.finish("abort")
+        self.scheduler.finish(seq)
+        return SeqEvent(request_id, None, "", "abort", metrics=seq.metrics())
+
+    def has_unfinished(self) -> bool:
+        return self.scheduler.has_work()
+
+    # --- one step -------------------------------------------------------------------------------
+
+    @torch.inference_mode()
+    def step(self) -> list[SeqEvent]:
+        started = time.perf_counter()
+        preempted_before = self.scheduler.preemptions
+        plan = self.scheduler.schedule()
+        if not plan:
+            return []
+        ids: list[int] = []
+        positions: list[int] = []
+        slices: list[SeqSlice] = []
+        now = time.perf_counter()
+        for seq, n in plan:
+            if seq.first_scheduled is None:
+                seq.first_scheduled = now
+            tokens = seq.tokens[seq.num_computed : seq.num_computed + n]
+            slices.append(SeqSlice(seq.kv, len(ids), n, seq.num_computed))
+            ids.extend(tokens)
+            positions.extend(range(seq.num_computed, seq.num_computed + n))
+        hidden = self.model.forward(
+            torch.tensor(ids, dtype=torch.long, device=self.device),
+            torch.tensor(positions, dtype=torch.long, device=self.device),
+            StepBatch(slices, self.device),
+        )
+        samplers = [
+            (seq, sl)
+            for (seq, n), sl in zip(plan, slices, strict=True)
+            if seq.num_computed + n == len(seq.tokens)
+        ]
+        logits = self.model.logits(hidden[[sl.stop - 1 for _, sl in samplers]]) if samplers else None
+        events: list[SeqEvent] = []
+        for seq, n in plan:
+            seq.num_computed += n
+            seq.kv.length = seq.num_computed
+        if samplers:
+            finite = torch.isfinite(logits).all(dim=-1).tolist()
+            best = logits.argmax(dim=-1).tolist()  # one reduction for every greedy sequence
+            for row, (seq, _) in enumerate(samplers):
+                events.append(self._sample(seq, logits, row, finite[row], best[row]))
+        prefill = sum(n for seq, n in plan if n > 1 or seq.first_token is None)
+        self.steps.append(
+            StepStats(
+                batch_size=len(plan),
+                prefill_tokens=prefill,
+                decode_tokens=len(ids) - prefill,
+                kv_blocks_used=self.cache.used_blocks,
+                kv_blocks_free=self.cache.free_blocks,
+                duration_ms=(time.perf_counter() - started) * 1000,
+                preempted=self.scheduler.preemptions - preempted_before,
+            )
+        )
+        self.total_prompt_tokens += prefill
+        return events
+
+    def _sample(self, seq: Sequence, logits: torch.Tensor, row: int, finite: bool, best: int) -> SeqEvent:
+        if not finite:
+            seq.finish("error", "the model produced non-finite logits for this request")
+            return self._finished(seq, None, "")
+        p = seq.params
+        token = best if p.greedy and not p.penalised else seq.sampler(logits[row])
+        text = seq.append(token)
+        self.total_generated_tokens += 1
+        if seq.status == SeqStatus.FINISHED:
+            return self._finished(seq, token, text)
+        return SeqEvent(seq.request_id, token, text)
+
+    def _finished(self, seq: Sequence, token: int | None, text: str) -> SeqEvent:
+        self.scheduler.finish(seq)
+        self._seqs.pop(seq.request_id, None)
+        return SeqEvent(seq.request_id, token, text, seq.finish_reason, seq.error, seq.metrics())
+
+    # --- introspection ----------------------------------------------------------------------------
+
+    def expert_load(self) -> list[list[int]]:
+        """Tokens routed to each expert, per MoE layer, since the engine started."""
+        return [layer.expert_load.tolist() for layer in self.model.moe_layers()]
+
+    def kv_capacity_tokens(self) -> int:
+        return self.cache.num_blocks * BLOCK_SIZE
+
+
+def default_kv_budget(device: torch.device, bytes_per_token: float, context_window: int) -> int:
+    """Without an explicit kv_cache_bytes: 90% of free GPU memory, or room for 16 full contexts on CPU."""
+    if device.type == "cuda":
+        free, _ = torch.cuda.mem_get_info(device)
+        return int(free * 0.9)
+    return int(math.ceil(bytes_per_token * context_window * 16))

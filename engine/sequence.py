@@ -1,0 +1,142 @@
+"""A request inside the engine: its tokens, cache handle, sampler, text and timing."""
+
+from __future__ import annotations
+
+import enum
+import time
+
+import msgspec
+
+from engine.kv_cache import SeqKV
+from engine.sampling import Sampler, SamplingParams
+from engine.tokenizer import IncrementalDetokenizer
+
+
+class SeqStatus(enum.Enum):
+    WAITING = "waiting"
+    RUNNING = "running"
+    FINISHED = "finished"
+
+
+class RequestMetrics(msgspec.Struct):
+    prompt_tokens: int
+    completion_tokens: int
+    queue_ms: float  # arrival -> first scheduled
+    prefill_ms: float  # first scheduled -> first token
+    decode_ms: float  # first token -> finished
+    ttft_ms: float  # arrival -> first token
+    tpot_ms: float  # mean time per output token after the first
+    finish_reason: str | None
+    preemptions: int
+
+
+class SeqEvent(msgspec.Struct):
+    """What a step produced for one request: a token and its text delta, or the end."""
+
+    request_id: str
+    token_id: int | None
+    text: str
+    finish_reason: str | None = None  # "stop" | "length" | "abort" | "error"
+    error: str | None = None
+    metrics: RequestMetrics | None = None  # on the last event
+
+
+class Sequence:
+    def __init__(
+        self,
+        request_id: str,
+        prompt_ids: list[int],
+        params: SamplingParams,
+        sampler: Sampler,
+        kv: SeqKV,
+        detok: IncrementalDetokenizer | None,
+        eos_ids: frozenset[int],
+        tenant: str = "local",
+    ):
+        self.request_id = request_id
+        self.prompt_ids = list(prompt_ids)
+        self.output_ids: list[int] = []
+        self.params = params
+        self.sampler = sampler
+        self.kv = kv
+        self.detok = detok
+        self.eos_ids = frozenset() if params.ignore_eos else eos_ids | frozenset(params.stop_token_ids)
+        self.tenant = tenant
+        self.status = SeqStatus.WAITING
+        self.num_computed = 0  # tokens whose KV is in the cache
+        self.preemptions = 0
+        self.finish_reason: str | None = None
+        self.error: str | None = None
+        self.arrival = time.perf_counter()
+        self.first_scheduled: float | None = None
+        self.first_token: float | None = None
+        self.finished_at: float | None = None
+        self._text = ""  # decoded output not yet emitted (held back while it may start a stop string)
+        self._emitted = 0
+
+    @property
+    def tokens(self) -> list[int]:
+        return self.prompt_ids + self.output_ids
+
+    @property
+    def remaining(self) -> int:
+        """Tokens to run through the model before the next one can be sampled."""
+        return len(self.prompt_ids) + len(self.output_ids) - self.num_computed
+
+    def append(self, token: int) -> str:
+        """Record a sampled token; returns the text that may now be shown (stop strings withheld)."""
+        now = time.perf_counter()
+        if self.first_token is None:
+            self.first_token = now
+        self.output_ids.append(token)
+        self.sampler.observe(token)
+        if token in self.eos_ids:
+            self.finish("stop")
+            return self._release(final=True)
+        if self.detok is not None:
+            self._text += self.detok.push(token)
+        if len(self.output_ids) >= self.params.max_tokens:
+            self.finish("length")
+        return self._release(final=self.status == SeqStatus.FINISHED)
+
+    def _release(self, final: bool) -> str:
+        if final and self.detok is not None and self.finish_reason != "stop":
+            self._text += self.detok.flush()
+        stops = self.params.stop
+        if stops:
+            hits = [i for i in (self._text.find(s) for s in stops) if i >= 0]
+            if hits:
+                self._text = self._text[: min(hits)]
+                self.finish("stop")  # a stop string ends the request even on its last allowed token
+                final = True
+        if final or not stops:
+            safe = len(self._text)
+        else:  # hold back a tail that could still grow into a stop string
+            hold = max((k for s in stops for k in range(1, len(s)) if self._text.endswith(s[:k])), default=0)
+            safe = len(self._text) - hold
+        delta = self._text[self._emitted : safe]
+        self._emitted = safe
+        return delta
+
+    def finish(self, reason: str, error: str | None = None) -> None:
+        self.status = SeqStatus.FINISHED
+        self.finish_reason = reason
+        self.error = error
+        self.finished_at = time.perf_counter()
+
+    def metrics(self) -> RequestMetrics:
+        end = self.finished_at or time.perf_counter()
+        scheduled = self.first_scheduled or end
+        first = self.first_token or end
+        n = len(self.output_ids)
+        return RequestMetrics(
+            prompt_tokens=len(self.prompt_ids),
+            completion_tokens=n,
+            queue_ms=(scheduled - self.arrival) * 1000,
+            prefill_ms=(first - scheduled) * 1000,
+            decode_ms=(end - first) * 1000,
+            ttft_ms=(first - self.arrival) * 1000,
+            tpot_ms=(end - first) * 1000 / (n - 1) if n > 1 else 0.0,
+            finish_reason=self.finish_reason,
+            preemptions=self.preemptions,
+        )

@@ -1,0 +1,101 @@
+"""EngineLoop: runs an LLMEngine in its own thread so that callers on other threads (an asyncio
+event loop, say) can submit and cancel requests at any time; new requests join the running batch
+at the next step (continuous batching).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import deque
+from collections.abc import Callable
+
+import torch
+
+from engine.engine import LLMEngine
+from engine.sampling import SamplingParams
+from engine.sequence import SeqEvent
+
+log = logging.getLogger("edge.engine")
+
+EventCallback = Callable[[SeqEvent], None]
+
+
+class EngineLoop:
+    def __init__(self, engine: LLMEngine, name: str = "engine"):
+        self.engine = engine
+        self._lock = threading.Condition()
+        self._incoming: deque[tuple[str, list[int], SamplingParams, str, EventCallback]] = deque()
+        self._cancelled: deque[str] = deque()
+        self._callbacks: dict[str, EventCallback] = {}
+        self._stopped = False
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    def submit(
+        self,
+        request_id: str,
+        prompt_ids: list[int],
+        params: SamplingParams,
+        on_event: EventCallback,
+        tenant: str = "local",
+    ) -> None:
+        """Queue a request (validate it first with engine.check_request); events go to `on_event`,
+        called from the engine thread."""
+        with self._lock:
+            self._incoming.append((request_id, prompt_ids, params, tenant, on_event))
+            self._lock.notify()
+
+    def cancel(self, request_id: str) -> None:
+        with self._lock:
+            self._cancelled.append(request_id)
+            self._lock.notify()
+
+    def stop(self) -> None:
+        with self._lock:
+            self._stopped = True
+            self._lock.notify()
+        self._thread.join(timeout=10)
+
+    def _drain(self) -> None:
+        with self._lock:
+            while (
+                not self._stopped
+                and not self._incoming
+                and not self._cancelled
+                and not self.engine.has_unfinished()
+            ):
+                self._lock.wait()
+            incoming, self._incoming = list(self._incoming), deque()
+            cancelled, self._cancelled = list(self._cancelled), deque()
+        for request_id, prompt_ids, params, tenant, on_event in incoming:
+            try:
+                self.engine.add_request(prompt_ids, params, request_id, tenant)
+                self._callbacks[request_id] = on_event
+            except Exception as exc:  # validated before submit; anything left is reported, not raised
+                on_event(SeqEvent(request_id, None, "", "error", error=str(exc)))
+        for request_id in cancelled:
+            event = self.engine.abort(request_id)
+            callback = self._callbacks.pop(request_id, None)
+            if event is not None and callback is not None:
+                callback(event)
+
+    def _run(self) -> None:
+        torch.set_grad_enabled(False)
+        while True:
+            self._drain()
+            if self._stopped:
+                return
+            try:
+                events = self.engine.step()
+            except Exception:  # an engine bug: fail what is running, keep the loop alive
+                log.exception("engine step failed")
+                events = [e for rid in list(self._callbacks) if (e := self.engine.abort(rid)) is not None]
+                for e in events:
+                    e.finish_reason, e.error = "error", "internal engine error"
+            for event in events:
+                callback = self._callbacks.get(event.request_id)
+                if event.finish_reason is not None:
+                    self._callbacks.pop(event.request_id, None)
+                if callback is not None:
+                    callback(event)
