@@ -43,6 +43,15 @@ class Edge:
     def models(self) -> list[str]:
         return sorted({m for node in self.nodes.values() for m in node.engines})
 
+    def refusal(self, model: str) -> str | None:
+        """Why no PoP serves `model`, when every PoP refused to load it."""
+        reasons = [node.refused[model] for node in self.nodes.values() if model in node.refused]
+        return reasons[0] if reasons and model not in self.models() else None
+
+    def reload(self, spec: ModelSpec, device: str | None = None) -> dict[str, str | None]:
+        """Load a new version of a model at every PoP; per PoP, None or why it was refused."""
+        return {code: node.reload(spec, device) for code, node in self.nodes.items()}
+
     async def run(
         self, req: GenerateRequest, ingress: PoP, client_rtt_ms: float
     ) -> tuple[GenerateResult, LatencyAccount]:

@@ -17,7 +17,7 @@ import msgspec
 
 from edge_sim.errors import EdgeError
 from edge_sim.topology import PoP
-from engine import LLM, InvalidRequestError, SamplingParams, SeqEvent
+from engine import LLM, InvalidRequestError, ModelLoadError, SamplingParams, SeqEvent
 from engine.serving import EngineLoop
 
 log = logging.getLogger("edge.pop")
@@ -29,6 +29,8 @@ class ModelSpec(msgspec.Struct, frozen=True):
     weights: str = "auto"
     kv_cache_dtype: str = "auto"
     kv_cache_bytes: int | None = None
+    trusted_keys: list[str] | None = None  # None: the engine's default trust store
+    allow_unsigned: bool = False
 
 
 class GenerateRequest(msgspec.Struct, kw_only=True):
@@ -51,12 +53,14 @@ class GenerateResult(msgspec.Struct, kw_only=True):
     model: str
     weights: str
     kv_cache_dtype: str
+    weights_by_part: dict[str, str] = {}
 
 
 class PopNode:
-    def __init__(self, pop: PoP, engines: dict[str, LLM]):
+    def __init__(self, pop: PoP, engines: dict[str, LLM], refused: dict[str, str] | None = None):
         self.pop = pop
         self.engines = engines
+        self.refused = refused or {}  # model -> why its last load was refused (verification, say)
         self.up = True
         self._loops = {
             name: EngineLoop(llm.engine, name=f"pop-{pop.code}-{name}") for name, llm in engines.items()
@@ -66,18 +70,55 @@ class PopNode:
 
     @classmethod
     def load(cls, pop: PoP, models: list[ModelSpec], device: str | None = None) -> PopNode:
-        engines = {}
+        """Load an engine per model; a model that fails to load (or to verify) is refused and
+        reported, and the node serves the others."""
+        engines, refused = {}, {}
         for spec in models:
-            started = time.perf_counter()
-            engines[spec.name] = LLM(
-                spec.path,
-                weights=spec.weights,
-                kv_cache_dtype=spec.kv_cache_dtype,
-                device=device,
-                kv_cache_bytes=spec.kv_cache_bytes,
+            try:
+                engines[spec.name] = cls._load_engine(pop, spec, device)
+            except ModelLoadError as exc:
+                refused[spec.name] = str(exc)
+                log.error("%s: refused %s: %s", pop.code, spec.name, exc)
+        return cls(pop, engines, refused)
+
+    @staticmethod
+    def _load_engine(pop: PoP, spec: ModelSpec, device: str | None) -> LLM:
+        started = time.perf_counter()
+        llm = LLM(
+            spec.path,
+            weights=spec.weights,
+            kv_cache_dtype=spec.kv_cache_dtype,
+            device=device,
+            kv_cache_bytes=spec.kv_cache_bytes,
+            trusted_keys=spec.trusted_keys,
+            allow_unsigned=spec.allow_unsigned,
+        )
+        log.info(
+            "%s: loaded %s in %.2f s (verification %.3f s)",
+            pop.code,
+            spec.name,
+            time.perf_counter() - started,
+            llm.verification.seconds,
+        )
+        return llm
+
+    def reload(self, spec: ModelSpec, device: str | None = None) -> str | None:
+        """Load a new version of a model; on failure keep serving the current one and return why."""
+        try:
+            llm = self._load_engine(self.pop, spec, device)
+        except ModelLoadError as exc:
+            self.refused[spec.name] = str(exc)
+            log.error(
+                "%s: refused new version of %s, still serving the previous one: %s", self.code, spec.name, exc
             )
-            log.info("%s: loaded %s in %.2f s", pop.code, spec.name, time.perf_counter() - started)
-        return cls(pop, engines)
+            return str(exc)
+        old = self._loops.get(spec.name)
+        self.engines[spec.name] = llm
+        self._loops[spec.name] = EngineLoop(llm.engine, name=f"pop-{self.code}-{spec.name}")
+        self.refused.pop(spec.name, None)
+        if old is not None:
+            old.retire()  # requests already running there finish there
+        return None
 
     @property
     def code(self) -> str:
@@ -161,6 +202,7 @@ class PopNode:
             model=req.model,
             weights=engine.weights_label,
             kv_cache_dtype=engine.kv_cache_dtype,
+            weights_by_part=engine.weight_formats,
         )
 
     def status(self) -> dict[str, Any]:
@@ -171,7 +213,9 @@ class PopNode:
             recent = list(eng.steps)[-32:]
             models[name] = {
                 "weights": llm.weights_label,
+                "weights_by_part": llm.weight_formats,
                 "kv_cache_dtype": llm.kv_cache_dtype,
+                "verification": msgspec.to_builtins(llm.verification),
                 "kv_bytes_per_token": eng.cache.bytes_per_token(),
                 "kv_blocks_total": eng.cache.num_blocks,
                 "kv_blocks_used": eng.cache.used_blocks,
@@ -189,6 +233,7 @@ class PopNode:
             "gpus": self.pop.gpus,
             "queue_depth": self.queue_depth,
             "models": models,
+            "refused": dict(self.refused),  # model -> why its last load was refused
         }
 
     def close(self) -> None:

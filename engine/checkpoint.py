@@ -17,6 +17,7 @@ from safetensors.torch import save_file
 
 from engine.config import load_config
 from engine.errors import ModelLoadError
+from engine.integrity import manifest_digest
 from engine.models import architecture
 from engine.weight_parts import COMPRESSIBLE_PARTS, apply_weight_format, parse_parts, part_of
 from engine.weights import SCALE_SUFFIX, load_tensors
@@ -138,6 +139,9 @@ def quantize_checkpoint(
     _write_safetensors(dst, _flatten(compressed), max_shard_bytes)
     raw = dict(raw)
     raw["quantization_config"] = quantization_config(weights, chosen)
+    source_manifest = manifest_digest(src)
+    if source_manifest:  # what it was made from; `edge models sign` carries it into the manifest
+        raw["quantization_config"]["source_manifest_sha256"] = source_manifest
     (dst / "config.json").write_text(json.dumps(raw, indent=2) + "\n")
     for item in src.iterdir():
         if item.is_file() and item.name not in _NOT_COPIED and not item.name.endswith(".safetensors"):

@@ -22,6 +22,7 @@ from engine.sampling import SamplingParams
 from engine.scheduler import SchedulerConfig
 from engine.sequence import RequestMetrics, SeqEvent
 from engine.tokenizer import TextTokenizer
+from engine.verified_load import load_verified
 from engine.weight_parts import apply_weight_format, check_format, formats_by_part, parse_parts, weights_label
 from engine.weights import load_tensors
 
@@ -58,10 +59,16 @@ class LLM:
         kv_cache_bytes: int | None = None,
         max_num_seqs: int = 64,
         max_num_batched_tokens: int = 512,
+        trusted_keys: list[str | Path] | None = None,
+        allow_unsigned: bool = False,
     ):
         """`weights`: 'auto' (as stored), 'bf16', 'fp8', 'int8' or 'int4'; a compressed format
         applies to `weight_parts` (default: routed and shared experts). `kv_cache_dtype`: 'auto'
-        (the model dtype), 'bf16', 'fp8', 'int8' or 'int4'; `kv_cache_bytes` is the KV budget."""
+        (the model dtype), 'bf16', 'fp8', 'int8' or 'int4'; `kv_cache_bytes` is the KV budget.
+
+        The model's signed manifest is verified while its files are read, against `trusted_keys`
+        (default: $EDGE_TRUSTED_KEYS, else the project's models/keys/*.pub); an unsigned model
+        loads only with `allow_unsigned=True`, with a warning."""
         self.path = Path(model)
         if not self.path.is_dir():
             raise ModelLoadError(f"{self.path}: not a model directory (expected config.json and safetensors)")
@@ -77,6 +84,8 @@ class LLM:
         self.weights = weights
         self.kv_cache_dtype = kv_cache_dtype
         self.config: ModelConfig
+        # files are proven before any of them (config.json included) is parsed
+        self.verification, checkpoint = load_verified(self.path, trusted_keys, allow_unsigned)
         self.config, self.raw_config = load_config(self.path)
         arch = architecture(self.config)
         tensors = load_tensors(
@@ -89,6 +98,7 @@ class LLM:
                 f"model.layers.{i}."
                 for i in range(self.config.num_hidden_layers, self.config.num_hidden_layers + 8)
             ),  # multi-token-prediction layers, which serving does not use
+            checkpoint=checkpoint,
         )
         tensors = apply_weight_format(tensors, weights, parts, self.dtype)
         self.weight_formats = formats_by_part(tensors)

@@ -56,6 +56,8 @@ def evaluate(
     text: str | Path | None = None,
     max_windows: int | None = None,
     device: str | None = None,
+    trusted_keys: list[str | Path] | None = None,
+    allow_unsigned: bool = False,
 ) -> list[EvalRow]:
     model_dir = Path(model_dir)
     weights = weights or ["auto"]
@@ -66,7 +68,14 @@ def evaluate(
     if ("auto" if weights[0] == "auto" else weights[0], "auto") not in settings:
         settings.insert(0, (weights[0], "auto"))  # the baseline is always measured
     for w, kv in settings:
-        llm = LLM(model_dir, weights=w, kv_cache_dtype=kv, device=device)
+        llm = LLM(
+            model_dir,
+            weights=w,
+            kv_cache_dtype=kv,
+            device=device,
+            trusted_keys=trusted_keys,
+            allow_unsigned=allow_unsigned,
+        )
         ids = llm.encode(text_path.read_text(encoding="utf-8"))
         for context in contexts:
             if context > llm.context_window:
@@ -131,3 +140,48 @@ def format_table(rows: list[EvalRow]) -> str:
         )
         for line in lines
     )
+
+
+class CompareRow(msgspec.Struct):
+    context: int
+    windows: int
+    baseline_perplexity: float
+    candidate_perplexity: float
+    ppl_change_pct: float
+    greedy_agreement: float
+
+
+def _score(llm: LLM, windows: list[list[int]]) -> tuple[float, list[torch.Tensor]]:
+    nll, count, argmaxes = 0.0, 0, []
+    for window in windows:
+        logits = llm.logits(window)[:-1]
+        nll += float(torch.nn.functional.cross_entropy(logits, torch.tensor(window[1:]), reduction="sum"))
+        count += len(window) - 1
+        argmaxes.append(logits.argmax(-1))
+    return math.exp(nll / count), argmaxes
+
+
+def compare(
+    candidate: LLM, baseline: LLM, contexts: list[int], text: Path, max_windows: int | None = None
+) -> list[CompareRow]:
+    """Perplexity of both on the same held-out windows, and how often their greedy picks agree."""
+    if candidate.tokenizer.vocab_size != baseline.tokenizer.vocab_size:
+        raise ModelLoadError(
+            "the candidate and the baseline use different tokenizers; compare like with like"
+        )
+    ids = baseline.encode(text.read_text(encoding="utf-8"))
+    rows = []
+    for context in contexts:
+        windows = _windows(ids, context, max_windows)
+        if not windows:
+            raise ModelLoadError(f"{text}: {len(ids)} tokens hold no {context}-token window")
+        base_ppl, base_top = _score(baseline, windows)
+        cand_ppl, cand_top = _score(candidate, windows)
+        agree = sum(int((a == b).sum()) for a, b in zip(cand_top, base_top, strict=True))
+        total = sum(len(a) for a in base_top)
+        rows.append(
+            CompareRow(
+                context, len(windows), base_ppl, cand_ppl, (cand_ppl / base_ppl - 1) * 100, agree / total
+            )
+        )
+    return rows

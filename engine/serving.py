@@ -29,6 +29,7 @@ class EngineLoop:
         self._cancelled: deque[str] = deque()
         self._callbacks: dict[str, EventCallback] = {}
         self._stopped = False
+        self._retiring = False  # stop once the requests already running have finished
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 
@@ -57,6 +58,12 @@ class EngineLoop:
             self._lock.notify()
         self._thread.join(timeout=10)
 
+    def retire(self) -> None:
+        """Finish what is running, then stop (a newer engine has taken over new requests)."""
+        with self._lock:
+            self._retiring = True
+            self._lock.notify()
+
     def _drain(self) -> None:
         with self._lock:
             while (
@@ -65,6 +72,9 @@ class EngineLoop:
                 and not self._cancelled
                 and not self.engine.has_unfinished()
             ):
+                if self._retiring:
+                    self._stopped = True
+                    break
                 self._lock.wait()
             incoming, self._incoming = list(self._incoming), deque()
             cancelled, self._cancelled = list(self._cancelled), deque()

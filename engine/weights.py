@@ -12,12 +12,13 @@ companion scale, in the layouts of kernels.quant:
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
 
 from engine.errors import ModelLoadError
-from engine.safetensors_io import SafetensorsFile
+from engine.safetensors_io import SafetensorsFile, read_hashed
 from kernels.quant import FP8_BLOCK, INT4_GROUP, QuantizedWeight
 
 _FLOAT_DTYPES = {torch.float32, torch.float16, torch.bfloat16}
@@ -26,45 +27,46 @@ SCALE_SUFFIX = {"fp8": "_scale_inv", "int8": "_scale", "int4": "_scale"}
 
 
 class Checkpoint:
-    """The safetensors files of a model directory, each read once (hashed while reading) and
-    header-checked before any tensor is used."""
+    """The safetensors files of a model directory: each read once and hashed while reading; the
+    digests are checked (by `check_digests`, e.g. against a signed manifest) before any header is
+    parsed, and every header is checked before any tensor is used."""
 
-    def __init__(self, model_dir: Path):
+    def __init__(self, model_dir: Path, check_digests: Callable[[dict[str, str]], None] | None = None):
         self.model_dir = model_dir
-        self.digests: dict[str, str] = {}  # file name -> sha256 of its bytes
-        self._files: dict[str, SafetensorsFile] = {}
-        self.where: dict[str, str] = {}  # tensor name -> file name
         index = model_dir / "model.safetensors.index.json"
+        weight_map: dict[str, str] | None = None
         if index.exists():
             try:
                 weight_map = json.loads(index.read_text())["weight_map"]
-            except (json.JSONDecodeError, KeyError, TypeError) as exc:
+                shards = sorted(set(weight_map.values()))
+            except (json.JSONDecodeError, KeyError, TypeError, AttributeError) as exc:
                 raise ModelLoadError(f"{index}: not a safetensors index ({exc})") from None
-            for name, shard in weight_map.items():
-                if shard not in self._files:
-                    self._open(shard, index)
-                if name not in self._files[shard].entries:
-                    raise ModelLoadError(
-                        f"{index}: says {shard} holds {name}, but it does not (shards swapped?)"
-                    )
-                self.where[name] = shard
-            for shard, f in self._files.items():
-                extra = [n for n in f.keys() if weight_map.get(n) != shard]
-                if extra:
-                    raise ModelLoadError(f"{shard}: holds {extra[0]}, which the index places elsewhere")
-            return
-        if not (model_dir / "model.safetensors").is_file():
+        elif (model_dir / "model.safetensors").is_file():
+            shards = ["model.safetensors"]
+        else:
             raise ModelLoadError(f"{model_dir}: no model.safetensors or model.safetensors.index.json")
-        f = self._open("model.safetensors", model_dir)
-        self.where = dict.fromkeys(f.keys(), "model.safetensors")
-
-    def _open(self, fname: str, referrer: Path) -> SafetensorsFile:
-        path = self.model_dir / fname
-        if not path.is_file():
-            raise ModelLoadError(f"{referrer}: shard {fname!r} is missing")
-        f, digest = SafetensorsFile.open(path)
-        self._files[fname], self.digests[fname] = f, digest
-        return f
+        raw: dict[str, bytearray] = {}
+        self.digests: dict[str, str] = {}  # file name -> sha256 of its bytes
+        for shard in shards:
+            path = model_dir / shard
+            if not path.is_file():
+                raise ModelLoadError(f"{index}: shard {shard!r} is missing")
+            raw[shard], self.digests[shard] = read_hashed(path)
+        if check_digests is not None:
+            check_digests(self.digests)
+        self._files = {shard: SafetensorsFile(data, shard) for shard, data in raw.items()}
+        if weight_map is None:
+            self.where = dict.fromkeys(self._files["model.safetensors"].keys(), "model.safetensors")
+            return
+        self.where: dict[str, str] = {}  # tensor name -> file name
+        for name, shard in weight_map.items():
+            if name not in self._files[shard].entries:
+                raise ModelLoadError(f"{index}: says {shard} holds {name}, but it does not (shards swapped?)")
+            self.where[name] = shard
+        for shard, f in self._files.items():
+            extra = [n for n in f.keys() if weight_map.get(n) != shard]
+            if extra:
+                raise ModelLoadError(f"{shard}: holds {extra[0]}, which the index places elsewhere")
 
     def get(self, name: str) -> torch.Tensor:
         return self._files[self.where[name]].get_tensor(name)

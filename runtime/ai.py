@@ -71,6 +71,9 @@ class AIService:
     ) -> tuple[dict[str, Any], LatencyAccount]:
         """Run `model` on `inputs` for a request that entered at `ingress`; raises AIError."""
         if model not in self.edge.models():
+            refusal = self.edge.refusal(model)
+            if refusal:
+                raise AIError(5007, f"model {model!r} is not being served: it failed to load ({refusal})")
             known = ", ".join(self.edge.models()) or "none"
             raise AIError(5007, f"no such model {model!r}; available: {known}")
         parsed = _decode_inputs(inputs)
@@ -100,7 +103,11 @@ class AIService:
             },
             "finish_reason": result.finish_reason,
             "model": model,
-            "quantization": {"weights": result.weights, "kv_cache": result.kv_cache_dtype},
+            "quantization": {
+                "weights": result.weights,
+                "weights_by_part": result.weights_by_part,
+                "kv_cache": result.kv_cache_dtype,
+            },
             "timing": msgspec.to_builtins(latency),
         }
         return body, latency

@@ -7,12 +7,14 @@ that carry the latency account of the AI calls the worker made.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import secrets
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -23,7 +25,8 @@ from edge_sim.edge import Edge
 from edge_sim.topology import Location, PoP, TopologyError
 from runtime import ipc
 from runtime.ai import AIService
-from runtime.config import WorkerConfig
+from runtime.catalog import load_catalog, model_spec
+from runtime.config import ConfigError, WorkerConfig
 from runtime.isolate import Isolate, IsolateCrashed, WorkerLoadError
 from workers import AIError
 
@@ -38,6 +41,11 @@ WORKER_EXCEPTION = 1101
 WORKER_UNAVAILABLE = 1103
 BAD_LOCATION = 1110
 BODY_TOO_LARGE = 1113
+BAD_CONTROL_REQUEST = 1120
+
+
+class ReloadRequest(msgspec.Struct):
+    model: str
 
 
 @dataclass
@@ -46,6 +54,7 @@ class RequestContext:
     ingress: PoP
     client_rtt_ms: float
     accounts: list[LatencyAccount] = field(default_factory=list)
+    quantization: list[str] = field(default_factory=list)  # per AI call, for x-edge-quantization
 
 
 def error_response(
@@ -115,6 +124,10 @@ class Runtime:
                 call.call, error_code=3007, error_message=f"internal error: {type(exc).__name__}"
             )
         ctx.accounts.append(account)
+        q = result["quantization"]
+        ctx.quantization.append(
+            ", ".join([*(f"{p}={f}" for p, f in q["weights_by_part"].items()), f"kv_cache={q['kv_cache']}"])
+        )
         return ipc.AIReply(call.call, result=result)
 
     async def _read_body(self, request: Request) -> bytes | None:
@@ -169,6 +182,8 @@ class Runtime:
             self._requests.pop(rid, None)
 
         timing = {"server-timing": ", ".join(a.server_timing() for a in ctx.accounts)} if ctx.accounts else {}
+        if ctx.quantization:  # which compression served the answer: never hidden
+            timing["x-edge-quantization"] = "; ".join(ctx.quantization)
         if isinstance(outcome, ipc.InvokeError):
             log.warning("worker %s threw: %s\n%s", self.config.name, outcome.message, outcome.traceback)
             return error_response(
@@ -184,6 +199,32 @@ class Runtime:
     async def pops(self, request: Request) -> Response:
         """Each GPU PoP: its engines' formats, KV occupancy, recent steps and expert load."""
         return JSONResponse({"pops": [node.status() for node in self.edge.nodes.values()]})
+
+    async def reload_model(self, request: Request) -> Response:
+        """Load a new version of a catalog model at every PoP; a PoP that refuses it (it fails
+        verification, say) keeps serving the version it has and says why."""
+        try:
+            name = msgspec.json.decode(await request.body(), type=ReloadRequest).model
+            catalog = load_catalog(self.config.models_dir)
+        except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+            return error_response(400, BAD_CONTROL_REQUEST, f'send {{"model": "<catalog name>"}} ({exc})')
+        except ConfigError as exc:
+            return error_response(500, BAD_CONTROL_REQUEST, str(exc))
+        if name not in catalog:
+            return error_response(
+                404, BAD_CONTROL_REQUEST, f"{name!r} is not in the catalog ({', '.join(catalog)})"
+            )
+        outcome = await asyncio.to_thread(self.edge.reload, model_spec(self.config, name, catalog))
+        status = 200 if all(v is None for v in outcome.values()) else 409
+        return JSONResponse(
+            {
+                "model": name,
+                "pops": {
+                    code: {"loaded": reason is None, "refused": reason} for code, reason in outcome.items()
+                },
+            },
+            status_code=status,
+        )
 
     async def health(self, request: Request) -> Response:
         return JSONResponse(
@@ -213,6 +254,7 @@ def create_app(runtime: Runtime) -> Starlette:
         routes=[
             Route(CONTROL_PREFIX + "health", runtime.health, methods=["GET"]),
             Route(CONTROL_PREFIX + "pops", runtime.pops, methods=["GET"]),
+            Route(CONTROL_PREFIX + "models/reload", runtime.reload_model, methods=["POST"]),
             Route("/{path:path}", runtime.handle, methods=methods),
         ],
         lifespan=lifespan,

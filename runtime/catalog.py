@@ -11,6 +11,7 @@ from pathlib import Path
 
 import msgspec
 
+from edge_sim.pop import ModelSpec
 from runtime.config import ConfigError
 
 
@@ -46,3 +47,16 @@ def load_catalog(models_dir: Path) -> dict[str, tuple[CatalogEntry, Path]]:
             raise ConfigError(f"{path}: model {entry.name!r}: {folder} has no config.json")
         entries[entry.name] = (entry, folder)
     return entries
+
+
+def model_spec(config, name: str, catalog: dict[str, tuple[CatalogEntry, Path]]) -> ModelSpec:
+    """What a PoP needs to load catalog entry `name` under `config`'s trust settings."""
+    entry, folder = catalog[name]
+    return ModelSpec(
+        name,
+        str(folder),
+        entry.weights,
+        entry.kv_cache_dtype,
+        trusted_keys=config.trusted_keys,
+        allow_unsigned=config.models.allow_unsigned,
+    )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from pathlib import Path
 
 from runtime.config import DEFAULT_CONFIG, ConfigError, WorkerConfig, load_config
 
@@ -18,9 +19,8 @@ def build_edge(config: WorkerConfig):
     """The simulated edge for `config`: topology, RTT model, and in-process GPU PoPs with engines."""
     from edge_sim.edge import Edge
     from edge_sim.network import NetworkModel
-    from edge_sim.pop import ModelSpec
     from edge_sim.topology import Topology, TopologyError
-    from runtime.catalog import load_catalog
+    from runtime.catalog import load_catalog, model_spec
 
     catalog = load_catalog(config.models_dir)
     names = config.edge.models or list(catalog)
@@ -29,9 +29,7 @@ def build_edge(config: WorkerConfig):
         raise ConfigError(
             f"edge.models: unknown model(s) {', '.join(unknown)}; the catalog has {', '.join(catalog)}"
         )
-    specs = [
-        ModelSpec(n, str(catalog[n][1]), catalog[n][0].weights, catalog[n][0].kv_cache_dtype) for n in names
-    ]
+    specs = [model_spec(config, n, catalog) for n in names]
     try:
         topology = Topology.default()
         for code in config.edge.pops:
@@ -160,6 +158,8 @@ def cmd_models_eval(args: argparse.Namespace) -> int:
             weights=split(args.weights),
             text=args.text,
             max_windows=args.max_windows,
+            trusted_keys=args.pubkey or None,
+            allow_unsigned=args.allow_unsigned,
         )
     except (EngineError, ConfigError) as exc:
         return _fail(str(exc))
@@ -167,7 +167,17 @@ def cmd_models_eval(args: argparse.Namespace) -> int:
         print(msgspec.json.encode(rows).decode())
     else:
         print(format_table(rows))
+    if args.record:
+        path = quality_record_path(_model_dir(args.model, args.config))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(msgspec.json.format(msgspec.json.encode(rows), indent=2) + b"\n")
+        print(f"recorded in {path}")
     return 0
+
+
+def quality_record_path(model_dir):
+    """Where `edge models eval --record` keeps a model's last measured quality (outside the signed folder)."""
+    return model_dir.parent / "quality" / f"{model_dir.name}.json"
 
 
 def _model_dir(model: str, config_path: str):
@@ -184,20 +194,169 @@ def _model_dir(model: str, config_path: str):
     return catalog[model][1]
 
 
+def cmd_models_keygen(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from engine.integrity import keygen
+
+    keyfile = Path(args.keyfile)
+    if keyfile.exists() and not args.force:
+        return _fail(f"{keyfile} exists; pass --force to replace it")
+    pub = keygen(keyfile)
+    print(f"wrote {keyfile} (private, keep it secret) and {pub} (public, give it to whoever verifies)")
+    return 0
+
+
+def cmd_models_sign(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from engine.errors import ModelLoadError
+    from engine.integrity import sign
+
+    try:
+        out = sign(Path(args.dir), Path(args.key), Path(args.source) if args.source else None)
+    except ModelLoadError as exc:
+        return _fail(str(exc))
+    print(f"wrote {out}")
+    return 0
+
+
+def cmd_models_verify(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from engine.errors import ModelLoadError
+    from engine.integrity import MANIFEST, load_public_key, verify
+    from engine.verified_load import default_trusted_keys
+
+    model_dir = Path(args.dir)
+    try:
+        keys = [load_public_key(Path(k)) for k in (args.pubkey or default_trusted_keys())]
+    except ModelLoadError as exc:
+        return _fail(str(exc))
+    if not (model_dir / MANIFEST).is_file():
+        return _fail(f"{model_dir}: no {MANIFEST}; sign it with `edge models sign {model_dir} --key KEY`")
+    result = verify(model_dir, keys)
+    if not result.ok:
+        for problem in result.problems:
+            print(f"FAIL {problem}", file=sys.stderr)
+        return 1
+    print(f"OK {model_dir}: {len(result.files)} files match, signed by key {result.signed_by[:16]}")
+    return 0
+
+
+def cmd_models_promote(args: argparse.Namespace) -> int:
+    """Verify NEW, compare it with BASELINE on held-out text, and refuse it past the thresholds."""
+    import json
+    import time
+    from pathlib import Path
+
+    from engine import LLM
+    from engine.errors import EngineError
+    from engine.quality import compare, heldout_text_path
+
+    try:
+        limit = float(args.max_ppl_increase.rstrip("%"))
+        contexts = [int(c) for c in args.contexts.split(",") if c.strip()]
+    except ValueError:
+        return _fail(
+            "--max-ppl-increase takes a percentage such as 1% and --contexts token counts such as 256,1024"
+        )
+    new, old = Path(args.new), Path(args.baseline)
+    keys = args.pubkey or None
+    started = time.perf_counter()
+    try:
+        candidate = LLM(new, device="cpu", trusted_keys=keys)  # refuses anything that fails verification
+        verification_s = time.perf_counter() - started
+        baseline = LLM(old, device="cpu", trusted_keys=keys, allow_unsigned=args.allow_unsigned_baseline)
+        text = Path(args.text) if args.text else heldout_text_path(old)
+        started = time.perf_counter()
+        rows = compare(candidate, baseline, contexts, text, args.max_windows)
+        evaluation_s = time.perf_counter() - started
+    except EngineError as exc:
+        print(f"REFUSED {new}: {exc}", file=sys.stderr)
+        return 1
+    failures = [
+        f"perplexity +{r.ppl_change_pct:.2f}% at {r.context} tokens exceeds +{limit}%"
+        for r in rows
+        if r.ppl_change_pct > limit
+    ]
+    failures += [
+        f"greedy agreement {r.greedy_agreement:.1%} at {r.context} tokens is under {args.min_agreement:.0%}"
+        for r in rows
+        if r.greedy_agreement < args.min_agreement
+    ]
+    for r in rows:
+        print(
+            f"context {r.context:5d}: perplexity {r.baseline_perplexity:.3f} -> {r.candidate_perplexity:.3f} "
+            f"({r.ppl_change_pct:+.2f}%), greedy agreement {r.greedy_agreement:.1%}"
+        )
+    print(
+        f"verification {verification_s:.2f} s (signed by {candidate.verification.signed_by[:16]}), "
+        f"evaluation {evaluation_s:.2f} s"
+    )
+    record = {
+        "new": str(new),
+        "baseline": str(old),
+        "promoted": not failures,
+        "reasons": failures,
+        "signed_by": candidate.verification.signed_by,
+        "verification_seconds": round(verification_s, 3),
+        "evaluation_seconds": round(evaluation_s, 3),
+        "rows": [msgspec_builtins(r) for r in rows],
+        "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+    log_path = Path(args.record) if args.record else new.parent / "promotions.jsonl"
+    with open(log_path, "a") as f:
+        f.write(json.dumps(record) + "\n")
+    if failures:
+        for reason in failures:
+            print(f"REFUSED {new}: {reason}", file=sys.stderr)
+        return 1
+    print(f"PROMOTED {new} over {old} (recorded in {log_path})")
+    return 0
+
+
+def msgspec_builtins(obj):
+    import msgspec
+
+    return msgspec.to_builtins(obj)
+
+
 def cmd_models_list(args: argparse.Namespace) -> int:
+    """The catalog, with each model's formats, its verification and its last measured quality."""
+    import json
+
+    from engine.errors import ModelLoadError
+    from engine.integrity import MANIFEST, load_public_key, verify
+    from engine.verified_load import default_trusted_keys
     from runtime.catalog import load_catalog
 
     try:
         config = load_config(args.config)
         catalog = load_catalog(config.models_dir)
-    except ConfigError as exc:
+        keys = [load_public_key(Path(k)) for k in (config.trusted_keys or default_trusted_keys())]
+    except (ConfigError, ModelLoadError) as exc:
         return _fail(str(exc))
     for name, (entry, folder) in catalog.items():
-        print(
-            f"{name}\n  task {entry.task}, weights {entry.weights}, kv cache {entry.kv_cache_dtype}, {folder}"
-        )
+        print(f"{name}\n  {entry.task}; weights {entry.weights}, KV cache {entry.kv_cache_dtype}; {folder}")
         if entry.description:
             print(f"  {entry.description}")
+        if not (folder / MANIFEST).is_file():
+            state = "unsigned (served only if [models] allow_unsigned = true)"
+        else:
+            result = verify(folder, keys)
+            state = (
+                f"verified, signed by {result.signed_by[:16]}"
+                if result.ok
+                else "REFUSED: " + "; ".join(result.problems)
+            )
+        print(f"  integrity: {state}")
+        record = quality_record_path(folder)
+        if record.is_file():
+            rows = [r for r in json.loads(record.read_text()) if r["kv_cache_dtype"] == entry.kv_cache_dtype]
+            changes = ", ".join(f"{r['ppl_change_pct']:+.2f}% at {r['context']}" for r in rows)
+            kv = entry.kv_cache_dtype
+            print(f"  quality, KV {kv} vs uncompressed: perplexity {changes or 'not measured'}")
     return 0
 
 
@@ -244,7 +403,39 @@ def main(argv: list[str] | None = None) -> int:
     ev.add_argument("--max-windows", type=int, default=None, help="cap on windows per context")
     ev.add_argument("--config", default=DEFAULT_CONFIG)
     ev.add_argument("--json", action="store_true")
+    ev.add_argument("--pubkey", action="append", help="trusted public key (repeatable; default: models/keys)")
+    ev.add_argument("--allow-unsigned", action="store_true", help="evaluate a model without a manifest")
+    ev.add_argument(
+        "--record", action="store_true", help="keep the results for the catalog (models/quality/)"
+    )
     ev.set_defaults(func=cmd_models_eval)
+    kg = models.add_parser("keygen", help="make an Ed25519 key pair: KEYFILE (private) and KEYFILE.pub")
+    kg.add_argument("keyfile")
+    kg.add_argument("--force", action="store_true")
+    kg.set_defaults(func=cmd_models_keygen)
+    sg = models.add_parser("sign", help="write a signed manifest (in-toto statement in a DSSE envelope)")
+    sg.add_argument("dir")
+    sg.add_argument("--key", required=True, help="Ed25519 private key (from edge models keygen)")
+    sg.add_argument("--source", help="the checkpoint this one was compressed from (its manifest is linked)")
+    sg.set_defaults(func=cmd_models_sign)
+    vf = models.add_parser("verify", help="check files and signature against the manifest")
+    vf.add_argument("dir")
+    vf.add_argument("--pubkey", action="append", help="trusted public key (repeatable; default: models/keys)")
+    vf.set_defaults(func=cmd_models_verify)
+    pr = models.add_parser("promote", help="verify a new model and gate it on quality against a baseline")
+    pr.add_argument("new")
+    pr.add_argument("--baseline", required=True)
+    pr.add_argument("--max-ppl-increase", default="1%")
+    pr.add_argument("--min-agreement", type=float, default=0.0, help="minimum greedy agreement, 0-1")
+    pr.add_argument("--contexts", default="256,1024")
+    pr.add_argument("--max-windows", type=int, default=None)
+    pr.add_argument("--text", default=None)
+    pr.add_argument("--pubkey", action="append", help="trusted public key (repeatable; default: models/keys)")
+    pr.add_argument("--allow-unsigned-baseline", action="store_true")
+    pr.add_argument(
+        "--record", default=None, help="append the decision here (default: promotions.jsonl beside NEW)"
+    )
+    pr.set_defaults(func=cmd_models_promote)
     mlist = models.add_parser("list", help="the model catalog edge dev serves")
     mlist.add_argument("--config", default=DEFAULT_CONFIG)
     mlist.set_defaults(func=cmd_models_list)

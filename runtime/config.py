@@ -48,6 +48,13 @@ class EdgeConfig(msgspec.Struct):
     network: NetworkConfig = msgspec.field(default_factory=NetworkConfig)
 
 
+class ModelsConfig(msgspec.Struct):
+    # Public keys (PEM files, relative to the config) whose signatures make a model servable;
+    # empty = the project's own trust store, models/keys/*.pub.
+    trusted_keys: list[str] = msgspec.field(default_factory=list)
+    allow_unsigned: bool = False  # serve models without a manifest (with a warning)
+
+
 class WorkerConfig(msgspec.Struct, kw_only=True):
     name: str
     main: str
@@ -56,12 +63,20 @@ class WorkerConfig(msgspec.Struct, kw_only=True):
     ai: AIConfig | None = None
     vars: dict[str, str | int | float | bool] = msgspec.field(default_factory=dict)
     edge: EdgeConfig = msgspec.field(default_factory=EdgeConfig)
+    models: ModelsConfig = msgspec.field(default_factory=ModelsConfig)
     # Set by load_config: the folder relative paths are resolved against.
     base_dir: str = "."
 
     @property
     def main_path(self) -> Path:
         return (Path(self.base_dir) / self.main).resolve()
+
+    @property
+    def trusted_keys(self) -> list[str] | None:
+        """Trusted key paths resolved against the config's folder (None: the default store)."""
+        if not self.models.trusted_keys:
+            return None
+        return [str((Path(self.base_dir) / k).resolve()) for k in self.models.trusted_keys]
 
     @property
     def models_dir(self) -> Path:

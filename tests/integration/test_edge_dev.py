@@ -38,6 +38,7 @@ def test_clients_on_three_continents_are_served_by_their_nearest_pop(server):
         assert t["prefill_ms"] > 0 and t["decode_ms"] > 0 and t["client_rtt_ms"] >= 2.0
         # The headers carry the same account, and the ray names the ingress PoP as Cloudflare's does.
         assert re.fullmatch(r"[0-9a-f]{16}-" + t["ingress"], r.headers["cf-ray"])
+        assert r.headers["x-edge-quantization"].endswith("attention=bf16, kv_cache=auto")
         timing = dict(re.findall(r"([a-z-]+);dur=([0-9.]+)", r.headers["server-timing"]))
         assert float(timing["total"]) == pytest.approx(t["total_ms"], abs=0.01)
         assert float(timing["decode"]) == pytest.approx(t["decode_ms"], abs=0.01)

@@ -18,7 +18,11 @@ MODEL = "@edge/test/tiny"
 def service(tiny_model_dir):
     topo = Topology.default()
     edge = Edge.start(
-        topo, NetworkModel(), ["ICN", "FRA", "IAD"], [ModelSpec(MODEL, str(tiny_model_dir))], device="cpu"
+        topo,
+        NetworkModel(),
+        ["ICN", "FRA", "IAD"],
+        [ModelSpec(MODEL, str(tiny_model_dir), allow_unsigned=True)],
+        device="cpu",
     )
     yield AIService(edge)
     edge.close()
@@ -40,7 +44,16 @@ def test_result_shape_and_account_add_up(service):
     parts = t["client_rtt_ms"] + t["backbone_rtt_ms"] + t["queue_ms"] + t["prefill_ms"] + t["decode_ms"]
     assert t["total_ms"] == pytest.approx(parts, abs=1e-6)
     assert t["pop"] == "ICN" and t["ingress"] == "ICN"
-    assert body["quantization"] == {"weights": "bf16", "kv_cache": "auto"}
+    assert body["quantization"] == {
+        "weights": "bf16",
+        "weights_by_part": {
+            "routed_experts": "bf16",
+            "shared_experts": "bf16",
+            "dense_mlp": "bf16",
+            "attention": "bf16",
+        },
+        "kv_cache": "auto",
+    }
     assert t == {k: getattr(account, k) for k in t}
 
 

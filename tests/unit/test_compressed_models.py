@@ -36,8 +36,8 @@ def test_quantized_checkpoint_round_trips(tiny_model_dir, tmp_path, ids, fmt):
     assert cfg["parts"] == ["routed_experts", "shared_experts"]
     assert (dst / "tokenizer.json").is_file()
 
-    base = LLM(tiny_model_dir, device="cpu")
-    stored = LLM(dst, device="cpu")
+    base = LLM(tiny_model_dir, device="cpu", allow_unsigned=True)
+    stored = LLM(dst, device="cpu", allow_unsigned=True)
     assert stored.weight_formats == {
         "routed_experts": fmt,
         "shared_experts": fmt,
@@ -48,7 +48,7 @@ def test_quantized_checkpoint_round_trips(tiny_model_dir, tmp_path, ids, fmt):
     expert = stored.model.layers[1].mlp.experts.w_up
     assert isinstance(expert, QuantizedWeight) and expert.format == fmt
     # Quantizing at load gives exactly what the compressed checkpoint holds.
-    at_load = LLM(tiny_model_dir, weights=fmt, device="cpu")
+    at_load = LLM(tiny_model_dir, weights=fmt, device="cpu", allow_unsigned=True)
     torch.testing.assert_close(stored.logits(ids), at_load.logits(ids), atol=1e-5, rtol=0)
     err = rel_err(stored.logits(ids), base.logits(ids))
     assert err < LOGIT_TOLERANCE[fmt]
@@ -65,7 +65,9 @@ def test_fp8_checkpoint_uses_deepseeks_layout(tiny_model_dir, tmp_path):
     assert tensors["model.layers.0.self_attn.kv_b_proj.weight"].dtype == torch.float8_e4m3fn
     cfg = json.loads((tmp_path / "fp8" / "config.json").read_text())["quantization_config"]
     assert cfg["quant_method"] == "fp8" and cfg["weight_block_size"] == [128, 128]
-    llm = LLM(tmp_path / "fp8", device="cpu")  # attention compressed too: MLA expands kv_b at load
+    llm = LLM(
+        tmp_path / "fp8", device="cpu", allow_unsigned=True
+    )  # attention compressed too: MLA expands kv_b at load
     assert llm.weight_formats["attention"] == "fp8"
     assert (
         llm.generate("x", SamplingParams(max_tokens=3, temperature=0, ignore_eos=True))[0].completion_tokens
@@ -75,10 +77,13 @@ def test_fp8_checkpoint_uses_deepseeks_layout(tiny_model_dir, tmp_path):
 
 def test_bf16_expands_a_compressed_checkpoint(tiny_model_dir, tmp_path, ids):
     quantize_checkpoint(tiny_model_dir, tmp_path / "q", "int8")
-    expanded = LLM(tmp_path / "q", weights="bf16", device="cpu")
+    expanded = LLM(tmp_path / "q", weights="bf16", device="cpu", allow_unsigned=True)
     assert set(expanded.weight_formats.values()) == {"bf16"}
     torch.testing.assert_close(
-        expanded.logits(ids), LLM(tmp_path / "q", device="cpu").logits(ids), atol=1e-4, rtol=0
+        expanded.logits(ids),
+        LLM(tmp_path / "q", device="cpu", allow_unsigned=True).logits(ids),
+        atol=1e-4,
+        rtol=0,
     )
 
 
@@ -87,7 +92,7 @@ def test_int4_refuses_a_group_that_does_not_divide(tmp_path):
     with pytest.raises(
         ModelLoadError, match=r"experts\.0\.down_proj\.weight: input dimension 40 is not a multiple"
     ):
-        LLM(tmp_path / "m", weights="int4", device="cpu")
+        LLM(tmp_path / "m", weights="int4", device="cpu", allow_unsigned=True)
     with pytest.raises(ModelLoadError, match="input dimension 40"):
         quantize_checkpoint(tmp_path / "m", tmp_path / "out", "int4")
 
@@ -100,11 +105,11 @@ def test_missing_or_misshapen_scales_are_named(tiny_model_dir, tmp_path):
     tensors[name] = tensors[name][:, :1].contiguous()
     save_file(tensors, path)
     with pytest.raises(ModelLoadError, match=rf"{name} has shape \[32, 1\]; expected \[32, 2\]"):
-        LLM(tmp_path / "q", device="cpu")
+        LLM(tmp_path / "q", device="cpu", allow_unsigned=True)
     del tensors[name]
     save_file(tensors, path)
     with pytest.raises(ModelLoadError, match=rf"but its scale {name} is missing"):
-        LLM(tmp_path / "q", device="cpu")
+        LLM(tmp_path / "q", device="cpu", allow_unsigned=True)
 
 
 def test_sharded_checkpoints_load_the_same(tmp_path, ids):
@@ -112,8 +117,8 @@ def test_sharded_checkpoints_load_the_same(tmp_path, ids):
     ref.save_pretrained(tmp_path / "sharded", max_shard_size="200KB")
     assert (tmp_path / "sharded" / "model.safetensors.index.json").is_file()
     torch.testing.assert_close(
-        LLM(tmp_path / "sharded", device="cpu").logits([3, 4, 5, 6]),
-        LLM(tmp_path / "one", device="cpu").logits([3, 4, 5, 6]),
+        LLM(tmp_path / "sharded", device="cpu", allow_unsigned=True).logits([3, 4, 5, 6]),
+        LLM(tmp_path / "one", device="cpu", allow_unsigned=True).logits([3, 4, 5, 6]),
         atol=0,
         rtol=0,
     )
@@ -121,7 +126,7 @@ def test_sharded_checkpoints_load_the_same(tmp_path, ids):
     quantize_checkpoint(tmp_path / "sharded", tmp_path / "q", "int4", max_shard_bytes=64 * 1024)
     index = json.loads((tmp_path / "q" / "model.safetensors.index.json").read_text())
     assert len(set(index["weight_map"].values())) > 1
-    assert LLM(tmp_path / "q", device="cpu").weight_formats["routed_experts"] == "int4"
+    assert LLM(tmp_path / "q", device="cpu", allow_unsigned=True).weight_formats["routed_experts"] == "int4"
 
 
 def test_kimi_k2_model_type_reads_as_deepseek_v3(tiny_model_dir, tmp_path, ids):
@@ -130,13 +135,14 @@ def test_kimi_k2_model_type_reads_as_deepseek_v3(tiny_model_dir, tmp_path, ids):
     cfg["model_type"] = "kimi_k2"
     (d / "config.json").write_text(json.dumps(cfg))
     torch.testing.assert_close(
-        LLM(d, device="cpu").logits(ids), LLM(tiny_model_dir, device="cpu").logits(ids)
+        LLM(d, device="cpu", allow_unsigned=True).logits(ids),
+        LLM(tiny_model_dir, device="cpu", allow_unsigned=True).logits(ids),
     )
 
 
 def test_glm_compresses_too(tmp_path):
     tiny_glm4_moe(tmp_path / "glm")
-    llm = LLM(tmp_path / "glm", weights="int4", weight_parts="all", device="cpu")
+    llm = LLM(tmp_path / "glm", weights="int4", weight_parts="all", device="cpu", allow_unsigned=True)
     assert set(llm.weight_formats.values()) == {"int4"}
     assert llm.logits([1, 2, 3]).isfinite().all()
 

@@ -13,7 +13,7 @@ from engine.tokenizer import IncrementalDetokenizer, TextTokenizer
 
 @pytest.fixture(scope="module")
 def llm(tiny_model_dir):
-    return LLM(tiny_model_dir, device="cpu")
+    return LLM(tiny_model_dir, device="cpu", allow_unsigned=True)
 
 
 @pytest.mark.parametrize(
@@ -72,7 +72,7 @@ def test_generation_text_is_the_decoded_tokens(llm):
 
 
 def test_eos_stops_generation(tiny_model_dir):
-    llm = LLM(tiny_model_dir, device="cpu")
+    llm = LLM(tiny_model_dir, device="cpu", allow_unsigned=True)
     first = llm.generate("x = 1", SamplingParams(max_tokens=1, temperature=0))[0].token_ids[0]
     llm.eos_token_ids = frozenset({first})  # make the model's first choice the end of sequence
     out = llm.generate("x = 1", SamplingParams(max_tokens=5, temperature=0))[0]
@@ -109,7 +109,7 @@ def test_missing_tensor_is_named(tiny_model_dir, tmp_path):
     del tensors["model.layers.1.mlp.experts.3.up_proj.weight"]
     save_file(tensors, d / "model.safetensors")
     with pytest.raises(ModelLoadError, match=r"lacks .*model\.layers\.1\.mlp\.experts\.3\.up_proj\.weight"):
-        LLM(d, device="cpu")
+        LLM(d, device="cpu", allow_unsigned=True)
 
 
 def test_wrong_shape_and_dtype_are_named(tiny_model_dir, tmp_path):
@@ -120,11 +120,11 @@ def test_wrong_shape_and_dtype_are_named(tiny_model_dir, tmp_path):
     with pytest.raises(
         ModelLoadError, match=r"model\.norm\.weight has shape \[65\]; the config expects \[64\]"
     ):
-        LLM(d, device="cpu")
+        LLM(d, device="cpu", allow_unsigned=True)
     tensors["model.norm.weight"] = torch.ones(64, dtype=torch.int32)
     save_file(tensors, d / "model.safetensors")
     with pytest.raises(ModelLoadError, match=r"model\.norm\.weight has dtype torch\.int32"):
-        LLM(d, device="cpu")
+        LLM(d, device="cpu", allow_unsigned=True)
 
 
 @pytest.mark.parametrize(
@@ -141,11 +141,11 @@ def test_bad_config_fails_naming_the_field(tiny_model_dir, tmp_path, edit, messa
     cfg.update(edit)
     (d / "config.json").write_text(json.dumps(cfg))
     with pytest.raises(ModelLoadError, match=message):
-        LLM(d, device="cpu")
+        LLM(d, device="cpu", allow_unsigned=True)
 
 
 def test_unsupported_formats_are_refused(tiny_model_dir):
     with pytest.raises(ModelLoadError, match="weights='int3' is not supported"):
-        LLM(tiny_model_dir, weights="int3", device="cpu")
+        LLM(tiny_model_dir, weights="int3", device="cpu", allow_unsigned=True)
     with pytest.raises(ModelLoadError, match="weight part 'heads' is unknown"):
-        LLM(tiny_model_dir, weights="int4", weight_parts="experts,heads", device="cpu")
+        LLM(tiny_model_dir, weights="int4", weight_parts="experts,heads", device="cpu", allow_unsigned=True)

@@ -29,7 +29,7 @@ def test_logits_and_greedy_match_transformers(tmp_path, case):
     seed = torch.seed() % 2**31
     ref = tiny_glm4_moe(tmp_path, seed=seed, **CASES[case])
     ids = torch.randint(2, 256, (64,), generator=torch.Generator().manual_seed(seed)).tolist()
-    llm = LLM(tmp_path, device="cpu")
+    llm = LLM(tmp_path, device="cpu", allow_unsigned=True)
     with torch.no_grad():
         want = ref(torch.tensor([ids])).logits[0].float()
     got = llm.logits(ids)

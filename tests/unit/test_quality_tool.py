@@ -17,7 +17,9 @@ def text(tmp_path_factory):
 
 
 def test_rows_per_setting_and_context(tiny_model_dir, text):
-    rows = evaluate(tiny_model_dir, ["auto", "int8", "int4"], [64, 128], text=text, max_windows=3)
+    rows = evaluate(
+        tiny_model_dir, ["auto", "int8", "int4"], [64, 128], text=text, max_windows=3, allow_unsigned=True
+    )
     assert [(r.kv_cache_dtype, r.context) for r in rows] == [
         ("auto", 64),
         ("auto", 128),
@@ -38,31 +40,16 @@ def test_rows_per_setting_and_context(tiny_model_dir, text):
 
 
 def test_cli_json_and_errors(tiny_model_dir, text, capsys):
-    assert (
-        edge(
-            [
-                "models",
-                "eval",
-                str(tiny_model_dir),
-                "--kv",
-                "auto,fp8",
-                "--contexts",
-                "64",
-                "--text",
-                str(text),
-                "--max-windows",
-                "2",
-                "--json",
-            ]
-        )
-        == 0
-    )
+    def run(*extra: str) -> int:
+        return edge(["models", "eval", str(tiny_model_dir), "--text", str(text), "--allow-unsigned", *extra])
+
+    assert run("--kv", "auto,fp8", "--contexts", "64", "--max-windows", "2", "--json") == 0
     rows = json.loads(capsys.readouterr().out)
     assert [r["kv_cache_dtype"] for r in rows] == ["auto", "fp8"]
-    assert edge(["models", "eval", str(tiny_model_dir), "--contexts", "64,lots", "--text", str(text)]) == 2
+    assert run("--contexts", "64,lots") == 2
     assert "--contexts" in capsys.readouterr().err
-    assert (
-        edge(["models", "eval", str(tiny_model_dir), "--kv", "int3", "--contexts", "64", "--text", str(text)])
-        == 2
-    )
+    assert run("--kv", "int3", "--contexts", "64") == 2
     assert "int3" in capsys.readouterr().err
+    # without --allow-unsigned an unsigned model is refused, saying how to fix it
+    assert edge(["models", "eval", str(tiny_model_dir), "--text", str(text), "--contexts", "64"]) == 2
+    assert "edge models sign" in capsys.readouterr().err

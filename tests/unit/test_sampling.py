@@ -9,7 +9,7 @@ from engine.sampling import Sampler
 
 @pytest.fixture(scope="module")
 def llm(tiny_model_dir):
-    return LLM(tiny_model_dir, device="cpu")
+    return LLM(tiny_model_dir, device="cpu", allow_unsigned=True)
 
 
 def greedy_text(llm, prompt, n=12):

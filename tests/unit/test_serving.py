@@ -12,7 +12,7 @@ from engine.kv_cache import BLOCK_SIZE, PagedKVCache
 
 @pytest.fixture(scope="module")
 def solo(tiny_model_dir):
-    return LLM(tiny_model_dir, device="cpu")
+    return LLM(tiny_model_dir, device="cpu", allow_unsigned=True)
 
 
 def solo_greedy(llm, prompt, n):
@@ -34,7 +34,12 @@ def test_fifty_concurrent_requests_under_preemption_match_solo_greedy(tiny_model
     # room for about four of these sequences at once: the scheduler must preempt and resume
     block, _ = PagedKVCache.layout_bytes(solo.model.kv_components(), 3, "auto", torch.float32)
     llm = LLM(
-        tiny_model_dir, device="cpu", kv_cache_bytes=40 * block, max_num_batched_tokens=96, max_num_seqs=16
+        tiny_model_dir,
+        device="cpu",
+        allow_unsigned=True,
+        kv_cache_bytes=40 * block,
+        max_num_batched_tokens=96,
+        max_num_seqs=16,
     )
     ids = [
         llm.engine.add_request(p, SamplingParams(max_tokens=n, temperature=0, ignore_eos=True))
@@ -62,7 +67,7 @@ def test_fifty_concurrent_requests_under_preemption_match_solo_greedy(tiny_model
 
 
 def test_new_requests_join_running_decodes_and_long_prompts_do_not_stall_them(tiny_model_dir):
-    llm = LLM(tiny_model_dir, device="cpu", max_num_batched_tokens=32)
+    llm = LLM(tiny_model_dir, device="cpu", allow_unsigned=True, max_num_batched_tokens=32)
     eng = llm.engine
     first = eng.add_request([5, 6, 7], SamplingParams(max_tokens=30, temperature=0, ignore_eos=True))
     for _ in range(3):
@@ -81,7 +86,7 @@ def test_new_requests_join_running_decodes_and_long_prompts_do_not_stall_them(ti
 
 
 def test_cancellation_frees_blocks_at_once(tiny_model_dir):
-    llm = LLM(tiny_model_dir, device="cpu")
+    llm = LLM(tiny_model_dir, device="cpu", allow_unsigned=True)
     eng = llm.engine
     rid = eng.add_request(list(range(10, 60)), SamplingParams(max_tokens=50, temperature=0, ignore_eos=True))
     eng.step()
@@ -91,7 +96,7 @@ def test_cancellation_frees_blocks_at_once(tiny_model_dir):
 
 
 def test_non_finite_logits_fail_only_that_request(tiny_model_dir):
-    llm = LLM(tiny_model_dir, device="cpu")
+    llm = LLM(tiny_model_dir, device="cpu", allow_unsigned=True)
     real = llm.model.logits
     victim_row = {"row": 0}
 
@@ -117,7 +122,7 @@ def test_non_finite_logits_fail_only_that_request(tiny_model_dir):
 
 
 def test_request_metrics_add_up(tiny_model_dir):
-    llm = LLM(tiny_model_dir, device="cpu")
+    llm = LLM(tiny_model_dir, device="cpu", allow_unsigned=True)
     g = llm.generate("def f(x):", SamplingParams(max_tokens=6, temperature=0, ignore_eos=True))[0]
     m = g.metrics
     assert m.prompt_tokens == len(g.prompt_token_ids) and m.completion_tokens == 6
@@ -132,9 +137,9 @@ def test_request_metrics_add_up(tiny_model_dir):
 def test_kv_requests_that_can_never_fit_are_refused_up_front(tiny_model_dir):
     from engine import InvalidRequestError, ModelLoadError
 
-    block = LLM(tiny_model_dir, device="cpu").engine.cache.block_bytes
-    llm = LLM(tiny_model_dir, device="cpu", kv_cache_bytes=4 * block)
+    block = LLM(tiny_model_dir, device="cpu", allow_unsigned=True).engine.cache.block_bytes
+    llm = LLM(tiny_model_dir, device="cpu", allow_unsigned=True, kv_cache_bytes=4 * block)
     with pytest.raises(InvalidRequestError, match="KV blocks"):
         llm.generate("x " * 40, SamplingParams(max_tokens=40))
     with pytest.raises(ModelLoadError, match="kv_cache_dtype='int2' is unknown"):
-        LLM(tiny_model_dir, kv_cache_dtype="int2", device="cpu")
+        LLM(tiny_model_dir, kv_cache_dtype="int2", device="cpu", allow_unsigned=True)
