@@ -154,7 +154,7 @@ class LLMEngine:
             seq.num_computed += n
             seq.kv.length = seq.num_computed
         if samplers:
-            finite = torch.isfinite(logits).all(dim=-1).tolist()
+            finite = torch.isfinite(logits.sum(dim=-1)).tolist()  # any nan/inf in a row poisons its sum
             best = logits.argmax(dim=-1).tolist()  # one reduction for every greedy sequence
             for row, (seq, _) in enumerate(samplers):
                 events.append(self._sample(seq, logits, row, finite[row], best[row]))

@@ -25,3 +25,8 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     if use_triton(x):
         return rms_norm_triton(x, weight, eps)
     return rms_norm_ref(x, weight, eps)
+
+
+def rms_norm_for(weight: torch.Tensor):
+    """The rms_norm implementation for tensors on `weight`'s device, chosen once."""
+    return rms_norm_triton if use_triton(weight) else rms_norm_ref

@@ -195,7 +195,8 @@ class CausalLM:
         self.rotary = Rotary(c.qk_rope_head_dim, c.rope, c.rope_interleave, device)
         self.layers = [DecoderLayer(t, c, i, self.rotary) for i in range(c.num_hidden_layers)]
         self.norm = RMSNorm(t["model.norm.weight"], c.rms_norm_eps)
-        self.lm_head = self.embed if c.tie_word_embeddings else t["lm_head.weight"]
+        # [hidden, vocab], contiguous: the largest matmul of a decode step, on its fast layout
+        self.lm_head_t = (self.embed if c.tie_word_embeddings else t["lm_head.weight"]).t().contiguous()
         self.dtype = self.embed.dtype
         self.device = device
 
@@ -217,4 +218,4 @@ class CausalLM:
         return self.norm(x)
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        return torch.nn.functional.linear(hidden, self.lm_head).to(torch.float32)
+        return torch.matmul(hidden, self.lm_head_t).to(torch.float32)

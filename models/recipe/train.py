@@ -216,7 +216,7 @@ def main() -> None:
         json.dumps(
             {
                 "recipe": "python -m models.recipe.train "
-                + " ".join(f"--{k} {v}" for k, v in vars(args).items() if k != "out"),
+                + " ".join(f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items() if k != "out"),
                 "parameters": params,
                 "train_tokens_seen": seen,
                 "heldout_perplexity": round(ppl, 3),
