@@ -22,7 +22,8 @@ from typing import Literal
 import torch
 
 from engine.errors import InvalidRequestError
-from kernels import kv_quant
+from kernels import kv_quant, paged_kv
+from kernels.paged_kv import KVStore
 
 BLOCK_SIZE = 16
 KV_CACHE_DTYPES = ("auto", "bf16", "fp8", "int8", "int4")
@@ -50,70 +51,52 @@ def check_kv_dtype(kv_dtype: str) -> None:
 
 
 class ComponentStore:
-    """All blocks of one component in one layer, in one storage format."""
+    """All blocks of one component in one layer, in one storage format (a kernels.paged_kv.KVStore)."""
 
-    def __init__(self, comp: KVComponent, kv_dtype: str, num_blocks: int, dense: torch.dtype, device):
+    def __init__(
+        self, comp: KVComponent, kv_dtype: str, num_blocks: int, dense: torch.dtype, device, max_seqs: int = 0
+    ):
         self.comp, self.kv_dtype, self.dense = comp, kv_dtype, dense
         h, d, b = comp.heads, comp.dim, BLOCK_SIZE
         self.staged = kv_dtype == "fp8" or (kv_dtype == "int4" and comp.style == "key")
+        scale = None
         if kv_dtype in ("auto", "bf16"):
-            store = dense if kv_dtype == "auto" else torch.bfloat16
-            self.data = torch.zeros(num_blocks, b, h, d, dtype=store, device=device)
-            self.scale = None
+            data = torch.zeros(
+                num_blocks, b, h, d, dtype=dense if kv_dtype == "auto" else torch.bfloat16, device=device
+            )
         elif kv_dtype == "fp8":
-            self.data = torch.zeros(num_blocks, b, h, d, dtype=torch.float8_e4m3fn, device=device)
-            self.scale = torch.ones(num_blocks, h, dtype=torch.float32, device=device)
+            data = torch.zeros(num_blocks, b, h, d, dtype=torch.float8_e4m3fn, device=device)
+            scale = torch.ones(num_blocks, h, dtype=torch.float32, device=device)
         elif kv_dtype == "int8":
-            self.data = torch.zeros(num_blocks, b, h, d, dtype=torch.int8, device=device)
-            self.scale = torch.ones(num_blocks, b, h, dtype=torch.float32, device=device)
+            data = torch.zeros(num_blocks, b, h, d, dtype=torch.int8, device=device)
+            scale = torch.ones(num_blocks, b, h, dtype=torch.float32, device=device)
         else:  # int4
             if d % kv_quant.GROUP:
                 raise InvalidRequestError(
                     "kv_cache_dtype", f"int4 needs {comp.name} dims divisible by {kv_quant.GROUP}, got {d}"
                 )
-            self.data = torch.zeros(num_blocks, b, h, d // 2, dtype=torch.uint8, device=device)
+            data = torch.zeros(num_blocks, b, h, d // 2, dtype=torch.uint8, device=device)
             shape = (num_blocks, h, d) if comp.style == "key" else (num_blocks, b, h, d // kv_quant.GROUP)
-            self.scale = torch.ones(*shape, dtype=torch.float16, device=device)
+            scale = torch.ones(*shape, dtype=torch.float16, device=device)
+        staging = torch.zeros(max_seqs, b, h, d, dtype=dense, device=device) if self.staged else None
+        self.store = KVStore(kv_dtype, comp.style, dense, data, scale, staging)
 
     def block_bytes(self) -> int:
         """Exact bytes of one block of this component, scales included."""
-        per = self.data[0].numel() * self.data.element_size()
-        if self.scale is not None:
-            per += self.scale[0].numel() * self.scale.element_size()
+        data, scale = self.store.data, self.store.scale
+        per = data[0].numel() * data.element_size()
+        if scale is not None:
+            per += scale[0].numel() * scale.element_size()
         return per
 
     def write_tokens(self, blocks: torch.Tensor, offsets: torch.Tensor, x: torch.Tensor) -> None:
-        """Immediate formats: store tokens x [n, H, D] at (block, offset)."""
-        if self.kv_dtype in ("auto", "bf16"):
-            self.data[blocks, offsets] = x.to(self.data.dtype)
-        elif self.kv_dtype == "int8":
-            q, s = kv_quant.int8_quantize_token(x)
-            self.data[blocks, offsets], self.scale[blocks, offsets] = q, s
-        else:  # int4 value-like
-            q, s = kv_quant.int4_quantize_group(x)
-            self.data[blocks, offsets], self.scale[blocks, offsets] = q, s
+        paged_kv.write_tokens_ref(self.store, blocks, offsets, x)
 
     def write_blocks(self, blocks: torch.Tensor, x: torch.Tensor) -> None:
-        """Staged formats: quantize whole blocks x [m, BLOCK, H, D] at once."""
-        if self.kv_dtype == "fp8":
-            q, s = kv_quant.fp8_quantize_block(x)
-        else:  # int4 key-like
-            q, s = kv_quant.int4_quantize_channel(x)
-        self.data[blocks], self.scale[blocks] = q, s
+        paged_kv.write_blocks_ref(self.store, blocks, x)
 
     def read_blocks(self, blocks: torch.Tensor) -> torch.Tensor:
-        """Dense values of `blocks` (any index shape) -> [..., BLOCK, H, D] in the dense dtype."""
-        data = self.data[blocks]
-        if self.kv_dtype in ("auto", "bf16"):
-            return data.to(self.dense)
-        scale = self.scale[blocks]
-        if self.kv_dtype == "fp8":
-            return kv_quant.fp8_dequantize_block(data, scale, self.dense)
-        if self.kv_dtype == "int8":
-            return kv_quant.int8_dequantize_token(data, scale, self.dense)
-        if self.comp.style == "key":
-            return kv_quant.int4_dequantize_channel(data, scale, self.dense)
-        return kv_quant.int4_dequantize_group(data, scale, self.dense)
+        return paged_kv.read_blocks_ref(self.store, blocks)
 
 
 @dataclass
@@ -149,7 +132,6 @@ class PagedKVCache:
         self.components, self.num_layers, self.kv_dtype = components, num_layers, kv_dtype
         self.dense, self.device = dense, device
         self.block_bytes, self.staging_bytes = self.layout_bytes(components, num_layers, kv_dtype, dense)
-        probe = [ComponentStore(c, kv_dtype, 1, dense, "meta") for c in components]
         # A running sequence holds its staging slot's bytes as reserved blocks.
         self.staging_blocks = math.ceil(self.staging_bytes / self.block_bytes) if self.staging_bytes else 0
         self.num_blocks = int(budget_bytes // self.block_bytes)
@@ -159,20 +141,11 @@ class PagedKVCache:
                 f"{budget_bytes} bytes hold no complete block; one block takes {self.block_bytes}",
             )
         self.stores = [
-            [ComponentStore(c, kv_dtype, self.num_blocks, dense, device) for c in components]
+            [ComponentStore(c, kv_dtype, self.num_blocks, dense, device, max_seqs) for c in components]
             for _ in range(num_layers)
         ]
-        self._staged = [i for i, s in enumerate(probe) if s.staged]
+
         self.max_seqs = max_seqs
-        self.staging = [
-            {
-                i: torch.zeros(
-                    max_seqs, BLOCK_SIZE, components[i].heads, components[i].dim, dtype=dense, device=device
-                )
-                for i in self._staged
-            }
-            for _ in range(num_layers)
-        ]
         self._free_blocks = list(range(self.num_blocks - 1, -1, -1))
         self._free_slots = list(range(max_seqs - 1, -1, -1))
         self._reserved = 0  # blocks held back for staging slots
@@ -259,14 +232,14 @@ class PagedKVCache:
             nb = self.blocks_for(end)
             dense = store.read_blocks(table[:nb])  # [nb, BLOCK, H, D]
             if store.staged and end % BLOCK_SIZE:
-                dense[nb - 1] = self.staging[layer][i][seq.slot]
+                dense[nb - 1] = store.store.staging[seq.slot]
             out.append(dense.reshape(nb * BLOCK_SIZE, comp.width)[:end])
         return tuple(out)
 
     def _write_staged(
         self, layer: int, i: int, store: ComponentStore, seq: SeqKV, start: int, x: torch.Tensor
     ):
-        stage = self.staging[layer][i][seq.slot]
+        stage = store.store.staging[seq.slot]
         first = start - start % BLOCK_SIZE  # the tail block's first position
         tokens = torch.cat([stage[: start - first], x]) if start > first else x
         full = tokens.shape[0] // BLOCK_SIZE
@@ -280,32 +253,14 @@ class PagedKVCache:
         rest = tokens[full * BLOCK_SIZE :]
         stage[: rest.shape[0]] = rest
 
-    def decode_write_read(
-        self, meta, layer: int, parts: tuple[torch.Tensor, ...]
-    ) -> tuple[torch.Tensor, ...]:
-        """Batched decode (engine.batch.DecodeMeta): one new token per sequence at meta.pos.
+    def store(self, layer: int, component: int) -> KVStore:
+        return self.stores[layer][component].store
 
-        Returns per component a dense [B, T_max, width] tensor; positions where meta.hidden is
-        set hold garbage and must be masked.
-        """
+    def decode_write(self, meta, layer: int, parts: tuple[torch.Tensor, ...]) -> None:
+        """Batched decode (engine.batch.DecodeMeta): one new token per sequence at meta.pos,
+        written through kernels.paged_kv (Triton on a GPU, the torch reference on a CPU)."""
         b = meta.tables.shape[0]
-        rows = torch.arange(b, device=self.device)
-        out = []
-        for i, (store, x) in enumerate(zip(self.stores[layer], parts, strict=True)):
-            comp = self.components[i]
-            x = x.reshape(b, comp.heads, comp.dim)
-            if store.staged:
-                stage = self.staging[layer][i]
-                stage[meta.slots, meta.offset] = x
-                done = meta.offset == BLOCK_SIZE - 1
-                if bool(done.any()):
-                    store.write_blocks(meta.tables[rows[done], meta.tail[done]], stage[meta.slots[done]])
-                dense = store.read_blocks(meta.tables)  # [B, nb, BLOCK, H, D]
-                partial = ~done
-                if bool(partial.any()):
-                    dense[rows[partial], meta.tail[partial]] = stage[meta.slots[partial]]
-            else:
-                store.write_tokens(meta.tables[rows, meta.tail], meta.offset, x)
-                dense = store.read_blocks(meta.tables)
-            out.append(dense.reshape(b, -1, comp.width))
-        return tuple(out)
+        for comp, store, x in zip(self.components, self.stores[layer], parts, strict=True):
+            paged_kv.decode_write(
+                store.store, meta.tables, meta.pos, meta.slots, x.reshape(b, comp.heads, comp.dim)
+            )

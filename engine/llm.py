@@ -214,6 +214,10 @@ class LLM:
                     if event.finish_reason is not None:
                         return
 
+    def chat(self, messages: list[dict[str, str]], params: SamplingParams | None = None) -> Generation:
+        """Generate the assistant's reply to `messages`, rendered with the model's chat template."""
+        return self.generate(self.tokenizer.apply_chat_template(messages), params)[0]
+
     def generate(self, prompts: str | list[str], params: SamplingParams | None = None) -> list[Generation]:
         """Generate for every prompt at once (continuously batched); results in prompt order."""
         params = params or SamplingParams()

@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import struct
+import sys
 from pathlib import Path
 
 import torch
@@ -20,6 +21,7 @@ from engine.errors import ModelLoadError
 
 MAX_HEADER_BYTES = 100 * 1024 * 1024  # the reference implementation's own cap
 _CHUNK = 8 * 1024 * 1024
+_PROGRESS_MIN_BYTES = 64 * 1024 * 1024  # below this a bar would only flicker
 DTYPES: dict[str, torch.dtype] = {
     "F64": torch.float64,
     "F32": torch.float32,
@@ -41,13 +43,22 @@ class CheckpointIntegrityError(ModelLoadError):
 
 
 def read_hashed(path: Path) -> tuple[bytearray, str]:
-    """The file's bytes and their SHA-256, from a single read."""
+    """The file's bytes and their SHA-256, from a single read (with a progress bar on a terminal)."""
     digest = hashlib.sha256()
+    size = path.stat().st_size
     data = bytearray()
+    show = size >= _PROGRESS_MIN_BYTES and sys.stderr.isatty()
     with open(path, "rb") as f:
         while chunk := f.read(_CHUNK):
             digest.update(chunk)
             data += chunk
+            if show:
+                done = len(data) / size
+                bar = "#" * int(done * 30)
+                sys.stderr.write(f"\rverifying {path.name} [{bar:<30}] {done:4.0%}")
+                sys.stderr.flush()
+    if show:
+        sys.stderr.write("\n")
     return data, digest.hexdigest()
 
 

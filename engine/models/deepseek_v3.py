@@ -25,6 +25,7 @@ from engine.models.layers import (
     moe_tensors,
     softmax_scale,
 )
+from kernels import paged_kv
 
 
 def expected_tensors(c: ModelConfig) -> dict[str, tuple[int, ...]]:
@@ -163,13 +164,18 @@ class MLAttention:
         return self.w_out(out.view(n, heads * rank))
 
     def _decode(self, q_lat, q_rot, latent, k_rot, meta) -> torch.Tensor:
-        lat, rot = meta.seqs[0].cache.decode_write_read(meta, self.layer, (latent, k_rot))
-        scores = torch.matmul(q_lat, lat.transpose(1, 2)) + torch.matmul(q_rot, rot.transpose(1, 2))
-        scores = (scores * self.scale).masked_fill(meta.hidden[:, None, :], float("-inf"))
-        probs = torch.softmax(scores, dim=-1, dtype=torch.float32)
-        if probs.dtype != lat.dtype:
-            probs = probs.to(lat.dtype)
-        return torch.matmul(probs, lat)
+        cache = meta.seqs[0].cache
+        cache.decode_write(meta, self.layer, (latent, k_rot))
+        return paged_kv.mla_decode(
+            q_lat,
+            q_rot,
+            cache.store(self.layer, 0),
+            cache.store(self.layer, 1),
+            meta.tables,
+            meta.lengths,
+            meta.slots,
+            self.scale,
+        )
 
 
 class DecoderLayer:

@@ -23,6 +23,7 @@ from engine.models.layers import (
     mlp_tensors,
     moe_tensors,
 )
+from kernels import paged_kv
 
 
 def expected_tensors(c: ModelConfig) -> dict[str, tuple[int, ...]]:
@@ -119,18 +120,17 @@ class GQAttention:
         return self.o_proj(out.reshape(n, self.heads * self.dim))
 
     def _decode(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, meta) -> torch.Tensor:
-        k_all, v_all = meta.seqs[0].cache.decode_write_read(meta, self.layer, (k, v))
-        b, t = k_all.shape[:2]
-        # [b, kv, group, d] x [b, kv, d, t]: each group of query heads reads its KV head
-        k_all = k_all.view(b, t, self.kv_heads, self.dim).transpose(1, 2)
-        v_all = v_all.view(b, t, self.kv_heads, self.dim).transpose(1, 2)
-        q_g = q.view(b, self.kv_heads, self.group, self.dim)
-        scores = torch.matmul(q_g, k_all.transpose(2, 3)) * self.scale
-        scores = scores.masked_fill(meta.hidden[:, None, None, :], float("-inf"))
-        probs = torch.softmax(scores, dim=-1, dtype=torch.float32)
-        if probs.dtype != v_all.dtype:
-            probs = probs.to(v_all.dtype)
-        return torch.matmul(probs, v_all).reshape(b, self.heads, self.dim)
+        cache = meta.seqs[0].cache
+        cache.decode_write(meta, self.layer, (k, v))
+        return paged_kv.gqa_decode(
+            q,
+            cache.store(self.layer, 0),
+            cache.store(self.layer, 1),
+            meta.tables,
+            meta.lengths,
+            meta.slots,
+            self.scale,
+        )
 
 
 class DecoderLayer:

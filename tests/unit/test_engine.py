@@ -149,3 +149,19 @@ def test_unsupported_formats_are_refused(tiny_model_dir):
         LLM(tiny_model_dir, weights="int3", device="cpu", allow_unsigned=True)
     with pytest.raises(ModelLoadError, match="weight part 'heads' is unknown"):
         LLM(tiny_model_dir, weights="int4", weight_parts="experts,heads", device="cpu", allow_unsigned=True)
+
+
+def test_chat_uses_the_models_template(llm):
+    out = llm.chat(
+        [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hi"}],
+        SamplingParams(max_tokens=3, temperature=0, ignore_eos=True),
+    )
+    tok = llm.tokenizer
+    prompt = out.prompt_token_ids
+    # Kimi's layout: role markers and <|im_middle|> are single special tokens, and the prompt ends
+    # by opening the assistant's turn
+    for marker in ("<|im_system|>", "<|im_user|>", "<|im_middle|>", "<|im_end|>"):
+        assert tok._tok.token_to_id(marker) in prompt
+    ids = tok._tok.token_to_id
+    assert prompt[-1] == ids("<|im_middle|>") and ids("<|im_assistant|>") in prompt[-6:]
+    assert out.completion_tokens == 3

@@ -7,6 +7,7 @@ import torch
 from engine.batch import SeqSlice, StepBatch
 from engine.errors import InvalidRequestError
 from engine.kv_cache import BLOCK_SIZE, KVComponent, PagedKVCache
+from kernels import paged_kv
 
 MLA = [KVComponent("latent", 1, 64, "value"), KVComponent("rope", 1, 32, "key")]
 GQA = [KVComponent("k", 2, 64, "key"), KVComponent("v", 2, 64, "value")]
@@ -125,7 +126,11 @@ def test_batched_decode_reads_what_single_sequence_writes_read(kv, components):
         meta = StepBatch(
             [SeqSlice(kv, row, 1, kv.length) for row, kv in enumerate(seqs)], torch.device("cpu")
         ).decode
-        dense = c.decode_write_read(meta, 0, tuple(new))
+        c.decode_write(meta, 0, tuple(new))
+        dense = [
+            paged_kv.read_sequences_ref(c.store(0, i), meta.tables, meta.lengths, meta.slots).flatten(2)
+            for i in range(len(components))
+        ]
         for row, (s, r) in enumerate(zip(seqs, refs, strict=True)):
             want = r.write(0, r.length, *(x[row : row + 1] for x in new))
             for d, w in zip(dense, want, strict=True):

@@ -1,0 +1,87 @@
+"""Dequantizing matmul: y = x @ dequant(W)^T (+ b) for fp8 (128x128 blocks), int8 (per channel)
+and int4 (group 32, packed) weights, accumulating in fp32.
+
+Reference: kernels.quant.linear_ref (dequantize, then a dense matmul).
+Triton: dequantizes in registers; a split-K variant covers decode shapes (few rows, wide weights),
+where one program per output tile would leave most of the GPU idle.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from kernels.dispatch import KernelShapeError
+from kernels.quant import INT4_GROUP, QuantizedWeight, linear_ref
+
+_FORMATS = {"int8": 0, "int4": 1, "fp8": 2}
+
+
+def dequant_matmul_ref(x: torch.Tensor, w: QuantizedWeight, bias: torch.Tensor | None = None) -> torch.Tensor:
+    return linear_ref(x, w, bias)
+
+
+def pick_split_k(
+    m: int, n: int, k: int, block_n: int = 64, block_k: int = 64, target_programs: int = 132
+) -> int:
+    """Split K when the output tiles alone cannot fill the GPU (decode: m is small)."""
+    tiles = -(-m // 16) * -(-n // block_n)
+    if tiles >= target_programs:
+        return 1
+    return max(1, min(-(-target_programs // tiles), k // (4 * block_k)))
+
+
+def dequant_matmul_triton(
+    x: torch.Tensor,
+    w: QuantizedWeight,
+    bias: torch.Tensor | None = None,
+    split_k: int | None = None,
+    block_m: int = 16,
+    block_n: int = 64,
+    block_k: int = 64,
+) -> torch.Tensor:
+    from kernels._triton_dequant_matmul import dequant_matmul_kernel
+
+    if w.format not in _FORMATS or len(w.shape) != 2:
+        raise KernelShapeError(f"dequant_matmul: a 2-D fp8/int8/int4 weight, got {w.format} {w.shape}")
+    n, k = w.shape
+    if x.shape[-1] != k or x.dtype not in (torch.float32, torch.float16, torch.bfloat16):
+        raise KernelShapeError(f"dequant_matmul: x {tuple(x.shape)} {x.dtype} does not fit W {w.shape}")
+    if w.format == "int4" and (k % INT4_GROUP or block_k % INT4_GROUP):
+        raise KernelShapeError(f"dequant_matmul: int4 needs K and BLOCK_K divisible by 32, got K={k}")
+    x2 = x.reshape(-1, k)
+    m = x2.shape[0]
+    split = split_k or pick_split_k(m, n, k, block_n, block_k)
+    per_split = -(-k // split)
+    per_split = -(-per_split // block_k) * block_k  # whole K blocks (and whole int4 groups) per split
+    split = -(-k // per_split)
+    partial = torch.full((split, m, n), float("nan"), dtype=torch.float32, device=x.device)
+    data, scale = w.data, w.scale
+    stride_sk = scale.stride(1) if scale.dim() == 2 else 0
+    grid = (-(-m // block_m), -(-n // block_n), split)
+    dequant_matmul_kernel[grid](
+        x2,
+        data,
+        scale,
+        partial,
+        m,
+        n,
+        k,
+        x2.stride(0),
+        x2.stride(1),
+        data.stride(0),
+        data.stride(1),
+        scale.stride(0),
+        stride_sk,
+        partial.stride(0),
+        partial.stride(1),
+        partial.stride(2),
+        per_split,
+        FMT=_FORMATS[w.format],
+        BLOCK_M=block_m,
+        BLOCK_N=block_n,
+        BLOCK_K=block_k,
+    )
+    y = partial.sum(0) if split > 1 else partial[0]
+    if bias is not None:
+        y = y + bias.to(torch.float32)
+    return y.to(x.dtype).reshape(*x.shape[:-1], n)
