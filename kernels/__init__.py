@@ -1,6 +1,7 @@
 """Kernels: one module per op, each a Triton kernel plus its torch reference twin.
 
-The engine calls only the functions exported here; `kernels.dispatch` picks the implementation.
+The engine calls only the functions exported here (and kernels.paged_kv's); `kernels.dispatch`
+picks the implementation: Triton on CUDA, the torch reference on a CPU, EDGE_KERNELS to force one.
 """
 
 from __future__ import annotations
@@ -11,14 +12,38 @@ from kernels.dispatch import KernelShapeError, backend, use_triton
 from kernels.quant import QuantizedWeight, linear_ref
 from kernels.rmsnorm import rms_norm_ref, rms_norm_triton
 
-__all__ = ["KernelShapeError", "QuantizedWeight", "backend", "linear", "rms_norm"]
+__all__ = [
+    "KernelShapeError",
+    "QuantizedWeight",
+    "backend",
+    "fused_moe",
+    "linear",
+    "rms_norm",
+    "rms_norm_for",
+    "use_triton",
+]
 
 
 def linear(
     x: torch.Tensor, w: torch.Tensor | QuantizedWeight, bias: torch.Tensor | None = None
 ) -> torch.Tensor:
-    """x @ W^T (+ b) for a dense or compressed weight."""
+    """x @ W^T (+ b) for a dense or compressed weight (compressed: dequantized in registers on GPU)."""
+    if isinstance(w, QuantizedWeight) and use_triton(x):
+        from kernels.dequant_matmul import dequant_matmul_triton
+
+        return dequant_matmul_triton(x, w, bias)
     return linear_ref(x, w, bias)
+
+
+def fused_moe(
+    x: torch.Tensor, weights: torch.Tensor, ids: torch.Tensor, w_gate, w_up, w_down
+) -> torch.Tensor:
+    """The routed experts of a layer, weighted and summed per token (kernels.moe)."""
+    from kernels import moe
+
+    if use_triton(x):
+        return moe.fused_moe_triton(x, weights, ids, w_gate, w_up, w_down)
+    return moe.fused_moe_ref(x, weights, ids, w_gate, w_up, w_down)
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:

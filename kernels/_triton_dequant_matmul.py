@@ -8,7 +8,7 @@ the partials (deterministic, no atomics).
 import triton
 import triton.language as tl
 
-FMT_INT8, FMT_INT4, FMT_FP8 = 0, 1, 2
+from kernels._triton_dequant import weight_tile
 
 
 @triton.jit
@@ -50,43 +50,10 @@ def dequant_matmul_kernel(
             mask=(rm[:, None] < M) & (rk[None, :] < k_end),
             other=0.0,
         ).to(tl.float32)
-        if FMT == FMT_INT4:
-            # two values per byte, low nibble first: load BLOCK_K/2 bytes and interleave the halves
-            rb = k0 // 2 + tl.arange(0, BLOCK_K // 2)
-            packed = tl.load(
-                w_ptr + rn[:, None] * stride_wn + rb[None, :] * stride_wk,
-                mask=(rn[:, None] < N) & (rb[None, :] < k_end // 2),
-                other=0,
-            ).to(tl.int32)
-            low = (packed & 0xF) - 8
-            high = (packed >> 4) - 8
-            q = tl.reshape(tl.join(low, high), (BLOCK_N, BLOCK_K)).to(tl.float32)
-            groups = k0 // 32 + tl.arange(0, BLOCK_K // 32)
-            s = tl.load(
-                s_ptr + rn[:, None] * stride_sn + groups[None, :] * stride_sk,
-                mask=(rn[:, None] < N) & (groups[None, :] < (k_end + 31) // 32),
-                other=0.0,
-            ).to(tl.float32)
-            w = tl.reshape(tl.reshape(q, (BLOCK_N, BLOCK_K // 32, 32)) * s[:, :, None], (BLOCK_N, BLOCK_K))
-        else:
-            q = tl.load(
-                w_ptr + rn[:, None] * stride_wn + rk[None, :] * stride_wk,
-                mask=(rn[:, None] < N) & (rk[None, :] < k_end),
-                other=0.0,
-            ).to(tl.float32)
-            if FMT == FMT_FP8:  # one scale per 128x128 block of W
-                s = tl.load(
-                    s_ptr + (rn[:, None] // 128) * stride_sn + (rk[None, :] // 128) * stride_sk,
-                    mask=(rn[:, None] < N) & (rk[None, :] < k_end),
-                    other=0.0,
-                )
-                w = q * s
-            else:  # int8: the per-row scale is applied once, after the sum
-                w = q
+        w = weight_tile(
+            w_ptr, s_ptr, rn, k0, N, k_end, stride_wn, stride_wk, stride_sn, stride_sk, FMT, BLOCK_N, BLOCK_K
+        )
         acc += tl.dot(x, tl.trans(w), input_precision="ieee")
-    if FMT == FMT_INT8:
-        s = tl.load(s_ptr + rn * stride_sn, mask=rn < N, other=0.0)
-        acc = acc * s[None, :]
     tl.store(
         out_ptr + pid_k * stride_os + rm[:, None] * stride_om + rn[None, :] * stride_on,
         acc,

@@ -244,6 +244,12 @@ class RoutedExperts:
 
     def __call__(self, x: torch.Tensor, weights: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
         """Sum over each token's k experts of weight * expert(x); only experts with tokens run."""
+        if kernels.use_triton(x):  # one grouped-GEMM launch per projection over all active experts
+            if self.fused:
+                i = self.w_gate_up_t.shape[2] // 2
+                w = self.w_gate_up_t.transpose(1, 2)  # [E, 2I, H] views, no copy
+                return kernels.fused_moe(x, weights, ids, w[:, :i], w[:, i:], self.w_down_t.transpose(1, 2))
+            return kernels.fused_moe(x, weights, ids, self.w_gate, self.w_up, self.w_down)
         out = torch.zeros_like(x)
         k = ids.shape[1]
         if ids.numel() <= self.PAIR_LOOP_MAX:
