@@ -17,14 +17,15 @@ class LatencyAccount(msgspec.Struct, kw_only=True):
     queue_ms: float  # waiting at the GPU PoP before the engine took the request
     prefill_ms: float  # prompt forward pass and the first token
     decode_ms: float  # every later token
+    tpot_ms: float = 0.0  # mean time per output token after the first (measured)
+    ttft_ms: float = 0.0  # what the client waits for the first token: network + queue + prefill
     total_ms: float = 0.0
 
     def __post_init__(self) -> None:
-        for name in ("client_rtt_ms", "backbone_rtt_ms", "queue_ms", "prefill_ms", "decode_ms"):
+        for name in ("client_rtt_ms", "backbone_rtt_ms", "queue_ms", "prefill_ms", "decode_ms", "tpot_ms"):
             setattr(self, name, round(getattr(self, name), 3))
-        self.total_ms = round(
-            self.client_rtt_ms + self.backbone_rtt_ms + self.queue_ms + self.prefill_ms + self.decode_ms, 3
-        )
+        self.ttft_ms = round(self.client_rtt_ms + self.backbone_rtt_ms + self.queue_ms + self.prefill_ms, 3)
+        self.total_ms = round(self.ttft_ms + self.decode_ms, 3)
 
     def server_timing(self) -> str:
         """The same parts as a Server-Timing header value (durations in ms)."""
@@ -34,6 +35,7 @@ class LatencyAccount(msgspec.Struct, kw_only=True):
             ("queue", self.queue_ms, self.pop),
             ("prefill", self.prefill_ms, self.pop),
             ("decode", self.decode_ms, self.pop),
+            ("ttft", self.ttft_ms, self.pop),
             ("total", self.total_ms, self.pop),
         ]
         return ", ".join(f'{name};dur={dur:.3f};desc="{desc}"' for name, dur, desc in parts)

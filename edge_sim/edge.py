@@ -2,19 +2,28 @@
 
 from __future__ import annotations
 
+import asyncio
+import logging
+
 from edge_sim.accounting import LatencyAccount
 from edge_sim.network import NetworkModel
-from edge_sim.pop import GenerateRequest, GenerateResult, ModelSpec, PopNode
+from edge_sim.pop import GenerateRequest, GenerateResult, ModelSpec, PopDown, PopNode
 from edge_sim.router import Router
 from edge_sim.topology import Location, PoP, Topology
 
+log = logging.getLogger("edge.edge")
+
 
 class Edge:
-    def __init__(self, topology: Topology, network: NetworkModel, nodes: dict[str, PopNode]):
+    def __init__(
+        self, topology: Topology, network: NetworkModel, nodes: dict[str, PopNode], emulate: bool = False
+    ):
         self.topology = topology
         self.network = network
         self.nodes = nodes
         self.router = Router(network, nodes)
+        # "emulate": simulated network delays are really waited; "account": only reported
+        self.emulate = emulate
 
     @classmethod
     def start(
@@ -52,11 +61,32 @@ class Edge:
         """Load a new version of a model at every PoP; per PoP, None or why it was refused."""
         return {code: node.reload(spec, device) for code, node in self.nodes.items()}
 
+    def prompt_tokens(self, req: GenerateRequest) -> int:
+        """The request's prompt length in tokens (for routing), by any engine serving the model."""
+        for node in self.nodes.values():
+            llm = node.engines.get(req.model)
+            if llm is not None:
+                text = req.prompt if req.messages is None else llm.tokenizer.apply_chat_template(req.messages)
+                return len(llm.encode(text or ""))
+        return 0
+
     async def run(
         self, req: GenerateRequest, ingress: PoP, client_rtt_ms: float
     ) -> tuple[GenerateResult, LatencyAccount]:
-        node, backbone_ms = self.router.choose(req.model, ingress)
-        result = await node.generate(req)
+        tokens = self.prompt_tokens(req)
+        tried: set[str] = set()
+        while True:
+            node, backbone_ms = self.router.candidates(req.model, ingress, tokens, frozenset(tried))[0]
+            if self.emulate:  # the request travels ingress -> PoP for real
+                await asyncio.sleep(backbone_ms / 2000)
+            try:
+                result = await node.generate(req)
+                break
+            except PopDown:
+                tried.add(node.code)  # it went down before starting this request: next best
+                log.warning("%s went down before serving a request; re-routing", node.code)
+        if self.emulate:
+            await asyncio.sleep(backbone_ms / 2000)
         account = LatencyAccount(
             client_rtt_ms=client_rtt_ms,
             backbone_rtt_ms=backbone_ms,
@@ -65,6 +95,7 @@ class Edge:
             queue_ms=result.queue_ms,
             prefill_ms=result.prefill_ms,
             decode_ms=result.decode_ms,
+            tpot_ms=result.decode_ms / max(1, result.completion_tokens - 1),
         )
         return result, account
 

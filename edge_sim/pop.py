@@ -23,6 +23,20 @@ from engine.serving import EngineLoop
 log = logging.getLogger("edge.pop")
 
 
+def _deliver(loop: asyncio.AbstractEventLoop, events: asyncio.Queue, event: SeqEvent) -> None:
+    """Hand an engine event to the request's event loop (called from the engine thread)."""
+    if not loop.is_closed():  # the client's loop may be gone (it left); the engine carries on
+        loop.call_soon_threadsafe(events.put_nowait, event)
+
+
+class PopDown(Exception):
+    """The PoP went down before this request started; the caller re-routes it."""
+
+    def __init__(self, code: str):
+        super().__init__(f"PoP {code} is down")
+        self.code = code
+
+
 class ModelSpec(msgspec.Struct, frozen=True):
     name: str  # catalog name, e.g. "@edge/moonshotai/kimi-k2-mini"
     path: str  # HF-format model directory
@@ -67,6 +81,10 @@ class PopNode:
         }
         self._ids = itertools.count()
         self._waiting = 0
+        # requests submitted that have not produced a token yet: request id -> (model, prompt
+        # tokens, their event queue); a PoP taken down hands these back to be re-routed
+        self._pending: dict[str, tuple[str, int, asyncio.Queue]] = {}
+        self.max_in_flight = 256  # admission limit per PoP: beyond it the router spills elsewhere
 
     @classmethod
     def load(cls, pop: PoP, models: list[ModelSpec], device: str | None = None) -> PopNode:
@@ -128,6 +146,35 @@ class PopNode:
     def queue_depth(self) -> int:
         return self._waiting
 
+    def has_room(self) -> bool:
+        return self.up and self._waiting < self.max_in_flight
+
+    def prefill_ms_per_token(self, model: str) -> float:
+        """Measured prefill cost per token (recent steps), or a conservative default."""
+        steps = [s for s in list(self.engines[model].engine.steps)[-64:] if s.prefill_tokens]
+        tokens = sum(s.prefill_tokens for s in steps)
+        return sum(s.duration_ms for s in steps) / tokens if tokens else 0.05
+
+    def expected_ttft_ms(self, model: str, prompt_tokens: int) -> float:
+        """Queue wait (prompt tokens ahead of this one) plus this prompt's prefill, at the
+        measured prefill rate: what the router ranks PoPs by, beside the backbone RTT."""
+        ahead = sum(n for m, n, _ in self._pending.values() if m == model)
+        return (ahead + prompt_tokens) * self.prefill_ms_per_token(model)
+
+    def take_down(self) -> int:
+        """Stop taking requests; the ones still queued here are handed back to be re-routed
+        (requests already generating finish here). Returns how many were handed back."""
+        self.up = False
+        handed = 0
+        for request_id, (model, _, events) in list(self._pending.items()):
+            self._loops[model].cancel(request_id)
+            events.put_nowait(PopDown(self.code))
+            handed += 1
+        return handed
+
+    def bring_up(self) -> None:
+        self.up = True
+
     def serves(self, model: str) -> bool:
         return model in self.engines
 
@@ -157,18 +204,25 @@ class PopNode:
         events: asyncio.Queue[SeqEvent] = asyncio.Queue()
         request_id = f"{self.code}-{next(self._ids)}"
         engine_loop = self._loops[req.model]
+        if not self.up:
+            raise PopDown(self.code)
         self._waiting += 1
+        self._pending[request_id] = (req.model, len(prompt_ids), events)
         engine_loop.submit(
             request_id,
             prompt_ids,
             req.params,
-            lambda e: loop.call_soon_threadsafe(events.put_nowait, e),
+            lambda e: _deliver(loop, events, e),
             tenant=req.tenant,
         )
         finished = False
         try:
             while True:
                 event = await events.get()
+                if isinstance(event, PopDown):
+                    finished = True  # already cancelled by take_down
+                    raise event
+                self._pending.pop(request_id, None)
                 if event.finish_reason is not None:
                     finished = True
                 yield event
@@ -176,6 +230,7 @@ class PopNode:
                     return
         finally:
             self._waiting -= 1
+            self._pending.pop(request_id, None)
             if not finished:
                 engine_loop.cancel(request_id)
 

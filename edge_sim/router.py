@@ -1,7 +1,9 @@
 """Picks the GPU PoP for an AI call made at an ingress PoP.
 
-Today: the lowest backbone RTT among PoPs that are up and serve the model. The seam is here for
-expected-TTFT routing (RTT + queue wait + prefill) and spill-over when a PoP is full.
+The choice minimises the expected time to first token: the backbone RTT from the ingress, plus
+the expected queue wait and prefill at the PoP (prompt tokens ahead of this one and this prompt,
+at the PoP's measured prefill rate). PoPs that are down, lack the model or are over their
+admission limit are skipped, and the call spills to the next best; if none can take it, 3040.
 """
 
 from __future__ import annotations
@@ -17,17 +19,23 @@ class Router:
         self.network = network
         self.nodes = nodes
 
-    def candidates(self, model: str, ingress: PoP) -> list[tuple[PopNode, float]]:
+    def candidates(
+        self, model: str, ingress: PoP, prompt_tokens: int = 0, exclude: frozenset[str] = frozenset()
+    ) -> list[tuple[PopNode, float]]:
         """PoPs that can take the call, best first, each with its backbone RTT from the ingress."""
         serving = [n for n in self.nodes.values() if n.serves(model)]
         if not serving:
             raise EdgeError("model_not_found", f"no PoP serves {model!r}")
-        up = [n for n in serving if n.up]
-        if not up:
-            raise EdgeError("no_capacity", f"every PoP that serves {model!r} is down")
-        ranked = [(n, self.network.backbone_rtt_ms(ingress, n.pop)) for n in up]
-        ranked.sort(key=lambda item: (item[1], item[0].code))
-        return ranked
+        open_ = [n for n in serving if n.has_room() and n.code not in exclude]
+        if not open_:
+            states = ", ".join(f"{n.code} {'full' if n.up else 'down'}" for n in serving)
+            raise EdgeError("no_capacity", f"no PoP can take {model!r} now ({states}); retry later")
+        ranked = []
+        for node in open_:
+            rtt = self.network.backbone_rtt_ms(ingress, node.pop)
+            ranked.append((rtt + node.expected_ttft_ms(model, prompt_tokens), node.code, node, rtt))
+        ranked.sort(key=lambda item: (item[0], item[1]))
+        return [(node, rtt) for _, _, node, rtt in ranked]
 
-    def choose(self, model: str, ingress: PoP) -> tuple[PopNode, float]:
-        return self.candidates(model, ingress)[0]
+    def choose(self, model: str, ingress: PoP, prompt_tokens: int = 0) -> tuple[PopNode, float]:
+        return self.candidates(model, ingress, prompt_tokens)[0]

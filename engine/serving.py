@@ -83,12 +83,12 @@ class EngineLoop:
                 self.engine.add_request(prompt_ids, params, request_id, tenant)
                 self._callbacks[request_id] = on_event
             except Exception as exc:  # validated before submit; anything left is reported, not raised
-                on_event(SeqEvent(request_id, None, "", "error", error=str(exc)))
+                self._deliver(on_event, SeqEvent(request_id, None, "", "error", error=str(exc)))
         for request_id in cancelled:
             event = self.engine.abort(request_id)
             callback = self._callbacks.pop(request_id, None)
             if event is not None and callback is not None:
-                callback(event)
+                self._deliver(callback, event)
 
     def _run(self) -> None:
         torch.set_grad_enabled(False)
@@ -108,4 +108,11 @@ class EngineLoop:
                 if event.finish_reason is not None:
                     self._callbacks.pop(event.request_id, None)
                 if callback is not None:
-                    callback(event)
+                    self._deliver(callback, event)
+
+    @staticmethod
+    def _deliver(callback: EventCallback, event: SeqEvent) -> None:
+        try:
+            callback(event)
+        except Exception:  # a listener that has gone away must not stop the engine for everyone
+            log.exception("dropping an event for %s: its listener failed", event.request_id)

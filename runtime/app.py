@@ -161,6 +161,8 @@ class Runtime:
                 ray_header,
             )
         ctx = RequestContext(location, ingress, client_rtt)
+        if self.edge.emulate:  # the request's half of the client round trip, really waited
+            await asyncio.sleep(client_rtt / 2000)
         rid = self.isolate.next_request_id()
         self._requests[rid] = ctx
         headers = [(k, v) for k, v in request.headers.items() if k != LOCATION_HEADER]
@@ -189,6 +191,8 @@ class Runtime:
             return error_response(
                 500, WORKER_EXCEPTION, f"Worker threw exception: {outcome.message}", ray_header | timing
             )
+        if self.edge.emulate:  # and the response's half
+            await asyncio.sleep(client_rtt / 2000)
         response = Response(outcome.body, status_code=outcome.status)
         for name, value in outcome.headers:
             response.headers.append(name, value)
@@ -226,6 +230,22 @@ class Runtime:
             status_code=status,
         )
 
+    async def pop_state(self, request: Request) -> Response:
+        """POST /cdn-cgi/edge/pops/{code}/down|up: take a GPU PoP out (its queued requests are
+        re-routed) or bring it back."""
+        code, action = request.path_params["code"].upper(), request.path_params["action"]
+        node = self.edge.nodes.get(code)
+        if node is None or action not in ("down", "up"):
+            known = ", ".join(self.edge.nodes)
+            return error_response(
+                404, BAD_CONTROL_REQUEST, f"POST .../pops/<code>/down|up with a GPU PoP: {known}"
+            )
+        rerouted = node.take_down() if action == "down" else (node.bring_up() or 0)
+        log.warning(
+            "PoP %s is %s%s", code, action, f" ({rerouted} queued request(s) re-routed)" if rerouted else ""
+        )
+        return JSONResponse({"code": code, "up": node.up, "rerouted": rerouted})
+
     async def health(self, request: Request) -> Response:
         return JSONResponse(
             {
@@ -255,6 +275,7 @@ def create_app(runtime: Runtime) -> Starlette:
             Route(CONTROL_PREFIX + "health", runtime.health, methods=["GET"]),
             Route(CONTROL_PREFIX + "pops", runtime.pops, methods=["GET"]),
             Route(CONTROL_PREFIX + "models/reload", runtime.reload_model, methods=["POST"]),
+            Route(CONTROL_PREFIX + "pops/{code}/{action}", runtime.pop_state, methods=["POST"]),
             Route("/{path:path}", runtime.handle, methods=methods),
         ],
         lifespan=lifespan,

@@ -5,9 +5,14 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+import tomllib
 from pathlib import Path
 
+import msgspec
+
+from edge_sim.topology import PoP, Topology, TopologyError
 from runtime.config import DEFAULT_CONFIG, ConfigError, WorkerConfig, load_config
+from runtime.validation import describe
 
 
 def _fail(message: str) -> int:
@@ -15,11 +20,34 @@ def _fail(message: str) -> int:
     return 2
 
 
+class TopologyFile(msgspec.Struct):
+    pop: list[PoP]
+    replace: bool = False
+
+
+def load_topology(config: WorkerConfig) -> Topology:
+    """The built-in world topology, extended or replaced by [edge] topology (a TOML file)."""
+    if not config.edge.topology:
+        return Topology.default()
+    path = Path(config.base_dir) / config.edge.topology
+    try:
+        spec = msgspec.convert(tomllib.loads(path.read_text()), TopologyFile)
+    except FileNotFoundError:
+        raise ConfigError(f"edge.topology: {path} does not exist") from None
+    except (tomllib.TOMLDecodeError, msgspec.ValidationError) as exc:
+        message = describe(exc) if isinstance(exc, msgspec.ValidationError) else str(exc)
+        raise ConfigError(f"{path}: {message}") from None
+    try:
+        return Topology(spec.pop) if spec.replace else Topology.default().with_overrides(extra=spec.pop)
+    except TopologyError as exc:
+        raise ConfigError(f"{path}: {exc}") from None
+
+
 def build_edge(config: WorkerConfig):
     """The simulated edge for `config`: topology, RTT model, and in-process GPU PoPs with engines."""
     from edge_sim.edge import Edge
     from edge_sim.network import NetworkModel
-    from edge_sim.topology import Topology, TopologyError
+    from edge_sim.topology import TopologyError
     from runtime.catalog import load_catalog, model_spec
 
     catalog = load_catalog(config.models_dir)
@@ -31,7 +59,7 @@ def build_edge(config: WorkerConfig):
         )
     specs = [model_spec(config, n, catalog) for n in names]
     try:
-        topology = Topology.default()
+        topology = load_topology(config)
         for code in config.edge.pops:
             if not topology.pop(code).has_gpu:
                 gpu_codes = ", ".join(p.code for p in topology.gpu_pops())
@@ -42,7 +70,10 @@ def build_edge(config: WorkerConfig):
         network = NetworkModel(
             **{f: getattr(config.edge.network, f) for f in config.edge.network.__struct_fields__}
         )
-        return Edge.start(topology, network, config.edge.pops, specs)
+        edge = Edge.start(topology, network, config.edge.pops, specs)
+        for node in edge.nodes.values():
+            node.max_in_flight = config.edge.max_in_flight
+        return edge
     except (TopologyError, ValueError) as exc:
         raise ConfigError(f"[edge]: {exc}") from None
 
@@ -58,6 +89,7 @@ def cmd_dev(args: argparse.Namespace) -> int:
     try:
         config = load_config(args.config)
         edge = build_edge(config)
+        edge.emulate = args.network == "emulate"
     except ConfigError as exc:
         return _fail(str(exc))
     except Exception as exc:  # a model that fails to load, say: print why, not a traceback
@@ -360,6 +392,32 @@ def cmd_models_list(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_pop(args: argparse.Namespace) -> int:
+    """Take a GPU PoP of a running `edge dev` down or bring it up, or list the PoPs."""
+    import httpx
+
+    base = args.url.rstrip("/") + "/cdn-cgi/edge/pops"
+    try:
+        if args.action == "list":
+            for p in httpx.get(base, timeout=10).json()["pops"]:
+                models = ", ".join(p["models"]) or "none"
+                print(f"{p['code']} {'up  ' if p['up'] else 'DOWN'} {p['city']}: {models}")
+            return 0
+        if not args.code:
+            return _fail(f"edge pop {args.action} needs a PoP code, e.g. edge pop {args.action} ICN")
+        r = httpx.post(f"{base}/{args.code}/{args.action}", timeout=10)
+    except httpx.HTTPError as exc:
+        return _fail(f"cannot reach edge dev at {args.url} ({exc}); is it running?")
+    if r.status_code != 200:
+        return _fail(r.json()["error"]["message"])
+    body = r.json()
+    print(
+        f"{body['code']} is {'up' if body['up'] else 'down'}"
+        + (f"; {body['rerouted']} queued request(s) re-routed" if body["rerouted"] else "")
+    )
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="edge", description="Run AI workers on a simulated edge network.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -370,7 +428,19 @@ def main(argv: list[str] | None = None) -> int:
     dev.add_argument("--host", default="127.0.0.1")
     dev.add_argument("--port", type=int, default=8787)
     dev.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    dev.add_argument(
+        "--network",
+        choices=["account", "emulate"],
+        default="account",
+        help="account: simulated network delays are only reported; emulate: they are waited",
+    )
     dev.set_defaults(func=cmd_dev)
+
+    pop = sub.add_parser("pop", help="take a GPU PoP of a running edge dev down or up, or list them")
+    pop.add_argument("action", choices=["down", "up", "list"])
+    pop.add_argument("code", nargs="?")
+    pop.add_argument("--url", default="http://127.0.0.1:8787", help="the running edge dev")
+    pop.set_defaults(func=cmd_pop)
 
     models = sub.add_parser("models", help="inspect, compress and list models").add_subparsers(
         dest="models_command", required=True

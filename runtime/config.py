@@ -45,6 +45,9 @@ class EdgeConfig(msgspec.Struct):
     # Catalog names every GPU PoP serves; empty = every model in the catalog.
     models: list[str] = msgspec.field(default_factory=list)
     models_dir: str = "models"
+    # A TOML file of PoPs that extend (or, with replace = true, replace) the built-in world topology.
+    topology: str | None = None
+    max_in_flight: int = 256  # per GPU PoP; beyond it the router spills to the next best PoP
     network: NetworkConfig = msgspec.field(default_factory=NetworkConfig)
 
 

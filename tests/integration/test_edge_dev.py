@@ -128,3 +128,29 @@ def test_pop_status_exposes_engine_metrics(server):
     assert kimi["kv_blocks_total"] > 0 and kimi["kv_blocks_used"] == 0  # finished requests gave blocks back
     assert kimi["generated_tokens"] > 0 and kimi["recent_steps"]
     assert all(len(layer) == 8 for layer in kimi["expert_load"]) and sum(kimi["expert_load"][0]) > 0
+
+
+def test_edge_pop_down_and_up_against_a_running_edge_dev(server):
+    import subprocess
+    import sys
+
+    def pop(*args):
+        return subprocess.run(
+            [sys.executable, "-m", "runtime.cli", "pop", *args, "--url", server.url],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+            cwd=REPO,
+        )
+
+    assert "ICN is down" in pop("down", "ICN").stdout
+    try:
+        r = ask(server, '{"prompt": "x", "max_tokens": 2}', "Seoul")
+        assert r.status_code == 200 and r.json()["timing"]["pop"] in ("FRA", "IAD")  # served elsewhere
+        assert "ICN DOWN" in pop("list").stdout
+    finally:
+        assert "ICN is up" in pop("up", "ICN").stdout
+    assert ask(server, '{"prompt": "x", "max_tokens": 2}', "Seoul").json()["timing"]["pop"] == "ICN"
+    bad = pop("down", "XXX")
+    assert bad.returncode == 2 and "ICN, FRA, IAD" in bad.stderr
