@@ -8,6 +8,7 @@ import logging
 from edge_sim.accounting import LatencyAccount
 from edge_sim.network import NetworkModel
 from edge_sim.pop import GenerateRequest, GenerateResult, ModelSpec, PopDown, PopNode
+from edge_sim.remote import RemotePopNode
 from edge_sim.router import Router
 from edge_sim.topology import Location, PoP, Topology
 
@@ -38,8 +39,14 @@ class Edge:
         nodes = {}
         for code in gpu_pops:
             pop = topology.pop(code)
-            nodes[pop.code] = PopNode.load(pop, models, device=device)
+            # a PoP with a URL in the topology is a node process elsewhere (`edge pop serve`)
+            nodes[pop.code] = (
+                RemotePopNode(pop, pop.url) if pop.url else PopNode.load(pop, models, device=device)
+            )
         return cls(topology, network, nodes)
+
+    def remote_nodes(self) -> list[RemotePopNode]:
+        return [n for n in self.nodes.values() if isinstance(n, RemotePopNode)]
 
     def locate(self, text: str) -> Location:
         return self.topology.resolve_location(text)
@@ -50,7 +57,7 @@ class Edge:
         return pop, self.network.client_rtt_ms(client, pop)
 
     def models(self) -> list[str]:
-        return sorted({m for node in self.nodes.values() for m in node.engines})
+        return sorted({m for node in self.nodes.values() for m in node.models()})
 
     def refusal(self, model: str) -> str | None:
         """Why no PoP serves `model`, when every PoP refused to load it."""
@@ -58,17 +65,22 @@ class Edge:
         return reasons[0] if reasons and model not in self.models() else None
 
     def reload(self, spec: ModelSpec, device: str | None = None) -> dict[str, str | None]:
-        """Load a new version of a model at every PoP; per PoP, None or why it was refused."""
-        return {code: node.reload(spec, device) for code, node in self.nodes.items()}
+        """Load a new version of a model at every in-process PoP; per PoP, None or why it was refused
+        (a remote node reloads on its own host)."""
+        return {
+            code: node.reload(spec, device) for code, node in self.nodes.items() if isinstance(node, PopNode)
+        }
 
     def prompt_tokens(self, req: GenerateRequest) -> int:
         """The request's prompt length in tokens (for routing), by any engine serving the model."""
         for node in self.nodes.values():
-            llm = node.engines.get(req.model)
+            llm = getattr(node, "engines", {}).get(req.model)
             if llm is not None:
                 text = req.prompt if req.messages is None else llm.tokenizer.apply_chat_template(req.messages)
                 return len(llm.encode(text or ""))
-        return 0
+        # only remote nodes serve it: about four characters a token is enough to rank PoPs
+        text = req.prompt or "".join(str(m.get("content", "")) for m in req.messages or [])
+        return len(text) // 4
 
     async def run(
         self, req: GenerateRequest, ingress: PoP, client_rtt_ms: float

@@ -29,6 +29,40 @@ def _deliver(loop: asyncio.AbstractEventLoop, events: asyncio.Queue, event: SeqE
         loop.call_soon_threadsafe(events.put_nowait, event)
 
 
+async def collect(
+    events: AsyncIterator[SeqEvent],
+    pop: str,
+    model: str,
+    weights: str,
+    kv_cache_dtype: str,
+    weights_by_part: dict[str, str],
+) -> GenerateResult:
+    """A whole answer from a stream of engine events (in-process or from a remote node)."""
+    pieces: list[str] = []
+    last: SeqEvent | None = None
+    async for event in events:
+        pieces.append(event.text)
+        last = event
+    assert last is not None and last.metrics is not None
+    if last.finish_reason == "error":
+        raise EdgeError("invalid_input", f"generation failed: {last.error}")
+    m = last.metrics
+    return GenerateResult(
+        text="".join(pieces),
+        finish_reason=last.finish_reason,
+        prompt_tokens=m.prompt_tokens,
+        completion_tokens=m.completion_tokens,
+        queue_ms=m.queue_ms,
+        prefill_ms=m.prefill_ms,
+        decode_ms=m.decode_ms,
+        pop=pop,
+        model=model,
+        weights=weights,
+        kv_cache_dtype=kv_cache_dtype,
+        weights_by_part=weights_by_part,
+    )
+
+
 class PopDown(Exception):
     """The PoP went down before this request started; the caller re-routes it."""
 
@@ -236,29 +270,35 @@ class PopNode:
 
     async def generate(self, req: GenerateRequest) -> GenerateResult:
         engine = self.engines.get(req.model)
-        pieces: list[str] = []
-        last: SeqEvent | None = None
-        async for event in self.stream(req):
-            pieces.append(event.text)
-            last = event
-        assert last is not None and last.metrics is not None
-        if last.finish_reason == "error":
-            raise EdgeError("invalid_input", f"generation failed: {last.error}")
-        m = last.metrics
-        return GenerateResult(
-            text="".join(pieces),
-            finish_reason=last.finish_reason,
-            prompt_tokens=m.prompt_tokens,
-            completion_tokens=m.completion_tokens,
-            queue_ms=m.queue_ms,
-            prefill_ms=m.prefill_ms,
-            decode_ms=m.decode_ms,
-            pop=self.code,
-            model=req.model,
-            weights=engine.weights_label,
-            kv_cache_dtype=engine.kv_cache_dtype,
-            weights_by_part=engine.weight_formats,
+        formats = (
+            (engine.weights_label, engine.kv_cache_dtype, engine.weight_formats) if engine else ("", "", {})
         )
+        return await collect(self.stream(req), self.code, req.model, *formats)
+
+    def models(self) -> list[str]:
+        return list(self.engines)
+
+    def formats(self, model: str) -> tuple[str, str, dict[str, str]]:
+        llm = self.engines[model]
+        return llm.weights_label, llm.kv_cache_dtype, llm.weight_formats
+
+    def health(self) -> dict[str, Any]:
+        """What a router needs to rank this PoP (also what a remote node reports)."""
+        return {
+            "code": self.code,
+            "up": self.up,
+            "in_flight": self._waiting,
+            "max_in_flight": self.max_in_flight,
+            "models": {
+                m: {
+                    "prefill_ms_per_token": self.prefill_ms_per_token(m),
+                    "pending_tokens": sum(n for mm, n, _ in self._pending.values() if mm == m),
+                    "formats": list(self.formats(m)),
+                }
+                for m in self.engines
+            },
+            "refused": dict(self.refused),
+        }
 
     def status(self) -> dict[str, Any]:
         """What the node is doing: per model, its formats, KV occupancy, recent steps, expert load."""

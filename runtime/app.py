@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import logging
 import secrets
 from dataclasses import dataclass, field
@@ -22,6 +23,7 @@ from starlette.routing import Route
 
 from edge_sim.accounting import LatencyAccount
 from edge_sim.edge import Edge
+from edge_sim.remote import health_checks
 from edge_sim.topology import Location, PoP, TopologyError
 from runtime import ipc
 from runtime.ai import AIService
@@ -91,14 +93,21 @@ class Runtime:
             self._on_ai_call,
         )
         self._requests: dict[int, RequestContext] = {}
+        self._health_task: asyncio.Task | None = None
 
     async def start(self) -> None:
+        remotes = self.edge.remote_nodes()
+        if remotes:  # know their state before the first request, then keep checking
+            await asyncio.gather(*(node.refresh() for node in remotes))
+            self._health_task = asyncio.create_task(health_checks(remotes))
         try:
             await self.isolate.start()
         except WorkerLoadError as exc:  # keep serving: requests get a 503 naming the error until it is fixed
             log.error("%s\n%s", exc, exc.traceback)
 
     async def stop(self) -> None:
+        if self._health_task is not None:
+            self._health_task.cancel()
         await self.isolate.stop()
         self.edge.close()
 
@@ -240,7 +249,10 @@ class Runtime:
             return error_response(
                 404, BAD_CONTROL_REQUEST, f"POST .../pops/<code>/down|up with a GPU PoP: {known}"
             )
-        rerouted = node.take_down() if action == "down" else (node.bring_up() or 0)
+        outcome = node.take_down() if action == "down" else node.bring_up()
+        if inspect.isawaitable(outcome):  # a remote node answers over HTTP
+            outcome = await outcome
+        rerouted = outcome or 0
         log.warning(
             "PoP %s is %s%s", code, action, f" ({rerouted} queued request(s) re-routed)" if rerouted else ""
         )
@@ -252,7 +264,7 @@ class Runtime:
                 "status": "ok" if self.isolate.alive else "degraded",
                 "worker": self.config.name,
                 "pops": [
-                    {"code": n.code, "up": n.up, "models": sorted(n.engines)}
+                    {"code": n.code, "up": n.up, "models": sorted(n.models())}
                     for n in self.edge.nodes.values()
                 ],
                 "models": self.edge.models(),

@@ -97,7 +97,7 @@ def cmd_dev(args: argparse.Namespace) -> int:
     runtime = Runtime(config, edge)
     print(f"edge dev: worker {config.name!r} ({config.main}) on http://{args.host}:{args.port}", flush=True)
     for node in edge.nodes.values():
-        print(f"  GPU PoP {node.code} ({node.pop.city}): {', '.join(sorted(node.engines))}", flush=True)
+        print(f"  GPU PoP {node.code} ({node.pop.city}): {', '.join(sorted(node.models()))}", flush=True)
     print(
         f"  default client location: {config.edge.client_location} "
         f"(override per request with the x-edge-client-location header)",
@@ -396,6 +396,8 @@ def cmd_pop(args: argparse.Namespace) -> int:
     """Take a GPU PoP of a running `edge dev` down or bring it up, or list the PoPs."""
     import httpx
 
+    if args.action == "serve" or args.name:
+        return _fail("use edge pop serve --name CODE --port N")
     base = args.url.rstrip("/") + "/cdn-cgi/edge/pops"
     try:
         if args.action == "list":
@@ -418,6 +420,37 @@ def cmd_pop(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_pop_serve(args: argparse.Namespace) -> int:
+    """Run one GPU PoP node as its own server (msgspec over HTTP) for an edge elsewhere."""
+    import uvicorn
+
+    from edge_sim.pop import PopNode
+    from edge_sim.remote import create_pop_app
+    from runtime.catalog import load_catalog, model_spec
+
+    logging.basicConfig(
+        level=getattr(logging, args.log_level.upper()), format="%(levelname)s %(name)s: %(message)s"
+    )
+    try:
+        config = load_config(args.config)
+        pop = load_topology(config).pop(args.name)
+        catalog = load_catalog(config.models_dir)
+        names = config.edge.models or list(catalog)
+        node = PopNode.load(pop, [model_spec(config, n, catalog) for n in names])
+    except (ConfigError, TopologyError) as exc:
+        return _fail(str(exc))
+    node.max_in_flight = config.edge.max_in_flight
+    print(
+        f"edge pop serve: {pop.code} ({pop.city}) on http://{args.host}:{args.port}: "
+        f"{', '.join(node.models()) or 'no models'}",
+        flush=True,
+    )
+    for name, reason in node.refused.items():
+        print(f"  refused {name}: {reason}", flush=True)
+    uvicorn.run(create_pop_app(node), host=args.host, port=args.port, log_level=args.log_level)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="edge", description="Run AI workers on a simulated edge network.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -436,11 +469,18 @@ def main(argv: list[str] | None = None) -> int:
     )
     dev.set_defaults(func=cmd_dev)
 
-    pop = sub.add_parser("pop", help="take a GPU PoP of a running edge dev down or up, or list them")
-    pop.add_argument("action", choices=["down", "up", "list"])
+    pop = sub.add_parser("pop", help="serve a PoP node, or take a running edge dev's PoP down or up, or list")
+    pop.add_argument("action", choices=["down", "up", "list", "serve"])
     pop.add_argument("code", nargs="?")
     pop.add_argument("--url", default="http://127.0.0.1:8787", help="the running edge dev")
-    pop.set_defaults(func=cmd_pop)
+    pop.add_argument("--name", help="serve: the PoP code this node is (e.g. ICN)")
+    pop.add_argument("--host", default="127.0.0.1", help="serve: address to listen on")
+    pop.add_argument("--port", type=int, default=9000, help="serve: port to listen on")
+    pop.add_argument(
+        "--config", default=DEFAULT_CONFIG, help="serve: the config whose catalog and trust to use"
+    )
+    pop.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    pop.set_defaults(func=lambda a: cmd_pop_serve(a) if a.action == "serve" else cmd_pop(a))
 
     models = sub.add_parser("models", help="inspect, compress and list models").add_subparsers(
         dest="models_command", required=True

@@ -154,3 +154,98 @@ def test_edge_pop_down_and_up_against_a_running_edge_dev(server):
     assert ask(server, '{"prompt": "x", "max_tokens": 2}', "Seoul").json()["timing"]["pop"] == "ICN"
     bad = pop("down", "XXX")
     assert bad.returncode == 2 and "ICN, FRA, IAD" in bad.stderr
+
+
+def test_a_remote_pop_node_serves_like_a_local_one(tmp_path):
+    """`edge pop serve` runs FRA as its own server; edge dev routes Paris there over HTTP, and
+    routes around it once it stops answering its health checks."""
+    import subprocess
+    import sys
+    import time
+
+    from tests.integration.dev_server import free_port
+
+    port = free_port()
+    (tmp_path / "worker.py").write_text(
+        textwrap.dedent("""
+        from workers import WorkerEntrypoint, Response
+
+        class Default(WorkerEntrypoint):
+            async def fetch(self, request):
+                out = await self.env.AI.run(
+                    "@edge/moonshotai/kimi-k2-mini", {"prompt": "def f():", "max_tokens": 3}
+                )
+                return Response.json(out)
+    """)
+    )
+    (tmp_path / "topology.toml").write_text(
+        textwrap.dedent(f"""
+        [[pop]]
+        code = "FRA"
+        city = "Frankfurt"
+        country = "DE"
+        continent = "EU"
+        lat = 50.11
+        lon = 8.68
+        timezone = "Europe/Berlin"
+        gpus = {{ H200 = 8 }}
+        url = "http://127.0.0.1:{port}"
+    """)
+    )
+    (tmp_path / "wrangler-like.toml").write_text(
+        textwrap.dedent(f"""
+        name = "remote"
+        main = "worker.py"
+        compatibility_date = "2026-11-01"
+        [ai]
+        binding = "AI"
+        [edge]
+        pops = ["ICN", "FRA"]
+        topology = "topology.toml"
+        models_dir = "{REPO / "models"}"
+    """)
+    )
+    node = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "runtime.cli",
+            "pop",
+            "serve",
+            "--name",
+            "FRA",
+            "--port",
+            str(port),
+            "--config",
+            str(tmp_path / "wrangler-like.toml"),
+            "--log-level",
+            "warning",
+        ],
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        for _ in range(300):
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/v1/health", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.2)
+        with DevServer(tmp_path / "wrangler-like.toml", cwd=tmp_path) as srv:
+            r = httpx.get(srv.url + "/", headers={"x-edge-client-location": "Paris"}, timeout=60)
+            assert r.status_code == 200, r.text
+            out = r.json()
+            assert out["timing"]["pop"] == "FRA" and out["usage"]["completion_tokens"] == 3
+            assert out["quantization"]["kv_cache"] == "auto"
+            pops = {
+                p["code"]: p for p in httpx.get(srv.url + "/cdn-cgi/edge/pops", timeout=10).json()["pops"]
+            }
+            assert pops["FRA"]["remote"].endswith(str(port)) and pops["FRA"]["reachable"]
+            node.terminate()
+            node.wait(timeout=20)
+            time.sleep(3)  # a health check (every 2 s) notices
+            r = httpx.get(srv.url + "/", headers={"x-edge-client-location": "Paris"}, timeout=60)
+            assert r.status_code == 200 and r.json()["timing"]["pop"] == "ICN"
+    finally:
+        node.kill()
