@@ -6,6 +6,10 @@ Error codes are Workers AI's: 5007 no such model, 5004 invalid input, 3006 reque
 
 from __future__ import annotations
 
+import json
+import time
+import uuid
+from collections.abc import AsyncIterator
 from typing import Any, Literal
 
 import msgspec
@@ -13,7 +17,7 @@ import msgspec
 from edge_sim.accounting import LatencyAccount
 from edge_sim.edge import Edge
 from edge_sim.errors import EdgeError
-from edge_sim.pop import GenerateRequest
+from edge_sim.pop import GenerateRequest, GenerateResult
 from edge_sim.topology import PoP
 from engine import SamplingParams
 from runtime.validation import describe
@@ -41,6 +45,10 @@ class TextGenerationInputs(msgspec.Struct, kw_only=True):
     top_p: float = 1.0
     top_k: int = 0
     seed: int | None = None
+    repetition_penalty: float = 1.0
+    frequency_penalty: float = 0.0
+    presence_penalty: float = 0.0
+    stop: list[str] = msgspec.field(default_factory=list)
     stream: bool = False
 
 
@@ -57,19 +65,69 @@ def _decode_inputs(inputs: Any) -> TextGenerationInputs:
         raise AIError(5004, "invalid input: give exactly one of 'prompt' (a string) or 'messages' (a list)")
     if parsed.messages is not None and not parsed.messages:
         raise AIError(5004, "invalid input: 'messages' must not be empty")
-    if parsed.stream:
-        raise AIError(5004, "invalid input: 'stream' is not supported by this runtime yet; omit it")
     return parsed
 
 
-class AIService:
-    def __init__(self, edge: Edge):
-        self.edge = edge
+Schema = Literal["text-generation", "chat-completions"]
 
-    async def run(
-        self, model: str, inputs: Any, *, ingress: PoP, client_rtt_ms: float, account: str = "local"
-    ) -> tuple[dict[str, Any], LatencyAccount]:
-        """Run `model` on `inputs` for a request that entered at `ingress`; raises AIError."""
+
+def _usage(result: GenerateResult) -> dict[str, int]:
+    return {
+        "prompt_tokens": result.prompt_tokens,
+        "completion_tokens": result.completion_tokens,
+        "total_tokens": result.prompt_tokens + result.completion_tokens,
+    }
+
+
+def _quantization(result: GenerateResult) -> dict[str, Any]:
+    return {
+        "weights": result.weights,
+        "weights_by_part": result.weights_by_part,
+        "kv_cache": result.kv_cache_dtype,
+    }
+
+
+def shape_result(
+    schema: Schema, model: str, result: GenerateResult, latency: LatencyAccount
+) -> dict[str, Any]:
+    """The answer in the model's catalog schema: Workers AI text generation, or OpenAI ChatCompletion
+    (as Cloudflare's Kimi and GLM entries answer); both carry timing and quantization."""
+    extra = {"quantization": _quantization(result), "timing": msgspec.to_builtins(latency)}
+    if schema == "chat-completions":
+        return {
+            "id": f"chatcmpl-{uuid.uuid4().hex[:24]}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": model,
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": result.text},
+                    "finish_reason": result.finish_reason,
+                }
+            ],
+            "usage": _usage(result),
+            **extra,
+        }
+    return {
+        "response": result.text,
+        "usage": _usage(result),
+        "finish_reason": result.finish_reason,
+        "model": model,
+        **extra,
+    }
+
+
+class AIService:
+    def __init__(self, edge: Edge, schemas: dict[str, Schema] | None = None):
+        self.edge = edge
+        self.schemas = schemas or {}
+
+    def schema(self, model: str) -> Schema:
+        return self.schemas.get(model, "text-generation")
+
+    def prepare(self, model: str, inputs: Any, account: str) -> tuple[GenerateRequest, TextGenerationInputs]:
+        """Validate a call before any work is queued; raises AIError with the Workers AI code."""
         if model not in self.edge.models():
             refusal = self.edge.refusal(model)
             if refusal:
@@ -87,27 +145,85 @@ class AIService:
                 top_p=parsed.top_p,
                 top_k=parsed.top_k,
                 seed=parsed.seed,
+                repetition_penalty=parsed.repetition_penalty,
+                frequency_penalty=parsed.frequency_penalty,
+                presence_penalty=parsed.presence_penalty,
+                stop=parsed.stop,
             ),
             tenant=account,
         )
+        return req, parsed
+
+    async def run(
+        self, model: str, inputs: Any, *, ingress: PoP, client_rtt_ms: float, account: str = "local"
+    ) -> tuple[dict[str, Any], LatencyAccount]:
+        """Run `model` on `inputs` for a request that entered at `ingress`; raises AIError."""
+        req, _ = self.prepare(model, inputs, account)
         try:
             result, latency = await self.edge.run(req, ingress, client_rtt_ms)
         except EdgeError as exc:
             raise AIError(ERROR_CODES[exc.kind], exc.message) from None
-        body = {
-            "response": result.text,
-            "usage": {
-                "prompt_tokens": result.prompt_tokens,
-                "completion_tokens": result.completion_tokens,
-                "total_tokens": result.prompt_tokens + result.completion_tokens,
-            },
-            "finish_reason": result.finish_reason,
-            "model": model,
-            "quantization": {
-                "weights": result.weights,
-                "weights_by_part": result.weights_by_part,
-                "kv_cache": result.kv_cache_dtype,
-            },
-            "timing": msgspec.to_builtins(latency),
-        }
-        return body, latency
+        return shape_result(self.schema(model), model, result, latency), latency
+
+    async def stream(
+        self, req: GenerateRequest, *, ingress: PoP, client_rtt_ms: float
+    ) -> AsyncIterator[str | tuple[GenerateResult, LatencyAccount]]:
+        """Text deltas, then (result, latency); errors raise AIError (a prepared request)."""
+        try:
+            async for item in self.edge.stream(req, ingress, client_rtt_ms):
+                yield item
+        except EdgeError as exc:
+            raise AIError(ERROR_CODES[exc.kind], exc.message) from None
+
+
+def sse(data: Any) -> bytes:
+    """One server-sent event carrying JSON (or the literal [DONE])."""
+    payload = data if isinstance(data, str) else json.dumps(data, ensure_ascii=False)
+    return f"data: {payload}\n\n".encode()
+
+
+async def workers_ai_sse(
+    service: AIService, req: GenerateRequest, model: str, *, ingress: PoP, client_rtt_ms: float
+) -> AsyncIterator[bytes]:
+    """Workers AI streaming: `data: {"response": ...}` events, one with an empty response and the
+    usage (and timing), then `data: [DONE]`; chat-completions models stream OpenAI chunks."""
+    chat = service.schema(model) == "chat-completions"
+    ident, created = f"chatcmpl-{uuid.uuid4().hex[:24]}", int(time.time())
+    try:
+        async for item in service.stream(req, ingress=ingress, client_rtt_ms=client_rtt_ms):
+            if isinstance(item, str):
+                if chat:
+                    yield sse(
+                        {
+                            "id": ident,
+                            "object": "chat.completion.chunk",
+                            "created": created,
+                            "model": model,
+                            "choices": [{"index": 0, "delta": {"content": item}, "finish_reason": None}],
+                        }
+                    )
+                else:
+                    yield sse({"response": item})
+                continue
+            result, latency = item
+            final = {
+                "usage": _usage(result),
+                "timing": msgspec.to_builtins(latency),
+                "quantization": _quantization(result),
+            }
+            if chat:
+                yield sse(
+                    {
+                        "id": ident,
+                        "object": "chat.completion.chunk",
+                        "created": created,
+                        "model": model,
+                        "choices": [{"index": 0, "delta": {}, "finish_reason": result.finish_reason}],
+                        **final,
+                    }
+                )
+            else:
+                yield sse({"response": "", **final})
+    except AIError as exc:
+        yield sse({"error": str(exc), "code": exc.code})
+    yield sse("[DONE]")

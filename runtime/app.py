@@ -1,18 +1,22 @@
-"""The HTTP front: every request goes to the worker's isolate; AI calls come back to the edge.
+"""The HTTP front: requests go to a worker's isolate; AI calls come back to the edge.
 
 Per request: locate the client (x-edge-client-location or the config default), land it on its
-nearest PoP (request.cf), invoke the worker, and answer with cf-ray and Server-Timing headers
-that carry the latency account of the AI calls the worker made.
+nearest PoP (request.cf), pick the worker (a deployed worker by host or x-edge-worker, else the
+one `edge dev` serves) and its version (the deployment's split, sticky by
+Cloudflare-Workers-Version-Key), invoke it, and answer with cf-ray and Server-Timing headers that
+carry the latency account of the AI calls it made. The runtime's own endpoints live under
+/cdn-cgi/ and /client/v4/, so a worker keeps every other path.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import inspect
 import logging
-import secrets
-from dataclasses import dataclass, field
+import random
+from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -21,123 +25,260 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from edge_sim.accounting import LatencyAccount
 from edge_sim.edge import Edge
 from edge_sim.remote import health_checks
-from edge_sim.topology import Location, PoP, TopologyError
+from edge_sim.topology import TopologyError
 from runtime import ipc
 from runtime.ai import AIService
-from runtime.catalog import load_catalog, model_spec
+from runtime.api import AIApi
+from runtime.catalog import CatalogEntry, load_catalog, model_spec
 from runtime.config import ConfigError, WorkerConfig
-from runtime.isolate import Isolate, IsolateCrashed, WorkerLoadError
-from workers import AIError
+from runtime.control import ControlApi
+from runtime.isolate import IsolateLimits
+from runtime.metrics import CONTENT_TYPE, Metrics
+from runtime.state import State
+from runtime.worker_host import (
+    LOCATION_HEADER,
+    RequestContext,
+    TailHub,
+    WorkerHandle,
+    WorkerSpec,
+    error_response,
+    ray_id,
+    urlhost,
+)
 
 log = logging.getLogger("edge.runtime")
 
-LOCATION_HEADER = "x-edge-client-location"
 MAX_BODY_BYTES = 100 * 1024 * 1024  # Cloudflare's request body limit on the Free and Pro plans
 CONTROL_PREFIX = "/cdn-cgi/edge/"
+WORKER_HOST_SUFFIX = ".edge.localhost"  # <worker>.<account>.edge.localhost reaches a deployed worker
+WORKER_HEADER = "x-edge-worker"  # or: x-edge-worker: <account>/<worker>
+VERSION_KEY_HEADER = "cloudflare-workers-version-key"
 
 # Runtime error codes (Cloudflare's where one exists).
-WORKER_EXCEPTION = 1101
-WORKER_UNAVAILABLE = 1103
 BAD_LOCATION = 1110
 BODY_TOO_LARGE = 1113
 BAD_CONTROL_REQUEST = 1120
+NO_SUCH_WORKER = 1121
 
 
 class ReloadRequest(msgspec.Struct):
     model: str
 
 
-@dataclass
-class RequestContext:
-    location: Location
-    ingress: PoP
-    client_rtt_ms: float
-    accounts: list[LatencyAccount] = field(default_factory=list)
-    quantization: list[str] = field(default_factory=list)  # per AI call, for x-edge-quantization
-
-
-def error_response(
-    status: int, code: int, message: str, headers: dict[str, str] | None = None
-) -> JSONResponse:
-    return JSONResponse({"error": {"code": code, "message": message}}, status_code=status, headers=headers)
-
-
-def cf_properties(location: Location, ingress: PoP, client_rtt_ms: float) -> dict[str, Any]:
-    """request.cf as Cloudflare fills it (coordinates as strings, RTT in ms)."""
-    return {
-        "colo": ingress.code,
-        "city": location.city or ingress.city,
-        "country": location.country or ingress.country,
-        "continent": location.continent or ingress.continent,
-        "latitude": f"{location.lat:.5f}",
-        "longitude": f"{location.lon:.5f}",
-        "timezone": location.timezone or ingress.timezone,
-        "clientTcpRtt": round(client_rtt_ms),
-    }
-
-
 class Runtime:
-    def __init__(self, config: WorkerConfig, edge: Edge):
+    def __init__(
+        self,
+        config: WorkerConfig,
+        edge: Edge,
+        state: State | None = None,
+        catalog: dict[str, tuple[CatalogEntry, Path]] | None = None,
+    ):
         self.config = config
         self.edge = edge
-        self.ai = AIService(edge)
+        self.state = state or State(config.state_dir / "state.db")
+        self.catalog = catalog or {}
+        self.ai = AIService(edge, {name: e.schema for name, (e, _) in self.catalog.items()})
+        self.metrics = Metrics()
+        self.tail = TailHub()
         self.default_location = edge.locate(config.edge.client_location)
-        self.isolate = Isolate(
-            config.name,
-            config.main_path,
-            dict(config.vars),
-            config.ai.binding if config.ai else None,
-            self._on_ai_call,
+        self.dev = WorkerHandle(self.dev_spec(), self)
+        self._deployed: dict[tuple[str, str, str], WorkerHandle] = {}
+        self._tasks: list[asyncio.Task] = []
+        self.watch = False  # edge dev: restart the dev worker when its source changes
+        self.api = AIApi(self)
+        self.control = ControlApi(self)
+
+    def dev_spec(self) -> WorkerSpec:
+        c = self.config
+        return WorkerSpec(
+            account=c.account_id,
+            name=c.name,
+            version=None,
+            script=str(c.main_path),
+            vars=dict(c.vars),
+            ai_binding=c.ai.binding if c.ai else None,
+            services={s.binding: s.service for s in c.services},
+            limits=IsolateLimits(cpu_ms=c.limits.cpu_ms, memory_mb=c.limits.memory_mb),
+            subrequests=c.limits.subrequests,
         )
-        self._requests: dict[int, RequestContext] = {}
-        self._health_task: asyncio.Task | None = None
+
+    # --- lifecycle --------------------------------------------------------------------------------
 
     async def start(self) -> None:
         remotes = self.edge.remote_nodes()
         if remotes:  # know their state before the first request, then keep checking
             await asyncio.gather(*(node.refresh() for node in remotes))
-            self._health_task = asyncio.create_task(health_checks(remotes))
+            self._tasks.append(asyncio.create_task(health_checks(remotes)))
         try:
-            await self.isolate.start()
-        except WorkerLoadError as exc:  # keep serving: requests get a 503 naming the error until it is fixed
-            log.error("%s\n%s", exc, exc.traceback)
+            await self.dev.isolate.start()
+        except Exception as exc:  # keep serving: requests get a 503 naming the error until it is fixed
+            log.error("%s\n%s", exc, getattr(exc, "traceback", ""))
+        if self.watch:
+            self._tasks.append(asyncio.create_task(self._watch_source()))
+
+    def _source_stamp(self) -> tuple:
+        root = self.config.main_path.parent
+        return tuple(
+            sorted(
+                (str(p), p.stat().st_mtime_ns)
+                for p in root.rglob("*.py")
+                if ".edge" not in p.parts and "__pycache__" not in p.parts
+            )
+        )
+
+    async def _watch_source(self, interval: float = 0.5) -> None:
+        stamp = self._source_stamp()
+        while True:
+            await asyncio.sleep(interval)
+            now = self._source_stamp()
+            if now != stamp:
+                stamp = now
+                await self.reload_dev()
 
     async def stop(self) -> None:
-        if self._health_task is not None:
-            self._health_task.cancel()
-        await self.isolate.stop()
+        for task in self._tasks:
+            task.cancel()
+        await self.dev.stop()
+        for handle in self._deployed.values():
+            await handle.stop()
         self.edge.close()
 
-    async def _on_ai_call(self, call: ipc.AICall) -> ipc.AIReply:
-        ctx = self._requests.get(call.request)
-        if ctx is None:
-            return ipc.AIReply(
-                call.call, error_code=5004, error_message="the request that made this call has ended"
-            )
-        try:
-            result, account = await self.ai.run(
-                call.model,
-                call.inputs,
-                ingress=ctx.ingress,
-                client_rtt_ms=ctx.client_rtt_ms,
-                account=self.config.account_id,
-            )
-        except AIError as exc:
-            return ipc.AIReply(call.call, error_code=exc.code, error_message=exc.detail)
-        except Exception as exc:  # an engine bug must not take the runtime down with it
-            log.exception("AI call failed")
-            return ipc.AIReply(
-                call.call, error_code=3007, error_message=f"internal error: {type(exc).__name__}"
-            )
-        ctx.accounts.append(account)
-        q = result["quantization"]
-        ctx.quantization.append(
-            ", ".join([*(f"{p}={f}" for p, f in q["weights_by_part"].items()), f"kv_cache={q['kv_cache']}"])
+    async def restart_worker(self, account: str, name: str) -> None:
+        """Its env changed (a secret): stop its isolates; the next request starts fresh ones."""
+        if (account, name) == (self.config.account_id, self.config.name):
+            await self.reload_dev()
+        for key in [k for k in self._deployed if k[:2] == (account, name)]:
+            await self._deployed.pop(key).stop()
+
+    async def reload_dev(self) -> None:
+        """The dev worker's source changed: the next request starts a fresh isolate on it."""
+        old, self.dev = self.dev, WorkerHandle(self.dev_spec(), self)
+        await old.stop()
+        log.info("reloaded %s", self.config.name)
+
+    # --- which worker, which version ----------------------------------------------------------------
+
+    def locate(self, request: Request) -> RequestContext:
+        """Where the client is and the PoP it lands on; raises TopologyError for a bad location."""
+        where = request.headers.get(LOCATION_HEADER)
+        location = self.edge.locate(where) if where else self.default_location
+        ingress, client_rtt = self.edge.ingress(location)
+        return RequestContext(
+            location,
+            ingress,
+            client_rtt,
+            method=request.method,
+            url=str(request.url),
+            origin=f"{request.url.scheme}://{request.url.netloc}",
         )
-        return ipc.AIReply(call.call, result=result)
+
+    def target(self, request: Request) -> tuple[str, str] | None:
+        """(account, worker) a request addresses, or None for the worker edge dev serves."""
+        header = request.headers.get(WORKER_HEADER)
+        if header and "/" in header:
+            account, worker = header.split("/", 1)
+            return account, worker
+        host = request.url.hostname or ""
+        if host.endswith(WORKER_HOST_SUFFIX):
+            parts = host[: -len(WORKER_HOST_SUFFIX)].split(".")
+            if len(parts) == 2:
+                return parts[1], parts[0]
+        return None
+
+    def pick_version(self, account: str, worker: str, request: Request) -> str | None:
+        strategy = self.state.active(account, worker)
+        if not strategy:
+            return None
+        key = request.headers.get(VERSION_KEY_HEADER)
+        bucket = (int(hashlib.sha256(key.encode()).hexdigest(), 16) % 100) if key else random.randrange(100)
+        for version, percentage in strategy:  # the same key always lands in the same bucket
+            if bucket < percentage:
+                return version
+            bucket -= percentage
+        return strategy[-1][0]
+
+    def handle_for(self, account: str, worker: str, version: str) -> WorkerHandle:
+        key = (account, worker, version)
+        if key not in self._deployed:
+            record = self.state.version(account, version)
+            folder = self.config.state_dir / "scripts" / version
+            if not folder.is_dir():  # materialise the uploaded files once
+                for rel, source in record["files"].items():
+                    path = folder / rel
+                    path.parent.mkdir(parents=True, exist_ok=True)
+                    path.write_text(source)
+            cfg = record["config"]
+            self._deployed[key] = WorkerHandle(
+                WorkerSpec(
+                    account=account,
+                    name=worker,
+                    version=version,
+                    script=str(folder / record["main"]),
+                    vars=cfg.get("vars", {}),
+                    ai_binding=cfg.get("ai_binding"),
+                    services=cfg.get("services", {}),
+                    limits=IsolateLimits(
+                        cpu_ms=cfg.get("cpu_ms", 30_000), memory_mb=cfg.get("memory_mb", 128)
+                    ),
+                    subrequests=cfg.get("subrequests", 50),
+                ),
+                self,
+            )
+        return self._deployed[key]
+
+    def worker(self, account: str, name: str, request: Request | None = None) -> WorkerHandle | None:
+        if (
+            account == self.config.account_id
+            and name == self.config.name
+            and not self.state.active(account, name)
+        ):
+            return self.dev
+        version = self.pick_version(account, name, request) if request is not None else None
+        if version is None and request is None:
+            strategy = self.state.active(account, name)
+            version = strategy[0][0] if strategy else None
+        return self.handle_for(account, name, version) if version else None
+
+    # --- calls the isolates make --------------------------------------------------------------------
+
+    def refuse_fetch(self, account: str, url: str, ctx: RequestContext) -> str | None:
+        host, port, path = urlhost(url)
+        o_host, o_port, _ = urlhost(ctx.origin)
+        same_runtime = host in (o_host, "127.0.0.1", "localhost", "::1") and port == o_port
+        if same_runtime and (path.startswith("/client/v4") or path.startswith("/cdn-cgi")):
+            return "fetch to the runtime's own control API is not allowed"
+        if host.endswith(WORKER_HOST_SUFFIX):
+            parts = host[: -len(WORKER_HOST_SUFFIX)].split(".")
+            if len(parts) == 2 and parts[1] != account:
+                return f"fetch to another account's worker ({parts[0]}.{parts[1]}) is not allowed"
+        return None
+
+    async def call_service(
+        self, caller: WorkerHandle, call: ipc.FetchCall, ctx: RequestContext
+    ) -> ipc.FetchReply:
+        service = caller.spec.services.get(call.service)
+        handle = self.worker(caller.spec.account, service) if service else None
+        if handle is None:
+            return ipc.FetchReply(
+                call.call,
+                error=f"service binding {call.service}: no worker {service!r} "
+                f"in account {caller.spec.account!r}",
+            )
+        sub = RequestContext(
+            ctx.location, ctx.ingress, ctx.client_rtt_ms, method=call.method, url=call.url, origin=ctx.origin
+        )
+        fake = _InternalRequest(call.method, call.url, call.headers)
+        response = await handle.serve(fake, call.body, sub, {})
+        body = (
+            response.body
+            if hasattr(response, "body")
+            else b"".join([c async for c in response.body_iterator])
+        )
+        return ipc.FetchReply(call.call, response.status_code, list(response.headers.items()), bytes(body))
+
+    # --- the HTTP surface -----------------------------------------------------------------------------
 
     async def _read_body(self, request: Request) -> bytes | None:
         declared = request.headers.get("content-length")
@@ -152,62 +293,31 @@ class Runtime:
         return b"".join(chunks)
 
     async def handle(self, request: Request) -> Response:
-        ray = secrets.token_hex(8)
-        where = request.headers.get(LOCATION_HEADER)
         try:
-            location = self.edge.locate(where) if where else self.default_location
+            ctx = self.locate(request)
         except TopologyError as exc:
             return error_response(400, BAD_LOCATION, f"{LOCATION_HEADER}: {exc}")
-        ingress, client_rtt = self.edge.ingress(location)
-        ray_header = {"cf-ray": f"{ray}-{ingress.code}"}
-
+        ray = {"cf-ray": f"{ray_id()}-{ctx.ingress.code}"}
         body = await self._read_body(request)
         if body is None:
             return error_response(
                 413,
                 BODY_TOO_LARGE,
                 f"request body exceeds {MAX_BODY_BYTES // (1024 * 1024)} MB; send less",
-                ray_header,
+                ray,
             )
-        ctx = RequestContext(location, ingress, client_rtt)
-        if self.edge.emulate:  # the request's half of the client round trip, really waited
-            await asyncio.sleep(client_rtt / 2000)
-        rid = self.isolate.next_request_id()
-        self._requests[rid] = ctx
-        headers = [(k, v) for k, v in request.headers.items() if k != LOCATION_HEADER]
-        try:
-            outcome = await self.isolate.invoke(
-                request.method,
-                str(request.url),
-                headers,
-                body,
-                cf_properties(location, ingress, client_rtt),
-                request_id=rid,
-            )
-        except WorkerLoadError as exc:
-            log.error("%s", exc)
-            return error_response(503, WORKER_UNAVAILABLE, str(exc), ray_header)
-        except IsolateCrashed as exc:
-            return error_response(500, WORKER_EXCEPTION, f"Worker threw exception: {exc}", ray_header)
-        finally:
-            self._requests.pop(rid, None)
-
-        timing = {"server-timing": ", ".join(a.server_timing() for a in ctx.accounts)} if ctx.accounts else {}
-        if ctx.quantization:  # which compression served the answer: never hidden
-            timing["x-edge-quantization"] = "; ".join(ctx.quantization)
-        if isinstance(outcome, ipc.InvokeError):
-            log.warning("worker %s threw: %s\n%s", self.config.name, outcome.message, outcome.traceback)
+        target = self.target(request)
+        handle = self.dev if target is None else self.worker(*target, request=request)
+        if handle is None:
             return error_response(
-                500, WORKER_EXCEPTION, f"Worker threw exception: {outcome.message}", ray_header | timing
+                404,
+                NO_SUCH_WORKER,
+                f"no worker {target[1]!r} is deployed in account {target[0]!r}; deploy it with `edge deploy`",
+                ray,
             )
-        if self.edge.emulate:  # and the response's half
-            await asyncio.sleep(client_rtt / 2000)
-        response = Response(outcome.body, status_code=outcome.status)
-        for name, value in outcome.headers:
-            response.headers.append(name, value)
-        for name, value in (ray_header | timing).items():
-            response.headers[name] = value
-        return response
+        if self.edge.emulate:  # the request's half of the client round trip, really waited
+            await asyncio.sleep(ctx.client_rtt_ms / 2000)
+        return await handle.serve(request, body, ctx, ray)
 
     async def pops(self, request: Request) -> Response:
         """Each GPU PoP: its engines' formats, KV occupancy, recent steps and expert load."""
@@ -261,7 +371,7 @@ class Runtime:
     async def health(self, request: Request) -> Response:
         return JSONResponse(
             {
-                "status": "ok" if self.isolate.alive else "degraded",
+                "status": "ok" if self.dev.isolate.alive else "degraded",
                 "worker": self.config.name,
                 "pops": [
                     {"code": n.code, "up": n.up, "models": sorted(n.models())}
@@ -270,6 +380,47 @@ class Runtime:
                 "models": self.edge.models(),
             }
         )
+
+    async def metrics_endpoint(self, request: Request) -> Response:
+        return Response(self.metrics.render(), media_type=CONTENT_TYPE)
+
+    def catalog_view(self) -> list[dict[str, Any]]:
+        """The catalog as the models search API shows it: formats that serve each model, always."""
+        from runtime.catalog import quality_view
+
+        out = []
+        for name, (entry, folder) in self.catalog.items():
+            formats = next((n.formats(name) for n in self.edge.nodes.values() if name in n.models()), None)
+            weights, kv, by_part = formats if formats else (entry.weights, entry.kv_cache_dtype, {})
+            out.append(
+                {
+                    "id": name,
+                    "name": name,
+                    "description": entry.description,
+                    "task": {
+                        "name": "Text Generation" if entry.schema == "text-generation" else "Chat Completions"
+                    },
+                    "schema": entry.schema,
+                    "properties": [
+                        {"property_id": "context_window", "value": str(entry.context_window or "")}
+                    ],
+                    "quantization": {"weights": weights, "weights_by_part": by_part, "kv_cache": kv},
+                    "quality": quality_view(folder),
+                    "served": name in self.edge.models(),
+                }
+            )
+        return out
+
+
+class _InternalRequest:
+    """A service-binding call presented to WorkerHandle.serve like an incoming request."""
+
+    def __init__(self, method: str, url: str, headers: list[tuple[str, str]]):
+        from starlette.datastructures import URL, Headers
+
+        self.method = method
+        self.url = URL(url)
+        self.headers = Headers(raw=[(k.lower().encode(), v.encode()) for k, v in headers])
 
 
 def create_app(runtime: Runtime) -> Starlette:
@@ -286,8 +437,11 @@ def create_app(runtime: Runtime) -> Starlette:
         routes=[
             Route(CONTROL_PREFIX + "health", runtime.health, methods=["GET"]),
             Route(CONTROL_PREFIX + "pops", runtime.pops, methods=["GET"]),
+            Route(CONTROL_PREFIX + "metrics", runtime.metrics_endpoint, methods=["GET"]),
             Route(CONTROL_PREFIX + "models/reload", runtime.reload_model, methods=["POST"]),
             Route(CONTROL_PREFIX + "pops/{code}/{action}", runtime.pop_state, methods=["POST"]),
+            *runtime.api.routes(),
+            *runtime.control.routes(),
             Route("/{path:path}", runtime.handle, methods=methods),
         ],
         lifespan=lifespan,

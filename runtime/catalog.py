@@ -6,8 +6,10 @@ honestly what it is (for instance, random weights).
 
 from __future__ import annotations
 
+import json
 import tomllib
 from pathlib import Path
+from typing import Literal
 
 import msgspec
 
@@ -23,6 +25,9 @@ class CatalogEntry(msgspec.Struct, kw_only=True):
     context_window: int | None = None
     weights: str = "auto"
     kv_cache_dtype: str = "auto"
+    # "chat-completions": env.AI.run answers in OpenAI's ChatCompletion shape, as Cloudflare's
+    # Kimi and GLM entries do; "text-generation": {"response": ..., "usage": ...}
+    schema: Literal["text-generation", "chat-completions"] = "text-generation"
 
 
 class Catalog(msgspec.Struct):
@@ -60,3 +65,26 @@ def model_spec(config, name: str, catalog: dict[str, tuple[CatalogEntry, Path]])
         trusted_keys=config.trusted_keys,
         allow_unsigned=config.models.allow_unsigned,
     )
+
+
+def quality_path(folder: Path) -> Path:
+    """Where `edge models eval --record` keeps a model's last measured quality (outside its signed folder)."""
+    return folder.parent / "quality" / f"{folder.name}.json"
+
+
+def quality_view(folder: Path) -> list[dict]:
+    """The last measured cost of each KV format on this model: perplexity change and greedy
+    agreement against the uncompressed cache, per context length (`edge models eval --record`)."""
+    path = quality_path(folder)
+    if not path.is_file():
+        return []
+    return [
+        {
+            "weights": r["weights"],
+            "kv_cache": r["kv_cache_dtype"],
+            "context": r["context"],
+            "ppl_change_pct": round(r["ppl_change_pct"], 3),
+            "greedy_agreement": round(r["greedy_agreement"], 4),
+        }
+        for r in json.loads(path.read_text())
+    ]

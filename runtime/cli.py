@@ -78,6 +78,269 @@ def build_edge(config: WorkerConfig):
         raise ConfigError(f"[edge]: {exc}") from None
 
 
+TOKEN_ENV = "EDGE_API_TOKEN"
+
+
+def bootstrap_token(config: WorkerConfig, state) -> tuple[str, bool]:
+    """The dev account's API token: $EDGE_API_TOKEN, else the one saved at first start, else a
+    new one (saved under .edge/, which is never committed). Returns (token, newly created)."""
+    import os
+
+    state.ensure_account(config.account_id)
+    path = config.state_dir / "api-token"
+    env = os.environ.get(TOKEN_ENV)
+    if env:
+        state.add_token(config.account_id, env)
+        return env, False
+    if path.is_file() and state.account_for(path.read_text().strip()) == config.account_id:
+        return path.read_text().strip(), False
+    token = state.create_token(config.account_id, "edge dev")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(token + "\n")
+    path.chmod(0o600)
+    return token, True
+
+
+class Client:
+    """The CLI's side of the runtime's HTTP APIs (token from $EDGE_API_TOKEN or .edge/api-token)."""
+
+    def __init__(self, args: argparse.Namespace):
+        import os
+
+        self.config = load_config(args.config)
+        self.url = args.url.rstrip("/")
+        token = os.environ.get(TOKEN_ENV)
+        path = self.config.state_dir / "api-token"
+        if not token and path.is_file():
+            token = path.read_text().strip()
+        if not token:
+            raise ConfigError(
+                f"no API token: set {TOKEN_ENV}, or run `edge dev` once (it saves one in {path})"
+            )
+        self.headers = {"authorization": f"Bearer {token}"}
+        self.account = self.config.account_id
+
+    def call(self, method: str, path: str, **kw):
+        import httpx
+
+        try:
+            r = httpx.request(
+                method,
+                f"{self.url}/client/v4/accounts/{self.account}{path}",
+                headers=self.headers,
+                timeout=kw.pop("timeout", 120),
+                **kw,
+            )
+        except httpx.HTTPError as exc:
+            raise ConfigError(
+                f"cannot reach the runtime at {self.url} ({exc}); is edge dev running?"
+            ) from None
+        body = r.json()
+        if not body.get("success", True):
+            raise ConfigError("; ".join(f"{e['code']}: {e['message']}" for e in body["errors"]))
+        return body.get("result", body)
+
+
+def bundle(config: WorkerConfig) -> dict[str, str]:
+    """The worker's main module and its local modules (every .py beside it)."""
+    root = config.main_path.parent
+    skip = {".edge", "__pycache__", ".venv", ".git"}
+    return {
+        p.relative_to(root).as_posix(): p.read_text()
+        for p in sorted(root.rglob("*.py"))
+        if not skip & set(p.relative_to(root).parts)
+    }
+
+
+def cmd_deploy(args: argparse.Namespace) -> int:
+    try:
+        client = Client(args)
+        c = client.config
+        files = bundle(c)
+        payload = {
+            "main": c.main_path.name,
+            "files": files,
+            "config": {
+                "vars": dict(c.vars),
+                "ai_binding": c.ai.binding if c.ai else None,
+                "services": {s.binding: s.service for s in c.services},
+                "cpu_ms": c.limits.cpu_ms,
+                "memory_mb": c.limits.memory_mb,
+                "subrequests": c.limits.subrequests,
+            },
+            "message": args.message,
+        }
+        result = client.call("PUT", f"/workers/scripts/{c.name}", json=payload)
+    except ConfigError as exc:
+        return _fail(str(exc))
+    port = args.url.rstrip("/").rsplit(":", 1)[-1]
+    print(f"deployed {c.name} version {result['id']} ({len(files)} file(s)) to account {client.account}")
+    print(f"  reach it at http://{c.name}.{client.account}.edge.localhost:{port}/")
+    return 0
+
+
+def cmd_versions(args: argparse.Namespace) -> int:
+    try:
+        client = Client(args)
+        name = args.name or client.config.name
+        if args.action == "list":
+            for v in client.call("GET", f"/workers/scripts/{name}/versions")["items"]:
+                print(f"{v['id']}  {_when(v['created'])}  {v['message'] or ''}")
+            return 0
+        splits = []
+        for item in args.splits:
+            version, _, pct = item.partition("@")
+            if not pct.isdigit():
+                return _fail(f"{item!r}: write VERSION_ID@PERCENT, e.g. {version or 'abc'}@90")
+            splits.append({"version_id": version, "percentage": int(pct)})
+        result = client.call(
+            "POST", f"/workers/scripts/{name}/deployments", json={"versions": splits, "message": args.message}
+        )
+    except ConfigError as exc:
+        return _fail(str(exc))
+    print(f"deployment {result['id']}: " + ", ".join(f"{s['version_id']}@{s['percentage']}%" for s in splits))
+    return 0
+
+
+def cmd_deployments(args: argparse.Namespace) -> int:
+    try:
+        client = Client(args)
+        name = args.name or client.config.name
+        for d in client.call("GET", f"/workers/scripts/{name}/deployments")["deployments"]:
+            split = ", ".join(f"{v['version_id']}@{v['percentage']}%" for v in d["versions"])
+            print(f"{d['id']}  {_when(d['created'])}  {split}  {d['message'] or ''}")
+    except ConfigError as exc:
+        return _fail(str(exc))
+    return 0
+
+
+def cmd_rollback(args: argparse.Namespace) -> int:
+    try:
+        client = Client(args)
+        name = args.name or client.config.name
+        result = client.call(
+            "POST",
+            f"/workers/scripts/{name}/rollback",
+            json={"version_id": args.version_id, "message": args.message},
+        )
+    except ConfigError as exc:
+        return _fail(str(exc))
+    print(f"rolled back {name} to version {result['version_id']} (deployment {result['id']})")
+    return 0
+
+
+def cmd_secret(args: argparse.Namespace) -> int:
+    import getpass
+
+    try:
+        client = Client(args)
+        name = args.name or client.config.name
+        if args.action == "list":
+            for item in client.call("GET", f"/workers/scripts/{name}/secrets"):
+                print(item["name"])
+            return 0
+        if not args.secret:
+            return _fail(f"edge secret {args.action} needs a NAME")
+        if args.action == "delete":
+            client.call("DELETE", f"/workers/scripts/{name}/secrets/{args.secret}")
+            print(f"deleted secret {args.secret}")
+            return 0
+        value = (
+            getpass.getpass(f"value of {args.secret}: ")
+            if sys.stdin.isatty()
+            else sys.stdin.read().rstrip("\n")
+        )
+        client.call("PUT", f"/workers/scripts/{name}/secrets", json={"name": args.secret, "text": value})
+    except ConfigError as exc:
+        return _fail(str(exc))
+    print(f"stored secret {args.secret} for {name} (its value is never shown or logged)")
+    return 0
+
+
+def cmd_tail(args: argparse.Namespace) -> int:
+    import json as _json
+
+    import httpx
+
+    try:
+        client = Client(args)
+    except ConfigError as exc:
+        return _fail(str(exc))
+    name = args.worker or client.config.name
+    params = {"status": args.status} if args.status else {}
+    url = f"{client.url}/client/v4/accounts/{client.account}/workers/scripts/{name}/tail"
+    try:
+        with httpx.stream("GET", url, headers=client.headers, params=params, timeout=None) as r:
+            if r.status_code != 200:
+                return _fail(f"tail refused ({r.status_code}): {r.read().decode()[:300]}")
+            for line in r.iter_lines():
+                if not line.strip():
+                    continue
+                event = _json.loads(line)
+                if event.get("type") == "connected":
+                    print(f"tailing {name} (Ctrl-C to stop)", file=sys.stderr, flush=True)
+                    continue
+                print(_json.dumps(event) if args.format == "json" else _pretty(event), flush=True)
+    except KeyboardInterrupt:
+        return 0
+    except httpx.HTTPError as exc:
+        return _fail(f"tail connection lost: {exc}")
+    return 0
+
+
+def _pretty(event: dict) -> str:
+    req = (event.get("event") or {}).get("request", {})
+    status = (event.get("event") or {}).get("response", {}).get("status", "")
+    lines = [
+        f"[{_when(event.get('eventTimestamp', 0))}] {event.get('outcome')} {req.get('method', '')} "
+        f"{req.get('url', '')} {status}".rstrip()
+    ]
+    lines += [f"  ({log['level']}) {log['message']}" for log in event.get("logs", [])]
+    for exc in event.get("exceptions", []):
+        lines.append(f"  {exc.get('name')}: {exc.get('message')}")
+        lines += [f"    {row}" for row in (exc.get("stack") or "").rstrip().splitlines()]
+    return "\n".join(lines)
+
+
+def _when(ts: float) -> str:
+    import time
+
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts))
+
+
+def cmd_ai_run(args: argparse.Namespace) -> int:
+    import json as _json
+
+    try:
+        client = Client(args)
+        inputs = {"prompt": args.prompt, "max_tokens": args.max_tokens, "temperature": args.temperature}
+        if args.stream:
+            import httpx
+
+            url = f"{client.url}/client/v4/accounts/{client.account}/ai/run/{args.model}"
+            with httpx.stream(
+                "POST", url, headers=client.headers, json={**inputs, "stream": True}, timeout=300
+            ) as r:
+                for line in r.iter_lines():
+                    if line.startswith("data: ") and line != "data: [DONE]":
+                        print(_json.loads(line[6:]).get("response", ""), end="", flush=True)
+            print()
+            return 0
+        result = client.call("POST", f"/ai/run/{args.model}", json=inputs)
+    except ConfigError as exc:
+        return _fail(str(exc))
+    text = result["response"] if "response" in result else result["choices"][0]["message"]["content"]
+    print(text)
+    t = result["timing"]
+    print(
+        f"-- {result['usage']['completion_tokens']} tokens from {t['pop']} (ingress {t['ingress']}), "
+        f"{t['total_ms']:.0f} ms; weights {result['quantization']['weights']}, "
+        f"KV {result['quantization']['kv_cache']}",
+        file=sys.stderr,
+    )
+    return 0
+
+
 def cmd_dev(args: argparse.Namespace) -> int:
     import uvicorn
 
@@ -94,8 +357,18 @@ def cmd_dev(args: argparse.Namespace) -> int:
         return _fail(str(exc))
     except Exception as exc:  # a model that fails to load, say: print why, not a traceback
         return _fail(f"{type(exc).__name__}: {exc}")
-    runtime = Runtime(config, edge)
+    from runtime.catalog import load_catalog
+    from runtime.state import State
+
+    state = State(config.state_dir / "state.db")
+    token, created = bootstrap_token(config, state)
+    runtime = Runtime(config, edge, state, load_catalog(config.models_dir))
+    runtime.watch = args.reload
     print(f"edge dev: worker {config.name!r} ({config.main}) on http://{args.host}:{args.port}", flush=True)
+    if created:  # shown once; kept (only) in .edge/api-token for the CLI
+        print(
+            f"  API token for account {config.account_id!r} (saved in .edge/api-token): {token}", flush=True
+        )
     for node in edge.nodes.values():
         print(f"  GPU PoP {node.code} ({node.pop.city}): {', '.join(sorted(node.models()))}", flush=True)
     print(
@@ -208,8 +481,9 @@ def cmd_models_eval(args: argparse.Namespace) -> int:
 
 
 def quality_record_path(model_dir):
-    """Where `edge models eval --record` keeps a model's last measured quality (outside the signed folder)."""
-    return model_dir.parent / "quality" / f"{model_dir.name}.json"
+    from runtime.catalog import quality_path
+
+    return quality_path(model_dir)
 
 
 def _model_dir(model: str, config_path: str):
@@ -462,6 +736,12 @@ def main(argv: list[str] | None = None) -> int:
     dev.add_argument("--port", type=int, default=8787)
     dev.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     dev.add_argument(
+        "--no-reload",
+        dest="reload",
+        action="store_false",
+        help="do not restart the worker when its source changes",
+    )
+    dev.add_argument(
         "--network",
         choices=["account", "emulate"],
         default="account",
@@ -481,6 +761,55 @@ def main(argv: list[str] | None = None) -> int:
     )
     pop.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     pop.set_defaults(func=lambda a: cmd_pop_serve(a) if a.action == "serve" else cmd_pop(a))
+
+    def client_args(p):
+        p.add_argument("--config", default=DEFAULT_CONFIG)
+        p.add_argument("--url", default="http://127.0.0.1:8787", help="the running runtime")
+
+    dep = sub.add_parser("deploy", help="upload the worker (and its local modules) as a new version")
+    client_args(dep)
+    dep.add_argument("--message", "-m")
+    dep.set_defaults(func=cmd_deploy)
+    ver = sub.add_parser("versions", help="list versions, or deploy a split: edge versions deploy A@90 B@10")
+    ver.add_argument("action", choices=["list", "deploy"])
+    ver.add_argument("splits", nargs="*", help="deploy: VERSION_ID@PERCENT ...")
+    ver.add_argument("--name", help="the worker (default: the config's)")
+    ver.add_argument("--message", "-m")
+    client_args(ver)
+    ver.set_defaults(func=cmd_versions)
+    dl = sub.add_parser("deployments", help="list deployments, newest first")
+    dl.add_argument("action", choices=["list"], nargs="?", default="list")
+    dl.add_argument("--name")
+    client_args(dl)
+    dl.set_defaults(func=cmd_deployments)
+    rb = sub.add_parser("rollback", help="deploy an earlier version (default: the one before the current)")
+    rb.add_argument("version_id", nargs="?")
+    rb.add_argument("--name")
+    rb.add_argument("--message", "-m")
+    client_args(rb)
+    rb.set_defaults(func=cmd_rollback)
+    tail = sub.add_parser("tail", help="stream live events of a worker")
+    tail.add_argument("worker", nargs="?")
+    tail.add_argument("--format", choices=["json", "pretty"], default="pretty")
+    tail.add_argument("--status", choices=["ok", "error"])
+    client_args(tail)
+    tail.set_defaults(func=cmd_tail)
+    sec = sub.add_parser("secret", help="edge secret put NAME (value from stdin) | list | delete NAME")
+    sec.add_argument("action", choices=["put", "list", "delete"])
+    sec.add_argument("secret", nargs="?")
+    sec.add_argument("--name", help="the worker (default: the config's)")
+    client_args(sec)
+    sec.set_defaults(func=cmd_secret)
+    ai = sub.add_parser("ai", help="edge ai run MODEL PROMPT: call a model through the runtime's AI API")
+    ai_sub = ai.add_subparsers(dest="ai_command", required=True)
+    air = ai_sub.add_parser("run", help="run a model on a prompt")
+    air.add_argument("model")
+    air.add_argument("prompt")
+    air.add_argument("--max-tokens", type=int, default=128)
+    air.add_argument("--temperature", type=float, default=0.6)
+    air.add_argument("--stream", action="store_true")
+    client_args(air)
+    air.set_defaults(func=cmd_ai_run)
 
     models = sub.add_parser("models", help="inspect, compress and list models").add_subparsers(
         dest="models_command", required=True

@@ -58,6 +58,17 @@ class ModelsConfig(msgspec.Struct):
     allow_unsigned: bool = False  # serve models without a manifest (with a warning)
 
 
+class LimitsConfig(msgspec.Struct):
+    cpu_ms: int = 30_000  # CPU time per request (Workers' default on paid plans)
+    memory_mb: int = 128  # per isolate, as on Workers
+    subrequests: int = 50  # fetch() calls per request
+
+
+class ServiceBindingConfig(msgspec.Struct):
+    binding: str  # the name in env
+    service: str  # another worker of the same account
+
+
 class WorkerConfig(msgspec.Struct, kw_only=True):
     name: str
     main: str
@@ -67,6 +78,8 @@ class WorkerConfig(msgspec.Struct, kw_only=True):
     vars: dict[str, str | int | float | bool] = msgspec.field(default_factory=dict)
     edge: EdgeConfig = msgspec.field(default_factory=EdgeConfig)
     models: ModelsConfig = msgspec.field(default_factory=ModelsConfig)
+    limits: LimitsConfig = msgspec.field(default_factory=LimitsConfig)
+    services: list[ServiceBindingConfig] = msgspec.field(default_factory=list)
     # Set by load_config: the folder relative paths are resolved against.
     base_dir: str = "."
 
@@ -84,6 +97,11 @@ class WorkerConfig(msgspec.Struct, kw_only=True):
     @property
     def models_dir(self) -> Path:
         return (Path(self.base_dir) / self.edge.models_dir).resolve()
+
+    @property
+    def state_dir(self) -> Path:
+        """Where the runtime keeps its database, API token and deployed scripts (never committed)."""
+        return (Path(self.base_dir) / ".edge").resolve()
 
 
 _DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
@@ -127,6 +145,13 @@ def parse_config(text: str, source: str = DEFAULT_CONFIG, base_dir: Path | None 
         raise ConfigError(
             f"{source}: compatibility_date: expected YYYY-MM-DD, got {config.compatibility_date!r}"
         )
+    for i, svc in enumerate(config.services):
+        if not svc.binding.isidentifier():
+            raise ConfigError(
+                f"{source}: services.{i}.binding: {svc.binding!r} is not a valid Python identifier"
+            )
+    if config.limits.cpu_ms < 1 or config.limits.memory_mb < 16:
+        raise ConfigError(f"{source}: limits: cpu_ms must be >= 1 and memory_mb >= 16")
     if config.ai is not None and not config.ai.binding.isidentifier():
         raise ConfigError(f"{source}: ai.binding: {config.ai.binding!r} is not a valid Python identifier")
     if base_dir is not None:

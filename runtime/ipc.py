@@ -18,8 +18,11 @@ MAX_FRAME = 256 * 1024 * 1024  # larger than the largest body the runtime accept
 
 class Init(msgspec.Struct, tag=True):
     script: str  # absolute path of the worker's main module
-    vars: dict[str, Any]
+    vars: dict[str, Any]  # [vars] and secrets: the worker's env
     ai_binding: str | None
+    services: list[str] = []  # service binding names: env.NAME.fetch(...) reaches another worker
+    memory_mb: int = 128  # address space the worker may add on top of the runtime's own
+    sandbox: bool = True  # confine the file system and network (Landlock) before loading the script
 
 
 class Ready(msgspec.Struct, tag=True):
@@ -53,12 +56,65 @@ class InvokeError(msgspec.Struct, tag=True):
     traceback: str
 
 
+class InvokeStart(msgspec.Struct, tag=True):
+    """A streamed response: status and headers now, the body as BodyChunk messages, then BodyEnd."""
+
+    id: int
+    status: int
+    headers: list[tuple[str, str]]
+
+
+class BodyChunk(msgspec.Struct, tag=True):
+    id: int
+    data: bytes
+
+
+class BodyEnd(msgspec.Struct, tag=True):
+    id: int
+    error: str | None = None  # the body's iterator raised
+
+
+class Log(msgspec.Struct, tag=True):
+    """A line the worker logged (print or logging) while handling a request (0: outside one)."""
+
+    request: int
+    level: str
+    message: str
+
+
+class FetchCall(msgspec.Struct, tag=True):
+    """Outbound HTTP (workers.fetch), or a call to a service binding when `service` is set."""
+
+    call: int
+    request: int
+    method: str
+    url: str
+    headers: list[tuple[str, str]]
+    body: bytes
+    service: str | None = None
+
+
+class FetchReply(msgspec.Struct, tag=True):
+    call: int
+    status: int = 0
+    headers: list[tuple[str, str]] = []
+    body: bytes = b""
+    error: str | None = None
+
+
 class AICall(msgspec.Struct, tag=True):
     call: int
     request: int  # the Invoke this call belongs to
     model: str
     inputs: Any
     options: Any = None
+
+
+class AIChunk(msgspec.Struct, tag=True):
+    """Part of a streamed AI answer (SSE bytes); the AIReply that follows ends the stream."""
+
+    call: int
+    data: bytes
 
 
 class AIReply(msgspec.Struct, tag=True):
@@ -68,7 +124,23 @@ class AIReply(msgspec.Struct, tag=True):
     error_message: str | None = None
 
 
-Message = Init | Ready | LoadFailed | Invoke | InvokeResult | InvokeError | AICall | AIReply
+Message = (
+    Init
+    | Ready
+    | LoadFailed
+    | Invoke
+    | InvokeResult
+    | InvokeError
+    | InvokeStart
+    | BodyChunk
+    | BodyEnd
+    | AICall
+    | AIChunk
+    | AIReply
+    | Log
+    | FetchCall
+    | FetchReply
+)
 
 _encoder = msgspec.msgpack.Encoder()
 _decoder = msgspec.msgpack.Decoder(Message)

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import builtins
 import contextvars
 import importlib.util
 import inspect
 import itertools
+import logging
 import socket
 import sys
 import traceback
@@ -21,8 +23,11 @@ from typing import Any
 
 import msgspec
 
-from runtime import ipc
+from runtime import ipc, sandbox
 from workers import AIError, Request, Response, WorkerEntrypoint
+from workers.fetch import _install as install_fetch
+
+WAIT_UNTIL_SECONDS = 30.0  # as on Workers: work continues this long after the response
 
 _current_request: contextvars.ContextVar[int | None] = contextvars.ContextVar("edge_request", default=None)
 
@@ -50,7 +55,7 @@ class Context:
         self._tasks: set[asyncio.Task] = set()
 
     def waitUntil(self, awaitable: Any) -> None:  # noqa: N802 - Cloudflare's name
-        task = asyncio.ensure_future(awaitable)
+        task = asyncio.ensure_future(asyncio.wait_for(awaitable, WAIT_UNTIL_SECONDS))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
@@ -76,22 +81,59 @@ class Channel:
         if request is None:
             raise AIError(5004, "env.AI.run can only be called while handling a request")
         call = next(self._calls)
-        future = asyncio.get_running_loop().create_future()
-        self._pending[call] = future
+        # every message for this call lands here: AIChunk(s) of a stream, then the AIReply
+        queue: asyncio.Queue = asyncio.Queue()
+        self._pending[call] = queue
         try:
             self.send(ipc.AICall(call, request, model, inputs, options))
         except (TypeError, msgspec.EncodeError) as exc:
             del self._pending[call]
             raise AIError(5004, f"inputs must be JSON-like (dicts, lists, strings, numbers): {exc}") from None
-        reply: ipc.AIReply = await future
-        if reply.error_code is not None:
-            raise AIError(reply.error_code, reply.error_message or "AI request failed")
-        return reply.result
+        first = await queue.get()
+        if isinstance(first, ipc.AIReply):
+            self._pending.pop(call, None)
+            if first.error_code is not None:
+                raise AIError(first.error_code, first.error_message or "AI request failed")
+            return first.result
+        return self._stream(call, first, queue)  # stream: True -> an async iterator of SSE bytes
 
-    def resolve(self, reply: ipc.AIReply) -> None:
-        future = self._pending.pop(reply.call, None)
-        if future is not None and not future.done():
-            future.set_result(reply)
+    async def _stream(self, call: int, first: ipc.AIChunk, queue: asyncio.Queue):
+        try:
+            msg = first
+            while isinstance(msg, ipc.AIChunk):
+                yield msg.data
+                msg = await queue.get()
+            if msg.error_code is not None:
+                raise AIError(msg.error_code, msg.error_message or "AI request failed")
+        finally:
+            self._pending.pop(call, None)
+
+    def resolve(self, msg: ipc.AIReply | ipc.AIChunk | ipc.FetchReply) -> None:
+        queue = self._pending.get(msg.call)
+        if queue is not None:
+            queue.put_nowait(msg)
+
+    async def fetch(
+        self, method: str, url: str, headers: list[tuple[str, str]], body: bytes, service: str | None = None
+    ) -> Response:
+        """Outbound HTTP (or a service binding call) carried by the runtime."""
+        request = _current_request.get()
+        if request is None:
+            raise RuntimeError("fetch can only be called while handling a request")
+        call = next(self._calls)
+        queue: asyncio.Queue = asyncio.Queue()
+        self._pending[call] = queue
+        self.send(ipc.FetchCall(call, request, method, url, headers, body, service))
+        try:
+            reply: ipc.FetchReply = await queue.get()
+        finally:
+            self._pending.pop(call, None)
+        if reply.error:
+            raise RuntimeError(reply.error)
+        return Response(reply.body, status=reply.status, headers=reply.headers)
+
+    def log(self, level: str, message: str) -> None:
+        self.send(ipc.Log(_current_request.get() or 0, level, message))
 
 
 class AIBinding:
@@ -106,6 +148,80 @@ class AIBinding:
                 5004, f"model must be a string such as '@edge/moonshotai/kimi-k2-mini', got {model!r}"
             )
         return await self._channel.call_ai(model, inputs, options)
+
+
+class ServiceBinding:
+    """`env.NAME` for a [[services]] binding: `await env.NAME.fetch(url_or_request)` calls that worker."""
+
+    def __init__(self, channel: Channel, name: str):
+        self._channel, self._name = channel, name
+
+    async def fetch(self, resource: Any, method: str | None = None, headers: Any = None, body: Any = None):
+        from workers.fetch import _as_parts
+
+        url, verb, hdrs, data = _as_parts(resource, method, headers, body)
+        return await self._channel.fetch(verb, url, hdrs, data, service=self._name)
+
+
+class _LogToRuntime(logging.Handler):
+    def __init__(self, channel: Channel):
+        super().__init__()
+        self.channel = channel
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            self.channel.log(record.levelname.lower(), self.format(record))
+        except Exception:  # a log line must never break the request
+            pass
+
+
+def capture_logs(channel: Channel) -> None:
+    """print() and logging inside the worker reach the runtime (edge tail), tagged by request."""
+    real_print = builtins.print
+
+    def worker_print(*args, sep=" ", end="\n", file=None, flush=False):
+        if file not in (None, sys.stdout, sys.stderr):
+            return real_print(*args, sep=sep, end=end, file=file, flush=flush)
+        channel.log("error" if file is sys.stderr else "log", sep.join(str(a) for a in args))
+
+    builtins.print = worker_print
+    root = logging.getLogger()
+    root.handlers = [_LogToRuntime(channel)]
+    root.setLevel(logging.INFO)
+
+
+def sandbox_paths(script: Path) -> list[str]:
+    """What a worker may read: its own folder, Python itself, and the SDK it imports."""
+    import site
+
+    import runtime
+    import workers
+
+    paths = {
+        sys.prefix,
+        sys.base_prefix,
+        sys.exec_prefix,
+        str(Path(workers.__file__).parent),
+        str(Path(runtime.__file__).parent),
+    }
+    # the worker's own folder, but not the runtime's state kept beside it (.edge: database, token,
+    # other workers' scripts) nor other tooling folders
+    hidden = {".edge", ".git", ".venv"}
+    paths.update(str(p) for p in script.parent.iterdir() if p.name not in hidden)
+    paths.update(site.getsitepackages())
+    paths.update(
+        (
+            "/usr/lib",
+            "/usr/lib64",
+            "/lib",
+            "/lib64",
+            "/usr/local/lib",
+            "/etc/ld.so.cache",
+            "/etc/localtime",
+            "/usr/share/zoneinfo",
+        )
+    )
+    return sorted(paths)
 
 
 def load_entry(script: Path, env: Env):
@@ -172,8 +288,24 @@ async def serve_invoke(channel: Channel, handler, inv: ipc.Invoke) -> None:
         response = await handler(request, ctx)
         if not isinstance(response, Response):
             raise TypeError(f"fetch must return a workers.Response, got {type(response).__name__}")
-        body = await _body_bytes(response.body)
-        channel.send(ipc.InvokeResult(inv.id, response.status, response.headers.items(), body))
+        if hasattr(response.body, "__aiter__"):  # stream it: headers now, the body as it comes
+            channel.send(ipc.InvokeStart(inv.id, response.status, response.headers.items()))
+            await channel.writer.drain()
+            error = None
+            try:
+                async for chunk in response.body:
+                    channel.send(
+                        ipc.BodyChunk(
+                            inv.id, chunk.encode("utf-8") if isinstance(chunk, str) else bytes(chunk)
+                        )
+                    )
+                    await channel.writer.drain()
+            except Exception as exc:
+                error = f"{type(exc).__name__}: {exc}"
+            channel.send(ipc.BodyEnd(inv.id, error))
+        else:
+            body = await _body_bytes(response.body)
+            channel.send(ipc.InvokeResult(inv.id, response.status, response.headers.items(), body))
     except Exception as exc:  # the worker's own failure: reported, the isolate stays up
         channel.send(ipc.InvokeError(inv.id, f"{type(exc).__name__}: {exc}", traceback.format_exc()))
     await channel.writer.drain()
@@ -189,8 +321,17 @@ async def main(fd: int) -> None:
     values: dict[str, Any] = dict(init.vars)
     if init.ai_binding:
         values[init.ai_binding] = AIBinding(channel)
+    for name in init.services:
+        values[name] = ServiceBinding(channel, name)
+    capture_logs(channel)
+    install_fetch(lambda method, url, headers, body: channel.fetch(method, url, headers, body))
     try:
-        entry, handler = load_entry(Path(init.script), Env(values))
+        script = Path(init.script)
+        if init.memory_mb:
+            sandbox.limit_memory(init.memory_mb)
+        if init.sandbox:  # from here the kernel confines what the script can touch
+            sandbox.restrict(sandbox_paths(script), writable=["/dev/null"])
+        entry, handler = load_entry(script, Env(values))
     except BaseException as exc:  # noqa: BLE001 - any import failure is reported, then we exit
         channel.send(ipc.LoadFailed(f"{type(exc).__name__}: {exc}", traceback.format_exc()))
         await writer.drain()
@@ -208,7 +349,7 @@ async def main(fd: int) -> None:
             task = asyncio.create_task(serve_invoke(channel, handler, msg))
             tasks.add(task)
             task.add_done_callback(tasks.discard)
-        elif isinstance(msg, ipc.AIReply):
+        elif isinstance(msg, (ipc.AIReply, ipc.AIChunk, ipc.FetchReply)):
             channel.resolve(msg)
 
 

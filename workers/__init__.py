@@ -11,6 +11,7 @@ This package stands alone: it runs inside the isolate and imports nothing of the
 
 from workers.entrypoint import WorkerEntrypoint
 from workers.errors import AIError
+from workers.fetch import fetch
 from workers.http import Headers, Request, Response
 
-__all__ = ["AIError", "Headers", "Request", "Response", "WorkerEntrypoint"]
+__all__ = ["AIError", "Headers", "Request", "Response", "WorkerEntrypoint", "fetch"]

@@ -89,6 +89,18 @@ class Request:
 Body = str | bytes | AsyncIterator[bytes] | None
 
 
+class _class_or_instance:
+    """A method that receives the class when called on it, the instance when called on one."""
+
+    def __init__(self, fn):
+        self.fn = fn
+        self.__doc__ = fn.__doc__
+
+    def __get__(self, obj, owner):
+        target = obj if obj is not None else owner
+        return lambda *args, **kwargs: self.fn(target, *args, **kwargs)
+
+
 class Response:
     def __init__(
         self,
@@ -96,21 +108,47 @@ class Response:
         status: int = 200,
         headers: Headers | Mapping[str, str] | Iterable[tuple[str, str]] | None = None,
     ):
-        if not 200 <= int(status) <= 599:
-            raise ValueError(f"Response status must be between 200 and 599, got {status}")
+        if not 100 <= int(status) <= 599:
+            raise ValueError(f"Response status must be between 100 and 599, got {status}")
         self.status = int(status)
         self.headers = headers if isinstance(headers, Headers) else Headers(headers)
         self.body = body
         if isinstance(body, str) and "content-type" not in self.headers:
             self.headers.set("content-type", "text/plain;charset=UTF-8")
 
-    @classmethod
-    def json(cls, data: Any, status: int = 200, headers: Mapping[str, str] | None = None) -> Response:
-        out = cls(_json.dumps(data, ensure_ascii=False), status=status, headers=headers)
+    @_class_or_instance
+    def json(cls_or_self, data: Any = None, status: int = 200, headers: Mapping[str, str] | None = None):
+        """Response.json(data): a JSON response. response.json(): its body parsed (awaitable),
+        as the Fetch API has both."""
+        if isinstance(cls_or_self, Response):
+            return cls_or_self._read_json()
+        out = cls_or_self(_json.dumps(data, ensure_ascii=False), status=status, headers=headers)
         out.headers.set("content-type", "application/json")
         return out
 
-    from_json = json  # the name Cloudflare's Python SDK also accepts
+    @classmethod
+    def from_json(cls, data: Any, status: int = 200, headers: Mapping[str, str] | None = None) -> Response:
+        return cls.json(data, status=status, headers=headers)  # the name Cloudflare's SDK also accepts
+
+    @property
+    def ok(self) -> bool:
+        return 200 <= self.status < 300
+
+    async def bytes(self) -> bytes:
+        body = self.body
+        if body is None:
+            return b""
+        if isinstance(body, str):
+            return body.encode("utf-8")
+        if isinstance(body, (bytes, bytearray)):
+            return bytes(body)
+        return b"".join([c.encode() if isinstance(c, str) else bytes(c) async for c in body])
+
+    async def text(self) -> str:
+        return (await self.bytes()).decode("utf-8", errors="replace")
+
+    async def _read_json(self) -> Any:
+        return _json.loads(await self.bytes())
 
     @classmethod
     def redirect(cls, url: str, status: int = 302) -> Response:

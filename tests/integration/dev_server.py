@@ -27,7 +27,7 @@ class DevServer:
         self.log = (
             cwd / f".edge-dev-{self.port}.log" if cwd != REPO else Path(f"/tmp/edge-dev-{self.port}.log")
         )
-        self._log_file = open(self.log, "w")
+        self._log_file = open(self.log, "w")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(
             [
                 sys.executable,

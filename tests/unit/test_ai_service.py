@@ -88,7 +88,7 @@ def test_chat_messages_use_the_template(service):
         ({"messages": [{"role": "robot", "content": "b"}]}, 5004, "messages.0.role"),
         ({"prompt": "a", "temperature": -1}, 5004, "temperature"),
         ({"prompt": ""}, 5004, "prompt: must not be empty"),
-        ({"prompt": "a", "stream": True}, 5004, "stream"),
+        ({"prompt": "a", "stop": "x"}, 5004, "stop: expected `array`"),
         ({"prompt": "word " * 5000}, 3006, "context window"),
     ],
 )

@@ -173,3 +173,122 @@ def test_isolate_does_not_inherit_runtime_secrets(tmp_path, monkeypatch):
     )
     res = run(with_isolate(script, lambda iso: iso.invoke("GET", "http://x/", [], b"", {})))
     assert res.body == b"none"
+
+
+# --- limits, enforced by the operating system -------------------------------------------------------
+
+from runtime.isolate import ExceededResources, IsolateLimits  # noqa: E402
+
+
+async def with_limits(script, fn, limits, **kw):
+    iso = Isolate("limited", script, {}, None, echo_ai, limits=limits, **kw)
+    await iso.start()
+    try:
+        return await fn(iso)
+    finally:
+        await iso.stop()
+
+
+def test_an_infinite_loop_is_stopped_at_its_cpu_budget_and_the_isolate_replaced(tmp_path):
+    script = write(
+        tmp_path,
+        """
+        from workers import Response
+        async def on_fetch(request, env):
+            if request.url.endswith("/spin"):
+                while True:
+                    pass
+            return Response("fine")
+    """,
+    )
+
+    async def go(iso):
+        with pytest.raises(ExceededResources) as err:
+            await iso.invoke("GET", "http://x/spin", [], b"", {})
+        assert err.value.outcome == "exceededCpu"
+        return await iso.invoke("GET", "http://x/", [], b"", {})  # a fresh process serves the next one
+
+    assert run(with_limits(script, go, IsolateLimits(cpu_ms=300))).body == b"fine"
+
+
+def test_a_memory_bomb_fails_inside_its_cap(tmp_path):
+    script = write(
+        tmp_path,
+        """
+        from workers import Response
+        async def on_fetch(request, env):
+            hoard = bytearray(400 * 1024 * 1024)
+            return Response(str(len(hoard)))
+    """,
+    )
+    res = run(
+        with_limits(
+            script, lambda iso: iso.invoke("GET", "http://x/", [], b"", {}), IsolateLimits(memory_mb=64)
+        )
+    )
+    assert isinstance(res, ipc.InvokeError) and res.message.startswith("MemoryError")
+
+
+def test_the_sandbox_denies_other_files_and_the_network(tmp_path):
+    from tests.conftest import REPO
+
+    script = write(
+        tmp_path,
+        f"""
+        import socket
+        from workers import Response
+        async def on_fetch(request, env):
+            out = []
+            for path in ({str(REPO / "pyproject.toml")!r}, "/etc/hostname", "/proc/1/environ"):
+                try:
+                    open(path).read()
+                    out.append("read")
+                except OSError as exc:
+                    out.append(type(exc).__name__)
+            try:
+                socket.create_connection(("127.0.0.1", 9), timeout=1)
+                out.append("connected")
+            except OSError as exc:
+                out.append(type(exc).__name__)
+            import json, decimal  # the standard library still imports
+            return Response(",".join(out))
+    """,
+    )
+    res = run(with_limits(script, lambda iso: iso.invoke("GET", "http://x/", [], b"", {}), IsolateLimits()))
+    assert res.body.decode() == "PermissionError,PermissionError,PermissionError,PermissionError"
+
+
+def test_logs_fetch_and_service_calls_cross_to_the_runtime(tmp_path):
+    script = write(
+        tmp_path,
+        """
+        import logging
+        from workers import Response, fetch
+        async def on_fetch(request, env):
+            print("hello from", request.method)
+            logging.getLogger("app").warning("careful")
+            upstream = await fetch("https://example.com/data", headers={"x-a": "1"})
+            other = await env.OTHER.fetch("https://other/x")
+            return Response(f"{upstream.status}:{await upstream.text()}|{await other.text()}")
+    """,
+    )
+    logs, calls = [], []
+
+    async def on_fetch(call):
+        calls.append((call.method, call.url, dict(call.headers), call.service))
+        return ipc.FetchReply(
+            call.call, 200, [("content-type", "text/plain")], f"from {call.service or 'web'}".encode()
+        )
+
+    async def go(iso):
+        return await iso.invoke("GET", "http://x/", [], b"", {}, request_id=42)
+
+    res = run(
+        with_limits(script, go, IsolateLimits(), services=["OTHER"], on_fetch=on_fetch, on_log=logs.append)
+    )
+    assert res.body == b"200:from web|from OTHER"
+    assert [(m.request, m.level, m.message) for m in logs] == [
+        (42, "log", "hello from GET"),
+        (42, "warning", "careful"),
+    ]
+    assert calls[0] == ("GET", "https://example.com/data", {"x-a": "1"}, None) and calls[1][3] == "OTHER"

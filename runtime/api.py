@@ -1,0 +1,330 @@
+"""HTTP APIs for clients without a worker: Workers AI REST and an OpenAI-compatible surface.
+
+    POST /client/v4/accounts/{account}/ai/run/{model}          Workers AI envelope; stream: true -> SSE
+    GET  /client/v4/accounts/{account}/ai/models/search        the catalog, formats included
+    POST /client/v4/accounts/{account}/ai/v1/chat/completions  OpenAI ChatCompletion (and streaming)
+    POST /client/v4/accounts/{account}/ai/v1/completions       OpenAI Completion (and streaming)
+    GET  /client/v4/accounts/{account}/ai/v1/models            OpenAI model list
+
+Every call carries `Authorization: Bearer <token>`; a token works only for its own account.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from runtime.ai import ERROR_CODES, shape_result, sse, workers_ai_sse
+from runtime.validation import describe
+from workers import AIError
+
+if TYPE_CHECKING:
+    from runtime.app import Runtime
+
+PREFIX = "/client/v4/accounts/{account}"
+AUTH_ERROR = 10000  # Cloudflare's "Authentication error"
+HTTP_STATUS = {5007: 400, 5004: 400, 3006: 413, 3040: 429, 3007: 504, AUTH_ERROR: 401}
+
+
+def envelope(result: Any = None, errors: list[dict] | None = None, status: int = 200) -> JSONResponse:
+    return JSONResponse(
+        {"result": result, "success": not errors, "errors": errors or [], "messages": []}, status_code=status
+    )
+
+
+def cf_error(code: int, message: str, status: int | None = None) -> JSONResponse:
+    return envelope(None, [{"code": code, "message": message}], status or HTTP_STATUS.get(code, 400))
+
+
+class AuthError(Exception):
+    def __init__(self, status: int, message: str):
+        super().__init__(message)
+        self.status = status
+
+
+class OpenAIMessage(msgspec.Struct):
+    role: str
+    content: str
+
+
+class ChatCompletionRequest(msgspec.Struct, kw_only=True):
+    model: str
+    messages: list[OpenAIMessage]
+    max_tokens: int | None = None
+    max_completion_tokens: int | None = None
+    temperature: float = 1.0
+    top_p: float = 1.0
+    stream: bool = False
+    stop: str | list[str] | None = None
+    seed: int | None = None
+    frequency_penalty: float = 0.0
+    presence_penalty: float = 0.0
+    n: int = 1
+    user: str | None = None
+
+
+class CompletionRequest(msgspec.Struct, kw_only=True):
+    model: str
+    prompt: str
+    max_tokens: int = 16
+    temperature: float = 1.0
+    top_p: float = 1.0
+    stream: bool = False
+    stop: str | list[str] | None = None
+    seed: int | None = None
+    frequency_penalty: float = 0.0
+    presence_penalty: float = 0.0
+    n: int = 1
+    user: str | None = None
+
+
+def openai_error(
+    status: int, message: str, code: str | int | None = None, param: str | None = None
+) -> JSONResponse:
+    kind = (
+        "authentication_error"
+        if status == 401
+        else "invalid_request_error"
+        if status < 500
+        else "server_error"
+    )
+    return JSONResponse(
+        {"error": {"message": message, "type": kind, "param": param, "code": code}}, status_code=status
+    )
+
+
+def authenticate(state, request: Request) -> str:
+    """The account a request acts for (by its Bearer token); it must be the one in its path."""
+    header = request.headers.get("authorization", "")
+    if not header.lower().startswith("bearer "):
+        raise AuthError(401, "send Authorization: Bearer <API token> (edge dev prints one at first start)")
+    account = state.account_for(header[7:].strip())
+    if account is None:
+        raise AuthError(401, "the API token is not valid")
+    if account != request.path_params["account"]:
+        raise AuthError(
+            403,
+            f"this token belongs to another account; it cannot act for {request.path_params['account']!r}",
+        )
+    return account
+
+
+class AIApi:
+    def __init__(self, runtime: Runtime):
+        self.runtime = runtime
+
+    def routes(self) -> list[Route]:
+        return [
+            Route(PREFIX + "/ai/run/{model:path}", self.run, methods=["POST"]),
+            Route(PREFIX + "/ai/models/search", self.search, methods=["GET"]),
+            Route(PREFIX + "/ai/v1/chat/completions", self.chat_completions, methods=["POST"]),
+            Route(PREFIX + "/ai/v1/completions", self.completions, methods=["POST"]),
+            Route(PREFIX + "/ai/v1/models", self.openai_models, methods=["GET"]),
+        ]
+
+    # --- shared -----------------------------------------------------------------------------------
+
+    def authenticate(self, request: Request) -> str:
+        return authenticate(self.runtime.state, request)
+
+    def _where(self, request: Request):
+        ctx = self.runtime.locate(request)
+        return ctx.ingress, ctx.client_rtt_ms
+
+    async def _json(self, request: Request) -> Any:
+        return json.loads(await request.body() or b"{}")
+
+    # --- Workers AI REST ----------------------------------------------------------------------------
+
+    async def run(self, request: Request) -> Response:
+        try:
+            account = self.authenticate(request)
+        except AuthError as exc:
+            return cf_error(AUTH_ERROR, str(exc), exc.status)
+        model = request.path_params["model"]
+        try:
+            inputs = await self._json(request)
+        except ValueError as exc:
+            return cf_error(
+                5004, f"the body is not valid JSON ({exc}); send the model inputs as a JSON object"
+            )
+        try:
+            ingress, rtt = self._where(request)
+            if isinstance(inputs, dict) and inputs.get("stream") is True:
+                req, _ = self.runtime.ai.prepare(model, inputs, account)
+                stream = workers_ai_sse(self.runtime.ai, req, model, ingress=ingress, client_rtt_ms=rtt)
+                return StreamingResponse(stream, media_type="text/event-stream")
+            result, latency = await self.runtime.ai.run(
+                model, inputs, ingress=ingress, client_rtt_ms=rtt, account=account
+            )
+        except AIError as exc:
+            return cf_error(exc.code, exc.detail)
+        self.runtime.metrics.ai_tokens(model, result["usage"])
+        response = envelope(result)
+        response.headers["server-timing"] = latency.server_timing()
+        return response
+
+    async def search(self, request: Request) -> Response:
+        try:
+            self.authenticate(request)
+        except AuthError as exc:
+            return cf_error(AUTH_ERROR, str(exc), exc.status)
+        return envelope(self.runtime.catalog_view())
+
+    # --- OpenAI-compatible ----------------------------------------------------------------------------
+
+    async def _openai_call(self, request: Request, kind: type) -> tuple[str, Any] | Response:
+        try:
+            account = self.authenticate(request)
+        except AuthError as exc:
+            return openai_error(exc.status, str(exc), AUTH_ERROR)
+        try:
+            body = msgspec.json.decode(await request.body(), type=kind)
+        except msgspec.ValidationError as exc:
+            return openai_error(400, f"invalid request: {describe(exc)}")
+        except msgspec.DecodeError as exc:
+            return openai_error(400, f"the body is not valid JSON ({exc})")
+        if body.n != 1:
+            return openai_error(400, "only n = 1 is supported", param="n")
+        return account, body
+
+    def _inputs(self, body: Any, chat: bool) -> dict[str, Any]:
+        stop = [body.stop] if isinstance(body.stop, str) else list(body.stop or [])
+        inputs: dict[str, Any] = {
+            "temperature": body.temperature,
+            "top_p": body.top_p,
+            "seed": body.seed,
+            "stop": stop,
+            "frequency_penalty": body.frequency_penalty,
+            "presence_penalty": body.presence_penalty,
+        }
+        if chat:
+            inputs["messages"] = [msgspec.to_builtins(m) for m in body.messages]
+            limit = body.max_completion_tokens or body.max_tokens
+            if limit is not None:
+                inputs["max_tokens"] = limit
+        else:
+            inputs["prompt"], inputs["max_tokens"] = body.prompt, body.max_tokens
+        return inputs
+
+    async def chat_completions(self, request: Request) -> Response:
+        return await self._openai(request, ChatCompletionRequest, chat=True)
+
+    async def completions(self, request: Request) -> Response:
+        return await self._openai(request, CompletionRequest, chat=False)
+
+    async def _openai(self, request: Request, kind: type, chat: bool) -> Response:
+        call = await self._openai_call(request, kind)
+        if isinstance(call, Response):
+            return call
+        account, body = call
+        try:
+            ingress, rtt = self._where(request)
+            req, _ = self.runtime.ai.prepare(body.model, self._inputs(body, chat), account)
+        except AIError as exc:
+            return openai_error(HTTP_STATUS.get(exc.code, 400), exc.detail, exc.code)
+        if body.stream:
+            return StreamingResponse(
+                self._openai_stream(req, body.model, chat, ingress, rtt), media_type="text/event-stream"
+            )
+        try:
+            result, latency = await self.runtime.ai.edge.run(req, ingress, rtt)
+        except Exception as exc:  # EdgeError: capacity, and the like
+            code = ERROR_CODES.get(getattr(exc, "kind", ""), 3007)
+            return openai_error(HTTP_STATUS.get(code, 500), str(exc), code)
+        self.runtime.metrics.ai_tokens(
+            body.model, {"prompt_tokens": result.prompt_tokens, "completion_tokens": result.completion_tokens}
+        )
+        shaped = shape_result("chat-completions", body.model, result, latency)
+        if not chat:
+            shaped["object"] = "text_completion"
+            shaped["id"] = shaped["id"].replace("chatcmpl", "cmpl")
+            shaped["choices"] = [
+                {"index": 0, "text": result.text, "logprobs": None, "finish_reason": result.finish_reason}
+            ]
+        response = JSONResponse(shaped)
+        response.headers["server-timing"] = latency.server_timing()
+        return response
+
+    async def _openai_stream(self, req, model: str, chat: bool, ingress, rtt: float) -> AsyncIterator[bytes]:
+        ident, created = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex[:24]}", int(time.time())
+        kind = "chat.completion.chunk" if chat else "text_completion"
+
+        def chunk(text: str | None, finish: str | None, **extra) -> bytes:
+            choice = (
+                {"index": 0, "delta": {} if text is None else {"content": text}, "finish_reason": finish}
+                if chat
+                else {"index": 0, "text": text or "", "logprobs": None, "finish_reason": finish}
+            )
+            return sse(
+                {
+                    "id": ident,
+                    "object": kind,
+                    "created": created,
+                    "model": model,
+                    "choices": [choice],
+                    **extra,
+                }
+            )
+
+        if chat:
+            yield sse(
+                {
+                    "id": ident,
+                    "object": kind,
+                    "created": created,
+                    "model": model,
+                    "choices": [
+                        {"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}
+                    ],
+                }
+            )
+        try:
+            async for item in self.runtime.ai.stream(req, ingress=ingress, client_rtt_ms=rtt):
+                if isinstance(item, str):
+                    yield chunk(item, None)
+                else:
+                    result, latency = item
+                    usage = {
+                        "prompt_tokens": result.prompt_tokens,
+                        "completion_tokens": result.completion_tokens,
+                        "total_tokens": result.prompt_tokens + result.completion_tokens,
+                    }
+                    self.runtime.metrics.ai_tokens(model, usage)
+                    yield chunk(None, result.finish_reason, usage=usage, timing=msgspec.to_builtins(latency))
+        except AIError as exc:
+            yield sse({"error": {"message": exc.detail, "code": exc.code}})
+        yield sse("[DONE]")
+
+    async def openai_models(self, request: Request) -> Response:
+        try:
+            self.authenticate(request)
+        except AuthError as exc:
+            return openai_error(exc.status, str(exc), AUTH_ERROR)
+        created = int(time.time())
+        return JSONResponse(
+            {
+                "object": "list",
+                "data": [
+                    {"id": m["name"], "object": "model", "created": created, "owned_by": "edge-workers"}
+                    for m in self.runtime.catalog_view()
+                ],
+            }
+        )
+
+
+ERRORS = {
+    "model_not_found": 5007,
+    "invalid_input": 5004,
+    "too_large": 3006,
+    "no_capacity": 3040,
+    "timeout": 3007,
+}

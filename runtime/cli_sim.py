@@ -1,0 +1,291 @@
+"""`edge sim` (the capacity simulator) and `edge plan` (the placement planner).
+
+    edge sim --workload chat|rag|code|FILE --kv auto,fp8,int4 --duration 600 --seed 1
+             [--model kimi-k2|glm-4.5|DIR] [--weights fp8] [--topology FILE] [--out DIR] [--json]
+             [--cost roofline|profiled] [--profile FILE] [--knee 0.25,0.5,1,2,4|none]
+    edge plan --model kimi-k2|glm-4.5|DIR --gpu H200 --weights fp8 --kv int4
+              --context 131072 --concurrency 64 [--json]
+
+`register(subparsers)` adds both to the `edge` command line; `main(argv)` runs them on their own.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import warnings
+from pathlib import Path
+
+DEFAULT_OUT = "sim-out"
+DEFAULT_PROFILE = "sim-out/profile.json"
+
+
+def _fail(message: str) -> int:
+    print(f"edge: error: {message}", file=sys.stderr)
+    return 2
+
+
+def _kv_list(text: str) -> list[str]:
+    from edge_sim.roofline import check_kv
+
+    kvs = [k.strip() for k in text.split(",") if k.strip()]
+    if not kvs:
+        raise ValueError("--kv: give at least one KV dtype, e.g. --kv auto,fp8,int4")
+    for kv in kvs:
+        check_kv(kv)
+    return list(dict.fromkeys(kvs))
+
+
+def _multipliers(text: str) -> list[float]:
+    if text.strip().lower() in ("none", "off", ""):
+        return []
+    try:
+        values = [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise ValueError(f"--knee: {text!r} is not a comma-separated list of rate multipliers") from None
+    bad = [v for v in values if not v > 0]
+    if bad:
+        raise ValueError(f"--knee: rate multipliers must be > 0, got {bad[0]!r}")
+    return sorted(set(values))
+
+
+def _cost_model(args: argparse.Namespace, kvs: list[str], log):
+    from edge_sim.costmodel import ProfiledCostModel, RooflineCostModel
+    from edge_sim.roofline import Efficiency
+
+    if args.cost == "roofline":
+        return RooflineCostModel(
+            args.model or "kimi-k2",
+            args.weights,
+            Efficiency(args.mfu, args.mbu),
+            args.usable_fraction,
+            args.max_seqs,
+            args.max_batched_tokens,
+            args.prices,
+        )
+    model = Path(args.model or "models/kimi-k2-mini")
+    path = Path(args.profile)
+    cost = ProfiledCostModel.load(path) if path.is_file() else None
+    if cost is not None and cost.model_name != model.name:
+        log(f"{path} profiles {cost.model_name}, not {model.name}: profiling again")
+        cost = None
+    missing = [kv for kv in kvs if cost is None or kv not in cost.fits]
+    if missing:
+        cost = ProfiledCostModel.ensure(
+            path, model, kvs, existing=cost, threads=args.profile_threads or None, log=log
+        )
+    cost.prices = dict(args.prices)
+    return cost
+
+
+def cmd_sim(args: argparse.Namespace) -> int:
+    from edge_sim.report import build_report, format_table, load_sweep, to_json, write_outputs
+    from edge_sim.roofline import SimulationError
+    from edge_sim.simulator import simulate
+    from edge_sim.topology import TopologyError
+    from edge_sim.workload import load_topology, load_workload
+    from engine.errors import EngineError, ModelLoadError
+
+    def log(message: str) -> None:
+        if not args.quiet:
+            print(f"edge sim: {message}", file=sys.stderr, flush=True)
+
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            workload = load_workload(args.workload)
+            setup = load_topology(args.topology)
+        for w in caught:
+            print(f"edge: warning: {w.message}", file=sys.stderr)
+        workload = _override(workload, args)
+        kvs = _kv_list(args.kv)
+        multipliers = _multipliers(args.knee)
+        if not args.duration > 0:
+            raise ValueError(f"--duration must be a positive number of seconds, got {args.duration!r}")
+        args.prices = {**setup.prices, **_prices(args.price)}
+        cost = _cost_model(args, kvs, log)
+        results = []
+        for kv in kvs:
+            log(f"simulating {workload.name}, KV {kv}")
+            results.append(
+                simulate(
+                    workload,
+                    cost,
+                    kv,
+                    duration_s=args.duration,
+                    seed=args.seed,
+                    setup=setup,
+                    max_queue_ms=args.max_queue_ms,
+                )
+            )
+        knee = None
+        if multipliers:
+            knee = load_sweep(
+                workload,
+                cost,
+                kvs,
+                multipliers,
+                duration_s=args.knee_duration or min(args.duration, 300.0),
+                seed=args.seed,
+                setup=setup,
+                progress=log,
+            )
+        report = build_report(results, workload, knee)
+        written = write_outputs(results, report, args.out, plots=not args.no_plots)
+    except (SimulationError, TopologyError, ModelLoadError, EngineError, ValueError) as exc:
+        return _fail(str(exc))
+    if args.json:
+        print(to_json(report))
+    else:
+        print(format_table(report))
+        print("")
+        print("wrote " + ", ".join(str(p) for p in written))
+    return 0
+
+
+def _prices(items: list[str] | None) -> dict[str, float]:
+    from edge_sim.roofline import gpu_type
+
+    out = {}
+    for item in items or []:
+        name, sep, value = item.partition("=")
+        if not sep:
+            raise ValueError(f"--price {item!r}: use GPU=USD_PER_HOUR, e.g. --price H200=3.50")
+        try:
+            price = float(value)
+        except ValueError:
+            raise ValueError(f"--price {item!r}: {value!r} is not a number") from None
+        if not price >= 0:
+            raise ValueError(f"--price {item!r}: the price must be >= 0")
+        out[gpu_type(name).name] = price
+    return out
+
+
+def _override(workload, args: argparse.Namespace):
+    import msgspec
+
+    from edge_sim.workload import check_workload
+
+    changes = {}
+    if args.rate is not None:
+        changes["arrivals"] = msgspec.structs.replace(workload.arrivals, rate=args.rate)
+    slo = workload.slo
+    if args.slo_ttft_ms is not None:
+        slo = msgspec.structs.replace(slo, ttft_ms=args.slo_ttft_ms)
+    if args.slo_tpot_ms is not None:
+        slo = msgspec.structs.replace(slo, tpot_ms=args.slo_tpot_ms)
+    changes["slo"] = slo
+    return check_workload(msgspec.structs.replace(workload, **changes), "command line")
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    import msgspec
+
+    from edge_sim.planner import format_plan, plan
+    from edge_sim.roofline import Efficiency, SimulationError
+
+    try:
+        result = plan(
+            args.model,
+            args.gpu,
+            args.weights,
+            args.kv,
+            args.context,
+            args.concurrency,
+            usable_fraction=args.usable_fraction,
+            efficiency=Efficiency(args.mfu, args.mbu),
+            prices=_prices(args.price),
+        )
+    except (SimulationError, ValueError) as exc:
+        return _fail(str(exc))
+    if args.json:
+        print(json.dumps(msgspec.to_builtins(result), indent=2))
+    else:
+        print(format_plan(result))
+    return 0
+
+
+def _add_model_args(p: argparse.ArgumentParser, default_model: str | None) -> None:
+    p.add_argument(
+        "--model",
+        default=default_model,
+        help="target model: kimi-k2, glm-4.5 or a model directory (config.json)"
+        + ("" if default_model else "; default kimi-k2, or models/kimi-k2-mini with --cost profiled"),
+    )
+    p.add_argument("--weights", default="fp8", choices=["bf16", "fp8", "int8", "int4"], help="weight format")
+    p.add_argument("--mfu", type=float, default=0.5, help="fraction of peak FLOPs reached (roofline)")
+    p.add_argument("--mbu", type=float, default=0.8, help="fraction of HBM bandwidth reached (roofline)")
+    p.add_argument("--usable-fraction", type=float, default=0.9, help="GPU memory usable for weights + KV")
+    p.add_argument("--price", action="append", metavar="GPU=USD", help="override a GPU's price per hour")
+
+
+def register(subparsers) -> None:
+    """Add `sim` and `plan` to an argparse subparsers object."""
+    sim = subparsers.add_parser(
+        "sim",
+        help="capacity simulator: latency, throughput and cost of a workload on the simulated edge",
+        description="Discrete-event simulation of clients around the world sending a workload through "
+        "anycast ingress and routing to GPU PoPs that batch continuously; reports latency, throughput, "
+        "goodput, GPU and KV use and cost, per KV dtype.",
+    )
+    sim.add_argument("--workload", default="chat", help="chat, rag, code or a TOML/JSON workload file")
+    sim.add_argument("--kv", default="auto", help="KV dtypes to compare, e.g. auto,fp8,int4")
+    sim.add_argument("--duration", type=float, default=600.0, help="seconds of arrivals (then drained)")
+    sim.add_argument("--seed", type=int, default=1)
+    sim.add_argument("--topology", help="TOML/JSON topology file (default: the built-in world)")
+    sim.add_argument("--out", default=DEFAULT_OUT, help="directory for report.json and the plots")
+    sim.add_argument("--json", action="store_true", help="print the report as JSON instead of tables")
+    sim.add_argument("--rate", type=float, help="override the workload's arrival rate (requests/s)")
+    sim.add_argument("--slo-ttft-ms", type=float, help="TTFT SLO (default from the workload: 2000)")
+    sim.add_argument("--slo-tpot-ms", type=float, help="TPOT SLO (default from the workload: 100)")
+    sim.add_argument("--cost", default="roofline", choices=["roofline", "profiled"], help="cost model")
+    sim.add_argument(
+        "--profile", default=DEFAULT_PROFILE, help="profiled cost model file (measured once, then reused)"
+    )
+    sim.add_argument(
+        "--profile-threads", type=int, default=1, help="torch CPU threads while profiling (0: as is)"
+    )
+    _add_model_args(sim, None)
+    sim.add_argument("--max-seqs", type=int, default=256, help="running sequences per replica (roofline)")
+    sim.add_argument("--max-batched-tokens", type=int, default=8192, help="tokens per step (roofline)")
+    sim.add_argument(
+        "--max-queue-ms", type=float, help="admission limit: expected wait (default 10x TTFT SLO)"
+    )
+    sim.add_argument(
+        "--knee",
+        default="0.25,0.5,0.75,1,1.5,2,3,4",
+        help="rate multipliers for the latency-against-load sweep, or 'none'",
+    )
+    sim.add_argument(
+        "--knee-duration", type=float, help="seconds per sweep point (default min(duration, 300))"
+    )
+    sim.add_argument("--no-plots", action="store_true", help="write report.json only")
+    sim.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    sim.set_defaults(func=cmd_sim)
+
+    plan = subparsers.add_parser(
+        "plan",
+        help="placement planner: GPUs, parallel layout, decode speed and cost for a model",
+        description="GPUs needed for weights plus KV, the parallel layout, modeled decode TPOT and "
+        "throughput, and cost per million tokens (roofline model of the GPU's datasheet).",
+    )
+    _add_model_args(plan, "kimi-k2")
+    plan.add_argument("--gpu", default="H200", help="GPU type: H100-SXM, H200, L40S, L4, A100-80G")
+    plan.add_argument("--kv", default="auto", help="KV cache dtype: auto, bf16, fp8, int8, int4")
+    plan.add_argument("--context", type=int, default=131072, help="tokens per sequence")
+    plan.add_argument("--concurrency", type=int, default=64, help="sequences decoding together")
+    plan.add_argument("--json", action="store_true", help="print the plan as JSON")
+    plan.set_defaults(func=cmd_plan)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="edge")
+    sub = parser.add_subparsers(dest="command", required=True)
+    register(sub)
+    args = parser.parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,43 @@
+"""Prometheus metrics of the runtime: requests and outcomes per worker, latency, AI tokens per model."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+CONTENT_TYPE = CONTENT_TYPE_LATEST
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.requests = Counter(
+            "edge_worker_requests",
+            "Requests handled, by worker and outcome",
+            ["worker", "outcome"],
+            registry=self.registry,
+        )
+        self.latency = Histogram(
+            "edge_worker_request_seconds",
+            "Request latency as the runtime sees it",
+            ["worker"],
+            registry=self.registry,
+            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+        )
+        self.tokens = Counter(
+            "edge_ai_tokens",
+            "AI tokens, by model and kind (prompt or completion)",
+            ["model", "kind"],
+            registry=self.registry,
+        )
+
+    def request(self, worker: str, outcome: str, seconds: float) -> None:
+        self.requests.labels(worker, outcome).inc()
+        self.latency.labels(worker).observe(seconds)
+
+    def ai_tokens(self, model: str, usage: dict[str, int]) -> None:
+        self.tokens.labels(model, "prompt").inc(usage.get("prompt_tokens", 0))
+        self.tokens.labels(model, "completion").inc(usage.get("completion_tokens", 0))
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

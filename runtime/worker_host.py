@@ -1,0 +1,334 @@
+"""One running worker (an account's script at one version) and the requests it is handling.
+
+A WorkerHandle owns the worker's isolate and answers what the isolate asks of the runtime: AI
+calls (to the edge), outbound fetches (through httpx, limited and checked), calls to its service
+bindings, and log lines; when a request ends it records the outcome for `edge tail` and /metrics.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets as pysecrets
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+import httpx
+import msgspec
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+
+from edge_sim.accounting import LatencyAccount
+from edge_sim.topology import Location, PoP
+from runtime import ipc
+from runtime.ai import workers_ai_sse
+from runtime.isolate import ExceededResources, Isolate, IsolateCrashed, IsolateLimits, WorkerLoadError
+from workers import AIError
+
+if TYPE_CHECKING:
+    from runtime.app import Runtime
+
+log = logging.getLogger("edge.worker")
+
+LOCATION_HEADER = "x-edge-client-location"
+WORKER_EXCEPTION = 1101
+WORKER_LIMITS = 1102
+WORKER_UNAVAILABLE = 1103
+
+
+class WorkerSpec(msgspec.Struct, frozen=True):
+    account: str
+    name: str
+    version: str | None  # None: the worker `edge dev` serves from the working tree
+    script: str
+    vars: dict[str, Any]
+    ai_binding: str | None
+    services: dict[str, str]  # binding -> worker of the same account
+    limits: IsolateLimits
+    subrequests: int = 50
+
+
+@dataclass
+class RequestContext:
+    location: Location
+    ingress: PoP
+    client_rtt_ms: float
+    method: str = "GET"
+    url: str = ""
+    origin: str = ""  # scheme://host:port the runtime was reached at (fetches back to it are refused)
+    accounts: list[LatencyAccount] = field(default_factory=list)
+    quantization: list[str] = field(default_factory=list)  # per AI call, for x-edge-quantization
+    logs: list[dict[str, Any]] = field(default_factory=list)
+    subrequests: int = 0
+    started: float = field(default_factory=time.time)
+
+
+def error_response(
+    status: int, code: int, message: str, headers: dict[str, str] | None = None
+) -> JSONResponse:
+    return JSONResponse({"error": {"code": code, "message": message}}, status_code=status, headers=headers)
+
+
+def cf_properties(location: Location, ingress: PoP, client_rtt_ms: float) -> dict[str, Any]:
+    """request.cf as Cloudflare fills it (coordinates as strings, RTT in ms)."""
+    return {
+        "colo": ingress.code,
+        "city": location.city or ingress.city,
+        "country": location.country or ingress.country,
+        "continent": location.continent or ingress.continent,
+        "latitude": f"{location.lat:.5f}",
+        "longitude": f"{location.lon:.5f}",
+        "timezone": location.timezone or ingress.timezone,
+        "clientTcpRtt": round(client_rtt_ms),
+    }
+
+
+class WorkerHandle:
+    def __init__(self, spec: WorkerSpec, runtime: Runtime):
+        self.spec = spec
+        self.runtime = runtime
+        self.requests: dict[int, RequestContext] = {}
+        env = {**spec.vars, **runtime.state.secrets(spec.account, spec.name)}  # secrets never logged
+        self.isolate = Isolate(
+            f"{spec.name}@{spec.version[:8]}" if spec.version else spec.name,
+            Path(spec.script),
+            env,
+            spec.ai_binding,
+            self._on_ai_call,
+            services=list(spec.services),
+            limits=spec.limits,
+            on_fetch=self._on_fetch,
+            on_log=self._on_log,
+        )
+
+    @property
+    def label(self) -> str:
+        return self.spec.name
+
+    # --- what the isolate asks of the runtime -------------------------------------------------------
+
+    async def _on_ai_call(self, call: ipc.AICall):
+        ctx = self.requests.get(call.request)
+        if ctx is None:
+            return ipc.AIReply(
+                call.call, error_code=5004, error_message="the request that made this call has ended"
+            )
+        ai = self.runtime.ai
+        try:
+            if isinstance(call.inputs, dict) and call.inputs.get("stream") is True:
+                req, _ = ai.prepare(call.model, call.inputs, self.spec.account)
+                return self._ai_stream(call, req, ctx)
+            result, account = await ai.run(
+                call.model,
+                call.inputs,
+                ingress=ctx.ingress,
+                client_rtt_ms=ctx.client_rtt_ms,
+                account=self.spec.account,
+            )
+        except AIError as exc:
+            return ipc.AIReply(call.call, error_code=exc.code, error_message=exc.detail)
+        except Exception as exc:  # an engine bug must not take the runtime down with it
+            log.exception("AI call failed")
+            return ipc.AIReply(
+                call.call, error_code=3007, error_message=f"internal error: {type(exc).__name__}"
+            )
+        ctx.accounts.append(account)
+        q = result["quantization"]
+        ctx.quantization.append(
+            ", ".join([*(f"{p}={f}" for p, f in q["weights_by_part"].items()), f"kv_cache={q['kv_cache']}"])
+        )
+        self.runtime.metrics.ai_tokens(call.model, result["usage"])
+        return ipc.AIReply(call.call, result=result)
+
+    async def _ai_stream(self, call: ipc.AICall, req, ctx: RequestContext):
+        """env.AI.run(..., {stream: true}): SSE bytes as AIChunk messages, then the closing AIReply."""
+        async for data in workers_ai_sse(
+            self.runtime.ai, req, call.model, ingress=ctx.ingress, client_rtt_ms=ctx.client_rtt_ms
+        ):
+            yield ipc.AIChunk(call.call, data)
+        yield ipc.AIReply(call.call)
+
+    def _on_log(self, msg: ipc.Log) -> None:
+        ctx = self.requests.get(msg.request)
+        entry = {"level": msg.level, "message": msg.message, "timestamp": time.time()}
+        if ctx is not None:
+            ctx.logs.append(entry)
+        else:  # module-level output (import time, waitUntil after the response)
+            self.runtime.tail.publish(
+                self.spec.account,
+                self.spec.name,
+                {
+                    "outcome": "log",
+                    "scriptName": self.spec.name,
+                    "logs": [entry],
+                    "eventTimestamp": time.time(),
+                },
+            )
+
+    async def _on_fetch(self, call: ipc.FetchCall) -> ipc.FetchReply:
+        ctx = self.requests.get(call.request)
+        if ctx is None:
+            return ipc.FetchReply(call.call, error="fetch outside a request is not allowed")
+        ctx.subrequests += 1
+        if ctx.subrequests > self.spec.subrequests:
+            return ipc.FetchReply(
+                call.call, error=f"Too many subrequests: the limit is {self.spec.subrequests} per request"
+            )
+        if call.service is not None:
+            return await self.runtime.call_service(self, call, ctx)
+        refusal = self.runtime.refuse_fetch(self.spec.account, call.url, ctx)
+        if refusal:
+            return ipc.FetchReply(call.call, error=refusal)
+        try:
+            async with httpx.AsyncClient(timeout=30.0, follow_redirects=True) as client:
+                r = await client.request(
+                    call.method, call.url, headers=call.headers, content=call.body or None
+                )
+        except httpx.HTTPError as exc:
+            return ipc.FetchReply(call.call, error=f"fetch {call.url} failed: {type(exc).__name__}: {exc}")
+        return ipc.FetchReply(call.call, r.status_code, list(r.headers.items()), r.content)
+
+    # --- serving a request --------------------------------------------------------------------------
+
+    async def serve(
+        self,
+        request: Request,
+        body: bytes,
+        ctx: RequestContext,
+        headers_out: dict[str, str],
+        extra_headers: list[tuple[str, str]] = (),
+    ) -> Response:
+        rid = self.isolate.next_request_id()
+        self.requests[rid] = ctx
+        headers = [(k, v) for k, v in request.headers.items() if k != LOCATION_HEADER] + list(extra_headers)
+        outcome_name, exception = "ok", None
+        try:
+            outcome = await self.isolate.invoke(
+                request.method,
+                str(request.url),
+                headers,
+                body,
+                cf_properties(ctx.location, ctx.ingress, ctx.client_rtt_ms),
+                request_id=rid,
+            )
+        except WorkerLoadError as exc:
+            self._finish(rid, ctx, "exception", {"name": "WorkerLoadError", "message": str(exc)}, 503)
+            return error_response(503, WORKER_UNAVAILABLE, str(exc), headers_out)
+        except ExceededResources as exc:
+            self._finish(rid, ctx, exc.outcome, None, 500)
+            return error_response(
+                500, WORKER_LIMITS, "Worker exceeded resource limits: " + str(exc), headers_out
+            )
+        except IsolateCrashed as exc:
+            self._finish(rid, ctx, "exception", {"name": "IsolateCrashed", "message": str(exc)}, 500)
+            return error_response(500, WORKER_EXCEPTION, f"Worker threw exception: {exc}", headers_out)
+        except BaseException:
+            self.requests.pop(rid, None)
+            raise
+        if isinstance(outcome, ipc.InvokeStart):  # a streamed body: the request lives until it ends
+            return self._streamed(outcome, rid, ctx, headers_out)
+        timing = dict(headers_out)
+        if ctx.accounts:
+            timing["server-timing"] = ", ".join(a.server_timing() for a in ctx.accounts)
+        if ctx.quantization:  # which compression served the answer: never hidden
+            timing["x-edge-quantization"] = "; ".join(ctx.quantization)
+        if isinstance(outcome, ipc.InvokeError):
+            if outcome.message.startswith("MemoryError"):  # the isolate's memory cap held
+                self._finish(rid, ctx, "exceededMemory", None, 500)
+                await self.isolate.stop()  # replaced on the next request
+                return error_response(500, WORKER_LIMITS, "Worker exceeded resource limits: memory", timing)
+            name, _, message = outcome.message.partition(": ")
+            exception = {"name": name, "message": message, "stack": outcome.traceback}
+            log.warning("worker %s threw: %s\n%s", self.spec.name, outcome.message, outcome.traceback)
+            self._finish(rid, ctx, "exception", exception, 500)
+            return error_response(500, WORKER_EXCEPTION, f"Worker threw exception: {outcome.message}", timing)
+        if self.runtime.edge.emulate:  # the response's half of the client round trip
+            await asyncio.sleep(ctx.client_rtt_ms / 2000)
+        response = Response(outcome.body, status_code=outcome.status)
+        for name, value in outcome.headers:
+            response.headers.append(name, value)
+        for name, value in timing.items():
+            response.headers[name] = value
+        self._finish(rid, ctx, outcome_name, exception, outcome.status)
+        return response
+
+    def _streamed(
+        self, start: ipc.InvokeStart, rid: int, ctx: RequestContext, headers: dict[str, str]
+    ) -> Response:
+        async def body():
+            try:
+                async for chunk in self.isolate.body(rid):
+                    yield chunk
+            finally:
+                self._finish(rid, ctx, "ok", None, start.status)
+
+        response = StreamingResponse(body(), status_code=start.status)
+        for name, value in start.headers:
+            response.headers.append(name, value)
+        for name, value in headers.items():
+            response.headers[name] = value
+        return response
+
+    def _finish(
+        self, rid: int, ctx: RequestContext, outcome: str, exception: dict | None, status: int
+    ) -> None:
+        self.requests.pop(rid, None)
+        seconds = time.time() - ctx.started
+        self.runtime.metrics.request(self.spec.name, outcome, seconds)
+        self.runtime.tail.publish(
+            self.spec.account,
+            self.spec.name,
+            {
+                "scriptName": self.spec.name,
+                "scriptVersion": {"id": self.spec.version} if self.spec.version else None,
+                "outcome": outcome,
+                "eventTimestamp": ctx.started,
+                "event": {
+                    "request": {"method": ctx.method, "url": ctx.url, "cf": {"colo": ctx.ingress.code}},
+                    "response": {"status": status},
+                },
+                "logs": ctx.logs,
+                "exceptions": [exception] if exception else [],
+                "wallTimeMs": round(seconds * 1000, 3),
+            },
+        )
+
+    async def stop(self) -> None:
+        await self.isolate.stop()
+
+
+class TailHub:
+    """Live events per worker for `edge tail`: every subscriber gets every event after it joined."""
+
+    def __init__(self) -> None:
+        self._subscribers: dict[tuple[str, str], set[asyncio.Queue]] = {}
+
+    def subscribe(self, account: str, worker: str) -> asyncio.Queue:
+        queue: asyncio.Queue = asyncio.Queue(maxsize=10_000)
+        self._subscribers.setdefault((account, worker), set()).add(queue)
+        return queue
+
+    def unsubscribe(self, account: str, worker: str, queue: asyncio.Queue) -> None:
+        self._subscribers.get((account, worker), set()).discard(queue)
+
+    def publish(self, account: str, worker: str, event: dict[str, Any]) -> None:
+        for queue in self._subscribers.get((account, worker), ()):
+            if not queue.full():  # a subscriber that cannot keep up loses events, not the runtime
+                queue.put_nowait(event)
+
+
+def ray_id() -> str:
+    return pysecrets.token_hex(8)
+
+
+def format_exception(exc: BaseException) -> str:
+    return "".join(traceback.format_exception_only(type(exc), exc)).strip()
+
+
+def urlhost(url: str) -> tuple[str, int | None, str]:
+    parts = urlsplit(url)
+    return (parts.hostname or "").lower(), parts.port, parts.path or "/"
