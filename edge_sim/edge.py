@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import AsyncIterator
 
 from edge_sim.accounting import LatencyAccount
+from edge_sim.errors import EdgeError
 from edge_sim.network import NetworkModel
 from edge_sim.pop import GenerateRequest, GenerateResult, ModelSpec, PopDown, PopNode
 from edge_sim.remote import RemotePopNode
@@ -82,34 +84,73 @@ class Edge:
         text = req.prompt or "".join(str(m.get("content", "")) for m in req.messages or [])
         return len(text) // 4
 
-    async def run(
+    async def stream(
         self, req: GenerateRequest, ingress: PoP, client_rtt_ms: float
-    ) -> tuple[GenerateResult, LatencyAccount]:
+    ) -> AsyncIterator[str | tuple[GenerateResult, LatencyAccount]]:
+        """Text deltas as the chosen PoP produces them, then (result, latency account).
+
+        A PoP that goes down before it starts the request hands it back and the next best takes it.
+        """
         tokens = self.prompt_tokens(req)
         tried: set[str] = set()
         while True:
             node, backbone_ms = self.router.candidates(req.model, ingress, tokens, frozenset(tried))[0]
             if self.emulate:  # the request travels ingress -> PoP for real
                 await asyncio.sleep(backbone_ms / 2000)
+            pieces: list[str] = []
+            last = None
             try:
-                result = await node.generate(req)
+                async for event in node.stream(req):
+                    if event.text:
+                        pieces.append(event.text)
+                        yield event.text
+                    last = event
                 break
             except PopDown:
+                if last is not None:
+                    raise EdgeError("no_capacity", f"PoP {node.code} went down mid-answer") from None
                 tried.add(node.code)  # it went down before starting this request: next best
                 log.warning("%s went down before serving a request; re-routing", node.code)
         if self.emulate:
             await asyncio.sleep(backbone_ms / 2000)
+        assert last is not None and last.metrics is not None
+        if last.finish_reason == "error":
+            raise EdgeError("invalid_input", f"generation failed: {last.error}")
+        m = last.metrics
+        weights, kv, by_part = node.formats(req.model)
+        result = GenerateResult(
+            text="".join(pieces),
+            finish_reason=last.finish_reason,
+            prompt_tokens=m.prompt_tokens,
+            completion_tokens=m.completion_tokens,
+            queue_ms=m.queue_ms,
+            prefill_ms=m.prefill_ms,
+            decode_ms=m.decode_ms,
+            pop=node.code,
+            model=req.model,
+            weights=weights,
+            kv_cache_dtype=kv,
+            weights_by_part=by_part,
+        )
         account = LatencyAccount(
             client_rtt_ms=client_rtt_ms,
             backbone_rtt_ms=backbone_ms,
             ingress=ingress.code,
             pop=node.code,
-            queue_ms=result.queue_ms,
-            prefill_ms=result.prefill_ms,
-            decode_ms=result.decode_ms,
-            tpot_ms=result.decode_ms / max(1, result.completion_tokens - 1),
+            queue_ms=m.queue_ms,
+            prefill_ms=m.prefill_ms,
+            decode_ms=m.decode_ms,
+            tpot_ms=m.tpot_ms,
         )
-        return result, account
+        yield result, account
+
+    async def run(
+        self, req: GenerateRequest, ingress: PoP, client_rtt_ms: float
+    ) -> tuple[GenerateResult, LatencyAccount]:
+        async for item in self.stream(req, ingress, client_rtt_ms):
+            if isinstance(item, tuple):
+                return item
+        raise AssertionError("the stream ended without a result")
 
     def close(self) -> None:
         for node in self.nodes.values():

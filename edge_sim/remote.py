@@ -163,9 +163,12 @@ class RemotePopNode:
             self.reachable = False
             raise EdgeError("no_capacity", f"remote PoP {self.code} failed mid-request ({exc})") from None
 
+    def formats(self, model: str) -> tuple[str, str, dict[str, str]]:
+        weights, kv, by_part = self._health["models"].get(model, {}).get("formats") or ["", "", {}]
+        return weights, kv, by_part
+
     async def generate(self, req: GenerateRequest) -> GenerateResult:
-        weights, kv, by_part = self._health["models"].get(req.model, {}).get("formats") or ["", "", {}]
-        return await collect(self.stream(req), self.code, req.model, weights, kv, by_part)
+        return await collect(self.stream(req), self.code, req.model, *self.formats(req.model))
 
     async def take_down(self) -> int:
         r = await self._client.post(self.url + "/v1/down")
