@@ -11,6 +11,7 @@ from pathlib import Path
 import msgspec
 
 from edge_sim.topology import PoP, Topology, TopologyError
+from runtime import cli_sim
 from runtime.config import DEFAULT_CONFIG, ConfigError, WorkerConfig, load_config
 from runtime.validation import describe
 
@@ -878,6 +879,7 @@ def main(argv: list[str] | None = None) -> int:
     mlist = models.add_parser("list", help="the model catalog edge dev serves")
     mlist.add_argument("--config", default=DEFAULT_CONFIG)
     mlist.set_defaults(func=cmd_models_list)
+    cli_sim.register(sub)
     args = parser.parse_args(argv)
     return args.func(args)
 

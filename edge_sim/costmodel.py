@@ -1,0 +1,541 @@
+"""Cost models the capacity simulator runs on: how long one continuous-batching step takes and
+how much KV a replica holds.
+
+* `RooflineCostModel`: a named full-size target model (Kimi K2, GLM-4.5 or a config.json) on each
+  PoP's own GPUs, timed by the roofline model in edge_sim.roofline; each PoP runs as many
+  replicas of the smallest layout that fits as its GPUs allow.
+* `ProfiledCostModel`: our engine, measured on the machine that runs it (prefill time per token
+  and per attention pair; decode step time as a function of batch size and cached context),
+  saved to a JSON file and reused. Each GPU PoP then runs one engine like the one profiled (the
+  same KV budget and scheduler limits), priced as one GPU of the PoP's type.
+
+Both give the simulator a `ReplicaPlan`: GPUs per replica, replicas, KV blocks, scheduler limits
+and two timing functions:
+
+    step_ms(prefill_tokens, prefill_pairs, prefill_kv, decode_seqs, decode_kv) -> ms
+    decode_ms(decode_seqs, decode_kv) -> ms
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+import msgspec
+
+from edge_sim.planner import DEFAULT_USABLE_FRACTION, min_layout
+from edge_sim.roofline import (
+    GIB,
+    Efficiency,
+    SimulationError,
+    TargetModel,
+    check_kv,
+    check_weights,
+    gpu_type,
+    target_model,
+    weight_bytes,
+)
+
+__all__ = ["CostModel", "ProfileFit", "ProfiledCostModel", "ReplicaPlan", "RooflineCostModel"]
+
+BLOCK_TOKENS = 16  # engine.kv_cache.BLOCK_SIZE (checked in the tests)
+
+
+class ReplicaPlan:
+    """How one GPU PoP serves the model: `replicas` engines of `gpus` GPUs each."""
+
+    __slots__ = (
+        "gpu",
+        "gpus",
+        "replicas",
+        "num_blocks",
+        "staging_blocks",
+        "block_bytes",
+        "max_num_seqs",
+        "max_batched_tokens",
+        "max_context",
+        "price_per_hour",
+        "step_ms",
+        "decode_ms",
+        "note",
+    )
+
+    def __init__(
+        self,
+        gpu: str,
+        gpus: int,
+        replicas: int,
+        num_blocks: int = 0,
+        staging_blocks: int = 0,
+        block_bytes: int = 0,
+        max_num_seqs: int = 256,
+        max_batched_tokens: int = 8192,
+        max_context: int = 131072,
+        price_per_hour: float = 0.0,
+        step_ms: Callable[[float, float, float, float, float], float] | None = None,
+        decode_ms: Callable[[float, float], float] | None = None,
+        note: str = "",
+    ):
+        self.gpu, self.gpus, self.replicas = gpu, gpus, replicas
+        self.num_blocks, self.staging_blocks, self.block_bytes = num_blocks, staging_blocks, block_bytes
+        self.max_num_seqs, self.max_batched_tokens = max_num_seqs, max_batched_tokens
+        self.max_context, self.price_per_hour = max_context, price_per_hour
+        self.step_ms, self.decode_ms, self.note = step_ms, decode_ms, note
+
+    def __repr__(self) -> str:
+        return (
+            f"ReplicaPlan({self.replicas} x {self.gpus} {self.gpu}, {self.num_blocks} KV blocks{self.note})"
+        )
+
+
+class CostModel(Protocol):
+    name: str
+    model_name: str
+
+    def describe(self) -> str: ...
+
+    def plan_pop(self, gpus: dict[str, int], kv: str, min_kv_tokens: int) -> ReplicaPlan: ...
+
+
+def _pick_gpu(gpus: dict[str, int]) -> tuple[str, int]:
+    """A PoP with several GPU types serves the model from its most numerous type."""
+    name, count = max(gpus.items(), key=lambda item: (item[1], item[0]))
+    return name, count
+
+
+# --- roofline ---------------------------------------------------------------------------------
+
+
+class RooflineCostModel:
+    """A full-size target model timed by the roofline model of each PoP's GPU."""
+
+    name = "roofline"
+
+    def __init__(
+        self,
+        model: str | Path | TargetModel = "kimi-k2",
+        weights: str = "fp8",
+        efficiency: Efficiency | None = None,
+        usable_fraction: float = DEFAULT_USABLE_FRACTION,
+        max_num_seqs: int = 256,
+        max_batched_tokens: int = 8192,
+        prices: dict[str, float] | None = None,
+    ):
+        self.model = model if isinstance(model, TargetModel) else target_model(model)
+        self.model_name = self.model.name
+        self.weights = check_weights(weights)
+        self.efficiency = efficiency or Efficiency()
+        self.usable_fraction = usable_fraction
+        if max_num_seqs < 1 or max_batched_tokens < max_num_seqs:
+            raise SimulationError(
+                f"scheduler limits: max_num_seqs ({max_num_seqs}) must be >= 1 and max_batched_tokens "
+                f"({max_batched_tokens}) at least max_num_seqs"
+            )
+        self.max_num_seqs, self.max_batched_tokens = max_num_seqs, max_batched_tokens
+        self.prices = dict(prices or {})
+        self._plans: dict[tuple, ReplicaPlan] = {}  # per PoP GPU set, KV dtype and longest request
+
+    def describe(self) -> str:
+        e = self.efficiency
+        return f"roofline: {self.model.name}, {self.weights} weights, mfu {e.mfu:g}, mbu {e.mbu:g}"
+
+    def plan_pop(self, gpus: dict[str, int], kv: str, min_kv_tokens: int) -> ReplicaPlan:
+        key = (tuple(sorted(gpus.items())), kv, min_kv_tokens)
+        plan = self._plans.get(key)
+        if plan is None:
+            plan = self._plans[key] = self._plan_pop(gpus, kv, min_kv_tokens)
+        return plan
+
+    def _plan_pop(self, gpus: dict[str, int], kv: str, min_kv_tokens: int) -> ReplicaPlan:
+        check_kv(kv)
+        name, count = _pick_gpu(gpus)
+        gpu = gpu_type(name, self.prices)
+        context = max(1, min(min_kv_tokens, self.model.max_context))
+        r = min_layout(
+            self.model,
+            name,
+            self.weights,
+            kv,
+            context,
+            1,
+            count,
+            self.usable_fraction,
+            self.efficiency,
+            self.prices,
+        )
+        if r is None:
+            need = weight_bytes(self.model, self.weights).total_bytes / GIB
+            return ReplicaPlan(
+                name,
+                0,
+                0,
+                note=f"too little memory for {self.model.name} ({need:.0f} GiB of {self.weights} weights) "
+                f"plus one {context}-token sequence",
+            )
+        free = (gpu.memory_gib * GIB * self.usable_fraction - r.weight_bytes_per_gpu) * r.gpus
+        return ReplicaPlan(
+            gpu=name,
+            gpus=r.gpus,
+            replicas=count // r.gpus,
+            num_blocks=int(free // r.kv_block_bytes),
+            staging_blocks=r.staging_blocks,
+            block_bytes=r.kv_block_bytes,
+            max_num_seqs=self.max_num_seqs,
+            max_batched_tokens=self.max_batched_tokens,
+            max_context=self.model.max_context,
+            price_per_hour=gpu.price_per_hour * r.gpus,
+            step_ms=r.step_ms,
+            decode_ms=r.decode_ms,
+        )
+
+
+# --- profiled ---------------------------------------------------------------------------------
+
+
+class ProfileFit(msgspec.Struct, kw_only=True):
+    """Step-time fit for one KV dtype on one machine, with the cache and scheduler it ran with.
+
+    decode step ms = decode_fixed_ms + decode_seq_ms * B + decode_kv_ms_per_1k * (B * C) / 1000
+    prefill step ms = prefill_fixed_ms + prefill_token_ms * P + prefill_pair_ms_per_1m * pairs / 1e6
+    (pairs: query-key pairs the step's attention covers). A mixed step pays the larger fixed cost
+    once and both variable parts.
+    """
+
+    kv: str
+    decode_fixed_ms: float
+    decode_seq_ms: float
+    decode_kv_ms_per_1k: float
+    prefill_fixed_ms: float
+    prefill_token_ms: float
+    prefill_pair_ms_per_1m: float
+    kv_bytes_per_token: float
+    block_bytes: int
+    num_blocks: int
+    staging_blocks: int
+    max_num_seqs: int
+    max_batched_tokens: int
+    context_window: int
+    decode_points: list[tuple[int, int, float]] = []  # (batch, total cached tokens, median ms)
+    prefill_points: list[tuple[int, float, float]] = []  # (tokens, pairs, median ms)
+    seconds: float = 0.0  # how long profiling took
+
+    def step_ms(self, prefill_tokens, prefill_pairs, prefill_kv, decode_seqs, decode_kv) -> float:
+        fixed = self.decode_fixed_ms if decode_seqs else 0.0
+        if prefill_tokens and self.prefill_fixed_ms > fixed:
+            fixed = self.prefill_fixed_ms
+        return (
+            fixed
+            + self.decode_seq_ms * decode_seqs
+            + self.decode_kv_ms_per_1k * decode_kv / 1e3
+            + self.prefill_token_ms * prefill_tokens
+            + self.prefill_pair_ms_per_1m * prefill_pairs / 1e6
+        )
+
+    def decode_ms(self, decode_seqs, decode_kv) -> float:
+        return (
+            self.decode_fixed_ms
+            + self.decode_seq_ms * decode_seqs
+            + self.decode_kv_ms_per_1k * decode_kv / 1e3
+        )
+
+
+class ProfileFile(msgspec.Struct, kw_only=True):
+    model: str
+    device: str
+    threads: int
+    fits: dict[str, ProfileFit]
+
+
+def _lstsq(rows: list[list[float]], ys: list[float]) -> list[float]:
+    """Least squares with non-negative coefficients (a negative one is dropped and the rest refit)."""
+    import numpy as np
+
+    cols = list(range(len(rows[0])))
+    coef = [0.0] * len(cols)
+    while cols:
+        a = np.array([[r[c] for c in cols] for r in rows], dtype=float)
+        sol, *_ = np.linalg.lstsq(a, np.array(ys, dtype=float), rcond=None)
+        negative = [c for c, v in zip(cols, sol, strict=True) if v < 0]
+        if not negative:
+            for c, v in zip(cols, sol, strict=True):
+                coef[c] = float(v)
+            break
+        cols = [c for c in cols if c not in negative]
+    return coef
+
+
+def _prompt(n: int, vocab: int, salt: int) -> list[int]:
+    # Distinct token ids away from the specials at the bottom of the vocabulary.
+    span = max(1, vocab - 16)
+    return [16 + (salt * 7919 + i * 31) % span for i in range(n)]
+
+
+def _step(engine):
+    """One engine step; its StepStats, or None when there was nothing to run."""
+    last = engine.steps[-1] if engine.steps else None
+    engine.step()
+    new = engine.steps[-1] if engine.steps else None
+    return new if new is not last else None
+
+
+def _all_decoding(sched) -> Callable[[], bool]:
+    return lambda: not sched.waiting and all(s.remaining == 1 for s in sched.running)
+
+
+def _run_until(engine, done: Callable[[], bool], limit: int = 100000) -> None:
+    for _ in range(limit):
+        if done():
+            return
+        engine.step()
+    raise SimulationError("profiling did not converge (the engine never reached the wanted state)")
+
+
+class ProfiledCostModel:
+    """Our engine's step times, measured on this machine; one `ProfileFit` per KV dtype."""
+
+    name = "profiled"
+
+    def __init__(
+        self,
+        model: str,
+        device: str,
+        fits: dict[str, ProfileFit],
+        threads: int = 0,
+        prices: dict[str, float] | None = None,
+    ):
+        self.model_name, self.device, self.fits, self.threads = model, device, dict(fits), threads
+        self.prices = dict(prices or {})
+
+    def describe(self) -> str:
+        return f"profiled: {self.model_name} on {self.device} ({', '.join(self.fits)})"
+
+    # -- measurement --
+
+    @classmethod
+    def profile(
+        cls,
+        llm: Any,
+        batch_sizes: Sequence[int] = (1, 2, 4, 8, 16, 32),
+        contexts: Sequence[int] = (128, 512, 2048),
+        prompt_lengths: Sequence[int] = (64, 256, 1024),
+        *,
+        steps_per_point: int = 3,
+        max_prefill_tokens: int = 24576,
+    ) -> ProfiledCostModel:
+        """Measure `llm` (an engine.LLM): prefill steps for each prompt length, decode steps for
+        each batch size at each context (batch x context capped at `max_prefill_tokens` so that
+        profiling stays quick), then fit the linear models of ProfileFit."""
+        import torch
+
+        from engine import SamplingParams
+
+        started = time.perf_counter()
+        eng = llm.engine
+        cache = eng.cache
+        cfg = eng.scheduler.config
+        vocab = llm.config.vocab_size
+        window = llm.context_window
+        if eng.has_unfinished():
+            raise SimulationError("profile an idle engine: this one has requests in flight")
+        salt = [0]
+
+        def add(n: int, max_tokens: int) -> str:
+            salt[0] += 1
+            params = SamplingParams(max_tokens=max_tokens, temperature=0, ignore_eos=True)
+            return eng.add_request(_prompt(n, vocab, salt[0]), params)
+
+        def drain() -> None:
+            _run_until(eng, lambda: not eng.has_unfinished())
+
+        # Warm-up: first calls allocate and pick kernels.
+        for n in (min(32, window // 4), min(max(prompt_lengths), window // 2)):
+            add(n, 4)
+            drain()
+
+        prefill_points: list[tuple[int, float, float]] = []
+        budget = cfg.max_num_batched_tokens
+        for n in prompt_lengths:
+            n = min(int(n), window - 2)
+            chunks = [(s, min(budget, n - s)) for s in range(0, n, budget)]
+            samples: dict[int, list[float]] = {}
+            for _ in range(2):
+                add(n, 1)
+                i = 0
+                while eng.has_unfinished():
+                    st = _step(eng)
+                    if st is not None and st.prefill_tokens and i < len(chunks):
+                        samples.setdefault(i, []).append(st.duration_ms)
+                        i += 1
+            for i, (s, c) in enumerate(chunks):
+                if i in samples:
+                    prefill_points.append((c, c * (s + (c + 1) / 2), statistics.median(samples[i])))
+
+        decode_points: list[tuple[int, int, float]] = []
+        for ctx in contexts:
+            ctx = max(1, min(int(ctx), window // 2))
+            top = min(max(batch_sizes), cfg.max_num_seqs, max(1, max_prefill_tokens // ctx))
+            sizes = sorted({b for b in batch_sizes if b <= top} or {1}, reverse=True)
+            # enough tokens to outlast the other sequences' prefill and every measurement
+            extra = -(-sizes[0] * ctx // budget) + (steps_per_point + 1) * len(sizes) + 8
+            extra = min(extra, window - ctx - 1)
+            per_seq = cache.blocks_for(ctx + extra) + cache.staging_blocks
+            fit = max(1, cache.num_blocks // max(1, per_seq))
+            sizes = [b for b in sizes if b <= fit] or [1]
+            ids = [add(ctx, extra) for _ in range(sizes[0])]
+            _run_until(eng, _all_decoding(eng.scheduler))
+            for b in sizes:
+                while len(ids) > b:
+                    eng.abort(ids.pop())
+                _step(eng)  # settle after the aborts
+                times, kv = [], 0
+                for _ in range(steps_per_point):
+                    kv = sum(s.num_computed + 1 for s in eng.scheduler.running)
+                    st = _step(eng)
+                    if st is not None and not st.prefill_tokens and st.batch_size == b:
+                        times.append(st.duration_ms)
+                if times:
+                    decode_points.append((b, kv, statistics.median(times)))
+            for rid in ids:
+                eng.abort(rid)
+            drain()
+
+        if not decode_points or not prefill_points:
+            raise SimulationError(
+                "profiling measured nothing; give at least one batch size, context and prompt"
+            )
+        dfit = _lstsq([[1.0, b, kv / 1e3] for b, kv, _ in decode_points], [ms for *_, ms in decode_points])
+        pfit = _lstsq(
+            [[1.0, p, pairs / 1e6] for p, pairs, _ in prefill_points], [ms for *_, ms in prefill_points]
+        )
+        fit = ProfileFit(
+            kv=llm.kv_cache_dtype,
+            decode_fixed_ms=dfit[0],
+            decode_seq_ms=dfit[1],
+            decode_kv_ms_per_1k=dfit[2],
+            prefill_fixed_ms=pfit[0],
+            prefill_token_ms=pfit[1],
+            prefill_pair_ms_per_1m=pfit[2],
+            kv_bytes_per_token=cache.bytes_per_token(),
+            block_bytes=int(cache.block_bytes),
+            num_blocks=int(cache.num_blocks),
+            staging_blocks=int(cache.staging_blocks),
+            max_num_seqs=cfg.max_num_seqs,
+            max_batched_tokens=cfg.max_num_batched_tokens,
+            context_window=window,
+            decode_points=decode_points,
+            prefill_points=prefill_points,
+            seconds=time.perf_counter() - started,
+        )
+        device = str(llm.device)
+        if llm.device.type == "cpu":
+            device = f"cpu x{torch.get_num_threads()} threads"
+        return cls(llm.path.name, device, {fit.kv: fit}, torch.get_num_threads())
+
+    def merged(self, other: ProfiledCostModel) -> ProfiledCostModel:
+        if other.model_name != self.model_name:
+            raise SimulationError(f"cannot merge profiles of {self.model_name} and {other.model_name}")
+        return ProfiledCostModel(self.model_name, self.device, {**self.fits, **other.fits}, self.threads)
+
+    @classmethod
+    def ensure(
+        cls,
+        path: str | Path,
+        model_dir: str | Path,
+        kvs: Sequence[str],
+        *,
+        existing: ProfiledCostModel | None = None,
+        device: str = "cpu",
+        threads: int | None = 1,
+        log: Callable[[str], None] | None = None,
+        **profile_kwargs: Any,
+    ) -> ProfiledCostModel:
+        """The profile at `path`, with every KV dtype in `kvs` measured (the missing ones now, on
+        `device`, each with the same KV byte budget as `auto`) and saved back.
+
+        `threads`: torch CPU threads while measuring (None: leave as is). One thread is the
+        default because a CPU shared with other work makes multi-threaded step times erratic
+        (threads spin waiting for each other); the profile records the count it ran with."""
+        import torch
+
+        for kv in kvs:
+            check_kv(kv)
+        cost = existing
+        missing = [kv for kv in kvs if cost is None or kv not in cost.fits]
+        saved_threads = torch.get_num_threads()
+        if threads and missing:
+            torch.set_num_threads(threads)
+        try:
+            cost = cls._measure_missing(model_dir, missing, cost, device, log, path, profile_kwargs)
+        finally:
+            torch.set_num_threads(saved_threads)
+        if cost is None:
+            raise SimulationError("no KV dtype to profile")
+        if missing:
+            cost.save(path)
+        return cost
+
+    @classmethod
+    def _measure_missing(cls, model_dir, missing, cost, device, log, path, profile_kwargs):
+        from engine import LLM
+
+        budget = None
+        for kv in missing:
+            if log:
+                log(f"profiling {Path(model_dir).name} with KV {kv} on {device} (saved to {path})")
+            if budget is None:
+                probe = LLM(model_dir, device=device)
+                budget = probe.engine.cache.num_blocks * probe.engine.cache.block_bytes
+                del probe
+            llm = LLM(model_dir, device=device, kv_cache_dtype=kv, kv_cache_bytes=budget)
+            measured = cls.profile(llm, **profile_kwargs)
+            cost = measured if cost is None else cost.merged(measured)
+        return cost
+
+    # -- persistence --
+
+    def save(self, path: str | Path) -> Path:
+        p = Path(path)
+        p.parent.mkdir(parents=True, exist_ok=True)
+        data = ProfileFile(model=self.model_name, device=self.device, threads=self.threads, fits=self.fits)
+        p.write_bytes(msgspec.json.format(msgspec.json.encode(data), indent=2) + b"\n")
+        return p
+
+    @classmethod
+    def load(cls, path: str | Path) -> ProfiledCostModel:
+        p = Path(path)
+        try:
+            data = msgspec.json.decode(p.read_bytes(), type=ProfileFile)
+        except FileNotFoundError:
+            raise SimulationError(f"{p}: profile not found") from None
+        except msgspec.DecodeError as exc:
+            raise SimulationError(f"{p}: not a profile file: {exc}") from None
+        return cls(data.model, data.device, data.fits, data.threads)
+
+    # -- the simulator's view --
+
+    def plan_pop(self, gpus: dict[str, int], kv: str, min_kv_tokens: int) -> ReplicaPlan:
+        fit = self.fits.get(kv)
+        if fit is None:
+            raise SimulationError(
+                f"the profile of {self.model_name} has no KV dtype {kv!r} (it has {', '.join(self.fits)}); "
+                f"profile it first"
+            )
+        name, _ = _pick_gpu(gpus)
+        gpu = gpu_type(name, self.prices)
+        return ReplicaPlan(
+            gpu=name,
+            gpus=1,
+            replicas=1,
+            num_blocks=fit.num_blocks,
+            staging_blocks=fit.staging_blocks,
+            block_bytes=fit.block_bytes,
+            max_num_seqs=fit.max_num_seqs,
+            max_batched_tokens=max(fit.max_batched_tokens, fit.max_num_seqs),
+            max_context=fit.context_window,
+            price_per_hour=gpu.price_per_hour,
+            step_ms=fit.step_ms,
+            decode_ms=fit.decode_ms,
+        )

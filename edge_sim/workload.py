@@ -1,0 +1,457 @@
+"""Workloads for the capacity simulator: named profiles and a TOML/JSON workload file format,
+and the topology file `edge sim --topology FILE` reads.
+
+A workload file has the profile's fields (every one optional; a file can start from a profile
+with `profile = "chat"`):
+
+```toml
+name = "support-bot"
+profile = "chat"              # start from a named profile, then override
+
+[arrivals]
+process = "gamma"             # "poisson" or "gamma"
+rate = 12.5                   # requests per second, all clients together
+cv = 2.0                      # gamma: coefficient of variation of the gaps (1 = Poisson)
+
+[prompt]                      # tokens; "lognormal" (mean, sigma of ln), "fixed" (mean), "uniform" (min..max)
+dist = "lognormal"
+mean = 1200
+sigma = 0.7
+min = 16
+max = 16384
+
+[output]
+dist = "fixed"
+mean = 300
+
+[clients]                     # location (topology city, PoP code or "lat,lon") = weight
+Seoul = 3
+"New York" = 2
+"-33.9,18.4" = 1
+
+[slo]
+ttft_ms = 2000
+tpot_ms = 100
+```
+
+Unknown keys are reported as warnings and ignored; a wrong type fails with the key's path
+(`arrivals.rate: expected float, got str`); a negative rate or length fails naming the key.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import tomllib
+import warnings
+from pathlib import Path
+from typing import Any, Literal
+
+import msgspec
+
+from edge_sim.network import NetworkModel
+from edge_sim.roofline import SimulationError, gpu_type
+from edge_sim.topology import Location, PoP, Topology, TopologyError
+
+__all__ = [
+    "PROFILES",
+    "WORLD_CLIENTS",
+    "Arrivals",
+    "Lengths",
+    "SLO",
+    "SimulationError",
+    "TopologySetup",
+    "Workload",
+    "WorkloadSample",
+    "load_topology",
+    "load_workload",
+    "sample_requests",
+]
+
+
+class Arrivals(msgspec.Struct, kw_only=True):
+    process: Literal["poisson", "gamma"] = "poisson"
+    rate: float = 10.0  # requests per second, all clients together
+    cv: float = 1.0  # gamma only: coefficient of variation of inter-arrival gaps
+
+
+class Lengths(msgspec.Struct, kw_only=True):
+    dist: Literal["lognormal", "fixed", "uniform"] = "lognormal"
+    mean: float = 256.0  # lognormal and fixed
+    sigma: float = 0.6  # lognormal: standard deviation of ln(length)
+    min: int = 1
+    max: int = 32768
+
+
+class SLO(msgspec.Struct, kw_only=True):
+    ttft_ms: float = 2000.0
+    tpot_ms: float = 100.0
+
+
+class Workload(msgspec.Struct, kw_only=True):
+    name: str = "custom"
+    profile: str | None = None
+    arrivals: Arrivals = msgspec.field(default_factory=Arrivals)
+    prompt: Lengths = msgspec.field(default_factory=lambda: Lengths(mean=500.0))
+    output: Lengths = msgspec.field(default_factory=lambda: Lengths(mean=250.0))
+    clients: dict[str, float] = {}  # empty: WORLD_CLIENTS
+    slo: SLO = msgspec.field(default_factory=SLO)
+
+    @property
+    def max_context(self) -> int:
+        """The longest prompt plus the longest output this workload can draw."""
+        return _longest(self.prompt) + _longest(self.output)
+
+    def describe(self) -> str:
+        a = self.arrivals
+        proc = "Poisson" if a.process == "poisson" else f"gamma cv {a.cv:g}"
+        return (
+            f"{self.name}: {proc} {a.rate:g} req/s, prompt {_describe(self.prompt)}, "
+            f"output {_describe(self.output)}"
+        )
+
+
+def _longest(x: Lengths) -> int:
+    return min(x.max, max(x.min, int(round(x.mean)))) if x.dist == "fixed" else x.max
+
+
+def _describe(x: Lengths) -> str:
+    if x.dist == "fixed":
+        return f"{int(x.mean)}"
+    if x.dist == "uniform":
+        return f"uniform {x.min}-{x.max}"
+    return f"~{x.mean:g} (lognormal, {x.min}-{x.max})"
+
+
+# Client mix weighted roughly by internet users per continent (ITU / DataReportal 2024 order of
+# magnitude: Asia ~53%, Europe ~14%, Africa ~12%, North America ~11% (with Mexico), South
+# America ~9%, Oceania ~1%), spread over large cities of each.
+WORLD_CLIENTS: dict[str, float] = {
+    # Asia 0.53
+    "New Delhi": 0.10, "Mumbai": 0.08, "Chennai": 0.04, "Jakarta": 0.06, "Tokyo": 0.06,
+    "Seoul": 0.03, "Manila": 0.03, "Bangkok": 0.03, "Hong Kong": 0.03, "Taipei": 0.02,
+    "Singapore": 0.02, "Dubai": 0.02, "Kuala Lumpur": 0.01,
+    # Europe 0.14
+    "London": 0.025, "Paris": 0.02, "Frankfurt": 0.025, "Madrid": 0.015, "Milan": 0.015,
+    "Warsaw": 0.01, "Istanbul": 0.02, "Stockholm": 0.01,
+    # Africa 0.12
+    "Lagos": 0.04, "Cairo": 0.03, "Nairobi": 0.02, "Johannesburg": 0.02, "Casablanca": 0.01,
+    # North America 0.11
+    "New York": 0.025, "Los Angeles": 0.02, "Chicago": 0.015, "Dallas": 0.015, "Toronto": 0.01,
+    "Mexico City": 0.025,
+    # South America 0.09
+    "São Paulo": 0.04, "Buenos Aires": 0.015, "Bogotá": 0.015, "Lima": 0.01, "Santiago": 0.01,
+    # Oceania 0.01
+    "Sydney": 0.006, "Auckland": 0.002, "Perth": 0.002,
+}  # fmt: skip
+
+PROFILES: dict[str, Workload] = {
+    # Conversational turns: short prompts, medium answers.
+    "chat": Workload(
+        name="chat",
+        arrivals=Arrivals(rate=40.0),
+        prompt=Lengths(mean=500.0, sigma=0.8, min=16, max=8192),
+        output=Lengths(mean=250.0, sigma=0.6, min=1, max=2048),
+    ),
+    # Retrieval-augmented answers: long contexts of retrieved documents, short answers.
+    "rag": Workload(
+        name="rag",
+        arrivals=Arrivals(rate=4.0),
+        prompt=Lengths(mean=16000.0, sigma=0.4, min=8192, max=32768),
+        output=Lengths(mean=300.0, sigma=0.5, min=1, max=2048),
+    ),
+    # Code completion and edits: a few files of context, longer outputs.
+    "code": Workload(
+        name="code",
+        arrivals=Arrivals(rate=12.0),
+        prompt=Lengths(mean=2000.0, sigma=0.6, min=64, max=16384),
+        output=Lengths(mean=600.0, sigma=0.6, min=1, max=4096),
+    ),
+}
+
+
+# --- decoding and checking --------------------------------------------------------------------
+
+
+def _read_file(path: Path) -> dict[str, Any]:
+    try:
+        text = path.read_bytes()
+    except FileNotFoundError:
+        raise SimulationError(f"{path}: file not found") from None
+    except OSError as exc:
+        raise SimulationError(f"{path}: cannot read: {exc.strerror}") from None
+    if path.suffix.lower() == ".json":
+        try:
+            data = json.loads(text)
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise SimulationError(f"{path}: invalid JSON: {exc}") from None
+    else:
+        try:
+            data = tomllib.loads(text.decode())
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+            raise SimulationError(f"{path}: invalid TOML: {exc}") from None
+    if not isinstance(data, dict):
+        raise SimulationError(f"{path}: expected a table/object at the top level")
+    return data
+
+
+def _unknown_keys(data: Any, info: Any, path: str, out: list[str]) -> None:
+    """Collect keys in `data` that the msgspec type `info` does not declare."""
+    mi = msgspec.inspect
+    if isinstance(info, mi.UnionType):
+        structs = [t for t in info.types if isinstance(t, mi.StructType)]
+        if len(structs) == 1:
+            _unknown_keys(data, structs[0], path, out)
+        return
+    if isinstance(info, mi.StructType) and isinstance(data, dict):
+        fields = {f.encode_name: f for f in info.fields}
+        for key, value in data.items():
+            sub = f"{path}.{key}" if path else str(key)
+            if key not in fields:
+                out.append(sub)
+            else:
+                _unknown_keys(value, fields[key].type, sub, out)
+    elif isinstance(info, mi.ListType) and isinstance(data, list):
+        for i, item in enumerate(data):
+            _unknown_keys(item, info.item_type, f"{path}[{i}]", out)
+    elif isinstance(info, mi.DictType) and isinstance(data, dict):
+        for key, value in data.items():
+            _unknown_keys(value, info.value_type, f"{path}.{key}", out)
+
+
+def _convert(data: dict[str, Any], typ: type, source: str) -> Any:
+    unknown: list[str] = []
+    _unknown_keys(data, msgspec.inspect.type_info(typ), "", unknown)
+    for key in unknown:
+        warnings.warn(f"{source}: unknown key {key!r} ignored", stacklevel=3)
+    try:
+        return msgspec.convert(data, typ)
+    except msgspec.ValidationError as exc:
+        raise SimulationError(f"{source}: {_validation_message(str(exc))}") from None
+
+
+def _validation_message(text: str) -> str:
+    """msgspec's "Expected `float`, got `str` - at `$.arrivals.rate`" becomes
+    "arrivals.rate: expected float, got str"."""
+    msg, sep, where = text.rpartition(" - at `")
+    if not sep:
+        return text.replace("`", "")
+    key = where.rstrip("`").removeprefix("$").removeprefix(".") or "(top level)"
+    msg = msg.replace("`", "")
+    if msg.split(" ", 1)[0] in ("Expected", "Object", "Invalid"):  # msgspec's own sentences
+        msg = msg[:1].lower() + msg[1:]
+    return f"{key}: {msg}"
+
+
+def _check_lengths(x: Lengths, key: str, source: str) -> None:
+    def bad(field: str, value: Any, want: str) -> None:
+        raise SimulationError(f"{source}: {key}.{field}: {want}, got {value!r}")
+
+    if x.min < 1:
+        bad("min", x.min, "must be at least 1 token")
+    if x.max < x.min:
+        bad("max", x.max, f"must be at least min ({x.min})")
+    if x.dist in ("lognormal", "fixed") and not (x.mean > 0 and math.isfinite(x.mean)):
+        bad("mean", x.mean, "must be a positive number of tokens")
+    if x.dist == "lognormal" and not (x.sigma >= 0 and math.isfinite(x.sigma)):
+        bad("sigma", x.sigma, "must be >= 0")
+
+
+def check_workload(w: Workload, source: str = "workload") -> Workload:
+    """Semantic checks; raises SimulationError naming the key."""
+    a = w.arrivals
+    if not (a.rate > 0 and math.isfinite(a.rate)):
+        raise SimulationError(
+            f"{source}: arrivals.rate: must be a positive number of requests/s, got {a.rate!r}"
+        )
+    if not (a.cv > 0 and math.isfinite(a.cv)):
+        raise SimulationError(f"{source}: arrivals.cv: must be > 0, got {a.cv!r}")
+    _check_lengths(w.prompt, "prompt", source)
+    _check_lengths(w.output, "output", source)
+    for loc, weight in w.clients.items():
+        if not (weight >= 0 and math.isfinite(weight)):
+            raise SimulationError(f"{source}: clients.{loc}: weight must be >= 0, got {weight!r}")
+    if w.clients and sum(w.clients.values()) <= 0:
+        raise SimulationError(f"{source}: clients: at least one weight must be > 0")
+    for field in ("ttft_ms", "tpot_ms"):
+        value = getattr(w.slo, field)
+        if not (value > 0 and math.isfinite(value)):
+            raise SimulationError(f"{source}: slo.{field}: must be a positive number of ms, got {value!r}")
+    return w
+
+
+def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in over.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict) and key != "clients":
+            out[key] = _merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def load_workload(spec: str | Path) -> Workload:
+    """A named profile (chat, rag, code) or a TOML/JSON workload file."""
+    text = str(spec)
+    if text in PROFILES:
+        return PROFILES[text]
+    path = Path(text)
+    if not path.exists():
+        raise SimulationError(
+            f"workload {text!r} is neither a profile ({', '.join(PROFILES)}) nor an existing TOML/JSON file"
+        )
+    data = _read_file(path)
+    profile = data.get("profile")
+    if profile is not None:
+        if profile not in PROFILES:
+            raise SimulationError(
+                f"{path}: profile: unknown profile {profile!r}; use one of {', '.join(PROFILES)}"
+            )
+        data = _merge(msgspec.to_builtins(PROFILES[profile]), data)
+        data.setdefault("name", profile)
+    elif "name" not in data:
+        data["name"] = path.stem
+    return check_workload(_convert(data, Workload, str(path)), str(path))
+
+
+# --- sampling ---------------------------------------------------------------------------------
+
+
+class WorkloadSample(msgspec.Struct):
+    """Requests in arrival order: send time (s), prompt and output tokens, client index."""
+
+    times: list[float]
+    prompts: list[int]
+    outputs: list[int]
+    clients: list[int]
+    locations: list[Location]
+
+
+def resolve_clients(w: Workload, topology: Topology) -> tuple[list[Location], list[float]]:
+    mix = w.clients or WORLD_CLIENTS
+    locations, weights = [], []
+    for name, weight in mix.items():
+        try:
+            locations.append(topology.resolve_location(name))
+        except TopologyError as exc:
+            raise SimulationError(f"workload {w.name!r}: clients.{name}: {exc}") from None
+        weights.append(float(weight))
+    return locations, weights
+
+
+def _lengths(rng: random.Random, x: Lengths, n: int) -> list[int]:
+    lo, hi = x.min, x.max
+    if x.dist == "fixed":
+        v = min(hi, max(lo, int(round(x.mean))))
+        return [v] * n
+    if x.dist == "uniform":
+        return [rng.randint(lo, hi) for _ in range(n)]
+    mu = math.log(x.mean) - x.sigma * x.sigma / 2  # so that the mean before clipping is `mean`
+    gauss, exp, sigma = rng.gauss, math.exp, x.sigma
+    out = []
+    for _ in range(n):
+        v = int(exp(mu + sigma * gauss()) + 0.5)
+        out.append(lo if v < lo else hi if v > hi else v)
+    return out
+
+
+def sample_requests(
+    w: Workload, topology: Topology, duration_s: float, seed: int, rate_multiplier: float = 1.0
+) -> WorkloadSample:
+    """Arrivals over [0, duration_s) with their lengths and clients, deterministic for a seed."""
+    if not (duration_s > 0 and math.isfinite(duration_s)):
+        raise SimulationError(f"duration must be a positive number of seconds, got {duration_s!r}")
+    if not rate_multiplier > 0:
+        raise SimulationError(f"rate multiplier must be > 0, got {rate_multiplier!r}")
+    locations, weights = resolve_clients(w, topology)
+    rng = random.Random(seed)
+    rate = w.arrivals.rate * rate_multiplier
+    times: list[float] = []
+    t = 0.0
+    if w.arrivals.process == "poisson":
+        ex = rng.expovariate
+        while True:
+            t += ex(rate)
+            if t >= duration_s:
+                break
+            times.append(t)
+    else:
+        shape = 1.0 / (w.arrivals.cv * w.arrivals.cv)
+        scale = 1.0 / (rate * shape)
+        gv = rng.gammavariate
+        while True:
+            t += gv(shape, scale)
+            if t >= duration_s:
+                break
+            times.append(t)
+    n = len(times)
+    prompts = _lengths(rng, w.prompt, n)
+    outputs = _lengths(rng, w.output, n)
+    cum, total = [], 0.0
+    for weight in weights:
+        total += weight
+        cum.append(total)
+    clients = rng.choices(range(len(locations)), cum_weights=cum, k=n)
+    return WorkloadSample(times, prompts, outputs, clients, locations)
+
+
+# --- topology files ---------------------------------------------------------------------------
+
+
+class TopologyFile(msgspec.Struct, kw_only=True):
+    base: Literal["default", "empty"] = "default"
+    pops: list[PoP] = []  # added, or replacing a PoP with the same code
+    gpu_pops: dict[str, dict[str, int]] | None = None  # GPUs exactly at these PoPs
+    network: NetworkModel = msgspec.field(default_factory=NetworkModel)
+    prices: dict[str, float] = {}  # GPU type -> USD per GPU-hour
+
+
+class TopologySetup(msgspec.Struct):
+    topology: Topology
+    network: NetworkModel
+    prices: dict[str, float]
+
+
+def load_topology(path: str | Path | None) -> TopologySetup:
+    """The default world, or a TOML/JSON topology file:
+
+    ```toml
+    base = "default"                # or "empty" (only the PoPs listed below)
+    [gpu_pops]                      # GPUs exactly at these PoPs, none elsewhere
+    ICN = { H200 = 16 }
+    FRA = { H200 = 8 }
+    [[pops]]                        # extra PoPs (or replacements by code)
+    code = "WLG"
+    city = "Wellington"
+    country = "NZ"
+    continent = "OC"
+    lat = -41.29
+    lon = 174.78
+    timezone = "Pacific/Auckland"
+    gpus = { L40S = 8 }
+    [network]
+    base_ms = 2.0
+    [prices]
+    H200 = 3.20
+    ```
+    """
+    if path is None:
+        return TopologySetup(Topology.default(), NetworkModel(), {})
+    p = Path(path)
+    data = _read_file(p)
+    spec: TopologyFile = _convert(data, TopologyFile, str(p))  # NetworkModel checks its own ranges
+    for name, price in spec.prices.items():
+        gpu_type(name)
+        if not (price >= 0 and math.isfinite(price)):
+            raise SimulationError(f"{p}: prices.{name}: must be >= 0 USD per GPU-hour, got {price!r}")
+    try:
+        if spec.base == "default":
+            topo = Topology.default().with_overrides(gpu_pops=spec.gpu_pops, extra=spec.pops)
+        else:
+            topo = Topology(spec.pops)
+            if spec.gpu_pops is not None:
+                topo = topo.with_overrides(gpu_pops=spec.gpu_pops)
+    except TopologyError as exc:
+        raise SimulationError(f"{p}: {exc}") from None
+    return TopologySetup(topo, spec.network, {gpu_type(k).name: v for k, v in spec.prices.items()})
