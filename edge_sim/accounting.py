@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import msgspec
 
+from edge_sim.target import ModeledTimes
+
 
 class LatencyAccount(msgspec.Struct, kw_only=True):
     client_rtt_ms: float  # client <-> ingress PoP (anycast: the nearest PoP)
@@ -20,6 +22,8 @@ class LatencyAccount(msgspec.Struct, kw_only=True):
     tpot_ms: float = 0.0  # mean time per output token after the first (measured)
     ttft_ms: float = 0.0  # what the client waits for the first token: network + queue + prefill
     total_ms: float = 0.0
+    # the same request on the PoP's GPUs running the catalog entry's full-size target (roofline)
+    modeled: ModeledTimes | None = None
 
     def __post_init__(self) -> None:
         for name in ("client_rtt_ms", "backbone_rtt_ms", "queue_ms", "prefill_ms", "decode_ms", "tpot_ms"):

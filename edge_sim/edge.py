@@ -12,6 +12,7 @@ from edge_sim.network import NetworkModel
 from edge_sim.pop import GenerateRequest, GenerateResult, ModelSpec, PopDown, PopNode
 from edge_sim.remote import RemotePopNode
 from edge_sim.router import Router
+from edge_sim.target import TargetSpec, modeled_times
 from edge_sim.topology import Location, PoP, Topology
 
 log = logging.getLogger("edge.edge")
@@ -27,6 +28,8 @@ class Edge:
         self.router = Router(network, nodes)
         # "emulate": simulated network delays are really waited; "account": only reported
         self.emulate = emulate
+        # catalog name -> the full-size model it stands for; its modeled times join the account
+        self.targets: dict[str, TargetSpec] = {}
 
     @classmethod
     def start(
@@ -99,8 +102,11 @@ class Edge:
                 await asyncio.sleep(backbone_ms / 2000)
             pieces: list[str] = []
             last = None
+            batch = 1
             try:
                 async for event in node.stream(req):
+                    if last is None:  # the request is in flight: how many decode beside it
+                        batch = max(1, node.queue_depth)
                     if event.text:
                         pieces.append(event.text)
                         yield event.text
@@ -142,6 +148,16 @@ class Edge:
             decode_ms=m.decode_ms,
             tpot_ms=m.tpot_ms,
         )
+        target = self.targets.get(req.model)
+        if target is not None:
+            account.modeled = modeled_times(
+                target,
+                node.pop,
+                m.prompt_tokens,
+                m.completion_tokens,
+                batch,
+                client_rtt_ms + backbone_ms,
+            )
         yield result, account
 
     async def run(

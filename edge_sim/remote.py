@@ -108,6 +108,11 @@ class RemotePopNode:
     def up(self) -> bool:
         return self.reachable and bool(self._health.get("up"))
 
+    @property
+    def queue_depth(self) -> int:
+        """Requests in flight at the node, as of its last health report."""
+        return int(self._health.get("in_flight", 0))
+
     async def refresh(self) -> bool:
         """Fetch what the router ranks by; an unreachable node counts as down until it answers."""
         try:

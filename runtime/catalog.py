@@ -14,6 +14,8 @@ from typing import Literal
 import msgspec
 
 from edge_sim.pop import ModelSpec
+from edge_sim.roofline import SimulationError
+from edge_sim.target import TargetSpec
 from runtime.config import ConfigError
 
 
@@ -28,6 +30,9 @@ class CatalogEntry(msgspec.Struct, kw_only=True):
     # "chat-completions": env.AI.run answers in OpenAI's ChatCompletion shape, as Cloudflare's
     # Kimi and GLM entries do; "text-generation": {"response": ..., "usage": ...}
     schema: Literal["text-generation", "chat-completions"] = "text-generation"
+    # the full-size model this miniature stands for (e.g. {model = "kimi-k2", weights = "fp8"}):
+    # every answer's timing then also carries roofline-modeled times on the PoP's GPUs
+    target: TargetSpec | None = None
 
 
 class Catalog(msgspec.Struct):
@@ -50,6 +55,11 @@ def load_catalog(models_dir: Path) -> dict[str, tuple[CatalogEntry, Path]]:
         folder = (models_dir / entry.path).resolve()
         if not (folder / "config.json").is_file():
             raise ConfigError(f"{path}: model {entry.name!r}: {folder} has no config.json")
+        if entry.target is not None:
+            try:
+                entry.target.check()
+            except SimulationError as exc:
+                raise ConfigError(f"{path}: model {entry.name!r}: target: {exc}") from None
         entries[entry.name] = (entry, folder)
     return entries
 

@@ -72,6 +72,7 @@ def build_edge(config: WorkerConfig):
             **{f: getattr(config.edge.network, f) for f in config.edge.network.__struct_fields__}
         )
         edge = Edge.start(topology, network, config.edge.pops, specs)
+        edge.targets = {n: catalog[n][0].target for n in names if catalog[n][0].target is not None}
         for node in edge.nodes.values():
             node.max_in_flight = config.edge.max_in_flight
         return edge

@@ -102,3 +102,25 @@ def test_bad_inputs_get_workers_ai_codes(service, inputs, code, fragment):
 def test_unknown_model_lists_the_catalog(service):
     with pytest.raises(AIError, match=f"^5007: no such model 'nope'; available: {MODEL}"):
         call(service, {"prompt": "x"}, model="nope")
+
+
+def test_account_carries_roofline_times_for_a_catalog_target(service):
+    from edge_sim.target import TargetSpec
+
+    service.edge.targets[MODEL] = TargetSpec(model="kimi-k2", weights="fp8")
+    try:
+        short, _ = call(service, {"prompt": "def fib(n):", "max_tokens": 2, "temperature": 0})
+        long, _ = call(service, {"prompt": "def fib(n):" * 40, "max_tokens": 12, "temperature": 0})
+    finally:
+        service.edge.targets.clear()
+    for body in (short, long):
+        t = body["timing"]
+        m = t["modeled"]
+        assert m["fits"] and m["target"] == "kimi-k2 fp8 weights, auto KV on 8 x H200"
+        assert m["ttft_ms"] == pytest.approx(t["client_rtt_ms"] + t["backbone_rtt_ms"] + m["prefill_ms"])
+        assert m["total_ms"] == pytest.approx(m["ttft_ms"] + m["decode_ms"])
+    # a longer prompt costs more modeled prefill; more tokens cost more modeled decode
+    assert long["timing"]["modeled"]["prefill_ms"] > short["timing"]["modeled"]["prefill_ms"]
+    assert long["timing"]["modeled"]["decode_ms"] > short["timing"]["modeled"]["decode_ms"]
+    plain, _ = call(service, {"prompt": "x", "max_tokens": 1})
+    assert plain["timing"]["modeled"] is None

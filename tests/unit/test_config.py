@@ -67,3 +67,19 @@ def test_bad_compatibility_date_and_missing_main(tmp_path):
         load_config(tmp_path / "wrangler-like.toml")
     with pytest.raises(ConfigError, match="not found"):
         load_config(tmp_path / "nope.toml")
+
+
+def test_catalog_target_errors_name_the_model_and_field(tmp_path, tiny_model_dir):
+    from runtime.catalog import load_catalog
+
+    (tmp_path / "tiny").symlink_to(tiny_model_dir)
+    (tmp_path / "catalog.toml").write_text(
+        '[[model]]\nname = "@edge/t/tiny"\npath = "tiny"\ntarget = { model = "kimi-k2", gpu = "B200" }\n'
+    )
+    with pytest.raises(ConfigError, match=r"'@edge/t/tiny': target: unknown GPU type 'B200'"):
+        load_catalog(tmp_path)
+    (tmp_path / "catalog.toml").write_text(
+        '[[model]]\nname = "@edge/t/tiny"\npath = "tiny"\ntarget = { model = "glm-4.5", kv = "int4" }\n'
+    )
+    entry, _ = load_catalog(tmp_path)["@edge/t/tiny"]
+    assert entry.target.model == "glm-4.5" and entry.target.kv == "int4"
