@@ -198,7 +198,11 @@ class RooflineCostModel:
 class ProfileFit(msgspec.Struct, kw_only=True):
     """Step-time fit for one KV dtype on one machine, with the cache and scheduler it ran with.
 
-    decode step ms = decode_fixed_ms + decode_seq_ms * B + decode_kv_ms_per_1k * (B * C) / 1000
+    decode step ms = base(B) + decode_kv_ms_per_1k * (B * C) / 1000, where base(B) interpolates
+    `decode_batch_ms` (measured per batch size, extrapolated along its last segment). A linear
+    base, decode_fixed_ms + decode_seq_ms * B, is also fitted but underestimates small batches of
+    an MoE: each added sequence there also wakes experts nobody else needed, so the cost per
+    sequence falls as the batch grows (a profile without the table falls back to the line).
     prefill step ms = prefill_fixed_ms + prefill_token_ms * P + prefill_pair_ms_per_1m * pairs / 1e6
     (pairs: query-key pairs the step's attention covers). A mixed step pays the larger fixed cost
     once and both variable parts.
@@ -218,28 +222,32 @@ class ProfileFit(msgspec.Struct, kw_only=True):
     max_num_seqs: int
     max_batched_tokens: int
     context_window: int
+    decode_batch_ms: list[tuple[int, float]] = []  # (batch size, step ms with nothing cached)
     decode_points: list[tuple[int, int, float]] = []  # (batch, total cached tokens, median ms)
     prefill_points: list[tuple[int, float, float]] = []  # (tokens, pairs, median ms)
     seconds: float = 0.0  # how long profiling took
 
     def step_ms(self, prefill_tokens, prefill_pairs, prefill_kv, decode_seqs, decode_kv) -> float:
-        fixed = self.decode_fixed_ms if decode_seqs else 0.0
-        if prefill_tokens and self.prefill_fixed_ms > fixed:
-            fixed = self.prefill_fixed_ms
-        return (
-            fixed
-            + self.decode_seq_ms * decode_seqs
-            + self.decode_kv_ms_per_1k * decode_kv / 1e3
-            + self.prefill_token_ms * prefill_tokens
-            + self.prefill_pair_ms_per_1m * prefill_pairs / 1e6
-        )
+        prefill = self.prefill_token_ms * prefill_tokens + self.prefill_pair_ms_per_1m * prefill_pairs / 1e6
+        if not decode_seqs:
+            return (self.prefill_fixed_ms if prefill_tokens else 0.0) + prefill
+        # a mixed step pays the larger fixed cost once and both variable parts
+        extra_fixed = max(0.0, self.prefill_fixed_ms - self._base(1)) if prefill_tokens else 0.0
+        return self.decode_ms(decode_seqs, decode_kv) + extra_fixed + prefill
 
     def decode_ms(self, decode_seqs, decode_kv) -> float:
-        return (
-            self.decode_fixed_ms
-            + self.decode_seq_ms * decode_seqs
-            + self.decode_kv_ms_per_1k * decode_kv / 1e3
-        )
+        return self._base(decode_seqs) + self.decode_kv_ms_per_1k * decode_kv / 1e3
+
+    def _base(self, b: float) -> float:
+        """Decode step time of `b` sequences with nothing cached."""
+        table = self.decode_batch_ms
+        if len(table) < 2:
+            return self.decode_fixed_ms + self.decode_seq_ms * b
+        i = 1
+        while i < len(table) - 1 and b > table[i][0]:
+            i += 1
+        (b0, t0), (b1, t1) = table[i - 1], table[i]
+        return max(0.0, t0 + (t1 - t0) * (b - b0) / (b1 - b0))
 
 
 class ProfileFile(msgspec.Struct, kw_only=True):
@@ -273,10 +281,64 @@ def _prompt(n: int, vocab: int, salt: int) -> list[int]:
     return [16 + (salt * 7919 + i * 31) % span for i in range(n)]
 
 
-def _step(engine):
+class _ServingLoop:
+    """An asyncio loop in its own thread that receives every step's token events the way a PoP
+    does (call_soon_threadsafe into a queue that a coroutine drains). Steps measured beside it pay
+    the same interpreter contention as the steps `edge dev` serves, about 15-20% on a CPU, which
+    a profile taken alone would leave out."""
+
+    def __enter__(self) -> _ServingLoop:
+        import asyncio
+        import threading
+
+        self.loop = asyncio.new_event_loop()
+        ready = threading.Event()
+
+        async def consume() -> None:
+            self.queue: asyncio.Queue = asyncio.Queue()
+            ready.set()
+            texts = []
+            while True:
+                event = await self.queue.get()
+                texts.append(event.text)
+                if len(texts) > 4096:
+                    texts.clear()
+
+        def run() -> None:
+            asyncio.set_event_loop(self.loop)
+            self.task = self.loop.create_task(consume())
+            self.loop.run_forever()
+
+        self.thread = threading.Thread(target=run, name="profile-serving-loop", daemon=True)
+        self.thread.start()
+        ready.wait()
+        return self
+
+    def deliver(self, events) -> None:
+        for event in events:
+            self.loop.call_soon_threadsafe(self.queue.put_nowait, event)
+
+    def __exit__(self, *exc) -> None:
+        import asyncio
+        import contextlib
+
+        async def shutdown() -> None:
+            self.task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self.task
+            self.loop.stop()
+
+        asyncio.run_coroutine_threadsafe(shutdown(), self.loop)
+        self.thread.join(timeout=10)
+        self.loop.close()
+
+
+def _step(engine, sink: _ServingLoop | None = None):
     """One engine step; its StepStats, or None when there was nothing to run."""
     last = engine.steps[-1] if engine.steps else None
-    engine.step()
+    events = engine.step()
+    if sink is not None:
+        sink.deliver(events)
     new = engine.steps[-1] if engine.steps else None
     return new if new is not last else None
 
@@ -285,11 +347,13 @@ def _all_decoding(sched) -> Callable[[], bool]:
     return lambda: not sched.waiting and all(s.remaining == 1 for s in sched.running)
 
 
-def _run_until(engine, done: Callable[[], bool], limit: int = 100000) -> None:
+def _run_until(
+    engine, done: Callable[[], bool], sink: _ServingLoop | None = None, limit: int = 100000
+) -> None:
     for _ in range(limit):
         if done():
             return
-        engine.step()
+        _step(engine, sink)
     raise SimulationError("profiling did not converge (the engine never reached the wanted state)")
 
 
@@ -318,16 +382,31 @@ class ProfiledCostModel:
     def profile(
         cls,
         llm: Any,
-        batch_sizes: Sequence[int] = (1, 2, 4, 8, 16, 32),
+        batch_sizes: Sequence[int] = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32),
         contexts: Sequence[int] = (128, 512, 2048),
-        prompt_lengths: Sequence[int] = (64, 256, 1024),
+        prompt_lengths: Sequence[int] = (32, 64, 128, 256, 512, 1024),
         *,
         steps_per_point: int = 3,
         max_prefill_tokens: int = 24576,
+        serving: bool = True,
     ) -> ProfiledCostModel:
         """Measure `llm` (an engine.LLM): prefill steps for each prompt length, decode steps for
         each batch size at each context (batch x context capped at `max_prefill_tokens` so that
-        profiling stays quick), then fit the linear models of ProfileFit."""
+        profiling stays quick), then fit the models of ProfileFit. `serving`: deliver each step's
+        events to an event loop in another thread, as a PoP does (see _ServingLoop)."""
+        sink = _ServingLoop().__enter__() if serving else None
+        try:
+            return cls._profile(
+                llm, batch_sizes, contexts, prompt_lengths, steps_per_point, max_prefill_tokens, sink
+            )
+        finally:
+            if sink is not None:
+                sink.__exit__(None, None, None)
+
+    @classmethod
+    def _profile(
+        cls, llm, batch_sizes, contexts, prompt_lengths, steps_per_point, max_prefill_tokens, sink
+    ) -> ProfiledCostModel:
         import torch
 
         from engine import SamplingParams
@@ -348,7 +427,7 @@ class ProfiledCostModel:
             return eng.add_request(_prompt(n, vocab, salt[0]), params)
 
         def drain() -> None:
-            _run_until(eng, lambda: not eng.has_unfinished())
+            _run_until(eng, lambda: not eng.has_unfinished(), sink)
 
         # Warm-up: first calls allocate and pick kernels.
         for n in (min(32, window // 4), min(max(prompt_lengths), window // 2)):
@@ -361,11 +440,11 @@ class ProfiledCostModel:
             n = min(int(n), window - 2)
             chunks = [(s, min(budget, n - s)) for s in range(0, n, budget)]
             samples: dict[int, list[float]] = {}
-            for _ in range(2):
+            for _ in range(3):
                 add(n, 1)
                 i = 0
                 while eng.has_unfinished():
-                    st = _step(eng)
+                    st = _step(eng, sink)
                     if st is not None and st.prefill_tokens and i < len(chunks):
                         samples.setdefault(i, []).append(st.duration_ms)
                         i += 1
@@ -385,15 +464,15 @@ class ProfiledCostModel:
             fit = max(1, cache.num_blocks // max(1, per_seq))
             sizes = [b for b in sizes if b <= fit] or [1]
             ids = [add(ctx, extra) for _ in range(sizes[0])]
-            _run_until(eng, _all_decoding(eng.scheduler))
+            _run_until(eng, _all_decoding(eng.scheduler), sink)
             for b in sizes:
                 while len(ids) > b:
                     eng.abort(ids.pop())
-                _step(eng)  # settle after the aborts
+                _step(eng, sink)  # settle after the aborts
                 times, kv = [], 0
                 for _ in range(steps_per_point):
                     kv = sum(s.num_computed + 1 for s in eng.scheduler.running)
-                    st = _step(eng)
+                    st = _step(eng, sink)
                     if st is not None and not st.prefill_tokens and st.batch_size == b:
                         times.append(st.duration_ms)
                 if times:
@@ -407,6 +486,19 @@ class ProfiledCostModel:
                 "profiling measured nothing; give at least one batch size, context and prompt"
             )
         dfit = _lstsq([[1.0, b, kv / 1e3] for b, kv, _ in decode_points], [ms for *_, ms in decode_points])
+        # per batch size an intercept, one shared slope per cached token (see ProfileFit)
+        measured = sorted({b for b, _, _ in decode_points})
+        table = _lstsq(
+            [[float(b == m) for m in measured] + [kv / 1e3] for b, kv, _ in decode_points],
+            [ms for *_, ms in decode_points],
+        )
+        kv_slope = table[-1]
+        if len(decode_points) <= len(measured):  # one point per batch size: keep the line's slope
+            kv_slope = dfit[2]
+            table = [
+                statistics.mean(ms - kv_slope * kv / 1e3 for b, kv, ms in decode_points if b == m)
+                for m in measured
+            ]
         pfit = _lstsq(
             [[1.0, p, pairs / 1e6] for p, pairs, _ in prefill_points], [ms for *_, ms in prefill_points]
         )
@@ -414,7 +506,8 @@ class ProfiledCostModel:
             kv=llm.kv_cache_dtype,
             decode_fixed_ms=dfit[0],
             decode_seq_ms=dfit[1],
-            decode_kv_ms_per_1k=dfit[2],
+            decode_kv_ms_per_1k=kv_slope,
+            decode_batch_ms=[(b, t) for b, t in zip(measured, table, strict=False)],
             prefill_fixed_ms=pfit[0],
             prefill_token_ms=pfit[1],
             prefill_pair_ms_per_1m=pfit[2],

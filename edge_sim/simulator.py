@@ -53,7 +53,7 @@ from edge_sim.costmodel import BLOCK_TOKENS, CostModel, ReplicaPlan
 from edge_sim.network import NetworkModel
 from edge_sim.roofline import SimulationError, check_kv
 from edge_sim.topology import Topology
-from edge_sim.workload import SLO, TopologySetup, Workload, sample_requests
+from edge_sim.workload import SLO, TopologySetup, Workload, WorkloadSample, sample_requests
 
 __all__ = ["PopInfo", "SimResult", "SimulationError", "simulate", "simulate_kv"]
 
@@ -217,8 +217,11 @@ def simulate(
     setup: TopologySetup | None = None,
     rate_multiplier: float = 1.0,
     max_queue_ms: float | None = None,
+    sample: WorkloadSample | None = None,
 ) -> SimResult:
-    """Run the workload for `duration_s` of arrivals (then drain) on the topology's GPU PoPs."""
+    """Run the workload for `duration_s` of arrivals (then drain) on the topology's GPU PoPs.
+
+    `sample`: replay these requests (a recorded trace) instead of drawing them from the workload."""
     started = time.perf_counter()
     check_kv(kv)
     setup = setup or TopologySetup(Topology.default(), NetworkModel(), {})
@@ -230,7 +233,8 @@ def simulate(
     slo = workload.slo
     if max_queue_ms is None:
         max_queue_ms = 10.0 * slo.ttft_ms
-    sample = sample_requests(workload, topology, duration_s, seed, rate_multiplier)
+    if sample is None:
+        sample = sample_requests(workload, topology, duration_s, seed, rate_multiplier)
     pops, skipped, plans = _plan_pops(topology, cost, kv, workload.max_context)
     topo_pops = [topology.pop(p.code) for p in pops]
 

@@ -32,6 +32,7 @@ class StepStats(msgspec.Struct):
     kv_blocks_free: int
     duration_ms: float
     preempted: int
+    started: float = 0.0  # time.perf_counter() at the step's start (gaps between steps = idle)
 
 
 class LLMEngine:
@@ -168,6 +169,7 @@ class LLMEngine:
                 kv_blocks_free=self.cache.free_blocks,
                 duration_ms=(time.perf_counter() - started) * 1000,
                 preempted=self.scheduler.preemptions - preempted_before,
+                started=started,
             )
         )
         self.total_prompt_tokens += prefill

@@ -119,6 +119,19 @@ def test_deterministic_for_a_seed():
     assert a.send_ms != c.send_ms
 
 
+def test_a_recorded_trace_replays_exactly_and_its_lengths_are_used():
+    w = chat(20)
+    drawn = simulate(w, KIMI, "auto", duration_s=60, seed=7)
+    trace = sample_requests(w, Topology.default(), 60, seed=7)
+    replayed = simulate(w, KIMI, "auto", duration_s=60, seed=99, sample=trace)
+    assert replayed.ttft_ms == drawn.ttft_ms and replayed.e2e_ms == drawn.e2e_ms
+    # what a live run actually produced (shorter outputs) is what gets simulated
+    shorter = msgspec.structs.replace(trace, outputs=[max(1, n // 2) for n in trace.outputs])
+    r = simulate(w, KIMI, "auto", duration_s=60, seed=7, sample=shorter)
+    assert r.output == shorter.outputs
+    assert statistics.median(r.e2e_ms) < statistics.median(drawn.e2e_ms)
+
+
 def test_littles_law():
     r = simulate(chat(20), KIMI, "auto", duration_s=300, seed=3)
     o = summarize(r)["overall"]
@@ -282,6 +295,33 @@ def test_cli_writes_report_and_plots(tmp_path, capsys):
     assert "'int3'" in capsys.readouterr().err
 
 
+def test_profiled_decode_follows_the_measured_batch_curve():
+    from edge_sim.costmodel import ProfileFit
+
+    common = dict(
+        kv="auto", prefill_fixed_ms=4.0, prefill_token_ms=0.1, prefill_pair_ms_per_1m=0.0,
+        kv_bytes_per_token=1.0, block_bytes=16, num_blocks=100, staging_blocks=0, max_num_seqs=32,
+        max_batched_tokens=512, context_window=4096,
+    )  # fmt: skip
+    # an MoE's curve: steep while added sequences still wake new experts, then flat
+    fit = ProfileFit(
+        decode_fixed_ms=3.0,
+        decode_seq_ms=0.1,
+        decode_kv_ms_per_1k=1.0,
+        decode_batch_ms=[(1, 3.0), (4, 6.0), (16, 8.4)],
+        **common,
+    )
+    assert fit.decode_ms(1, 0) == pytest.approx(3.0)
+    assert fit.decode_ms(2, 0) == pytest.approx(4.0)  # on the steep segment, not the line's 3.2
+    assert fit.decode_ms(10, 2000) == pytest.approx(7.2 + 2.0)
+    assert fit.decode_ms(28, 0) == pytest.approx(10.8)  # past the table: the last segment goes on
+    # a mixed step: the decode part plus the prefill's own tokens and its larger fixed cost
+    assert fit.step_ms(100, 0, 100, 2, 0) == pytest.approx(4.0 + (4.0 - 3.0) + 10.0)
+    assert fit.step_ms(100, 0, 100, 0, 0) == pytest.approx(4.0 + 10.0)
+    line = msgspec.structs.replace(fit, decode_batch_ms=[])  # an old profile: the fitted line
+    assert line.decode_ms(2, 0) == pytest.approx(3.2)
+
+
 def test_profiled_cost_model_round_trips(tmp_path):
     import torch
 
@@ -301,6 +341,9 @@ def test_profiled_cost_model_round_trips(tmp_path):
     assert fit.num_blocks == llm.engine.cache.num_blocks
     assert fit.kv_bytes_per_token == llm.engine.cache.bytes_per_token()
     assert fit.decode_ms(4, 4 * 96) > 0 and fit.step_ms(96, 96 * 48.5, 96, 0, 0) > 0
+    assert [b for b, _ in fit.decode_batch_ms] == [1, 4]
+    for b, kv, ms in fit.decode_points:  # the table reproduces what was measured (least squares)
+        assert fit.decode_ms(b, kv) == pytest.approx(ms, rel=0.5)
     path = cost.save(tmp_path / "profile.json")
     again = ProfiledCostModel.load(path)
     assert again.model_name == "kimi-k2-mini" and again.fits == cost.fits
