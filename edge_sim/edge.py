@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 from edge_sim.accounting import LatencyAccount
 from edge_sim.errors import EdgeError
 from edge_sim.network import NetworkModel
-from edge_sim.pop import GenerateRequest, GenerateResult, ModelSpec, PopDown, PopNode
+from edge_sim.pop import GenerateRequest, GenerateResult, ModelSpec, PopDown, PopNode, finish_result
 from edge_sim.remote import RemotePopNode
 from edge_sim.router import Router
 from edge_sim.target import TargetSpec, modeled_times
@@ -119,25 +119,8 @@ class Edge:
                 log.warning("%s went down before serving a request; re-routing", node.code)
         if self.emulate:
             await asyncio.sleep(backbone_ms / 2000)
-        assert last is not None and last.metrics is not None
-        if last.finish_reason == "error":
-            raise EdgeError("invalid_input", f"generation failed: {last.error}")
+        result = finish_result(pieces, last, node.code, req.model, node.formats(req.model))
         m = last.metrics
-        weights, kv, by_part = node.formats(req.model)
-        result = GenerateResult(
-            text="".join(pieces),
-            finish_reason=last.finish_reason,
-            prompt_tokens=m.prompt_tokens,
-            completion_tokens=m.completion_tokens,
-            queue_ms=m.queue_ms,
-            prefill_ms=m.prefill_ms,
-            decode_ms=m.decode_ms,
-            pop=node.code,
-            model=req.model,
-            weights=weights,
-            kv_cache_dtype=kv,
-            weights_by_part=by_part,
-        )
         account = LatencyAccount(
             client_rtt_ms=client_rtt_ms,
             backbone_rtt_ms=backbone_ms,

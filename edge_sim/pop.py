@@ -29,24 +29,15 @@ def _deliver(loop: asyncio.AbstractEventLoop, events: asyncio.Queue, event: SeqE
         loop.call_soon_threadsafe(events.put_nowait, event)
 
 
-async def collect(
-    events: AsyncIterator[SeqEvent],
-    pop: str,
-    model: str,
-    weights: str,
-    kv_cache_dtype: str,
-    weights_by_part: dict[str, str],
+def finish_result(
+    pieces: list[str], last: SeqEvent | None, pop: str, model: str, formats: tuple[str, str, dict[str, str]]
 ) -> GenerateResult:
-    """A whole answer from a stream of engine events (in-process or from a remote node)."""
-    pieces: list[str] = []
-    last: SeqEvent | None = None
-    async for event in events:
-        pieces.append(event.text)
-        last = event
+    """The whole answer once the last event (which carries the metrics) has arrived."""
     assert last is not None and last.metrics is not None
     if last.finish_reason == "error":
         raise EdgeError("invalid_input", f"generation failed: {last.error}")
     m = last.metrics
+    weights, kv_cache_dtype, weights_by_part = formats
     return GenerateResult(
         text="".join(pieces),
         finish_reason=last.finish_reason,
@@ -61,6 +52,23 @@ async def collect(
         kv_cache_dtype=kv_cache_dtype,
         weights_by_part=weights_by_part,
     )
+
+
+async def collect(
+    events: AsyncIterator[SeqEvent],
+    pop: str,
+    model: str,
+    weights: str,
+    kv_cache_dtype: str,
+    weights_by_part: dict[str, str],
+) -> GenerateResult:
+    """A whole answer from a stream of engine events (in-process or from a remote node)."""
+    pieces: list[str] = []
+    last: SeqEvent | None = None
+    async for event in events:
+        pieces.append(event.text)
+        last = event
+    return finish_result(pieces, last, pop, model, (weights, kv_cache_dtype, weights_by_part))
 
 
 class PopDown(Exception):
