@@ -12,10 +12,9 @@ import torch
 from engine.batch import StepBatch
 from engine.config import ModelConfig
 from engine.kv_cache import KVComponent
+from engine.models.decoder import DecoderLM
 from engine.models.layers import (
-    MLP,
     Linear,
-    MoE,
     RMSNorm,
     RopeTables,
     Rotary,
@@ -178,33 +177,9 @@ class MLAttention:
         )
 
 
-class DecoderLayer:
-    def __init__(self, t: Tensors, c: ModelConfig, i: int, rotary: Rotary):
-        p = f"model.layers.{i}"
-        self.input_norm = RMSNorm(t[f"{p}.input_layernorm.weight"], c.rms_norm_eps)
-        self.post_attn_norm = RMSNorm(t[f"{p}.post_attention_layernorm.weight"], c.rms_norm_eps)
-        self.attn = MLAttention(t, f"{p}.self_attn", c, i, rotary)
-        self.mlp = MoE(t, f"{p}.mlp", c) if c.is_moe_layer(i) else MLP(t, f"{p}.mlp")
-
-    def __call__(self, x, rope, batch):
-        x = x + self.attn(self.input_norm(x), rope, batch)
-        return x + self.mlp(self.post_attn_norm(x))
-
-
-class CausalLM:
-    """The full model: forward over a flat token batch, then logits for the rows asked for."""
-
+class CausalLM(DecoderLM):
     def __init__(self, c: ModelConfig, t: Tensors):
-        self.config = c
-        self.embed = t["model.embed_tokens.weight"]
-        device = self.embed.device
-        self.rotary = Rotary(c.qk_rope_head_dim, c.rope, c.rope_interleave, device)
-        self.layers = [DecoderLayer(t, c, i, self.rotary) for i in range(c.num_hidden_layers)]
-        self.norm = RMSNorm(t["model.norm.weight"], c.rms_norm_eps)
-        # [hidden, vocab], contiguous: the largest matmul of a decode step, on its fast layout
-        self.lm_head_t = (self.embed if c.tie_word_embeddings else t["lm_head.weight"]).t().contiguous()
-        self.dtype = self.embed.dtype
-        self.device = device
+        super().__init__(c, t, MLAttention, c.qk_rope_head_dim, interleaved=c.rope_interleave)
 
     def kv_components(self) -> list[KVComponent]:
         """MLA caches the normalised latent (read like values) and the shared roped key."""
@@ -212,16 +187,3 @@ class CausalLM:
             KVComponent("latent", 1, self.config.kv_lora_rank, "value"),
             KVComponent("rope", 1, self.config.qk_rope_head_dim, "key"),
         ]
-
-    def moe_layers(self) -> list[MoE]:
-        return [layer.mlp for layer in self.layers if isinstance(layer.mlp, MoE)]
-
-    def forward(self, ids: torch.Tensor, positions: torch.Tensor, batch: StepBatch) -> torch.Tensor:
-        x = self.embed[ids]
-        rope = self.rotary.tables(positions, x.dtype)
-        for layer in self.layers:
-            x = layer(x, rope, batch)
-        return self.norm(x)
-
-    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        return torch.matmul(hidden, self.lm_head_t).to(torch.float32)

@@ -11,10 +11,9 @@ import torch
 from engine.batch import StepBatch
 from engine.config import ModelConfig
 from engine.kv_cache import KVComponent
+from engine.models.decoder import DecoderLM
 from engine.models.layers import (
-    MLP,
     Linear,
-    MoE,
     RMSNorm,
     RopeTables,
     Rotary,
@@ -133,30 +132,9 @@ class GQAttention:
         )
 
 
-class DecoderLayer:
-    def __init__(self, t: Tensors, c: ModelConfig, i: int, rotary: Rotary):
-        p = f"model.layers.{i}"
-        self.input_norm = RMSNorm(t[f"{p}.input_layernorm.weight"], c.rms_norm_eps)
-        self.post_attn_norm = RMSNorm(t[f"{p}.post_attention_layernorm.weight"], c.rms_norm_eps)
-        self.attn = GQAttention(t, f"{p}.self_attn", c, i, rotary)
-        self.mlp = MoE(t, f"{p}.mlp", c) if c.is_moe_layer(i) else MLP(t, f"{p}.mlp")
-
-    def __call__(self, x, rope, batch):
-        x = x + self.attn(self.input_norm(x), rope, batch)
-        return x + self.mlp(self.post_attn_norm(x))
-
-
-class CausalLM:
+class CausalLM(DecoderLM):
     def __init__(self, c: ModelConfig, t: Tensors):
-        self.config = c
-        self.embed = t["model.embed_tokens.weight"]
-        self.device = self.embed.device
-        self.dtype = self.embed.dtype
-        self.rotary = Rotary(c.rotary_dim, c.rope, interleaved=False, device=self.device)
-        self.layers = [DecoderLayer(t, c, i, self.rotary) for i in range(c.num_hidden_layers)]
-        self.norm = RMSNorm(t["model.norm.weight"], c.rms_norm_eps)
-        # [hidden, vocab], contiguous: the largest matmul of a decode step, on its fast layout
-        self.lm_head_t = (self.embed if c.tie_word_embeddings else t["lm_head.weight"]).t().contiguous()
+        super().__init__(c, t, GQAttention, c.rotary_dim, interleaved=False)
 
     def kv_components(self) -> list[KVComponent]:
         """GQA caches K and V per KV head."""
@@ -165,16 +143,3 @@ class CausalLM:
             KVComponent("k", c.kv_heads, c.attn_head_dim, "key"),
             KVComponent("v", c.kv_heads, c.attn_head_dim, "value"),
         ]
-
-    def moe_layers(self) -> list[MoE]:
-        return [layer.mlp for layer in self.layers if isinstance(layer.mlp, MoE)]
-
-    def forward(self, ids: torch.Tensor, positions: torch.Tensor, batch: StepBatch) -> torch.Tensor:
-        x = self.embed[ids]
-        rope = self.rotary.tables(positions, x.dtype)
-        for layer in self.layers:
-            x = layer(x, rope, batch)
-        return self.norm(x)
-
-    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        return torch.matmul(hidden, self.lm_head_t).to(torch.float32)
