@@ -64,6 +64,18 @@ def load_catalog(models_dir: Path) -> dict[str, tuple[CatalogEntry, Path]]:
     return entries
 
 
+def served_models(config) -> tuple[dict[str, tuple[CatalogEntry, Path]], list[str]]:
+    """The catalog and the names `config` serves from it (`[edge] models`, default all)."""
+    catalog = load_catalog(config.models_dir)
+    names = config.edge.models or list(catalog)
+    unknown = [n for n in names if n not in catalog]
+    if unknown:
+        raise ConfigError(
+            f"edge.models: unknown model(s) {', '.join(unknown)}; the catalog has {', '.join(catalog)}"
+        )
+    return catalog, names
+
+
 def model_spec(config, name: str, catalog: dict[str, tuple[CatalogEntry, Path]]) -> ModelSpec:
     """What a PoP needs to load catalog entry `name` under `config`'s trust settings."""
     entry, folder = catalog[name]

@@ -49,15 +49,9 @@ def build_edge(config: WorkerConfig):
     from edge_sim.edge import Edge
     from edge_sim.network import NetworkModel
     from edge_sim.topology import TopologyError
-    from runtime.catalog import load_catalog, model_spec
+    from runtime.catalog import model_spec, served_models
 
-    catalog = load_catalog(config.models_dir)
-    names = config.edge.models or list(catalog)
-    unknown = [n for n in names if n not in catalog]
-    if unknown:
-        raise ConfigError(
-            f"edge.models: unknown model(s) {', '.join(unknown)}; the catalog has {', '.join(catalog)}"
-        )
+    catalog, names = served_models(config)
     specs = [model_spec(config, n, catalog) for n in names]
     try:
         topology = load_topology(config)
@@ -702,7 +696,7 @@ def cmd_pop_serve(args: argparse.Namespace) -> int:
 
     from edge_sim.pop import PopNode
     from edge_sim.remote import create_pop_app
-    from runtime.catalog import load_catalog, model_spec
+    from runtime.catalog import model_spec, served_models
 
     logging.basicConfig(
         level=getattr(logging, args.log_level.upper()), format="%(levelname)s %(name)s: %(message)s"
@@ -710,8 +704,7 @@ def cmd_pop_serve(args: argparse.Namespace) -> int:
     try:
         config = load_config(args.config)
         pop = load_topology(config).pop(args.name)
-        catalog = load_catalog(config.models_dir)
-        names = config.edge.models or list(catalog)
+        catalog, names = served_models(config)
         node = PopNode.load(pop, [model_spec(config, n, catalog) for n in names])
     except (ConfigError, TopologyError) as exc:
         return _fail(str(exc))

@@ -83,3 +83,18 @@ def test_catalog_target_errors_name_the_model_and_field(tmp_path, tiny_model_dir
     )
     entry, _ = load_catalog(tmp_path)["@edge/t/tiny"]
     assert entry.target.model == "glm-4.5" and entry.target.kv == "int4"
+
+
+def test_pop_serve_names_an_unknown_model_instead_of_crashing(tmp_path, capsys):
+    from runtime import cli
+    from tests.conftest import REPO
+
+    (tmp_path / "w.py").write_text("")
+    (tmp_path / "wrangler-like.toml").write_text(
+        'name = "n"\nmain = "w.py"\ncompatibility_date = "2026-11-01"\n[edge]\npops = ["ICN"]\n'
+        f'models = ["@edge/nope"]\nmodels_dir = "{REPO / "models"}"\n'
+    )
+    code = cli.main(["pop", "serve", "--name", "ICN", "--config", str(tmp_path / "wrangler-like.toml")])
+    err = capsys.readouterr().err
+    assert code == 2 and "edge.models: unknown model(s) @edge/nope" in err
+    assert "@edge/moonshotai/kimi-k2-mini" in err  # says what the catalog has
