@@ -4,12 +4,20 @@ The node process wraps an in-process PopNode in a small Starlette app; `RemotePo
 client the router drives exactly like an in-process node (same methods), so one edge can span
 real hosts. Generation streams back as length-prefixed msgpack frames, one per engine event.
 A health check refreshes what the router ranks by (and marks an unreachable node down).
+
+A node answers `/v1/generate`, `/v1/down` and `/v1/up` (and the full `/v1/health`) only with
+`Authorization: Bearer <node token>`, the token it was started with (`edge pop serve --token` or
+$EDGE_NODE_TOKEN); without it `/v1/health` says only whether the node is up. The runtime's
+`RemotePopNode` sends $EDGE_NODE_TOKEN_<CODE> (e.g. EDGE_NODE_TOKEN_FRA), else $EDGE_NODE_TOKEN.
+Request bodies are capped.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hmac
 import logging
+import os
 import struct
 from collections.abc import AsyncIterator
 from typing import Any, Literal
@@ -29,6 +37,9 @@ from engine import SeqEvent
 log = logging.getLogger("edge.remote")
 
 MSGPACK = "application/vnd.msgpack"
+NODE_TOKEN_ENV = "EDGE_NODE_TOKEN"
+GENERATE_BODY_BYTES = 8 * 1024 * 1024  # a prompt far past any context window
+CONTROL_BODY_BYTES = 64 * 1024
 
 
 class Frame(msgspec.Struct):
@@ -49,13 +60,54 @@ def _frame(frame: Frame) -> bytes:
     return _HEADER.pack(len(body)) + body
 
 
+def bearer_ok(authorization: str | None, token: str) -> bool:
+    """Whether `Authorization: Bearer <x>` carries `token` (compared in constant time)."""
+    header = (authorization or "").strip()
+    if not token or not header.lower().startswith("bearer "):
+        return False
+    return hmac.compare_digest(header[7:].strip().encode(), token.encode())
+
+
+async def read_capped(request: Request, limit: int) -> bytes | None:
+    """The request body, read in chunks; None as soon as it is known to exceed `limit` bytes."""
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        return None
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            return None
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
 # --- the node process ---------------------------------------------------------------------------------
 
 
-def create_pop_app(node: PopNode) -> Starlette:
+def create_pop_app(node: PopNode, token: str) -> Starlette:
+    """The node's HTTP surface; `token` is the node token its runtime must send."""
+    if not token:
+        raise ValueError("a PoP node needs a node token")
+
+    def refused(request: Request) -> Response | None:
+        if bearer_ok(request.headers.get("authorization"), token):
+            return None
+        status = 401 if "authorization" not in request.headers else 403
+        message = f"send Authorization: Bearer <node token> (edge pop serve --token or ${NODE_TOKEN_ENV})"
+        return Response(_encode({"error": message}), status_code=status, media_type=MSGPACK)
+
+    def too_large(limit: int) -> Response:
+        return Response(_encode({"error": f"body over {limit} bytes"}), status_code=413, media_type=MSGPACK)
+
     async def generate(request: Request) -> Response:
+        if (denied := refused(request)) is not None:
+            return denied
+        body = await read_capped(request, GENERATE_BODY_BYTES)
+        if body is None:
+            return too_large(GENERATE_BODY_BYTES)
         try:
-            req = _decode_request(await request.body())
+            req = _decode_request(body)
         except (msgspec.ValidationError, msgspec.DecodeError) as exc:
             return Response(_encode({"error": str(exc)}), status_code=400, media_type=MSGPACK)
 
@@ -71,10 +123,21 @@ def create_pop_app(node: PopNode) -> Starlette:
         return StreamingResponse(frames(), media_type=MSGPACK)
 
     async def health(request: Request) -> Response:
+        if refused(request) is not None:  # a liveness probe: nothing about models or load
+            return Response(_encode({"up": node.up}), media_type=MSGPACK)
         return Response(_encode({**node.health(), "status": node.status()}), media_type=MSGPACK)
 
     async def state(request: Request) -> Response:
-        handed = node.take_down() if request.path_params["action"] == "down" else (node.bring_up() or 0)
+        if (denied := refused(request)) is not None:
+            return denied
+        action = request.path_params["action"]
+        if action not in ("down", "up"):
+            return Response(
+                _encode({"error": "POST /v1/down or /v1/up"}), status_code=404, media_type=MSGPACK
+            )
+        if await read_capped(request, CONTROL_BODY_BYTES) is None:
+            return too_large(CONTROL_BODY_BYTES)
+        handed = node.take_down() if action == "down" else (node.bring_up() or 0)
         return Response(_encode({"up": node.up, "rerouted": handed}), media_type=MSGPACK)
 
     return Starlette(
@@ -92,13 +155,18 @@ def create_pop_app(node: PopNode) -> Starlette:
 class RemotePopNode:
     """A PoP node in another process or host, behind the same interface as PopNode."""
 
-    def __init__(self, pop: PoP, url: str, timeout: float = 600.0):
+    def __init__(self, pop: PoP, url: str, timeout: float = 600.0, token: str | None = None):
         self.pop = pop
         self.url = url.rstrip("/")
-        self._client = httpx.AsyncClient(timeout=httpx.Timeout(timeout, connect=5.0))
+        token = (
+            token or os.environ.get(f"{NODE_TOKEN_ENV}_{pop.code.upper()}") or os.environ.get(NODE_TOKEN_ENV)
+        )
+        headers = {"authorization": f"Bearer {token}"} if token else {}
+        self._client = httpx.AsyncClient(timeout=httpx.Timeout(timeout, connect=5.0), headers=headers)
         self._health: dict[str, Any] = {}
         self.reachable = False
         self.refused: dict[str, str] = {}
+        self._token_refused = False
 
     @property
     def code(self) -> str:
@@ -118,7 +186,22 @@ class RemotePopNode:
         try:
             r = await self._client.get(self.url + "/v1/health", timeout=5.0)
             r.raise_for_status()
-            self._health = msgspec.msgpack.decode(r.content)
+            health = msgspec.msgpack.decode(r.content)
+            if "models" not in health:  # the node's liveness view: it did not take our token
+                if not self._token_refused:
+                    log.warning(
+                        "remote PoP %s at %s does not accept this runtime's node token; set %s_%s or %s "
+                        "to the token it was started with (it counts as down until then)",
+                        self.code,
+                        self.url,
+                        NODE_TOKEN_ENV,
+                        self.code,
+                        NODE_TOKEN_ENV,
+                    )
+                self._token_refused, self.reachable = True, False
+                return False
+            self._token_refused = False
+            self._health = health
             self.refused = dict(self._health.get("refused", {}))
             if not self.reachable:
                 log.info("remote PoP %s at %s is reachable", self.code, self.url)
@@ -148,6 +231,11 @@ class RemotePopNode:
             async with self._client.stream(
                 "POST", self.url + "/v1/generate", content=_encode(req), headers={"content-type": MSGPACK}
             ) as r:
+                if r.status_code in (401, 403):
+                    self.reachable = False
+                    raise EdgeError(
+                        "no_capacity", f"remote PoP {self.code} refused this runtime's node token"
+                    )
                 if r.status_code != 200:
                     raise EdgeError("invalid_input", f"PoP {self.code} refused the request ({r.status_code})")
                 buffer = b""
@@ -175,14 +263,22 @@ class RemotePopNode:
     async def generate(self, req: GenerateRequest) -> GenerateResult:
         return await collect(self.stream(req), self.code, req.model, *self.formats(req.model))
 
-    async def take_down(self) -> int:
-        r = await self._client.post(self.url + "/v1/down")
+    async def _control(self, action: str) -> dict[str, Any]:
+        try:
+            r = await self._client.post(self.url + f"/v1/{action}", timeout=30.0)
+        except httpx.HTTPError as exc:
+            raise EdgeError("no_capacity", f"remote PoP {self.code} at {self.url}: {exc}") from None
+        if r.status_code != 200:
+            reason = "it refused this runtime's node token" if r.status_code in (401, 403) else r.status_code
+            raise EdgeError("no_capacity", f"remote PoP {self.code} did not go {action} ({reason})")
         await self.refresh()
-        return msgspec.msgpack.decode(r.content)["rerouted"]
+        return msgspec.msgpack.decode(r.content)
+
+    async def take_down(self) -> int:
+        return (await self._control("down"))["rerouted"]
 
     async def bring_up(self) -> None:
-        await self._client.post(self.url + "/v1/up")
-        await self.refresh()
+        await self._control("up")
 
     def status(self) -> dict[str, Any]:
         status = dict(self._health.get("status", {"code": self.code, "city": self.pop.city, "models": {}}))

@@ -5,7 +5,9 @@ nearest PoP (request.cf), pick the worker (a deployed worker by host or x-edge-w
 one `edge dev` serves) and its version (the deployment's split, sticky by
 Cloudflare-Workers-Version-Key), invoke it, and answer with cf-ray and Server-Timing headers that
 carry the latency account of the AI calls it made. The runtime's own endpoints live under
-/cdn-cgi/ and /client/v4/, so a worker keeps every other path.
+/cdn-cgi/ and /client/v4/, so a worker keeps every other path: the runtime answers every path
+under those two itself (404 or 405 where nothing serves it), so none ever reaches a worker. The
+control endpoints that change or reveal state need the admin token (runtime.admin).
 """
 
 from __future__ import annotations
@@ -22,30 +24,33 @@ from typing import Any
 import msgspec
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import BaseRoute, Match, Route
 
 from edge_sim.edge import Edge
+from edge_sim.errors import EdgeError
 from edge_sim.remote import health_checks
 from edge_sim.topology import TopologyError
 from runtime import ipc
+from runtime.admin import CONTROL_BODY_BYTES, check_admin, read_capped
 from runtime.ai import AIService
-from runtime.api import AIApi
+from runtime.api import AIApi, cf_error
 from runtime.catalog import CatalogEntry, load_catalog, model_spec
 from runtime.config import ConfigError, WorkerConfig
 from runtime.control import ControlApi
-from runtime.isolate import IsolateLimits
+from runtime.fetch_guard import FetchGuard
+from runtime.limits import validate as validate_limits
 from runtime.metrics import CONTENT_TYPE, Metrics
-from runtime.state import State
+from runtime.state import State, materialise_bundle
 from runtime.worker_host import (
     LOCATION_HEADER,
+    ClientBody,
     RequestContext,
     TailHub,
     WorkerHandle,
     WorkerSpec,
     error_response,
     ray_id,
-    urlhost,
 )
 
 log = logging.getLogger("edge.runtime")
@@ -59,8 +64,12 @@ VERSION_KEY_HEADER = "cloudflare-workers-version-key"
 # Runtime error codes (Cloudflare's where one exists).
 BAD_LOCATION = 1110
 BODY_TOO_LARGE = 1113
-BAD_CONTROL_REQUEST = 1120
+BAD_CONTROL_REQUEST = 1120  # also: no /cdn-cgi/ endpoint at that path (404) or for that method (405)
 NO_SUCH_WORKER = 1121
+ADMIN_AUTH = 1124  # a control endpoint without the admin token (401) or with a wrong one (403)
+# /client/v4/ paths no API serves, in the Cloudflare envelope
+NO_ROUTE = 7000  # Cloudflare's "No route for that URI"
+METHOD_NOT_ALLOWED = 7001
 
 
 class ReloadRequest(msgspec.Struct):
@@ -89,9 +98,17 @@ class Runtime:
         self.watch = False  # edge dev: restart the dev worker when its source changes
         self.api = AIApi(self)
         self.control = ControlApi(self)
+        # Outbound fetches from workers: public addresses, plus the operator's allowlist; never this
+        # runtime (its port joins as requests arrive) nor a PoP node.
+        self.fetch_guard = FetchGuard(
+            allow=config.edge.fetch_allow,
+            pop_urls={node.code: node.url for node in edge.remote_nodes()},
+        )
+        self.admin_token: str | None = None  # edge dev sets it (runtime.admin); None refuses every admin call
 
     def dev_spec(self) -> WorkerSpec:
         c = self.config
+        limits = validate_limits(msgspec.structs.asdict(c.limits), "limits")  # as load_config did
         return WorkerSpec(
             account=c.account_id,
             name=c.name,
@@ -100,8 +117,8 @@ class Runtime:
             vars=dict(c.vars),
             ai_binding=c.ai.binding if c.ai else None,
             services={s.binding: s.service for s in c.services},
-            limits=IsolateLimits(cpu_ms=c.limits.cpu_ms, memory_mb=c.limits.memory_mb),
-            subrequests=c.limits.subrequests,
+            limits=limits.isolate(),
+            subrequests=limits.subrequests,
         )
 
     # --- lifecycle --------------------------------------------------------------------------------
@@ -165,6 +182,9 @@ class Runtime:
         where = request.headers.get(LOCATION_HEADER)
         location = self.edge.locate(where) if where else self.default_location
         ingress, client_rtt = self.edge.ingress(location)
+        server = request.scope.get("server")
+        if server and server[1]:  # the port really listened on (the Host header may say otherwise)
+            self.fetch_guard.runtime_ports.add(server[1])
         return RequestContext(
             location,
             ingress,
@@ -202,14 +222,15 @@ class Runtime:
     def handle_for(self, account: str, worker: str, version: str) -> WorkerHandle:
         key = (account, worker, version)
         if key not in self._deployed:
-            record = self.state.version(account, version)
-            folder = self.config.state_dir / "scripts" / version
-            if not folder.is_dir():  # materialise the uploaded files once
-                for rel, source in record["files"].items():
-                    path = folder / rel
-                    path.parent.mkdir(parents=True, exist_ok=True)
-                    path.write_text(source)
+            record = self.state.version(account, worker, version)
+            if record is None:
+                raise LookupError(f"no version {version} of worker {worker!r} in account {account!r}")
             cfg = record["config"]
+            try:  # the same check the deploy API made; a version stored before it was made fails here
+                limits = validate_limits(cfg, "config")
+            except ValueError as exc:
+                raise ValueError(f"version {version} of worker {worker!r}: {exc}; deploy it again") from None
+            folder = materialise_bundle(self.config.state_dir, version, record["files"])
             self._deployed[key] = WorkerHandle(
                 WorkerSpec(
                     account=account,
@@ -219,10 +240,8 @@ class Runtime:
                     vars=cfg.get("vars", {}),
                     ai_binding=cfg.get("ai_binding"),
                     services=cfg.get("services", {}),
-                    limits=IsolateLimits(
-                        cpu_ms=cfg.get("cpu_ms", 30_000), memory_mb=cfg.get("memory_mb", 128)
-                    ),
-                    subrequests=cfg.get("subrequests", 50),
+                    limits=limits.isolate(),
+                    subrequests=limits.subrequests,
                 ),
                 self,
             )
@@ -243,12 +262,9 @@ class Runtime:
 
     # --- calls the isolates make --------------------------------------------------------------------
 
-    def refuse_fetch(self, account: str, url: str, ctx: RequestContext) -> str | None:
-        host, port, path = urlhost(url)
-        o_host, o_port, _ = urlhost(ctx.origin)
-        same_runtime = host in (o_host, "127.0.0.1", "localhost", "::1") and port == o_port
-        if same_runtime and (path.startswith("/client/v4") or path.startswith("/cdn-cgi")):
-            return "fetch to the runtime's own control API is not allowed"
+    def refuse_worker_host(self, account: str, host: str) -> str | None:
+        """Why `account`'s worker may not fetch `host` by name (another account's worker), or None;
+        every address check is self.fetch_guard's, on every redirect hop too."""
         if host.endswith(WORKER_HOST_SUFFIX):
             parts = host[: -len(WORKER_HOST_SUFFIX)].split(".")
             if len(parts) == 2 and parts[1] != account:
@@ -280,17 +296,18 @@ class Runtime:
 
     # --- the HTTP surface -----------------------------------------------------------------------------
 
-    async def _read_body(self, request: Request) -> bytes | None:
+    async def _client_body(self, request: Request) -> bytes | ClientBody | None:
+        """The body as the worker will read it: bytes when it is small, else a stream that is
+        passed on as it arrives (never held whole here); None when it is declared too large."""
         declared = request.headers.get("content-length")
-        if declared and declared.isdigit() and int(declared) > MAX_BODY_BYTES:
-            return None
-        chunks, size = [], 0
-        async for chunk in request.stream():
-            size += len(chunk)
-            if size > MAX_BODY_BYTES:
+        if declared is not None and declared.isdigit():
+            if int(declared) > MAX_BODY_BYTES:
                 return None
-            chunks.append(chunk)
-        return b"".join(chunks)
+            if int(declared) <= ipc.CHUNK:
+                return await request.body()
+        elif "transfer-encoding" not in request.headers:
+            return b""  # no body at all
+        return ClientBody(request.stream(), MAX_BODY_BYTES)
 
     async def handle(self, request: Request) -> Response:
         try:
@@ -298,14 +315,10 @@ class Runtime:
         except TopologyError as exc:
             return error_response(400, BAD_LOCATION, f"{LOCATION_HEADER}: {exc}")
         ray = {"cf-ray": f"{ray_id()}-{ctx.ingress.code}"}
-        body = await self._read_body(request)
+        too_large = f"request body exceeds {MAX_BODY_BYTES // (1024 * 1024)} MB; send less"
+        body = await self._client_body(request)
         if body is None:
-            return error_response(
-                413,
-                BODY_TOO_LARGE,
-                f"request body exceeds {MAX_BODY_BYTES // (1024 * 1024)} MB; send less",
-                ray,
-            )
+            return error_response(413, BODY_TOO_LARGE, too_large, ray)
         target = self.target(request)
         handle = self.dev if target is None else self.worker(*target, request=request)
         if handle is None:
@@ -317,17 +330,43 @@ class Runtime:
             )
         if self.edge.emulate:  # the request's half of the client round trip, really waited
             await asyncio.sleep(ctx.client_rtt_ms / 2000)
-        return await handle.serve(request, body, ctx, ray)
+        response = await handle.serve(request, body, ctx, ray)
+        if isinstance(body, ClientBody) and body.exceeded:  # it grew past the limit on the way
+            if isinstance(response, StreamingResponse):
+                await response.body_iterator.aclose()
+            return error_response(413, BODY_TOO_LARGE, too_large, ray)
+        return response
+
+    def is_admin(self, request: Request) -> bool:
+        return check_admin(request.headers.get("authorization"), self.admin_token) is None
+
+    async def _admin_body(self, request: Request) -> bytes | Response:
+        """The body of a control request from the admin (at most CONTROL_BODY_BYTES, read in
+        chunks), or the refusal to send: 401/403 without the admin token, 413 past the cap."""
+        refused = check_admin(request.headers.get("authorization"), self.admin_token)
+        if refused is not None:
+            status, message = refused
+            return error_response(status, ADMIN_AUTH, message, {"www-authenticate": 'Bearer realm="edge"'})
+        body = await read_capped(request, CONTROL_BODY_BYTES)
+        if body is None:
+            return error_response(
+                413, BODY_TOO_LARGE, f"a control request body is at most {CONTROL_BODY_BYTES // 1024} KiB"
+            )
+        return body
 
     async def pops(self, request: Request) -> Response:
-        """Each GPU PoP: its engines' formats, KV occupancy, recent steps and expert load."""
+        """Each GPU PoP: its engines' formats, KV occupancy, recent steps and expert load (admin)."""
+        if isinstance(body := await self._admin_body(request), Response):
+            return body
         return JSONResponse({"pops": [node.status() for node in self.edge.nodes.values()]})
 
     async def reload_model(self, request: Request) -> Response:
         """Load a new version of a catalog model at every PoP; a PoP that refuses it (it fails
-        verification, say) keeps serving the version it has and says why."""
+        verification, say) keeps serving the version it has and says why (admin)."""
+        if isinstance(body := await self._admin_body(request), Response):
+            return body
         try:
-            name = msgspec.json.decode(await request.body(), type=ReloadRequest).model
+            name = msgspec.json.decode(body, type=ReloadRequest).model
             catalog = load_catalog(self.config.models_dir)
         except (msgspec.ValidationError, msgspec.DecodeError) as exc:
             return error_response(400, BAD_CONTROL_REQUEST, f'send {{"model": "<catalog name>"}} ({exc})')
@@ -351,7 +390,9 @@ class Runtime:
 
     async def pop_state(self, request: Request) -> Response:
         """POST /cdn-cgi/edge/pops/{code}/down|up: take a GPU PoP out (its queued requests are
-        re-routed) or bring it back."""
+        re-routed) or bring it back (admin)."""
+        if isinstance(body := await self._admin_body(request), Response):
+            return body
         code, action = request.path_params["code"].upper(), request.path_params["action"]
         node = self.edge.nodes.get(code)
         if node is None or action not in ("down", "up"):
@@ -361,7 +402,10 @@ class Runtime:
             )
         outcome = node.take_down() if action == "down" else node.bring_up()
         if inspect.isawaitable(outcome):  # a remote node answers over HTTP
-            outcome = await outcome
+            try:
+                outcome = await outcome
+            except EdgeError as exc:
+                return error_response(502, BAD_CONTROL_REQUEST, exc.message)
         rerouted = outcome or 0
         log.warning(
             "PoP %s is %s%s", code, action, f" ({rerouted} queued request(s) re-routed)" if rerouted else ""
@@ -369,6 +413,7 @@ class Runtime:
         return JSONResponse({"code": code, "up": node.up, "rerouted": rerouted})
 
     async def health(self, request: Request) -> Response:
+        """The readiness probe, open to all: the dev worker's name and each PoP's state only."""
         return JSONResponse(
             {
                 "status": "ok" if self.dev.isolate.alive else "degraded",
@@ -382,7 +427,8 @@ class Runtime:
         )
 
     async def metrics_endpoint(self, request: Request) -> Response:
-        return Response(self.metrics.render(), media_type=CONTENT_TYPE)
+        """Open: totals with no worker or account names; with the admin token, per worker too."""
+        return Response(self.metrics.render(detailed=self.is_admin(request)), media_type=CONTENT_TYPE)
 
     def catalog_view(self) -> list[dict[str, Any]]:
         """The catalog as the models search API shows it: formats that serve each model, always."""
@@ -433,16 +479,55 @@ def create_app(runtime: Runtime) -> Starlette:
             await runtime.stop()
 
     methods = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
+    served = [
+        Route(CONTROL_PREFIX + "health", runtime.health, methods=["GET"]),
+        Route(CONTROL_PREFIX + "pops", runtime.pops, methods=["GET"]),
+        Route(CONTROL_PREFIX + "metrics", runtime.metrics_endpoint, methods=["GET"]),
+        Route(CONTROL_PREFIX + "models/reload", runtime.reload_model, methods=["POST"]),
+        Route(CONTROL_PREFIX + "pops/{code}/{action}", runtime.pop_state, methods=["POST"]),
+        *runtime.api.routes(),
+        *runtime.control.routes(),
+    ]
     return Starlette(
         routes=[
-            Route(CONTROL_PREFIX + "health", runtime.health, methods=["GET"]),
-            Route(CONTROL_PREFIX + "pops", runtime.pops, methods=["GET"]),
-            Route(CONTROL_PREFIX + "metrics", runtime.metrics_endpoint, methods=["GET"]),
-            Route(CONTROL_PREFIX + "models/reload", runtime.reload_model, methods=["POST"]),
-            Route(CONTROL_PREFIX + "pops/{code}/{action}", runtime.pop_state, methods=["POST"]),
-            *runtime.api.routes(),
-            *runtime.control.routes(),
+            *served,
+            # Every other path under the runtime's prefixes, whatever the method, is answered here and
+            # never reaches a worker (with the caller's API token). A later full match beats an
+            # earlier method-only match in Starlette's router, so these decide 404 or 405 themselves.
+            Route("/client/v4{rest:path}", _NotServed(served, _cf_shape)),
+            Route("/cdn-cgi{rest:path}", _NotServed(served, _runtime_shape)),
             Route("/{path:path}", runtime.handle, methods=methods),
         ],
         lifespan=lifespan,
     )
+
+
+def _cf_shape(status: int, message: str) -> Response:
+    return cf_error(NO_ROUTE if status == 404 else METHOD_NOT_ALLOWED, message, status)
+
+
+def _runtime_shape(status: int, message: str) -> Response:
+    return error_response(status, BAD_CONTROL_REQUEST, message)
+
+
+class _NotServed:
+    """An ASGI app (so that its route matches every method) for a runtime path nothing serves:
+    405 (with Allow) where a route has that path for other methods, else 404. It reads no body."""
+
+    def __init__(self, served: list[BaseRoute], shape):
+        self.served, self.shape = served, shape
+
+    async def __call__(self, scope, receive, send) -> None:
+        allowed: set[str] = set()
+        for route in self.served:
+            match, _ = route.matches(scope)
+            if match == Match.PARTIAL:
+                allowed |= getattr(route, "methods", None) or set()
+        path = Request(scope).url.path
+        if allowed:
+            allow = ", ".join(sorted(allowed))
+            response = self.shape(405, f"{scope['method']} is not allowed on {path}; use {allow}")
+            response.headers["allow"] = allow
+        else:
+            response = self.shape(404, f"No route for that URI: nothing in this runtime serves {path}")
+        await response(scope, receive, send)

@@ -50,11 +50,13 @@ def build_edge(config: WorkerConfig):
     from edge_sim.network import NetworkModel
     from edge_sim.topology import TopologyError
     from runtime.catalog import model_spec, served_models
+    from runtime.config import check_against_topology
 
     catalog, names = served_models(config)
     specs = [model_spec(config, n, catalog) for n in names]
     try:
         topology = load_topology(config)
+        check_against_topology(config, topology)  # edge.client_location, before any engine loads
         for code in config.edge.pops:
             if not topology.pop(code).has_gpu:
                 gpu_codes = ", ".join(p.code for p in topology.gpu_pops())
@@ -95,6 +97,27 @@ def bootstrap_token(config: WorkerConfig, state) -> tuple[str, bool]:
     path.write_text(token + "\n")
     path.chmod(0o600)
     return token, True
+
+
+def admin_headers(config_path: str) -> dict[str, str]:
+    """The admin token for the control endpoints: $EDGE_ADMIN_TOKEN, else the config's
+    .edge/admin-token (edge dev writes it at first start). Raises ConfigError when neither exists."""
+    from runtime.admin import ADMIN_TOKEN_ENV, find_admin_token
+
+    token = find_admin_token(None)  # the environment's, if any
+    path = None
+    if not token:
+        try:
+            state_dir = load_config(config_path).state_dir
+        except ConfigError as exc:
+            raise ConfigError(f"no admin token: set {ADMIN_TOKEN_ENV}, or pass --config ({exc})") from None
+        path = state_dir / "admin-token"
+        token = find_admin_token(state_dir)
+    if not token:
+        raise ConfigError(
+            f"no admin token: set {ADMIN_TOKEN_ENV}, or run `edge dev` once (it saves one in {path})"
+        )
+    return {"authorization": f"Bearer {token}"}
 
 
 class Client:
@@ -345,6 +368,18 @@ def cmd_dev(args: argparse.Namespace) -> int:
     logging.basicConfig(
         level=getattr(logging, args.log_level.upper()), format="%(levelname)s %(name)s: %(message)s"
     )
+    from runtime import isolate
+
+    if args.insecure_isolation:
+        isolate.use_insecure_isolation()
+        print(
+            "edge dev: WARNING --insecure-isolation: workers run without namespaces, as this user, "
+            "seeing its processes and network; use it only for scripts you trust",
+            file=sys.stderr,
+            flush=True,
+        )
+    elif problem := isolate.isolation_problem():
+        return _fail(problem)
     try:
         config = load_config(args.config)
         edge = build_edge(config)
@@ -353,17 +388,26 @@ def cmd_dev(args: argparse.Namespace) -> int:
         return _fail(str(exc))
     except Exception as exc:  # a model that fails to load, say: print why, not a traceback
         return _fail(f"{type(exc).__name__}: {exc}")
+    from runtime.admin import ADMIN_TOKEN_ENV, bootstrap_admin_token
     from runtime.catalog import load_catalog
     from runtime.state import State
 
     state = State(config.state_dir / "state.db")
     token, created = bootstrap_token(config, state)
+    admin_token, admin_created = bootstrap_admin_token(config.state_dir)
     runtime = Runtime(config, edge, state, load_catalog(config.models_dir))
+    runtime.admin_token = admin_token
     runtime.watch = args.reload
     print(f"edge dev: worker {config.name!r} ({config.main}) on http://{args.host}:{args.port}", flush=True)
     if created:  # shown once; kept (only) in .edge/api-token for the CLI
         print(
             f"  API token for account {config.account_id!r} (saved in .edge/api-token): {token}", flush=True
+        )
+    if admin_created:  # shown once; kept (only) in .edge/admin-token for the CLI's control commands
+        print(
+            f"  admin token for /cdn-cgi/edge/ control (saved in .edge/admin-token, "
+            f"or set {ADMIN_TOKEN_ENV}): {admin_token}",
+            flush=True,
         )
     for node in edge.nodes.values():
         print(f"  GPU PoP {node.code} ({node.pop.city}): {', '.join(sorted(node.models()))}", flush=True)
@@ -662,6 +706,33 @@ def cmd_models_list(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_models_reload(args: argparse.Namespace) -> int:
+    """Have every PoP of a running `edge dev` load the catalog's current version of a model."""
+    import httpx
+
+    try:
+        headers = admin_headers(args.config)
+        r = httpx.post(
+            args.url.rstrip("/") + "/cdn-cgi/edge/models/reload",
+            json={"model": args.model},
+            headers=headers,
+            timeout=600,
+        )
+    except ConfigError as exc:
+        return _fail(str(exc))
+    except httpx.HTTPError as exc:
+        return _fail(f"cannot reach edge dev at {args.url} ({exc}); is it running?")
+    body = r.json()
+    if "error" in body:
+        return _fail(body["error"]["message"])
+    for code, outcome in body["pops"].items():
+        print(
+            f"{code}: "
+            + ("loaded" if outcome["loaded"] else f"REFUSED, kept the old version: {outcome['refused']}")
+        )
+    return 0 if r.status_code == 200 else 1
+
+
 def cmd_pop(args: argparse.Namespace) -> int:
     """Take a GPU PoP of a running `edge dev` down or bring it up, or list the PoPs."""
     import httpx
@@ -670,14 +741,21 @@ def cmd_pop(args: argparse.Namespace) -> int:
         return _fail("use edge pop serve --name CODE --port N")
     base = args.url.rstrip("/") + "/cdn-cgi/edge/pops"
     try:
+        headers = admin_headers(args.config)
+    except ConfigError as exc:
+        return _fail(str(exc))
+    try:
         if args.action == "list":
-            for p in httpx.get(base, timeout=10).json()["pops"]:
+            r = httpx.get(base, headers=headers, timeout=10)
+            if r.status_code != 200:
+                return _fail(r.json()["error"]["message"])
+            for p in r.json()["pops"]:
                 models = ", ".join(p["models"]) or "none"
                 print(f"{p['code']} {'up  ' if p['up'] else 'DOWN'} {p['city']}: {models}")
             return 0
         if not args.code:
             return _fail(f"edge pop {args.action} needs a PoP code, e.g. edge pop {args.action} ICN")
-        r = httpx.post(f"{base}/{args.code}/{args.action}", timeout=10)
+        r = httpx.post(f"{base}/{args.code}/{args.action}", headers=headers, timeout=30)
     except httpx.HTTPError as exc:
         return _fail(f"cannot reach edge dev at {args.url} ({exc}); is it running?")
     if r.status_code != 200:
@@ -691,13 +769,18 @@ def cmd_pop(args: argparse.Namespace) -> int:
 
 
 def cmd_pop_serve(args: argparse.Namespace) -> int:
-    """Run one GPU PoP node as its own server (msgspec over HTTP) for an edge elsewhere."""
+    """Run one GPU PoP node as its own server (msgspec over HTTP) for an edge elsewhere. It needs
+    a node token (--token or $EDGE_NODE_TOKEN), the one the runtime sends, and refuses to start
+    without one: a token made up here would change at every restart and lock the runtime out."""
+    import os
+
     import uvicorn
 
     from edge_sim.pop import PopNode
-    from edge_sim.remote import create_pop_app
+    from edge_sim.remote import NODE_TOKEN_ENV, create_pop_app
     from runtime.catalog import model_spec, served_models
 
+    node_token = (args.token or os.environ.get(NODE_TOKEN_ENV, "")).strip()
     logging.basicConfig(
         level=getattr(logging, args.log_level.upper()), format="%(levelname)s %(name)s: %(message)s"
     )
@@ -705,6 +788,12 @@ def cmd_pop_serve(args: argparse.Namespace) -> int:
         config = load_config(args.config)
         pop = load_topology(config).pop(args.name)
         catalog, names = served_models(config)
+        if not node_token:  # checked once the config is known good, before any model loads
+            raise ConfigError(
+                f"edge pop serve needs a node token: set {NODE_TOKEN_ENV} (or pass --token) here and the "
+                f"same {NODE_TOKEN_ENV} (or {NODE_TOKEN_ENV}_<CODE>) for edge dev; make one with "
+                '`python -c "import secrets; print(secrets.token_urlsafe(32))"`'
+            )
         node = PopNode.load(pop, [model_spec(config, n, catalog) for n in names])
     except (ConfigError, TopologyError) as exc:
         return _fail(str(exc))
@@ -716,7 +805,7 @@ def cmd_pop_serve(args: argparse.Namespace) -> int:
     )
     for name, reason in node.refused.items():
         print(f"  refused {name}: {reason}", flush=True)
-    uvicorn.run(create_pop_app(node), host=args.host, port=args.port, log_level=args.log_level)
+    uvicorn.run(create_pop_app(node, node_token), host=args.host, port=args.port, log_level=args.log_level)
     return 0
 
 
@@ -742,6 +831,11 @@ def main(argv: list[str] | None = None) -> int:
         default="account",
         help="account: simulated network delays are only reported; emulate: they are waited",
     )
+    dev.add_argument(
+        "--insecure-isolation",
+        action="store_true",
+        help="run workers without namespaces (for kernels that refuse user namespaces); unsafe",
+    )
     dev.set_defaults(func=cmd_dev)
 
     pop = sub.add_parser("pop", help="serve a PoP node, or take a running edge dev's PoP down or up, or list")
@@ -752,7 +846,12 @@ def main(argv: list[str] | None = None) -> int:
     pop.add_argument("--host", default="127.0.0.1", help="serve: address to listen on")
     pop.add_argument("--port", type=int, default=9000, help="serve: port to listen on")
     pop.add_argument(
-        "--config", default=DEFAULT_CONFIG, help="serve: the config whose catalog and trust to use"
+        "--config",
+        default=DEFAULT_CONFIG,
+        help="serve: the config whose catalog and trust to use; down/up/list: its .edge/admin-token is sent",
+    )
+    pop.add_argument(
+        "--token", help="serve: the node token the runtime must send (default: $EDGE_NODE_TOKEN)"
     )
     pop.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     pop.set_defaults(func=lambda a: cmd_pop_serve(a) if a.action == "serve" else cmd_pop(a))
@@ -873,6 +972,11 @@ def main(argv: list[str] | None = None) -> int:
     mlist = models.add_parser("list", help="the model catalog edge dev serves")
     mlist.add_argument("--config", default=DEFAULT_CONFIG)
     mlist.set_defaults(func=cmd_models_list)
+    mrel = models.add_parser("reload", help="have a running edge dev's PoPs load a model's new version")
+    mrel.add_argument("model", help="a catalog name")
+    mrel.add_argument("--config", default=DEFAULT_CONFIG, help="its .edge/admin-token is sent")
+    mrel.add_argument("--url", default="http://127.0.0.1:8787", help="the running edge dev")
+    mrel.set_defaults(func=cmd_models_reload)
     cli_sim.register(sub)
     args = parser.parse_args(argv)
     return args.func(args)

@@ -10,11 +10,16 @@ import logging
 import re
 import tomllib
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
+from runtime import limits as worker_limits
+from runtime.fetch_guard import parse_host_port
 from runtime.validation import describe
+
+if TYPE_CHECKING:
+    from edge_sim.topology import Topology
 
 log = logging.getLogger("edge.config")
 
@@ -48,6 +53,9 @@ class EdgeConfig(msgspec.Struct):
     # A TOML file of PoPs that extend (or, with replace = true, replace) the built-in world topology.
     topology: str | None = None
     max_in_flight: int = 256  # per GPU PoP; beyond it the router spills to the next best PoP
+    # HOST:PORT servers (private or loopback) a worker's fetch may reach, for local development;
+    # only this file sets it. The runtime's own port and PoP node URLs stay refused.
+    fetch_allow: list[str] = msgspec.field(default_factory=list)
     network: NetworkConfig = msgspec.field(default_factory=NetworkConfig)
 
 
@@ -59,9 +67,10 @@ class ModelsConfig(msgspec.Struct):
 
 
 class LimitsConfig(msgspec.Struct):
-    cpu_ms: int = 30_000  # CPU time per request (Workers' default on paid plans)
-    memory_mb: int = 128  # per isolate, as on Workers
-    subrequests: int = 50  # fetch() calls per request
+    # Ranges and defaults live in runtime/limits.py; parse_config checks these against them.
+    cpu_ms: int = worker_limits.DEFAULTS["cpu_ms"]  # CPU time per request (Workers' default on paid plans)
+    memory_mb: int = worker_limits.DEFAULTS["memory_mb"]  # per isolate, as on Workers
+    subrequests: int = worker_limits.DEFAULTS["subrequests"]  # fetch() calls per request
 
 
 class ServiceBindingConfig(msgspec.Struct):
@@ -150,8 +159,15 @@ def parse_config(text: str, source: str = DEFAULT_CONFIG, base_dir: Path | None 
             raise ConfigError(
                 f"{source}: services.{i}.binding: {svc.binding!r} is not a valid Python identifier"
             )
-    if config.limits.cpu_ms < 1 or config.limits.memory_mb < 16:
-        raise ConfigError(f"{source}: limits: cpu_ms must be >= 1 and memory_mb >= 16")
+    try:
+        worker_limits.validate(msgspec.structs.asdict(config.limits), "limits")
+    except worker_limits.LimitError as exc:
+        raise ConfigError(f"{source}: {exc}") from None
+    for i, entry in enumerate(config.edge.fetch_allow):
+        try:
+            parse_host_port(entry)
+        except ValueError as exc:
+            raise ConfigError(f"{source}: edge.fetch_allow.{i}: {exc}") from None
     if config.ai is not None and not config.ai.binding.isidentifier():
         raise ConfigError(f"{source}: ai.binding: {config.ai.binding!r} is not a valid Python identifier")
     if base_dir is not None:
@@ -169,3 +185,14 @@ def load_config(path: str | Path = DEFAULT_CONFIG) -> WorkerConfig:
     if not config.main_path.is_file():
         raise ConfigError(f"{path}: main: {config.main!r} does not exist (looked for {config.main_path})")
     return config
+
+
+def check_against_topology(config: WorkerConfig, topology: Topology) -> None:
+    """The config's values that only the topology can judge (edge.client_location; edge.pops is
+    checked where the GPU PoPs are built), as a ConfigError naming the key and what is accepted."""
+    from edge_sim.topology import TopologyError
+
+    try:
+        topology.resolve_location(config.edge.client_location)
+    except TopologyError as exc:
+        raise ConfigError(f"edge.client_location: {exc}") from None

@@ -9,7 +9,9 @@
     GET    .../scripts/{name}/tail?status=ok|error                           live events, one JSON per line
 
 A new version is imported in a fresh, sandboxed isolate before anything changes: a script that
-fails to load never replaces the active version.
+fails to load never replaces the active version. Before that, the upload is checked whole: its
+config (typed, unknown keys refused, limits by runtime/limits.py) and its files (relative paths
+of plain components, bounded in count and size); a refused upload leaves nothing behind.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import json
 import shutil
+import unicodedata
 import uuid
 from typing import TYPE_CHECKING
 
@@ -25,8 +28,10 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
+from runtime import limits as worker_limits
 from runtime.api import AUTH_ERROR, AuthError, authenticate, cf_error, envelope
-from runtime.isolate import Isolate, IsolateLimits, WorkerLoadError
+from runtime.isolate import Isolate, WorkerLoadError
+from runtime.state import private_dir, write_bundle
 from runtime.validation import describe
 
 if TYPE_CHECKING:
@@ -36,13 +41,107 @@ PREFIX = "/client/v4/accounts/{account}/workers/scripts/{name}"
 SCRIPT_INVALID = 10021  # Cloudflare's "script content failed validation"
 NOT_FOUND = 10007
 BAD_REQUEST = 10014
+SCRIPT_TOO_LARGE = 10027  # Cloudflare's "script exceeds the size limit"
+
+MAX_FILES = 256
+MAX_SOURCE_BYTES = 10 * 1024 * 1024  # all sources together (Workers' own upload limit is 10 MB)
+MAX_BODY_BYTES = 8 * MAX_SOURCE_BYTES  # the JSON around them, escapes included
+MAX_PATH_BYTES = 1024
+MAX_COMPONENT_BYTES = 255  # a file name on Linux
 
 
-class Upload(msgspec.Struct):
+class DeployConfig(msgspec.Struct, forbid_unknown_fields=True):
+    """What `edge deploy` sends from wrangler-like.toml; stored with the version."""
+
+    vars: dict[str, str | int | float | bool] = {}
+    ai_binding: str | None = None
+    services: dict[str, str] = {}  # binding -> another worker of the same account
+    cpu_ms: int = worker_limits.DEFAULTS["cpu_ms"]
+    memory_mb: int = worker_limits.DEFAULTS["memory_mb"]
+    subrequests: int = worker_limits.DEFAULTS["subrequests"]
+
+
+class Upload(msgspec.Struct, forbid_unknown_fields=True):
     main: str
     files: dict[str, str]  # relative path -> source
-    config: dict = {}  # vars, ai_binding, services, cpu_ms, memory_mb, subrequests
+    config: DeployConfig = msgspec.field(default_factory=DeployConfig)
     message: str | None = None
+
+
+class BodyTooLarge(ValueError):
+    pass
+
+
+def check_config(config: DeployConfig) -> worker_limits.Limits:
+    """The upload's limits, validated as [limits] in wrangler-like.toml is; ValueError otherwise."""
+    if config.ai_binding is not None and not config.ai_binding.isidentifier():
+        raise ValueError(f"config.ai_binding: {config.ai_binding!r} is not a valid Python identifier")
+    for binding in config.services:
+        if not binding.isidentifier():
+            raise ValueError(f"config.services: binding {binding!r} is not a valid Python identifier")
+    return worker_limits.validate(msgspec.structs.asdict(config), "config")
+
+
+def _check_path(rel: str) -> None:
+    if not rel:
+        raise ValueError("files: a file path is empty")
+    if any(unicodedata.category(c)[0] == "C" or c == "\\" for c in rel):
+        raise ValueError(f"files: {rel!r}: control characters and backslashes are not allowed in a path")
+    if rel.startswith("/"):
+        raise ValueError(f"files: {rel!r}: paths must be relative to the bundle")
+    if len(rel.encode()) > MAX_PATH_BYTES:
+        raise ValueError(f"files: {rel[:40]!r}...: a path is at most {MAX_PATH_BYTES} bytes")
+    for part in rel.split("/"):
+        if part in ("", ".", ".."):
+            raise ValueError(
+                f"files: {rel!r}: a path is names joined by single '/' (no empty, '.' or '..' part)"
+            )
+        if len(part.encode()) > MAX_COMPONENT_BYTES:
+            raise ValueError(f"files: {rel!r}: a path component is at most {MAX_COMPONENT_BYTES} bytes")
+
+
+def check_bundle(main: str, files: dict[str, str]) -> None:
+    """Refuse (ValueError naming the path) a bundle that could not be written as it says, or that
+    would write outside its folder; BodyTooLarge for too many files or too much source."""
+    if len(files) > MAX_FILES:
+        raise BodyTooLarge(f"files: {len(files)} files; a bundle has at most {MAX_FILES}")
+    total = 0
+    for rel, source in files.items():
+        _check_path(rel)
+        try:
+            total += len(source.encode())
+        except UnicodeEncodeError:
+            raise ValueError(f"files: {rel!r}: the source is not valid Unicode text") from None
+    if total > MAX_SOURCE_BYTES:
+        raise BodyTooLarge(f"files: {total} bytes of source; a bundle has at most {MAX_SOURCE_BYTES}")
+    for rel in files:
+        parts = rel.split("/")
+        for i in range(1, len(parts)):
+            if "/".join(parts[:i]) in files:
+                raise ValueError(f"files: {'/'.join(parts[:i])!r} is both a file and the folder of {rel!r}")
+    if main not in files:
+        raise ValueError(f"main: {main!r} is not among the uploaded files")
+    if not main.endswith(".py"):
+        raise ValueError(f"main: {main!r} is not a Python module (.py)")
+
+
+def decode(body: bytes, kind: type):
+    """`body` as `kind`, or ValueError naming the field."""
+    try:
+        return msgspec.json.decode(body, type=kind)
+    except msgspec.ValidationError as exc:
+        raise ValueError(describe(exc)) from None
+    except msgspec.DecodeError as exc:
+        raise ValueError(f"the body is not valid JSON ({exc})") from None
+
+
+def parse_upload(body: bytes) -> tuple[Upload, worker_limits.Limits]:
+    """An upload checked whole (config, limits, files) before anything is written; ValueError
+    (BodyTooLarge for size) naming the key or the path otherwise."""
+    upload = decode(body, Upload)
+    limits = check_config(upload.config)
+    check_bundle(upload.main, upload.files)
+    return upload, limits
 
 
 class Split(msgspec.Struct):
@@ -90,53 +189,56 @@ class ControlApi:
         return authenticate(self.runtime.state, request), request.path_params["name"]
 
     async def _decode(self, request: Request, kind: type):
-        try:
-            return msgspec.json.decode(await request.body(), type=kind)
-        except msgspec.ValidationError as exc:
-            raise ValueError(describe(exc)) from None
-        except msgspec.DecodeError as exc:
-            raise ValueError(f"the body is not valid JSON ({exc})") from None
+        return decode(await self._read(request, 1024 * 1024), kind)
+
+    async def _read(self, request: Request, max_bytes: int) -> bytes:
+        """The body, read in chunks up to `max_bytes` (BodyTooLarge past it)."""
+        declared = request.headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > max_bytes:
+            raise BodyTooLarge(f"the body is over {max_bytes} bytes")
+        chunks, size = [], 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > max_bytes:
+                raise BodyTooLarge(f"the body is over {max_bytes} bytes")
+            chunks.append(chunk)
+        return b"".join(chunks)
 
     async def upload(self, request: Request) -> Response:
         try:
             account, name = self._auth(request)
-            upload = await self._decode(request, Upload)
+            upload, limits = parse_upload(await self._read(request, MAX_BODY_BYTES))
         except AuthError as exc:
             return cf_error(AUTH_ERROR, str(exc), exc.status)
-        except ValueError as exc:
-            return cf_error(BAD_REQUEST, str(exc))
-        if upload.main not in upload.files:
-            return cf_error(BAD_REQUEST, f"main {upload.main!r} is not among the uploaded files")
-        if any(p.startswith("/") or ".." in p.split("/") for p in upload.files):
-            return cf_error(BAD_REQUEST, "file paths must be relative and stay inside the project")
-        state_dir = self.runtime.config.state_dir
-        staging = state_dir / "staging" / uuid.uuid4().hex
-        for rel, source in upload.files.items():
-            path = staging / rel
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(source)
-        cfg = upload.config
-        probe = Isolate(
-            f"validate:{name}",
-            staging / upload.main,
-            dict(cfg.get("vars", {})),
-            cfg.get("ai_binding"),
-            _no_ai,
-            services=list(cfg.get("services", {})),
-            limits=IsolateLimits(cpu_ms=cfg.get("cpu_ms", 30_000), memory_mb=cfg.get("memory_mb", 128)),
-        )
-        try:
-            await probe.start()  # imports the script in a fresh isolate
-        except WorkerLoadError as exc:
-            shutil.rmtree(staging, ignore_errors=True)
-            return cf_error(SCRIPT_INVALID, f"{exc}; the active version is unchanged", 400)
+        except BodyTooLarge as exc:
+            return cf_error(SCRIPT_TOO_LARGE, f"{exc}; the active version is unchanged", 413)
+        except ValueError as exc:  # nothing has been written yet
+            return cf_error(BAD_REQUEST, f"{exc}; the active version is unchanged")
+        state, cfg = self.runtime.state, upload.config
+        state_dir = private_dir(self.runtime.config.state_dir)
+        staging = private_dir(state_dir / "staging") / uuid.uuid4().hex
+        try:  # whatever happens, the staging folder goes (renamed to the version's, or removed)
+            write_bundle(staging, upload.files)
+            probe = Isolate(
+                f"validate:{name}",
+                staging / upload.main,
+                dict(cfg.vars),
+                cfg.ai_binding,
+                _no_ai,
+                services=list(cfg.services),
+                limits=limits.isolate(),
+            )
+            try:
+                await probe.start()  # imports the script in a fresh isolate
+            except WorkerLoadError as exc:
+                return cf_error(SCRIPT_INVALID, f"{exc}; the active version is unchanged", 400)
+            finally:
+                await probe.stop()
+            stored = msgspec.to_builtins(cfg)
+            version = state.add_version(account, name, upload.main, upload.files, stored, upload.message)
+            staging.rename(private_dir(state_dir / "scripts") / version)
         finally:
-            await probe.stop()
-        state = self.runtime.state
-        version = state.add_version(account, name, upload.main, upload.files, cfg, upload.message)
-        target = state_dir / "scripts" / version
-        target.parent.mkdir(parents=True, exist_ok=True)
-        staging.rename(target)
+            shutil.rmtree(staging, ignore_errors=True)
         deployment = state.deploy(account, name, [(version, 100)], upload.message)
         return envelope({"id": version, "deployment_id": deployment, "entry": probe.entry})
 
@@ -161,8 +263,8 @@ class ControlApi:
             return cf_error(BAD_REQUEST, str(exc))
         known = {v["id"] for v in state.versions(account, name)}
         unknown = [s.version_id for s in body.versions if s.version_id not in known]
-        if unknown:
-            return cf_error(NOT_FOUND, f"no version {', '.join(unknown)} of {name!r}", 404)
+        if unknown:  # another worker's version included
+            return cf_error(NOT_FOUND, f"no version {', '.join(unknown)} of worker {name!r}", 404)
         if sum(s.percentage for s in body.versions) != 100 or any(s.percentage < 0 for s in body.versions):
             return cf_error(BAD_REQUEST, "percentages must be non-negative and add up to 100")
         deployment = state.deploy(
@@ -194,8 +296,8 @@ class ControlApi:
             )
             if version is None:
                 return cf_error(NOT_FOUND, f"{name!r} has no earlier version to roll back to", 404)
-        elif state.version(account, version) is None:
-            return cf_error(NOT_FOUND, f"no version {version} of {name!r}", 404)
+        elif state.version(account, name, version) is None:  # another worker's version included
+            return cf_error(NOT_FOUND, f"no version {version} of worker {name!r}", 404)
         deployment = state.deploy(account, name, [(version, 100)], body.message or f"rollback to {version}")
         return envelope({"id": deployment, "version_id": version})
 

@@ -3,6 +3,12 @@
 The runtime sends Init and Invoke; the isolate answers Ready/LoadFailed and InvokeResult/InvokeError,
 and calls back into the runtime with AICall (answered by AIReply) because the runtime owns the
 AI service. Frames are a 4-byte big-endian length followed by the msgpack body.
+
+Every pipe is bounded. Bodies larger than CHUNK travel as chunks in both directions, each side
+holding at most WINDOW chunks that the other has not yet consumed (RequestAck / BodyAck give
+credit back), so neither a 100 MB upload nor an endless response ever sits whole in memory. A
+frame from an isolate may be at most FROM_ISOLATE bytes: the runtime never allocates more on an
+untrusted peer's say-so.
 """
 
 from __future__ import annotations
@@ -13,7 +19,11 @@ from typing import Any
 
 import msgspec
 
-MAX_FRAME = 256 * 1024 * 1024  # larger than the largest body the runtime accepts
+CHUNK = 64 * 1024  # body bytes per frame
+WINDOW = 16  # chunks in flight per body before the sender waits for credit
+FROM_ISOLATE = 2 * 1024 * 1024  # largest frame the runtime reads from an isolate
+TO_ISOLATE = 16 * 1024 * 1024  # largest frame an isolate reads from the runtime (fetch replies)
+MAX_FRAME = TO_ISOLATE
 
 
 class Init(msgspec.Struct, tag=True):
@@ -23,6 +33,7 @@ class Init(msgspec.Struct, tag=True):
     services: list[str] = []  # service binding names: env.NAME.fetch(...) reaches another worker
     memory_mb: int = 128  # address space the worker may add on top of the runtime's own
     sandbox: bool = True  # confine the file system and network (Landlock) before loading the script
+    jailed: bool = False  # runs inside runtime.jail's namespaces: its whole view is read-only but /tmp
 
 
 class Ready(msgspec.Struct, tag=True):
@@ -39,8 +50,43 @@ class Invoke(msgspec.Struct, tag=True):
     method: str
     url: str
     headers: list[tuple[str, str]]
-    body: bytes
+    body: bytes  # the whole body when it fits one chunk; else b"" and RequestChunks follow
     cf: dict[str, Any]
+    streamed_body: bool = False
+
+
+class RequestChunk(msgspec.Struct, tag=True):
+    id: int
+    data: bytes
+
+
+class RequestEnd(msgspec.Struct, tag=True):
+    id: int
+    error: str | None = None  # the client's body failed (or grew past the limit)
+
+
+class RequestAck(msgspec.Struct, tag=True):
+    """The worker consumed one RequestChunk: the runtime may send another."""
+
+    id: int
+
+
+class BodyAck(msgspec.Struct, tag=True):
+    """The client took one BodyChunk: the isolate may send another."""
+
+    id: int
+
+
+class Cancel(msgspec.Struct, tag=True):
+    """Stop the request's work: its client went away or it ran past its wall-clock limit."""
+
+    id: int
+
+
+class RequestDone(msgspec.Struct, tag=True):
+    """Everything a request started (its response body, its waitUntil work) has ended."""
+
+    id: int
 
 
 class InvokeResult(msgspec.Struct, tag=True):
@@ -140,6 +186,12 @@ Message = (
     | Log
     | FetchCall
     | FetchReply
+    | RequestChunk
+    | RequestEnd
+    | RequestAck
+    | BodyAck
+    | Cancel
+    | RequestDone
 )
 
 _encoder = msgspec.msgpack.Encoder()
@@ -152,9 +204,13 @@ def encode(msg: Message) -> bytes:
     return _HEADER.pack(len(body)) + body
 
 
-async def read_message(reader: asyncio.StreamReader) -> Message:
+class FrameTooLarge(ValueError):
+    """The peer announced a frame over the limit: a protocol violation, never read."""
+
+
+async def read_message(reader: asyncio.StreamReader, limit: int = MAX_FRAME) -> Message:
     """The next message; raises asyncio.IncompleteReadError when the peer has gone."""
     (length,) = _HEADER.unpack(await reader.readexactly(_HEADER.size))
-    if length > MAX_FRAME:
-        raise ValueError(f"IPC frame of {length} bytes exceeds {MAX_FRAME}")
+    if length > limit:
+        raise FrameTooLarge(f"IPC frame of {length} bytes exceeds {limit}")
     return _decoder.decode(await reader.readexactly(length))

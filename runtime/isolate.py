@@ -1,31 +1,73 @@
-"""One OS process per worker: starts it, invokes its fetch handler, answers its AI calls.
+"""One jailed process tree per worker: starts it, invokes its fetch handler, answers its calls,
+and holds it to its limits.
 
-The process gets a minimal environment (no runtime secrets), its end of a socket pair, and the
-worker's own vars; a crash fails only the requests in flight, and the next request starts a
-fresh process.
+The isolate runs in runtime.jail's namespaces (its own user, PID, network, IPC and mount
+namespaces, no capabilities, seccomp) with Landlock inside; `edge dev --insecure-isolation` drops
+the namespaces and keeps process separation and Landlock. Nothing the script does can lift a
+limit: the runtime reads the whole tree's CPU time and memory from the kernel and kills the tree
+when a request goes past its budget, and every pipe between the two is bounded.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import itertools
 import logging
 import os
+import signal
 import socket
 import sys
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import msgspec
 
-from runtime import ipc
+from runtime import ipc, isolate_view, proctree
 
 log = logging.getLogger("edge.isolate")
 
 # An AI call is answered with an AIReply, or (stream: true) with AIChunks ending in an AIReply.
 AIHandler = Callable[[ipc.AICall], Awaitable[ipc.AIReply | AsyncIterator[ipc.AIChunk | ipc.AIReply]]]
 _PROJECT_ROOT = Path(__file__).resolve().parent.parent
+
+RESPONSE_WALL_S = 300.0  # from the request to its response's first byte
+WAIT_UNTIL_S = 30.0  # work after the response (waitUntil), as on Workers
+GRACE_S = 5.0  # a cancelled request that has not ended by then gets its isolate killed
+MAX_CALLS = 64  # AI and fetch calls one isolate may have outstanding at once
+OUTPUT_LINE = 4096  # stdout/stderr: characters kept of one line
+OUTPUT_BYTES = 256 * 1024  # stdout/stderr bytes kept per isolate between two requests' starts
+BACKGROUND_WINDOW_S = 10.0  # CPU burnt while no request runs may reach cpu_ms within this window
+
+_insecure = False
+
+
+def use_insecure_isolation(on: bool = True) -> None:
+    """`edge dev --insecure-isolation`: no namespaces (for kernels that refuse user namespaces)."""
+    global _insecure
+    _insecure = on
+
+
+def insecure_isolation() -> bool:
+    return _insecure
+
+
+def isolation_problem() -> str | None:
+    """Why isolates cannot be jailed on this machine (the kernel refuses user namespaces, no
+    libseccomp), or None when they can."""
+    import subprocess
+
+    cmd = [sys.executable, "-S", "-s", "-B", "-m", "runtime.jail", "--probe"]
+    try:
+        done = subprocess.run(
+            cmd, env=isolate_view.launcher_env(), capture_output=True, text=True, timeout=30, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"edge: cannot start the isolate launcher: {exc}"
+    return None if done.returncode == 0 else (done.stderr.strip() or f"exit status {done.returncode}")
 
 
 async def _single(msg):
@@ -44,6 +86,28 @@ class IsolateCrashed(Exception):
     """The isolate process ended while a request was in flight."""
 
 
+class IsolateLimits(msgspec.Struct):
+    """Per isolate, enforced by the OS and the runtime's watchdog over the whole process tree."""
+
+    cpu_ms: int = 30_000  # CPU time per request, its streamed body and waitUntil work included
+    memory_mb: int = 128  # memory of the whole tree on top of the loaded worker
+    sandbox: bool = True  # jail (or, insecure, Landlock only); False only in the runtime's own tests
+    processes: int = 16  # tasks (processes and threads) in the isolate's namespace
+    file_bytes: int = 16 * 1024 * 1024  # largest file it may write, and the size of its /tmp
+
+
+class ExceededResources(IsolateCrashed):
+    """The isolate went past one of its limits (Workers error 1102)."""
+
+    def __init__(self, outcome: str, message: str):
+        super().__init__(message)
+        self.outcome = outcome  # "exceededCpu" | "exceededMemory" | "exceededWallTime"
+
+
+async def _no_fetch(call: ipc.FetchCall) -> ipc.FetchReply:
+    return ipc.FetchReply(call.call, error="outbound fetch is not available here")
+
+
 def _child_env() -> dict[str, str]:
     keep = ("PATH", "LANG", "LC_ALL", "TZ", "SYSTEMROOT")
     env = {k: os.environ[k] for k in keep if k in os.environ}
@@ -53,38 +117,21 @@ def _child_env() -> dict[str, str]:
     return env
 
 
-class IsolateLimits(msgspec.Struct):
-    """Per isolate, enforced by the OS: CPU time per request, memory, and the file system and
-    network confinement (Landlock)."""
-
-    cpu_ms: int = 30_000
-    memory_mb: int = 128
-    sandbox: bool = True
+@dataclass
+class _InFlight:
+    cpu_at_start: float
+    deadline: float | None  # monotonic; None while a streamed body is being read by its client
+    cancelled: bool = False
 
 
-class ExceededResources(IsolateCrashed):
-    """The isolate was stopped for exceeding its limits (Workers error 1102)."""
+class _Body:
+    """A streamed response body on its way to the client: the chunks the isolate sent that the
+    client has not taken. The isolate may send at most ipc.WINDOW of them."""
 
-    def __init__(self, outcome: str, message: str):
-        super().__init__(message)
-        self.outcome = outcome  # "exceededCpu" | "exceededMemory"
-
-
-async def _no_fetch(call: ipc.FetchCall) -> ipc.FetchReply:
-    return ipc.FetchReply(call.call, error="outbound fetch is not available here")
-
-
-def _cpu_ms(pid: int) -> float | None:
-    """User plus system CPU time of a process, from the kernel's own accounting."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-    return (int(fields[11]) + int(fields[12])) * 1000 / _CLOCK_TICKS
-
-
-_CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+    def __init__(self) -> None:
+        self.queue: asyncio.Queue = asyncio.Queue()
+        self.unacked = 0
+        self.failure: Exception | None = None  # why the runtime ended it (a limit, a crash)
 
 
 class Isolate:
@@ -109,81 +156,140 @@ class Isolate:
         self.limits = limits or IsolateLimits()
         self._on_fetch = on_fetch
         self._on_log = on_log
-        self._cpu_at_start: dict[int, float] = {}  # request -> process CPU ms when it began
-        self._watchdog: asyncio.Task | None = None
         self._ai = ai
         self._ids = itertools.count(1)
-        self._pending: dict[int, asyncio.Future] = {}
-        self._bodies: dict[int, asyncio.Queue] = {}  # streamed response bodies in flight
+        self._pending: dict[int, asyncio.Future] = {}  # request -> its outcome
+        self._inflight: dict[int, _InFlight] = {}  # request -> until RequestDone
+        self._bodies: dict[int, _Body] = {}  # streamed response bodies in flight
+        self._upload_credit: dict[int, asyncio.Semaphore] = {}  # streamed request bodies
+        self._calls = 0  # AI and fetch calls being answered
         self._proc: asyncio.subprocess.Process | None = None
         self._writer: asyncio.StreamWriter | None = None
         self._tasks: set[asyncio.Task] = set()
         self._start_lock = asyncio.Lock()
+        self._stopping: ExceededResources | None = None
+        self._last_cpu = 0.0  # tree CPU at the watchdog's last look
+        self._background: collections.deque[tuple[float, float]] = collections.deque()  # (when, ms)
+        self._memory_base = 0  # tree memory once the worker had loaded
+        self._output_left = OUTPUT_BYTES
+        self._output_dropped = 0
+        self.stderr_tail: collections.deque[str] = collections.deque(maxlen=20)
         self.entry: str | None = None
+        self.jailed = False
 
     @property
     def alive(self) -> bool:
         return self._proc is not None and self._proc.returncode is None and self._writer is not None
 
+    @property
+    def pid(self) -> int | None:
+        """The root of the isolate's process tree (the jail's launcher)."""
+        return self._proc.pid if self._proc is not None else None
+
+    # --- starting ---------------------------------------------------------------------------------
+
+    def _command(self, fd: int) -> tuple[list[str], dict[str, str], str, bool]:
+        if not self.limits.sandbox or _insecure:
+            if self.limits.sandbox:
+                log.warning(
+                    "isolate for %s runs WITHOUT namespaces (--insecure-isolation): it shares the "
+                    "runtime's uid, PID space and network; only Landlock confines it",
+                    self.name,
+                )
+            cmd = [sys.executable, "-m", "runtime.isolate_main", "--fd", str(fd)]
+            return cmd, _child_env(), str(self.script.parent), False
+        rlimits = {
+            "nproc": self.limits.processes,
+            "fsize": self.limits.file_bytes,
+            "core": 0,
+            "nofile": 256,
+        }
+        spec = isolate_view.view_spec(self.script, fd, rlimits, self.limits.file_bytes)
+        return isolate_view.jail_command(spec), isolate_view.launcher_env(), "/", True
+
     async def start(self, timeout: float = 30.0) -> None:
         parent, child = socket.socketpair()
         try:
+            try:
+                cmd, env, cwd, self.jailed = self._command(child.fileno())
+            except OSError as exc:
+                raise WorkerLoadError(f"{self.script.name}: cannot build its isolate: {exc}") from None
             self._proc = await asyncio.create_subprocess_exec(
-                sys.executable,
-                "-m",
-                "runtime.isolate_main",
-                "--fd",
-                str(child.fileno()),
+                *cmd,
                 pass_fds=[child.fileno()],
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE,
-                cwd=str(self.script.parent),
-                env=_child_env(),
+                cwd=cwd,
+                env=env,
+                start_new_session=True,  # its own process group: a kill reaches everything it forked
             )
         finally:
             child.close()
-        reader, writer = await asyncio.open_unix_connection(sock=parent, limit=ipc.MAX_FRAME)
-        writer.write(
-            ipc.encode(
-                ipc.Init(
-                    str(self.script),
-                    self.vars,
-                    self.ai_binding,
-                    self.services,
-                    self.limits.memory_mb,
-                    self.limits.sandbox,
-                )
-            )
+        self._stopping = None
+        reader, writer = await asyncio.open_unix_connection(sock=parent, limit=ipc.CHUNK)
+        script = f"{isolate_view.BUNDLE}/{self.script.name}" if self.jailed else str(self.script)
+        init = ipc.Init(
+            script,
+            self.vars,
+            self.ai_binding,
+            self.services,
+            self.limits.memory_mb,
+            self.limits.sandbox,
+            self.jailed,
         )
+        writer.write(ipc.encode(init))
         await writer.drain()
         self._spawn(self._pump_output(self._proc.stdout, logging.INFO))
         self._spawn(self._pump_output(self._proc.stderr, logging.WARNING))
         try:
-            first = await asyncio.wait_for(ipc.read_message(reader), timeout)
-        except (asyncio.IncompleteReadError, ConnectionError, TimeoutError) as exc:
+            first = await asyncio.wait_for(ipc.read_message(reader, ipc.FROM_ISOLATE), timeout)
+        except (asyncio.IncompleteReadError, ConnectionError, TimeoutError, ValueError) as exc:
+            await asyncio.sleep(0.05)  # let the pumps take the jail's last words
             await self.stop()
+            said = " ".join(line for line in self.stderr_tail if line.startswith("edge:"))
             raise WorkerLoadError(
-                f"{self.script.name}: the isolate did not start ({type(exc).__name__})"
+                f"{self.script.name}: the isolate did not start ({said or type(exc).__name__})"
             ) from None
         if isinstance(first, ipc.LoadFailed):
             await self.stop()
             raise WorkerLoadError(f"{self.script.name} failed to load: {first.message}", first.traceback)
-        assert isinstance(first, ipc.Ready)
+        if not isinstance(first, ipc.Ready):
+            await self.stop()
+            raise WorkerLoadError(f"{self.script.name}: the isolate broke the protocol at start")
         self.entry = first.entry
         self._writer = writer
+        base = proctree.usage(self._proc.pid)
+        self._memory_base = base.memory_bytes if base else 0
+        self._last_cpu = base.cpu_ms if base else 0.0
+        self._background.clear()
         self._spawn(self._read_loop(reader))
-        log.info("isolate for %s started (pid %s, entry %s)", self.name, self._proc.pid, self.entry)
+        self._spawn(self._watch())
+        self._spawn(self._wait_exit(self._proc))
+        log.info(
+            "isolate for %s started (pid %s, entry %s, %s)",
+            self.name,
+            self._proc.pid,
+            self.entry,
+            "jailed" if self.jailed else "NOT jailed",
+        )
+
+    # --- a request --------------------------------------------------------------------------------
+
+    def next_request_id(self) -> int:
+        return next(self._ids)
 
     async def invoke(
         self,
         method: str,
         url: str,
         headers: list[tuple[str, str]],
-        body: bytes,
+        body: bytes | AsyncIterator[bytes],
         cf: dict[str, Any],
         request_id: int | None = None,
-    ) -> ipc.InvokeResult | ipc.InvokeError:
+    ) -> ipc.InvokeResult | ipc.InvokeError | ipc.InvokeStart:
+        """Run the worker's handler; a body larger than one chunk (or a stream) is sent in chunks,
+        as fast as the worker reads it."""
         async with self._start_lock:
             if not self.alive:
                 await self.stop()
@@ -191,122 +297,293 @@ class Isolate:
         rid = request_id if request_id is not None else next(self._ids)
         future = asyncio.get_running_loop().create_future()
         self._pending[rid] = future
-        self._cpu_at_start[rid] = _cpu_ms(self._proc.pid) or 0.0
-        if self._watchdog is None or self._watchdog.done():
-            self._watchdog = asyncio.create_task(self._watch_cpu())
+        usage = proctree.usage(self._proc.pid)
+        self._inflight[rid] = _InFlight(usage.cpu_ms if usage else 0.0, time.monotonic() + RESPONSE_WALL_S)
+        self._output_left = OUTPUT_BYTES
+        inline = body if isinstance(body, (bytes, bytearray)) and len(body) <= ipc.CHUNK else None
         try:
-            self._writer.write(ipc.encode(ipc.Invoke(rid, method, url, headers, body, cf)))
-            await self._writer.drain()
-            return await future
+            self._send(ipc.Invoke(rid, method, url, headers, bytes(inline or b""), cf, inline is None))
+            if inline is None:
+                self._upload_credit[rid] = asyncio.Semaphore(ipc.WINDOW)
+                self._spawn(self._upload(rid, body))
+            outcome = await future
+        except BaseException:
+            self._end(rid)
+            raise
         finally:
             self._pending.pop(rid, None)
-            self._cpu_at_start.pop(rid, None)
+        entry = self._inflight.get(rid)
+        if entry is not None:  # the response has begun: what is left is its body and waitUntil
+            entry.deadline = None if isinstance(outcome, ipc.InvokeStart) else time.monotonic() + WAIT_UNTIL_S
+        return outcome
 
-    async def _watch_cpu(self) -> None:
-        """While requests run, read the isolate's CPU time from the kernel; a request that has
-        used more than cpu_ms since it began gets the process killed (1102), whatever it does."""
-        while self._cpu_at_start and self._proc is not None and self._proc.returncode is None:
-            used = _cpu_ms(self._proc.pid)
-            if used is not None:
-                for start in list(self._cpu_at_start.values()):
-                    if used - start > self.limits.cpu_ms:
-                        await self._kill(
-                            ExceededResources(
-                                "exceededCpu",
-                                f"Worker exceeded resource limits: more than {self.limits.cpu_ms} ms "
-                                f"of CPU time in one request",
-                            )
-                        )
-                        return
-            await asyncio.sleep(0.01)
+    async def _upload(self, rid: int, body: bytes | AsyncIterator[bytes]) -> None:
+        credit = self._upload_credit[rid]
+        error = None
+        try:
+            async for piece in _pieces(body):
+                await credit.acquire()
+                if rid not in self._inflight or self._writer is None:
+                    return  # the request ended: the rest of the body is not wanted
+                self._send(ipc.RequestChunk(rid, piece))
+                await self._writer.drain()
+        except Exception as exc:  # the client's body failed or was too large: the worker hears why
+            error = str(exc) or type(exc).__name__
+        finally:
+            self._upload_credit.pop(rid, None)
+        if rid in self._inflight and self._writer is not None:
+            self._send(ipc.RequestEnd(rid, error))
 
-    async def _kill(self, reason: ExceededResources) -> None:
-        log.warning("isolate for %s stopped: %s", self.name, reason)
+    async def body(self, request_id: int) -> AsyncIterator[bytes]:
+        """The streamed body of a response that began with InvokeStart, taken at the client's pace;
+        if the client goes away first, the isolate's stream is cancelled. A stream that fails
+        raises IsolateCrashed, so that the HTTP connection is cut rather than the body ended."""
+        body = self._bodies.setdefault(request_id, _Body())
+        ended = False
+        try:
+            while True:
+                msg = await body.queue.get()
+                if isinstance(msg, ipc.BodyEnd):
+                    ended = True
+                    if msg.error:  # the client must not take a cut-off body for a whole one
+                        log.warning("[%s] streamed body failed: %s", self.name, msg.error)
+                        raise body.failure or IsolateCrashed(f"the response stream failed: {msg.error}")
+                    return
+                body.unacked -= 1
+                if self._writer is not None:
+                    self._send(ipc.BodyAck(request_id))
+                yield msg.data
+        finally:
+            self._bodies.pop(request_id, None)
+            entry = self._inflight.get(request_id)
+            if entry is not None:
+                entry.deadline = time.monotonic() + WAIT_UNTIL_S
+            if not ended and self._writer is not None:
+                self._send(ipc.Cancel(request_id))
+
+    def _end(self, rid: int) -> None:
+        """The request and everything it started are over."""
+        self._inflight.pop(rid, None)
+        self._upload_credit.pop(rid, None)
+
+    # --- the watchdog -----------------------------------------------------------------------------
+
+    async def _watch(self) -> None:
+        """Read the tree's CPU time and memory from the kernel: a request that used more than
+        cpu_ms since it began (its body and waitUntil included), more than cpu_ms burnt while no
+        request runs (forked children, threads) within BACKGROUND_WINDOW_S, or memory past the
+        cap, and the whole tree is killed (1102), whatever it does."""
+        cpu_ms, memory = self.limits.cpu_ms, self._memory_base + self.limits.memory_mb * 1024 * 1024
+        while self._proc is not None and self._proc.returncode is None:
+            usage = proctree.usage(self._proc.pid)
+            if usage is None:
+                return
+            if any(usage.cpu_ms - e.cpu_at_start > cpu_ms for e in self._inflight.values()):
+                await self._kill("exceededCpu", f"more than {cpu_ms} ms of CPU time in one request")
+                return
+            now = time.monotonic()
+            if not self._inflight:  # nobody's request: whatever runs now is background work
+                self._background.append((now, usage.cpu_ms - self._last_cpu))
+            self._last_cpu = usage.cpu_ms
+            while self._background and self._background[0][0] < now - BACKGROUND_WINDOW_S:
+                self._background.popleft()
+            if sum(ms for _, ms in self._background) > cpu_ms:
+                await self._kill(
+                    "exceededCpu",
+                    f"more than {cpu_ms} ms of CPU time outside any request "
+                    f"within {BACKGROUND_WINDOW_S:.0f} s",
+                )
+                return
+            if usage.memory_bytes > memory:
+                await self._kill("exceededMemory", f"more than {self.limits.memory_mb} MB of memory")
+                return
+            for rid, entry in list(self._inflight.items()):
+                if entry.deadline is None or now < entry.deadline:
+                    continue
+                if not entry.cancelled:  # past its wall-clock limit: ask the isolate to stop it
+                    entry.cancelled, entry.deadline = True, now + GRACE_S
+                    self._fail(rid, ExceededResources("exceededWallTime", "the request ran out of wall time"))
+                    if self._writer is not None:
+                        self._send(ipc.Cancel(rid))
+                else:
+                    await self._kill("exceededWallTime", "a cancelled request did not stop")
+                    return
+            await asyncio.sleep(0.01 if self._inflight else 0.05)
+
+    async def _kill(self, outcome: str, message: str) -> None:
+        reason = ExceededResources(outcome, f"Worker exceeded resource limits: {message}")
+        log.warning("isolate for %s stopped: %s", self.name, message)
+        self._stopping = reason
         self._fail_pending(reason)
         await self.stop()
 
-    def next_request_id(self) -> int:
-        return next(self._ids)
+    async def _wait_exit(self, proc: asyncio.subprocess.Process) -> None:
+        """The tree ended (its PID 1 died, it was killed): fail what was in flight at once, even if
+        something still holds the socket open."""
+        code = await proc.wait()
+        if proc is self._proc:
+            self._fail_pending(
+                self._stopping or IsolateCrashed(f"the isolate for {self.name} ended (exit status {code})")
+            )
+            self._writer = None
+
+    # --- what the isolate sends -------------------------------------------------------------------
+
+    def _send(self, msg: ipc.Message) -> None:
+        if self._writer is not None:
+            self._writer.write(ipc.encode(msg))
 
     async def _read_loop(self, reader: asyncio.StreamReader) -> None:
         try:
             while True:
-                msg = await ipc.read_message(reader)
-                if isinstance(msg, (ipc.InvokeResult, ipc.InvokeError, ipc.InvokeStart)):
-                    if isinstance(msg, ipc.InvokeStart):
-                        self._bodies[msg.id] = asyncio.Queue()
-                    future = self._pending.get(msg.id)
-                    if future is not None and not future.done():
-                        future.set_result(msg)
-                elif isinstance(msg, (ipc.BodyChunk, ipc.BodyEnd)):
-                    queue = self._bodies.get(msg.id)
-                    if queue is not None:
-                        queue.put_nowait(msg)
-                elif isinstance(msg, ipc.AICall):
-                    self._spawn(self._answer_ai(msg))
-                elif isinstance(msg, ipc.FetchCall):
-                    self._spawn(self._answer_fetch(msg))
-                elif isinstance(msg, ipc.Log) and self._on_log is not None:
-                    self._on_log(msg)
-        except (asyncio.IncompleteReadError, ConnectionError, ValueError) as exc:
-            self._fail_pending(IsolateCrashed(f"the isolate for {self.name} ended ({type(exc).__name__})"))
+                self._dispatch(await ipc.read_message(reader, ipc.FROM_ISOLATE))
+        except (asyncio.IncompleteReadError, ConnectionError):
+            self._fail_pending(self._stopping or IsolateCrashed(f"the isolate for {self.name} ended"))
             self._writer = None
+        except (ValueError, msgspec.DecodeError, _ProtocolError) as exc:  # hostile or broken: gone
+            log.warning("isolate for %s broke the protocol: %s", self.name, exc)
+            self._fail_pending(IsolateCrashed(f"the isolate for {self.name} broke the IPC protocol"))
+            await self.stop()
+
+    def _dispatch(self, msg: ipc.Message) -> None:
+        if isinstance(msg, (ipc.InvokeResult, ipc.InvokeError, ipc.InvokeStart)):
+            if isinstance(msg, ipc.InvokeStart):
+                self._bodies.setdefault(msg.id, _Body())
+            future = self._pending.get(msg.id)
+            if future is not None and not future.done():
+                future.set_result(msg)
+        elif isinstance(msg, (ipc.BodyChunk, ipc.BodyEnd)):
+            body = self._bodies.get(msg.id)
+            if body is not None:
+                if isinstance(msg, ipc.BodyChunk):
+                    body.unacked += 1
+                    if body.unacked > ipc.WINDOW:
+                        raise _ProtocolError(f"more than {ipc.WINDOW} body chunks sent ahead of the client")
+                body.queue.put_nowait(msg)
+        elif isinstance(msg, ipc.RequestAck):
+            credit = self._upload_credit.get(msg.id)
+            if credit is not None:
+                credit.release()
+        elif isinstance(msg, ipc.RequestDone):
+            self._end(msg.id)
+        elif isinstance(msg, (ipc.AICall, ipc.FetchCall)):
+            if self._calls >= MAX_CALLS:
+                self._refuse_call(msg)
+            else:
+                self._calls += 1
+                self._spawn(self._answer_ai(msg) if isinstance(msg, ipc.AICall) else self._answer_fetch(msg))
+        elif isinstance(msg, ipc.Log) and self._on_log is not None:
+            self._on_log(msg)
+
+    def _refuse_call(self, msg: ipc.AICall | ipc.FetchCall) -> None:
+        why = f"more than {MAX_CALLS} AI and fetch calls at once from one isolate"
+        if isinstance(msg, ipc.AICall):
+            self._send(ipc.AIReply(msg.call, error_code=3040, error_message=why))
+        else:
+            self._send(ipc.FetchReply(msg.call, error=why))
 
     async def _answer_ai(self, call: ipc.AICall) -> None:
-        reply = await self._ai(call)
-        messages = reply if hasattr(reply, "__aiter__") else _single(reply)
-        async for msg in messages:
-            if self._writer is None:
-                return
-            self._writer.write(ipc.encode(msg))
-            await self._writer.drain()
+        try:
+            reply = await self._ai(call)
+            messages = reply if hasattr(reply, "__aiter__") else _single(reply)
+            async for msg in messages:
+                if self._writer is None:
+                    return
+                self._send(msg)
+                await self._writer.drain()
+        finally:
+            self._calls -= 1
 
     async def _answer_fetch(self, call: ipc.FetchCall) -> None:
         try:
-            reply = await self._on_fetch(call)
-        except Exception as exc:  # the runtime's side failed: tell the worker, keep serving
-            reply = ipc.FetchReply(call.call, error=f"fetch failed: {type(exc).__name__}: {exc}")
-        if self._writer is not None:
-            self._writer.write(ipc.encode(reply))
-            await self._writer.drain()
-
-    async def body(self, request_id: int) -> AsyncIterator[bytes]:
-        """The streamed body of a response that began with InvokeStart."""
-        queue = self._bodies[request_id]
-        try:
-            while True:
-                msg = await queue.get()
-                if isinstance(msg, ipc.BodyEnd):
-                    if msg.error:
-                        log.warning("[%s] streamed body failed: %s", self.name, msg.error)
-                    return
-                yield msg.data
+            try:
+                reply = await self._on_fetch(call)
+            except Exception as exc:  # the runtime's side failed: tell the worker, keep serving
+                reply = ipc.FetchReply(call.call, error=f"fetch failed: {type(exc).__name__}: {exc}")
+            if self._writer is not None:
+                self._send(reply)
+                await self._writer.drain()
         finally:
-            self._bodies.pop(request_id, None)
+            self._calls -= 1
 
     async def _pump_output(self, stream: asyncio.StreamReader | None, level: int) -> None:
+        """stdout/stderr of the tree, read in bounded pieces: lines cut at OUTPUT_LINE characters,
+        at most OUTPUT_BYTES between two requests' starts; the rest is read and dropped, so a
+        flood can neither wedge the worker on a full pipe nor fill the runtime's log."""
         if stream is None:
             return
-        while line := await stream.readline():
-            log.log(level, "[%s] %s", self.name, line.decode("utf-8", "replace").rstrip())
+        partial = b""
+        while data := await stream.read(ipc.CHUNK):
+            lines = (partial + data).split(b"\n")
+            partial = lines.pop()[: OUTPUT_LINE + 1]
+            if len(partial) > OUTPUT_LINE:
+                lines.append(partial)
+                partial = b""
+            for line in lines:
+                self._emit_output(level, line)
+        if partial:
+            self._emit_output(level, partial)
+
+    def _emit_output(self, level: int, line: bytes) -> None:
+        text = line[:OUTPUT_LINE].decode("utf-8", "replace").rstrip()
+        if level == logging.WARNING:
+            self.stderr_tail.append(text)
+        if self._output_left <= 0:
+            self._output_dropped += len(line)
+            return
+        self._output_left -= len(line)
+        log.log(level, "[%s] %s", self.name, text)
+        if self._output_left <= 0:
+            log.warning("[%s] output over %d bytes: the rest is dropped until its next request",
+                        self.name, OUTPUT_BYTES)  # fmt: skip
+
+    # --- ending -----------------------------------------------------------------------------------
 
     def _spawn(self, coro) -> None:
         task = asyncio.create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
+    def _fail(self, rid: int, exc: Exception) -> None:
+        future = self._pending.get(rid)
+        if future is not None and not future.done():
+            future.set_exception(exc)
+        body = self._bodies.get(rid)
+        if body is not None:
+            body.failure = exc
+            body.queue.put_nowait(ipc.BodyEnd(rid, str(exc)))
+
     def _fail_pending(self, exc: Exception) -> None:
-        for future in self._pending.values():
-            if not future.done():
-                future.set_exception(exc)
-        for queue in self._bodies.values():  # streams in flight end, marked as failed
-            queue.put_nowait(ipc.BodyEnd(-1, str(exc)))
+        for rid in list(self._pending) + list(self._bodies):
+            self._fail(rid, exc)
+        self._inflight.clear()
 
     async def stop(self) -> None:
         if self._writer is not None:
             self._writer.close()
             self._writer = None
-        if self._proc is not None and self._proc.returncode is None:
-            self._proc.kill()
-            await self._proc.wait()
-        self._fail_pending(IsolateCrashed(f"the isolate for {self.name} was stopped"))
+        proc = self._proc
+        if proc is not None and proc.returncode is None:
+            try:  # the launcher (and, through PDEATHSIG, the namespace with it), or the whole group
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            await proc.wait()
+        self._fail_pending(self._stopping or IsolateCrashed(f"the isolate for {self.name} was stopped"))
+
+
+class _ProtocolError(Exception):
+    pass
+
+
+async def _pieces(body: bytes | AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    """A body in frames of at most ipc.CHUNK bytes."""
+    if isinstance(body, (bytes, bytearray, memoryview)):
+        view = memoryview(body)
+        for start in range(0, len(view), ipc.CHUNK):
+            yield bytes(view[start : start + ipc.CHUNK])
+        return
+    async for chunk in body:
+        view = memoryview(chunk)
+        for start in range(0, len(view), ipc.CHUNK):
+            yield bytes(view[start : start + ipc.CHUNK])

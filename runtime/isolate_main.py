@@ -18,6 +18,7 @@ import logging
 import socket
 import sys
 import traceback
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,9 @@ from workers import AIError, Request, Response, WorkerEntrypoint
 from workers.fetch import _install as install_fetch
 
 WAIT_UNTIL_SECONDS = 30.0  # as on Workers: work continues this long after the response
+LOG_LINES, LOG_BYTES, LOG_LINE_CHARS = 256, 256 * 1024, 16 * 1024  # per request, as the runtime keeps
+FETCH_BODY_BYTES = 1024 * 1024  # an outbound request body crosses to the runtime in one frame
+ERROR_CHARS = 64 * 1024  # of an exception's message and of its traceback
 
 _current_request: contextvars.ContextVar[int | None] = contextvars.ContextVar("edge_request", default=None)
 
@@ -49,13 +53,14 @@ class Env:
 
 
 class Context:
-    """`ctx`: waitUntil keeps work running after the response has been sent."""
+    """`ctx`: waitUntil keeps work running after the response has been sent (at most
+    WAIT_UNTIL_SECONDS); the request counts as running, CPU included, until that work ends."""
 
     def __init__(self) -> None:
         self._tasks: set[asyncio.Task] = set()
 
     def waitUntil(self, awaitable: Any) -> None:  # noqa: N802 - Cloudflare's name
-        task = asyncio.ensure_future(asyncio.wait_for(awaitable, WAIT_UNTIL_SECONDS))
+        task = asyncio.ensure_future(awaitable)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
@@ -63,6 +68,20 @@ class Context:
 
     def passThroughOnException(self) -> None:  # noqa: N802 - Cloudflare's name
         pass
+
+    async def settle(self) -> None:
+        """Wait for the waitUntil work, cancelling what is still running after the limit."""
+        if not self._tasks:
+            return
+        _, pending = await asyncio.wait(set(self._tasks), timeout=WAIT_UNTIL_SECONDS)
+        for task in pending:
+            task.cancel()
+        if pending:
+            await asyncio.wait(pending, timeout=1.0)
+
+    def cancel(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
 
 
 class Channel:
@@ -72,9 +91,31 @@ class Channel:
         self.reader, self.writer = reader, writer
         self._calls = itertools.count(1)
         self._pending: dict[int, asyncio.Future] = {}
+        self.request_bodies: dict[int, asyncio.Queue] = {}  # streamed request bodies arriving
+        self.credits: dict[int, asyncio.Semaphore] = {}  # response chunks we may still send
+        self.tasks: dict[int, asyncio.Task] = {}  # request id -> the task serving it
+        self._log_budget: dict[int, list[int]] = {}  # request -> [lines left, bytes left]
 
     def send(self, msg: ipc.Message) -> None:
-        self.writer.write(ipc.encode(msg))
+        frame = ipc.encode(msg)
+        if len(frame) > ipc.FROM_ISOLATE:  # the runtime would take a bigger one as an attack
+            raise ValueError(f"message of {len(frame)} bytes is over the {ipc.FROM_ISOLATE}-byte limit")
+        self.writer.write(frame)
+
+    async def request_body(self, rid: int) -> AsyncIterator[bytes]:
+        """A streamed request body, chunk by chunk; each chunk taken gives the runtime credit."""
+        queue = self.request_bodies[rid]
+        try:
+            while True:
+                msg = await queue.get()
+                if isinstance(msg, ipc.RequestEnd):
+                    if msg.error:
+                        raise OSError(f"the request body could not be read: {msg.error}")
+                    return
+                self.send(ipc.RequestAck(rid))
+                yield msg.data
+        finally:
+            self.request_bodies.pop(rid, None)
 
     async def call_ai(self, model: str, inputs: Any, options: Any) -> Any:
         request = _current_request.get()
@@ -89,6 +130,9 @@ class Channel:
         except (TypeError, msgspec.EncodeError) as exc:
             del self._pending[call]
             raise AIError(5004, f"inputs must be JSON-like (dicts, lists, strings, numbers): {exc}") from None
+        except ValueError:
+            del self._pending[call]
+            raise AIError(3006, f"inputs are larger than {ipc.FROM_ISOLATE // 2**20} MB; send less") from None
         first = await queue.get()
         if isinstance(first, ipc.AIReply):
             self._pending.pop(call, None)
@@ -120,10 +164,16 @@ class Channel:
         request = _current_request.get()
         if request is None:
             raise RuntimeError("fetch can only be called while handling a request")
+        if len(body) > FETCH_BODY_BYTES:
+            raise ValueError(f"fetch body of {len(body)} bytes is over the {FETCH_BODY_BYTES}-byte limit")
         call = next(self._calls)
         queue: asyncio.Queue = asyncio.Queue()
         self._pending[call] = queue
-        self.send(ipc.FetchCall(call, request, method, url, headers, body, service))
+        try:
+            self.send(ipc.FetchCall(call, request, method, url, headers, body, service))
+        except ValueError:
+            del self._pending[call]
+            raise
         try:
             reply: ipc.FetchReply = await queue.get()
         finally:
@@ -133,7 +183,21 @@ class Channel:
         return Response(reply.body, status=reply.status, headers=reply.headers)
 
     def log(self, level: str, message: str) -> None:
-        self.send(ipc.Log(_current_request.get() or 0, level, message))
+        """A line for the tail; past the per-request budget lines are dropped here (the runtime
+        enforces the same budget, since it trusts nothing an isolate sends)."""
+        rid = _current_request.get() or 0
+        budget = self._log_budget.setdefault(rid, [LOG_LINES, LOG_BYTES])
+        if budget[0] <= 0 or budget[1] <= 0:
+            return
+        message = message[:LOG_LINE_CHARS]
+        budget[0] -= 1
+        budget[1] -= len(message)
+        self.send(ipc.Log(rid, level, message))
+
+    def forget(self, rid: int) -> None:
+        self._log_budget.pop(rid, None)
+        self.credits.pop(rid, None)
+        self.tasks.pop(rid, None)
 
 
 class AIBinding:
@@ -263,7 +327,8 @@ def load_entry(script: Path, env: Env):
     )
 
 
-async def _body_bytes(body: Any) -> bytes:
+async def _body_bytes(body: Any) -> bytes | None:
+    """The whole body when it is known at once; None for a stream."""
     if body is None:
         return b""
     if isinstance(body, str):
@@ -271,51 +336,84 @@ async def _body_bytes(body: Any) -> bytes:
     if isinstance(body, (bytes, bytearray, memoryview)):
         return bytes(body)
     if hasattr(body, "__aiter__"):
-        chunks = []
-        async for chunk in body:
-            chunks.append(chunk.encode("utf-8") if isinstance(chunk, str) else bytes(chunk))
-        return b"".join(chunks)
+        return None
     raise TypeError(
         f"Response body must be str, bytes or an async iterator of bytes, got {type(body).__name__}"
     )
+
+
+async def _chunks(body: Any) -> AsyncIterator[bytes]:
+    """The body in frames of at most ipc.CHUNK bytes."""
+    if isinstance(body, (bytes, bytearray, memoryview)):
+        data = memoryview(body)
+        for start in range(0, len(data), ipc.CHUNK):
+            yield bytes(data[start : start + ipc.CHUNK])
+        return
+    try:
+        async for chunk in body:
+            data = memoryview(chunk.encode("utf-8") if isinstance(chunk, str) else bytes(chunk))
+            for start in range(0, len(data), ipc.CHUNK):
+                yield bytes(data[start : start + ipc.CHUNK])
+    finally:  # cancelled or done: the worker's own generator runs its finally now, not at GC
+        if hasattr(body, "aclose"):
+            await body.aclose()
+
+
+async def _stream_response(channel: Channel, rid: int, response: Response, body: Any) -> None:
+    """Headers now, the body as the client takes it: at most ipc.WINDOW chunks ahead of it."""
+    credit = channel.credits.setdefault(rid, asyncio.Semaphore(ipc.WINDOW))
+    channel.send(ipc.InvokeStart(rid, response.status, response.headers.items()))
+    error = None
+    chunks = _chunks(body)
+    try:
+        async for chunk in chunks:
+            await credit.acquire()
+            channel.send(ipc.BodyChunk(rid, chunk))
+            await channel.writer.drain()
+    except Exception as exc:
+        error = f"{type(exc).__name__}: {exc}"
+    finally:
+        await chunks.aclose()
+    channel.send(ipc.BodyEnd(rid, error))
 
 
 async def serve_invoke(channel: Channel, handler, inv: ipc.Invoke) -> None:
     _current_request.set(inv.id)
     ctx = Context()
     try:
-        request = Request(inv.url, inv.method, inv.headers, inv.body, inv.cf)
+        body = channel.request_body(inv.id) if inv.streamed_body else inv.body
+        request = Request(inv.url, inv.method, inv.headers, body, inv.cf)
         response = await handler(request, ctx)
         if not isinstance(response, Response):
             raise TypeError(f"fetch must return a workers.Response, got {type(response).__name__}")
-        if hasattr(response.body, "__aiter__"):  # stream it: headers now, the body as it comes
-            channel.send(ipc.InvokeStart(inv.id, response.status, response.headers.items()))
-            await channel.writer.drain()
-            error = None
-            try:
-                async for chunk in response.body:
-                    channel.send(
-                        ipc.BodyChunk(
-                            inv.id, chunk.encode("utf-8") if isinstance(chunk, str) else bytes(chunk)
-                        )
-                    )
-                    await channel.writer.drain()
-            except Exception as exc:
-                error = f"{type(exc).__name__}: {exc}"
-            channel.send(ipc.BodyEnd(inv.id, error))
+        whole = await _body_bytes(response.body)
+        if whole is not None and len(whole) <= ipc.CHUNK:
+            channel.send(ipc.InvokeResult(inv.id, response.status, response.headers.items(), whole))
         else:
-            body = await _body_bytes(response.body)
-            channel.send(ipc.InvokeResult(inv.id, response.status, response.headers.items(), body))
+            await _stream_response(channel, inv.id, response, whole if whole is not None else response.body)
+    except asyncio.CancelledError:  # the runtime cancelled it: its client left, or time ran out
+        ctx.cancel()
+        if inv.id in channel.credits:
+            channel.send(ipc.BodyEnd(inv.id, "cancelled"))
+        else:
+            channel.send(ipc.InvokeError(inv.id, "Cancelled: the request was cancelled", ""))
     except Exception as exc:  # the worker's own failure: reported, the isolate stays up
-        channel.send(ipc.InvokeError(inv.id, f"{type(exc).__name__}: {exc}", traceback.format_exc()))
-    await channel.writer.drain()
+        message = f"{type(exc).__name__}: {exc}"[:ERROR_CHARS]
+        channel.send(ipc.InvokeError(inv.id, message, traceback.format_exc()[-ERROR_CHARS:]))
+    try:
+        await channel.writer.drain()
+        await ctx.settle()
+    except asyncio.CancelledError:
+        ctx.cancel()
+    channel.send(ipc.RequestDone(inv.id))
+    channel.forget(inv.id)
 
 
 async def main(fd: int) -> None:
     sock = socket.socket(fileno=fd)
-    reader, writer = await asyncio.open_unix_connection(sock=sock, limit=ipc.MAX_FRAME)
+    reader, writer = await asyncio.open_unix_connection(sock=sock, limit=ipc.CHUNK)
     channel = Channel(reader, writer)
-    init = await ipc.read_message(reader)
+    init = await ipc.read_message(reader, ipc.TO_ISOLATE)
     if not isinstance(init, ipc.Init):
         raise SystemExit("isolate: expected Init first")
     values: dict[str, Any] = dict(init.vars)
@@ -329,26 +427,40 @@ async def main(fd: int) -> None:
         script = Path(init.script)
         if init.memory_mb:
             sandbox.limit_memory(init.memory_mb)
-        if init.sandbox:  # from here the kernel confines what the script can touch
+        if init.sandbox and init.jailed:  # the jail's view is all there is: read it, scribble in /tmp
+            sandbox.restrict(["/"], writable=["/dev/null"], scratch=["/tmp"])
+        elif init.sandbox:  # from here the kernel confines what the script can touch
             sandbox.restrict(sandbox_paths(script), writable=["/dev/null"])
         entry, handler = load_entry(script, Env(values))
     except BaseException as exc:  # noqa: BLE001 - any import failure is reported, then we exit
-        channel.send(ipc.LoadFailed(f"{type(exc).__name__}: {exc}", traceback.format_exc()))
+        message = f"{type(exc).__name__}: {exc}"[:ERROR_CHARS]
+        channel.send(ipc.LoadFailed(message, traceback.format_exc()[-ERROR_CHARS:]))
         await writer.drain()
         return
     channel.send(ipc.Ready(entry))
     await writer.drain()
 
-    tasks: set[asyncio.Task] = set()
     while True:
         try:
-            msg = await ipc.read_message(reader)
+            msg = await ipc.read_message(reader, ipc.TO_ISOLATE)
         except (asyncio.IncompleteReadError, ConnectionError):
             return  # the runtime has gone; so do we
         if isinstance(msg, ipc.Invoke):
-            task = asyncio.create_task(serve_invoke(channel, handler, msg))
-            tasks.add(task)
-            task.add_done_callback(tasks.discard)
+            if msg.streamed_body:
+                channel.request_bodies[msg.id] = asyncio.Queue()
+            channel.tasks[msg.id] = asyncio.create_task(serve_invoke(channel, handler, msg))
+        elif isinstance(msg, (ipc.RequestChunk, ipc.RequestEnd)):
+            queue = channel.request_bodies.get(msg.id)
+            if queue is not None:  # at most ipc.WINDOW chunks wait here: the runtime keeps count
+                queue.put_nowait(msg)
+        elif isinstance(msg, ipc.BodyAck):
+            credit = channel.credits.get(msg.id)
+            if credit is not None:
+                credit.release()
+        elif isinstance(msg, ipc.Cancel):
+            task = channel.tasks.get(msg.id)
+            if task is not None:
+                task.cancel()
         elif isinstance(msg, (ipc.AIReply, ipc.AIChunk, ipc.FetchReply)):
             channel.resolve(msg)
 

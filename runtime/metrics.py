@@ -1,4 +1,7 @@
-"""Prometheus metrics of the runtime: requests and outcomes per worker, latency, AI tokens per model."""
+"""Prometheus metrics of the runtime: requests and outcomes per worker, latency, AI tokens per model.
+
+Two views: the open one (totals by outcome, latency, AI tokens per model: no worker or account
+names) and the admin's, which adds the per-worker series."""
 
 from __future__ import annotations
 
@@ -10,7 +13,17 @@ CONTENT_TYPE = CONTENT_TYPE_LATEST
 
 class Metrics:
     def __init__(self) -> None:
-        self.registry = CollectorRegistry()
+        self.public = CollectorRegistry()  # what anyone may read
+        self.registry = CollectorRegistry()  # per worker: the admin's
+        self.total_requests = Counter(
+            "edge_requests", "Requests handled by all workers, by outcome", ["outcome"], registry=self.public
+        )
+        self.total_latency = Histogram(
+            "edge_request_seconds",
+            "Request latency as the runtime sees it, all workers",
+            registry=self.public,
+            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+        )
         self.requests = Counter(
             "edge_worker_requests",
             "Requests handled, by worker and outcome",
@@ -28,16 +41,20 @@ class Metrics:
             "edge_ai_tokens",
             "AI tokens, by model and kind (prompt or completion)",
             ["model", "kind"],
-            registry=self.registry,
+            registry=self.public,
         )
 
     def request(self, worker: str, outcome: str, seconds: float) -> None:
         self.requests.labels(worker, outcome).inc()
         self.latency.labels(worker).observe(seconds)
+        self.total_requests.labels(outcome).inc()
+        self.total_latency.observe(seconds)
 
     def ai_tokens(self, model: str, usage: dict[str, int]) -> None:
         self.tokens.labels(model, "prompt").inc(usage.get("prompt_tokens", 0))
         self.tokens.labels(model, "completion").inc(usage.get("completion_tokens", 0))
 
-    def render(self) -> bytes:
-        return generate_latest(self.registry)
+    def render(self, detailed: bool = False) -> bytes:
+        """The open view, or (detailed, for the admin) with the per-worker series too."""
+        out = generate_latest(self.public)
+        return out + generate_latest(self.registry) if detailed else out

@@ -1,5 +1,6 @@
-"""OS-enforced limits for an isolate process: Linux Landlock for the file system and the network,
-RLIMIT_AS for memory.
+"""OS-enforced limits for an isolate process: Linux Landlock for the file system, the network,
+signals and abstract Unix sockets, RLIMIT_AS for memory. (The namespaces, seccomp and process
+limits around it are runtime.jail's.)
 
 After `restrict(paths)` the process can read (and execute) only beneath the given paths, write
 nothing, and open no TCP connection; the kernel enforces it, whatever the script does. Outbound
@@ -21,8 +22,11 @@ _RULE_PATH_BENEATH = 1
 # file-system access rights (Landlock ABI 1-3)
 _EXECUTE, _WRITE_FILE, _READ_FILE, _READ_DIR = 1 << 0, 1 << 1, 1 << 2, 1 << 3
 _ALL_FS_V1 = (1 << 13) - 1
+_REMOVE_DIR, _REMOVE_FILE, _MAKE_DIR, _MAKE_REG = 1 << 4, 1 << 5, 1 << 7, 1 << 8
 _REFER, _TRUNCATE = 1 << 13, 1 << 14
 _TCP_BIND, _TCP_CONNECT = 1 << 0, 1 << 1
+# ABI 6 (Linux 6.12): no abstract Unix socket or signal may reach a process outside the domain
+_SCOPE_ABSTRACT_UNIX_SOCKET, _SCOPE_SIGNAL = 1 << 0, 1 << 1
 
 
 def _libc():
@@ -38,17 +42,22 @@ def landlock_abi() -> int:
     return max(int(version), 0)
 
 
-def restrict(read_paths: list[str | Path], writable: list[str | Path] = ()) -> int:
-    """Confine this process; returns the Landlock ABI used (0: not confined)."""
+def restrict(
+    read_paths: list[str | Path], writable: list[str | Path] = (), scratch: list[str | Path] = ()
+) -> int:
+    """Confine this process; returns the Landlock ABI used (0: not confined). `writable` files
+    may be written; in `scratch` folders files and folders may also be made and removed."""
     abi = landlock_abi()
     if abi == 0:
         return 0
     libc = _libc()
     fs = _ALL_FS_V1 | (_REFER if abi >= 2 else 0) | (_TRUNCATE if abi >= 3 else 0)
     net = (_TCP_BIND | _TCP_CONNECT) if abi >= 4 else 0
-    attr = struct.pack("QQ", fs, net)
+    scoped = (_SCOPE_ABSTRACT_UNIX_SOCKET | _SCOPE_SIGNAL) if abi >= 6 else 0
+    attr = struct.pack("QQQ", fs, net, scoped)
+    size = 24 if abi >= 6 else 16 if abi >= 4 else 8
     buf = ctypes.create_string_buffer(attr)
-    ruleset = libc.syscall(_SYS_create_ruleset, buf, len(attr) if abi >= 4 else 8, 0)
+    ruleset = libc.syscall(_SYS_create_ruleset, buf, size, 0)
     if ruleset < 0:
         raise OSError(ctypes.get_errno(), "landlock_create_ruleset failed")
     try:
@@ -69,8 +78,12 @@ def restrict(read_paths: list[str | Path], writable: list[str | Path] = ()) -> i
 
         for path in read_paths:
             allow(path, _EXECUTE | _READ_FILE | _READ_DIR)
+        truncate = _TRUNCATE if abi >= 3 else 0
         for path in writable:
-            allow(path, _READ_FILE | _WRITE_FILE | (_TRUNCATE if abi >= 3 else 0))
+            allow(path, _READ_FILE | _WRITE_FILE | truncate)
+        for path in scratch:
+            make = _REMOVE_DIR | _REMOVE_FILE | _MAKE_DIR | _MAKE_REG
+            allow(path, _READ_FILE | _READ_DIR | _WRITE_FILE | truncate | make)
         if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
             raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS) failed")
         if libc.syscall(_SYS_restrict_self, ruleset, 0) < 0:

@@ -12,12 +12,12 @@ import logging
 import secrets as pysecrets
 import time
 import traceback
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-import httpx
 import msgspec
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
@@ -26,6 +26,7 @@ from edge_sim.accounting import LatencyAccount
 from edge_sim.topology import Location, PoP
 from runtime import ipc
 from runtime.ai import workers_ai_sse
+from runtime.fetch_guard import FetchError
 from runtime.isolate import ExceededResources, Isolate, IsolateCrashed, IsolateLimits, WorkerLoadError
 from workers import AIError
 
@@ -38,6 +39,24 @@ LOCATION_HEADER = "x-edge-client-location"
 WORKER_EXCEPTION = 1101
 WORKER_LIMITS = 1102
 WORKER_UNAVAILABLE = 1103
+LOG_LINES, LOG_BYTES, LOG_LINE_CHARS = 256, 256 * 1024, 16 * 1024  # kept per request for the tail
+
+
+class LogBudget:
+    """Lines a worker may log outside any request: `rate` a second, bursts of up to `burst`."""
+
+    def __init__(self, rate: float = 20.0, burst: int = 200):
+        self.rate, self.burst = rate, burst
+        self.tokens, self.at = float(burst), time.monotonic()
+
+    def take(self) -> bool:
+        now = time.monotonic()
+        self.tokens = min(self.burst, self.tokens + (now - self.at) * self.rate)
+        self.at = now
+        if self.tokens < 1:
+            return False
+        self.tokens -= 1
+        return True
 
 
 class WorkerSpec(msgspec.Struct, frozen=True):
@@ -64,7 +83,31 @@ class RequestContext:
     quantization: list[str] = field(default_factory=list)  # per AI call, for x-edge-quantization
     logs: list[dict[str, Any]] = field(default_factory=list)
     subrequests: int = 0
+    log_bytes: int = 0
+    logs_dropped: int = 0
     started: float = field(default_factory=time.time)
+
+
+class BodyTooLarge(Exception):
+    pass
+
+
+class ClientBody:
+    """A client's request body as it arrives, passed on chunk by chunk; past `limit` bytes it
+    stops with BodyTooLarge (the worker's read fails and the client gets 413)."""
+
+    def __init__(self, stream: AsyncIterator[bytes], limit: int):
+        self._stream, self.limit = stream, limit
+        self.size, self.exceeded = 0, False
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        async for chunk in self._stream:
+            self.size += len(chunk)
+            if self.size > self.limit:
+                self.exceeded = True
+                raise BodyTooLarge(f"the request body is over {self.limit // (1024 * 1024)} MB")
+            if chunk:
+                yield chunk
 
 
 def error_response(
@@ -92,6 +135,7 @@ class WorkerHandle:
         self.spec = spec
         self.runtime = runtime
         self.requests: dict[int, RequestContext] = {}
+        self._background_logs = LogBudget()
         env = {**spec.vars, **runtime.state.secrets(spec.account, spec.name)}  # secrets never logged
         self.isolate = Isolate(
             f"{spec.name}@{spec.version[:8]}" if spec.version else spec.name,
@@ -153,21 +197,31 @@ class WorkerHandle:
         yield ipc.AIReply(call.call)
 
     def _on_log(self, msg: ipc.Log) -> None:
+        """A line the worker logged. Each request keeps at most LOG_LINES lines and LOG_BYTES
+        (the rest is counted and noted once in its tail event); lines outside any request share
+        a budget that refills over time. The isolate's own counting is not trusted."""
         ctx = self.requests.get(msg.request)
-        entry = {"level": msg.level, "message": msg.message, "timestamp": time.time()}
+        text = msg.message[:LOG_LINE_CHARS]
+        entry = {"level": msg.level[:16], "message": text, "timestamp": time.time()}
         if ctx is not None:
+            if len(ctx.logs) >= LOG_LINES or ctx.log_bytes + len(text) > LOG_BYTES:
+                ctx.logs_dropped += 1
+                return
+            ctx.log_bytes += len(text)
             ctx.logs.append(entry)
-        else:  # module-level output (import time, waitUntil after the response)
-            self.runtime.tail.publish(
-                self.spec.account,
-                self.spec.name,
-                {
-                    "outcome": "log",
-                    "scriptName": self.spec.name,
-                    "logs": [entry],
-                    "eventTimestamp": time.time(),
-                },
-            )
+            return
+        if not self._background_logs.take():  # module-level output, waitUntil after the response
+            return
+        self.runtime.tail.publish(
+            self.spec.account,
+            self.spec.name,
+            {
+                "outcome": "log",
+                "scriptName": self.spec.name,
+                "logs": [entry],
+                "eventTimestamp": time.time(),
+            },
+        )
 
     async def _on_fetch(self, call: ipc.FetchCall) -> ipc.FetchReply:
         ctx = self.requests.get(call.request)
@@ -180,24 +234,25 @@ class WorkerHandle:
             )
         if call.service is not None:
             return await self.runtime.call_service(self, call, ctx)
-        refusal = self.runtime.refuse_fetch(self.spec.account, call.url, ctx)
-        if refusal:
-            return ipc.FetchReply(call.call, error=refusal)
-        try:
-            async with httpx.AsyncClient(timeout=30.0, follow_redirects=True) as client:
-                r = await client.request(
-                    call.method, call.url, headers=call.headers, content=call.body or None
-                )
-        except httpx.HTTPError as exc:
-            return ipc.FetchReply(call.call, error=f"fetch {call.url} failed: {type(exc).__name__}: {exc}")
-        return ipc.FetchReply(call.call, r.status_code, list(r.headers.items()), r.content)
+        try:  # checked by address on every hop, pinned to the checked address, body capped
+            r = await self.runtime.fetch_guard.fetch(
+                call.method,
+                call.url,
+                call.headers,
+                call.body,
+                runtime_origin=ctx.origin,
+                refuse_host=lambda host: self.runtime.refuse_worker_host(self.spec.account, host),
+            )
+        except FetchError as exc:
+            return ipc.FetchReply(call.call, error=str(exc))
+        return ipc.FetchReply(call.call, r.status, r.headers, r.body)
 
     # --- serving a request --------------------------------------------------------------------------
 
     async def serve(
         self,
         request: Request,
-        body: bytes,
+        body: bytes | AsyncIterator[bytes],
         ctx: RequestContext,
         headers_out: dict[str, str],
         extra_headers: list[tuple[str, str]] = (),
@@ -220,9 +275,7 @@ class WorkerHandle:
             return error_response(503, WORKER_UNAVAILABLE, str(exc), headers_out)
         except ExceededResources as exc:
             self._finish(rid, ctx, exc.outcome, None, 500)
-            return error_response(
-                500, WORKER_LIMITS, "Worker exceeded resource limits: " + str(exc), headers_out
-            )
+            return error_response(500, WORKER_LIMITS, str(exc), headers_out)
         except IsolateCrashed as exc:
             self._finish(rid, ctx, "exception", {"name": "IsolateCrashed", "message": str(exc)}, 500)
             return error_response(500, WORKER_EXCEPTION, f"Worker threw exception: {exc}", headers_out)
@@ -260,11 +313,16 @@ class WorkerHandle:
         self, start: ipc.InvokeStart, rid: int, ctx: RequestContext, headers: dict[str, str]
     ) -> Response:
         async def body():
+            outcome, exception = "ok", None
             try:
                 async for chunk in self.isolate.body(rid):
                     yield chunk
+            except IsolateCrashed as exc:  # cut the connection: a partial body is not a whole one
+                outcome = exc.outcome if isinstance(exc, ExceededResources) else "exception"
+                exception = {"name": type(exc).__name__, "message": str(exc)}
+                raise
             finally:
-                self._finish(rid, ctx, "ok", None, start.status)
+                self._finish(rid, ctx, outcome, exception, start.status)
 
         response = StreamingResponse(body(), status_code=start.status)
         for name, value in start.headers:
@@ -277,6 +335,15 @@ class WorkerHandle:
         self, rid: int, ctx: RequestContext, outcome: str, exception: dict | None, status: int
     ) -> None:
         self.requests.pop(rid, None)
+        if ctx.logs_dropped:
+            ctx.logs.append(
+                {
+                    "level": "warn",
+                    "message": f"{ctx.logs_dropped} more log line(s) dropped: a request keeps at most "
+                    f"{LOG_LINES} lines and {LOG_BYTES // 1024} KiB",
+                    "timestamp": time.time(),
+                }
+            )
         seconds = time.time() - ctx.started
         self.runtime.metrics.request(self.spec.name, outcome, seconds)
         self.runtime.tail.publish(

@@ -20,7 +20,7 @@ def _as_parts(resource: str | Request, method: str | None, headers, body) -> tup
     if isinstance(resource, Request):
         url, method = resource.url, method or resource.method
         headers = headers if headers is not None else resource.headers
-        body = body if body is not None else resource._body
+        body = body if body is not None else (resource._body or b"")
     else:
         url = resource
     hdrs = headers.items() if isinstance(headers, (Headers, Mapping)) else (headers or [])

@@ -58,32 +58,62 @@ class Headers:
 
 
 class Request:
+    """An incoming request. Its body is bytes, or (for a large upload) a stream that arrives in
+    chunks: `async for chunk in request.body` reads it without holding it whole, while
+    `await request.bytes()`, `.text()` and `.json()` read it all."""
+
     def __init__(
         self,
         url: str,
         method: str = "GET",
         headers: Headers | Mapping[str, str] | Iterable[tuple[str, str]] | None = None,
-        body: bytes = b"",
+        body: bytes | AsyncIterator[bytes] | None = b"",
         cf: dict[str, Any] | None = None,
     ):
         self.url = url
         self.method = method.upper()
         self.headers = headers if isinstance(headers, Headers) else Headers(headers)
         self.cf = cf or {}
-        self._body = body
+        if body is None or isinstance(body, (bytes, bytearray, memoryview)):
+            self._body: bytes | None = bytes(body or b"")
+            self._stream: AsyncIterator[bytes] | None = None
+        else:
+            self._body, self._stream = None, body
+
+    @property
+    def body(self) -> AsyncIterator[bytes]:
+        """The body as an async iterator of byte chunks (read once)."""
+        if self._stream is not None:
+            stream, self._stream = self._stream, None
+            return stream
+        return _once(self._body or b"")
+
+    @property
+    def bodyUsed(self) -> bool:  # noqa: N802 - the Fetch API's name
+        return self._body is None and self._stream is None
 
     async def bytes(self) -> bytes:
+        if self._body is None:
+            if self._stream is None:
+                raise TypeError("the request body has already been read as a stream")
+            stream, self._stream = self._stream, None
+            self._body = b"".join([bytes(c) async for c in stream])
         return self._body
 
     async def text(self) -> str:
-        return self._body.decode("utf-8", errors="replace")
+        return (await self.bytes()).decode("utf-8", errors="replace")
 
     async def json(self) -> Any:
         """The body parsed as JSON; raises ValueError on invalid JSON."""
-        return _json.loads(self._body)
+        return _json.loads(await self.bytes())
 
     def __repr__(self) -> str:
         return f"<Request {self.method} {self.url}>"
+
+
+async def _once(data: bytes) -> AsyncIterator[bytes]:
+    if data:
+        yield data
 
 
 Body = str | bytes | AsyncIterator[bytes] | None

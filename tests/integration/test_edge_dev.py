@@ -1,5 +1,6 @@
 """`edge dev` as a user runs it: a real server process, real HTTP, the demo worker and the model."""
 
+import os
 import re
 import textwrap
 
@@ -17,6 +18,12 @@ CLIENTS = {"Seoul": "ICN", "Paris": "FRA", "New York": "IAD"}
 def server():
     with DevServer(REPO / "wrangler-like.toml") as srv:
         yield srv
+
+
+def admin(folder):
+    """The admin token edge dev saved in `folder`/.edge (or the one the environment gives it)."""
+    token = os.environ.get("EDGE_ADMIN_TOKEN") or (folder / ".edge" / "admin-token").read_text().strip()
+    return {"authorization": f"Bearer {token}"}
 
 
 def ask(server, body, where=None, **kw):
@@ -122,7 +129,8 @@ def test_an_oversized_body_is_refused(server):
 
 def test_pop_status_exposes_engine_metrics(server):
     ask(server, '{"prompt": "def f():", "max_tokens": 4}', "Seoul")
-    pops = {p["code"]: p for p in httpx.get(server.url + "/cdn-cgi/edge/pops", timeout=30).json()["pops"]}
+    r = httpx.get(server.url + "/cdn-cgi/edge/pops", headers=admin(REPO), timeout=30)
+    pops = {p["code"]: p for p in r.json()["pops"]}
     assert set(pops) == {"ICN", "FRA", "IAD"}
     kimi = pops["ICN"]["models"]["@edge/moonshotai/kimi-k2-mini"]
     assert kimi["kv_blocks_total"] > 0 and kimi["kv_blocks_used"] == 0  # finished requests gave blocks back
@@ -156,7 +164,7 @@ def test_edge_pop_down_and_up_against_a_running_edge_dev(server):
     assert bad.returncode == 2 and "ICN, FRA, IAD" in bad.stderr
 
 
-def test_a_remote_pop_node_serves_like_a_local_one(tmp_path):
+def test_a_remote_pop_node_serves_like_a_local_one(tmp_path, monkeypatch):
     """`edge pop serve` runs FRA as its own server; edge dev routes Paris there over HTTP, and
     routes around it once it stops answering its health checks."""
     import subprocess
@@ -166,6 +174,7 @@ def test_a_remote_pop_node_serves_like_a_local_one(tmp_path):
     from tests.integration.dev_server import free_port
 
     port = free_port()
+    monkeypatch.setenv("EDGE_NODE_TOKEN", "node-token-for-this-test")  # the node's and edge dev's
     (tmp_path / "worker.py").write_text(
         textwrap.dedent("""
         from workers import WorkerEntrypoint, Response
@@ -224,6 +233,7 @@ def test_a_remote_pop_node_serves_like_a_local_one(tmp_path):
         cwd=tmp_path,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
+        env=dict(os.environ),
     )
     try:
         for _ in range(300):
@@ -238,9 +248,8 @@ def test_a_remote_pop_node_serves_like_a_local_one(tmp_path):
             out = r.json()
             assert out["timing"]["pop"] == "FRA" and out["usage"]["completion_tokens"] == 3
             assert out["quantization"]["kv_cache"] == "auto"
-            pops = {
-                p["code"]: p for p in httpx.get(srv.url + "/cdn-cgi/edge/pops", timeout=10).json()["pops"]
-            }
+            status = httpx.get(srv.url + "/cdn-cgi/edge/pops", headers=admin(tmp_path), timeout=10)
+            pops = {p["code"]: p for p in status.json()["pops"]}
             assert pops["FRA"]["remote"].endswith(str(port)) and pops["FRA"]["reachable"]
             node.terminate()
             node.wait(timeout=20)
