@@ -40,7 +40,9 @@ GRACE_S = 5.0  # a cancelled request that has not ended by then gets its isolate
 MAX_CALLS = 64  # AI and fetch calls one isolate may have outstanding at once
 OUTPUT_LINE = 4096  # stdout/stderr: characters kept of one line
 OUTPUT_BYTES = 256 * 1024  # stdout/stderr bytes kept per isolate between two requests' starts
-BACKGROUND_WINDOW_S = 10.0  # CPU burnt while no request runs may reach cpu_ms within this window
+# CPU burnt while no request runs (forked children, threads) may reach cpu_ms, and at most
+# BACKGROUND_MS, within any BACKGROUND_WINDOW_S
+BACKGROUND_WINDOW_S, BACKGROUND_MS = 10.0, 5_000
 
 _insecure = False
 
@@ -169,6 +171,7 @@ class Isolate:
         self._start_lock = asyncio.Lock()
         self._stopping: ExceededResources | None = None
         self._last_cpu = 0.0  # tree CPU at the watchdog's last look
+        self._served_since_look = False  # a request ran at some point since that look
         self._background: collections.deque[tuple[float, float]] = collections.deque()  # (when, ms)
         self._memory_base = 0  # tree memory once the worker had loaded
         self._output_left = OUTPUT_BYTES
@@ -297,8 +300,10 @@ class Isolate:
         rid = request_id if request_id is not None else next(self._ids)
         future = asyncio.get_running_loop().create_future()
         self._pending[rid] = future
-        usage = proctree.usage(self._proc.pid)
-        self._inflight[rid] = _InFlight(usage.cpu_ms if usage else 0.0, time.monotonic() + RESPONSE_WALL_S)
+        # the watchdog's last look (at most 10 ms old while requests run) is this request's start:
+        # a fresh read of the tree per request would cost more than the request itself
+        self._inflight[rid] = _InFlight(self._last_cpu, time.monotonic() + RESPONSE_WALL_S)
+        self._served_since_look = True
         self._output_left = OUTPUT_BYTES
         inline = body if isinstance(body, (bytes, bytearray)) and len(body) <= ipc.CHUNK else None
         try:
@@ -370,9 +375,10 @@ class Isolate:
 
     async def _watch(self) -> None:
         """Read the tree's CPU time and memory from the kernel: a request that used more than
-        cpu_ms since it began (its body and waitUntil included), more than cpu_ms burnt while no
-        request runs (forked children, threads) within BACKGROUND_WINDOW_S, or memory past the
-        cap, and the whole tree is killed (1102), whatever it does."""
+        cpu_ms since it began (its body and waitUntil included), more than min(cpu_ms,
+        BACKGROUND_MS) burnt while no request runs (forked children, threads) within
+        BACKGROUND_WINDOW_S, or memory past the cap, and the whole tree is killed (1102),
+        whatever it does."""
         cpu_ms, memory = self.limits.cpu_ms, self._memory_base + self.limits.memory_mb * 1024 * 1024
         while self._proc is not None and self._proc.returncode is None:
             usage = proctree.usage(self._proc.pid)
@@ -382,15 +388,16 @@ class Isolate:
                 await self._kill("exceededCpu", f"more than {cpu_ms} ms of CPU time in one request")
                 return
             now = time.monotonic()
-            if not self._inflight:  # nobody's request: whatever runs now is background work
+            if not self._inflight and not self._served_since_look:  # nobody's: background work
                 self._background.append((now, usage.cpu_ms - self._last_cpu))
-            self._last_cpu = usage.cpu_ms
+            self._last_cpu, self._served_since_look = usage.cpu_ms, bool(self._inflight)
             while self._background and self._background[0][0] < now - BACKGROUND_WINDOW_S:
                 self._background.popleft()
-            if sum(ms for _, ms in self._background) > cpu_ms:
+            background = min(cpu_ms, BACKGROUND_MS)
+            if sum(ms for _, ms in self._background) > background:
                 await self._kill(
                     "exceededCpu",
-                    f"more than {cpu_ms} ms of CPU time outside any request "
+                    f"more than {background} ms of CPU time outside any request "
                     f"within {BACKGROUND_WINDOW_S:.0f} s",
                 )
                 return
