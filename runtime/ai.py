@@ -41,6 +41,7 @@ class TextGenerationInputs(msgspec.Struct, kw_only=True):
     prompt: str | None = None
     messages: list[ChatMessage] | None = None
     max_tokens: int = 256
+    max_completion_tokens: int | None = None  # Cloudflare's Kimi and GLM schema; wins over max_tokens
     temperature: float = 0.6
     top_p: float = 1.0
     top_k: int = 0
@@ -87,12 +88,27 @@ def _quantization(result: GenerateResult) -> dict[str, Any]:
     }
 
 
+def served_by(model: str, result: GenerateResult) -> dict[str, Any]:
+    """Which model really answered a call to `model`, in which formats: under an alias
+    (`@cf/moonshotai/kimi-k2.6`), a miniature stand-in."""
+    return {
+        "model": result.model,
+        "stand_in": result.model != model,
+        "weights": result.weights,
+        "kv_cache": result.kv_cache_dtype,
+    }
+
+
 def shape_result(
     schema: Schema, model: str, result: GenerateResult, latency: LatencyAccount
 ) -> dict[str, Any]:
     """The answer in the model's catalog schema: Workers AI text generation, or OpenAI ChatCompletion
     (as Cloudflare's Kimi and GLM entries answer); both carry timing and quantization."""
-    extra = {"quantization": _quantization(result), "timing": msgspec.to_builtins(latency)}
+    extra = {
+        "quantization": _quantization(result),
+        "timing": msgspec.to_builtins(latency),
+        "served_by": served_by(model, result),
+    }
     if schema == "chat-completions":
         return {
             "id": f"chatcmpl-{uuid.uuid4().hex[:24]}",
@@ -119,28 +135,57 @@ def shape_result(
 
 
 class AIService:
-    def __init__(self, edge: Edge, schemas: dict[str, Schema] | None = None):
+    """`aliases` maps another provider's model name to (the catalog name that serves it, the
+    schema its answers take, None for the serving model's own)."""
+
+    def __init__(
+        self,
+        edge: Edge,
+        schemas: dict[str, Schema] | None = None,
+        aliases: dict[str, tuple[str, Schema | None]] | None = None,
+    ):
         self.edge = edge
         self.schemas = schemas or {}
+        self.aliases = aliases or {}
+
+    def resolve(self, model: str) -> str:
+        """The catalog name that serves calls to `model` (itself, unless it is an alias)."""
+        alias = self.aliases.get(model)
+        return alias[0] if alias else model
 
     def schema(self, model: str) -> Schema:
-        return self.schemas.get(model, "text-generation")
+        alias = self.aliases.get(model)
+        if alias and alias[1]:
+            return alias[1]
+        return self.schemas.get(self.resolve(model), "text-generation")
+
+    def names(self) -> list[str]:
+        """Every name a call can use now: the models served and the aliases they answer to."""
+        served = self.edge.models()
+        return [*served, *(a for a, (target, _) in self.aliases.items() if target in served)]
 
     def prepare(self, model: str, inputs: Any, account: str) -> tuple[GenerateRequest, TextGenerationInputs]:
         """Validate a call before any work is queued; raises AIError with the Workers AI code."""
+        asked, model = model, self.resolve(model)  # an alias is served by its stand-in
         if model not in self.edge.models():
             refusal = self.edge.refusal(model)
+            name = repr(asked) if model == asked else f"{asked!r} (served here by {model!r})"
             if refusal:
-                raise AIError(5007, f"model {model!r} is not being served: it failed to load ({refusal})")
-            known = ", ".join(self.edge.models()) or "none"
-            raise AIError(5007, f"no such model {model!r}; available: {known}")
+                raise AIError(5007, f"model {name} is not being served: it failed to load ({refusal})")
+            if not self.edge.nodes and model in self.schemas:  # in the catalog; the edge has no GPU PoP
+                raise AIError(3040, f"no PoP serving {name} is up: this edge has no GPU PoP ([edge] pops)")
+            known = ", ".join(self.names()) or "none"
+            raise AIError(5007, f"no such model {name}; available: {known}")
         parsed = _decode_inputs(inputs)
+        max_tokens = (
+            parsed.max_tokens if parsed.max_completion_tokens is None else parsed.max_completion_tokens
+        )
         req = GenerateRequest(
             model=model,
             prompt=parsed.prompt,
             messages=[msgspec.to_builtins(m) for m in parsed.messages] if parsed.messages else None,
             params=SamplingParams(
-                max_tokens=parsed.max_tokens,
+                max_tokens=max_tokens,
                 temperature=parsed.temperature,
                 top_p=parsed.top_p,
                 top_k=parsed.top_k,
@@ -210,6 +255,7 @@ async def workers_ai_sse(
                 "usage": _usage(result),
                 "timing": msgspec.to_builtins(latency),
                 "quantization": _quantization(result),
+                "served_by": served_by(model, result),
             }
             if chat:
                 yield sse(

@@ -22,7 +22,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from runtime.ai import ERROR_CODES, shape_result, sse, workers_ai_sse
+from runtime.ai import ERROR_CODES, served_by, shape_result, sse, workers_ai_sse
 from runtime.validation import describe
 from workers import AIError
 
@@ -32,6 +32,27 @@ if TYPE_CHECKING:
 PREFIX = "/client/v4/accounts/{account}"
 AUTH_ERROR = 10000  # Cloudflare's "Authentication error"
 HTTP_STATUS = {5007: 400, 5004: 400, 3006: 413, 3040: 429, 3007: 504, AUTH_ERROR: 401}
+
+
+SEARCH_PER_PAGE, SEARCH_MAX_PER_PAGE = 20, 1000  # a v4 paginated list's default page size
+BAD_QUERY = 1004  # a query parameter out of range (Cloudflare documents no code of its own for it)
+
+
+def search_models(models: list[dict], search: str | None, task: str | None, author: str | None) -> list[dict]:
+    """The catalog entries a Model Search query matches (case-insensitive, as Cloudflare's)."""
+
+    def norm(text: str) -> str:
+        return text.lower().replace("-", " ").replace("_", " ").strip()
+
+    out = models
+    if search:
+        needle = search.lower()
+        out = [m for m in out if needle in m["name"].lower() or needle in m["description"].lower()]
+    if task:
+        out = [m for m in out if norm(m["task"]["name"]) == norm(task)]
+    if author:
+        out = [m for m in out if m["name"].lower().split("/")[1:2] == [author.lower()]]
+    return out
 
 
 def envelope(result: Any = None, errors: list[dict] | None = None, status: int = 200) -> JSONResponse:
@@ -173,11 +194,34 @@ class AIApi:
         return response
 
     async def search(self, request: Request) -> Response:
+        """Cloudflare's Model Search: `search` (in the name or description), `task` (a task name,
+        "Text Generation"), `author` (the name's second part, `@cf/<author>/...`), `page` and
+        `per_page`; `result_info` says where the page lies. `hide_experimental` and `source` are
+        accepted: no model here is experimental, and all come from one source."""
         try:
             self.authenticate(request)
         except AuthError as exc:
             return cf_error(AUTH_ERROR, str(exc), exc.status)
-        return envelope(self.runtime.catalog_view())
+        query = request.query_params
+        try:
+            page = int(query.get("page", "1"))
+            per_page = int(query.get("per_page", str(SEARCH_PER_PAGE)))
+            if page < 1 or not 1 <= per_page <= SEARCH_MAX_PER_PAGE:
+                raise ValueError
+        except ValueError:
+            return cf_error(
+                BAD_QUERY,
+                f"page must be an integer from 1 and per_page one from 1 to {SEARCH_MAX_PER_PAGE}",
+                400,
+            )
+        models = search_models(
+            self.runtime.catalog_view(), query.get("search"), query.get("task"), query.get("author")
+        )
+        shown = models[(page - 1) * per_page : page * per_page]
+        info = {"page": page, "per_page": per_page, "count": len(shown), "total_count": len(models)}
+        return JSONResponse(
+            {"result": shown, "success": True, "errors": [], "messages": [], "result_info": info}
+        )
 
     # --- OpenAI-compatible ----------------------------------------------------------------------------
 
@@ -299,7 +343,13 @@ class AIApi:
                         "total_tokens": result.prompt_tokens + result.completion_tokens,
                     }
                     self.runtime.metrics.ai_tokens(model, usage)
-                    yield chunk(None, result.finish_reason, usage=usage, timing=msgspec.to_builtins(latency))
+                    yield chunk(
+                        None,
+                        result.finish_reason,
+                        usage=usage,
+                        timing=msgspec.to_builtins(latency),
+                        served_by=served_by(model, result),
+                    )
         except AIError as exc:
             yield sse({"error": {"message": exc.detail, "code": exc.code}})
         yield sse("[DONE]")

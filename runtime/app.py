@@ -18,13 +18,14 @@ import hashlib
 import inspect
 import logging
 import random
+import time
 from pathlib import Path
 from typing import Any
 
 import msgspec
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import BaseRoute, Match, Route
 
 from edge_sim.edge import Edge
@@ -35,15 +36,21 @@ from runtime import ipc
 from runtime.admin import CONTROL_BODY_BYTES, check_admin, read_capped
 from runtime.ai import AIService
 from runtime.api import AIApi, cf_error
-from runtime.catalog import CatalogEntry, load_catalog, model_spec
+from runtime.assets import ASSETS_SERVICE, AssetResponse, AssetServer
+from runtime.bindings import BindingStores, binding_refs
+from runtime.catalog import CatalogEntry, alias_map, load_catalog, model_spec
 from runtime.config import ConfigError, WorkerConfig
 from runtime.control import ControlApi
+from runtime.cron import CronError, CronExpression, run_schedule
 from runtime.fetch_guard import FetchGuard
 from runtime.limits import validate as validate_limits
 from runtime.metrics import CONTENT_TYPE, Metrics
 from runtime.state import State, materialise_bundle
 from runtime.worker_host import (
     LOCATION_HEADER,
+    WORKER_EXCEPTION,
+    WORKER_LIMITS,
+    WORKER_UNAVAILABLE,
     ClientBody,
     RequestContext,
     TailHub,
@@ -88,10 +95,27 @@ class Runtime:
         self.edge = edge
         self.state = state or State(config.state_dir / "state.db")
         self.catalog = catalog or {}
-        self.ai = AIService(edge, {name: e.schema for name, (e, _) in self.catalog.items()})
+        self.ai = AIService(
+            edge,
+            {name: e.schema for name, (e, _) in self.catalog.items()},
+            {alias: (target, a.schema) for alias, (target, a) in alias_map(self.catalog).items()},
+        )
         self.metrics = Metrics()
         self.tail = TailHub()
+        self.bindings = BindingStores(config.state_dir)  # KV, D1, R2 of every account, under .edge/
         self.default_location = edge.locate(config.edge.client_location)
+        a = config.assets  # [assets]: served before the dev worker, and through env.<binding>
+        self.assets = (
+            AssetServer(
+                Path(config.base_dir) / a.directory,
+                a.html_handling,
+                a.not_found_handling,
+                a.run_worker_first,
+                hidden=[config.state_dir],
+            )
+            if a is not None
+            else None
+        )
         self.dev = WorkerHandle(self.dev_spec(), self)
         self._deployed: dict[tuple[str, str, str], WorkerHandle] = {}
         self._tasks: list[asyncio.Task] = []
@@ -116,9 +140,11 @@ class Runtime:
             script=str(c.main_path),
             vars=dict(c.vars),
             ai_binding=c.ai.binding if c.ai else None,
-            services={s.binding: s.service for s in c.services},
+            services={s.binding: s.service for s in c.services}
+            | ({c.assets.binding: ASSETS_SERVICE} if c.assets and c.assets.binding else {}),
             limits=limits.isolate(),
             subrequests=limits.subrequests,
+            bindings=binding_refs(c.kv_namespaces, c.d1_databases, c.r2_buckets),
         )
 
     # --- lifecycle --------------------------------------------------------------------------------
@@ -134,6 +160,22 @@ class Runtime:
             log.error("%s\n%s", exc, getattr(exc, "traceback", ""))
         if self.watch:
             self._tasks.append(asyncio.create_task(self._watch_source()))
+        if self.assets is not None and not self.assets.root.is_dir():
+            log.warning("assets.directory: %s is not a folder; no assets are served", self.assets.root)
+        crons = []
+        for text in self.config.triggers.crons:
+            try:
+                crons.append(CronExpression.parse(text))
+            except CronError as exc:
+                log.error("triggers.crons: %s; it never fires", exc)
+        if crons:
+            log.info("cron triggers (UTC): %s", ", ".join(c.text for c in crons))
+            self._tasks.append(asyncio.create_task(run_schedule(crons, self.run_scheduled)))
+
+    async def run_scheduled(self, cron: str, scheduled_time_ms: int) -> tuple[str, dict | None]:
+        """A Cron Trigger fired (or /cdn-cgi/handler/scheduled was called): the dev worker's
+        scheduled handler runs; its outcome goes to edge tail."""
+        return await self.dev.schedule(cron, scheduled_time_ms)
 
     def _source_stamp(self) -> tuple:
         root = self.config.main_path.parent
@@ -160,6 +202,7 @@ class Runtime:
         await self.dev.stop()
         for handle in self._deployed.values():
             await handle.stop()
+        self.bindings.close()
         self.edge.close()
 
     async def restart_worker(self, account: str, name: str) -> None:
@@ -180,6 +223,11 @@ class Runtime:
     def locate(self, request: Request) -> RequestContext:
         """Where the client is and the PoP it lands on; raises TopologyError for a bad location."""
         where = request.headers.get(LOCATION_HEADER)
+        if where:  # the server reads header bytes as Latin-1; clients send UTF-8 ("São Paulo")
+            try:
+                where = where.encode("latin-1").decode("utf-8")
+            except UnicodeError:
+                pass  # not UTF-8: keep the Latin-1 reading
         location = self.edge.locate(where) if where else self.default_location
         ingress, client_rtt = self.edge.ingress(location)
         server = request.scope.get("server")
@@ -242,6 +290,9 @@ class Runtime:
                     services=cfg.get("services", {}),
                     limits=limits.isolate(),
                     subrequests=limits.subrequests,
+                    bindings=binding_refs(
+                        cfg.get("kv_namespaces", []), cfg.get("d1_databases", []), cfg.get("r2_buckets", [])
+                    ),
                 ),
                 self,
             )
@@ -275,6 +326,14 @@ class Runtime:
         self, caller: WorkerHandle, call: ipc.FetchCall, ctx: RequestContext
     ) -> ipc.FetchReply:
         service = caller.spec.services.get(call.service)
+        if service == ASSETS_SERVICE and self.assets is not None and caller.spec.version is None:
+            served = self.assets.fetch(call.method, call.url, {k.lower(): v for k, v in call.headers})
+            if len(served.body) > ipc.TO_ISOLATE - ipc.CHUNK:  # one reply frame carries it
+                return ipc.FetchReply(
+                    call.call,
+                    error=f"{call.service}.fetch: the asset is over {ipc.TO_ISOLATE // 2**20 - 1} MiB",
+                )
+            return ipc.FetchReply(call.call, served.status, served.headers, served.body)
         handle = self.worker(caller.spec.account, service) if service else None
         if handle is None:
             return ipc.FetchReply(
@@ -315,6 +374,12 @@ class Runtime:
         except TopologyError as exc:
             return error_response(400, BAD_LOCATION, f"{LOCATION_HEADER}: {exc}")
         ray = {"cf-ray": f"{ray_id()}-{ctx.ingress.code}"}
+        if self.assets is not None and self.target(request) is None:  # the dev worker's assets first
+            served = self.assets.serve(
+                request.method, request.scope["path"], request.headers, request.url.query
+            )
+            if served is not None:
+                return _asset_response(served, ray)
         too_large = f"request body exceeds {MAX_BODY_BYTES // (1024 * 1024)} MB; send less"
         body = await self._client_body(request)
         if body is None:
@@ -336,6 +401,23 @@ class Runtime:
                 await response.body_iterator.aclose()
             return error_response(413, BODY_TOO_LARGE, too_large, ray)
         return response
+
+    async def scheduled_endpoint(self, request: Request) -> Response:
+        """GET /cdn-cgi/handler/scheduled?cron=...[&time=ms]: run the dev worker's scheduled handler
+        once, as `wrangler dev --test-scheduled` does; "Ran scheduled event", or the error."""
+        when = request.query_params.get("time")
+        if when is not None and not when.isdigit():
+            return error_response(400, BAD_CONTROL_REQUEST, f"time: {when!r}; send ms since the epoch")
+        at_ms = int(when) if when else int(time.time() * 1000)
+        outcome, exception = await self.run_scheduled(request.query_params.get("cron", ""), at_ms)
+        if outcome == "ok":
+            return PlainTextResponse("Ran scheduled event")
+        if outcome.startswith("exceeded"):
+            return error_response(500, WORKER_LIMITS, f"Worker exceeded resource limits: {outcome}")
+        name, message = (exception or {}).get("name", ""), (exception or {}).get("message", "")
+        if name == "WorkerLoadError":
+            return error_response(503, WORKER_UNAVAILABLE, message)
+        return error_response(500, WORKER_EXCEPTION, f"Worker threw exception: {name}: {message}")
 
     def is_admin(self, request: Request) -> bool:
         return check_admin(request.headers.get("authorization"), self.admin_token) is None
@@ -431,7 +513,8 @@ class Runtime:
         return Response(self.metrics.render(detailed=self.is_admin(request)), media_type=CONTENT_TYPE)
 
     def catalog_view(self) -> list[dict[str, Any]]:
-        """The catalog as the models search API shows it: formats that serve each model, always."""
+        """The catalog as the models search API shows it: formats that serve each model, always;
+        then each alias (another provider's name, `@cf/...`) with the miniature that stands in."""
         from runtime.catalog import quality_view
 
         out = []
@@ -443,9 +526,7 @@ class Runtime:
                     "id": name,
                     "name": name,
                     "description": entry.description,
-                    "task": {
-                        "name": "Text Generation" if entry.schema == "text-generation" else "Chat Completions"
-                    },
+                    "task": {"name": "Text Generation"},  # Cloudflare's task for its Kimi and GLM too
                     "schema": entry.schema,
                     "properties": [
                         {"property_id": "context_window", "value": str(entry.context_window or "")}
@@ -453,6 +534,23 @@ class Runtime:
                     "quantization": {"weights": weights, "weights_by_part": by_part, "kv_cache": kv},
                     "quality": quality_view(folder),
                     "served": name in self.edge.models(),
+                    "served_by": {"model": name, "stand_in": False, "weights": weights, "kv_cache": kv},
+                    "aliases": [a.name for a in entry.aliases],
+                }
+            )
+        views = {view["name"]: view for view in out}
+        for alias, (target, entry) in alias_map(self.catalog).items():
+            view = views[target]
+            out.append(
+                {
+                    **view,
+                    "id": alias,
+                    "name": alias,
+                    "description": f"{entry.description} Served here by the miniature {target}.".strip(),
+                    "schema": entry.schema or view["schema"],
+                    "served_by": {**view["served_by"], "stand_in": True},
+                    "aliases": [],
+                    "source": entry.source,
                 }
             )
         return out
@@ -485,6 +583,7 @@ def create_app(runtime: Runtime) -> Starlette:
         Route(CONTROL_PREFIX + "metrics", runtime.metrics_endpoint, methods=["GET"]),
         Route(CONTROL_PREFIX + "models/reload", runtime.reload_model, methods=["POST"]),
         Route(CONTROL_PREFIX + "pops/{code}/{action}", runtime.pop_state, methods=["POST"]),
+        Route("/cdn-cgi/handler/scheduled", runtime.scheduled_endpoint, methods=["GET"]),
         *runtime.api.routes(),
         *runtime.control.routes(),
     ]
@@ -500,6 +599,13 @@ def create_app(runtime: Runtime) -> Starlette:
         ],
         lifespan=lifespan,
     )
+
+
+def _asset_response(served: AssetResponse, headers: dict[str, str]) -> Response:
+    response = Response(served.body, status_code=served.status)
+    for name, value in [*served.headers, *headers.items()]:
+        response.headers[name] = value
+    return response
 
 
 def _cf_shape(status: int, message: str) -> Response:

@@ -1,7 +1,8 @@
 """The model catalog: names users call (`@edge/moonshotai/kimi-k2-mini`) and what serves them.
 
-Read from `catalog.toml` in the models folder; each entry names its checkpoint folder and says
-honestly what it is (for instance, random weights).
+Read from `catalog.toml` in the models folder (WorkerConfig.models_dir: `[edge] models_dir`, else
+$EDGE_MODELS_DIR, else the models shipped with this installation); each entry names its checkpoint
+folder and says honestly what it is (for instance, random weights).
 """
 
 from __future__ import annotations
@@ -16,7 +17,19 @@ import msgspec
 from edge_sim.pop import ModelSpec
 from edge_sim.roofline import SimulationError
 from edge_sim.target import TargetSpec
-from runtime.config import ConfigError
+from runtime.config import MODELS_DIR_ENV, ConfigError
+
+Schema = Literal["text-generation", "chat-completions"]
+
+
+class CatalogAlias(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """Another provider's name for a model this entry stands in for (`@cf/moonshotai/kimi-k2.6`):
+    calls under it are served by the entry's miniature, and every answer says so (`served_by`)."""
+
+    name: str
+    schema: Schema | None = None  # the answer's shape under this name (default: the entry's)
+    description: str = ""  # what the aliased model is, as its provider describes it
+    source: str = ""  # where the provider documents the name
 
 
 class CatalogEntry(msgspec.Struct, kw_only=True):
@@ -33,6 +46,7 @@ class CatalogEntry(msgspec.Struct, kw_only=True):
     # the full-size model this miniature stands for (e.g. {model = "kimi-k2", weights = "fp8"}):
     # every answer's timing then also carries roofline-modeled times on the PoP's GPUs
     target: TargetSpec | None = None
+    aliases: list[CatalogAlias] = []
 
 
 class Catalog(msgspec.Struct):
@@ -46,7 +60,8 @@ def load_catalog(models_dir: Path) -> dict[str, tuple[CatalogEntry, Path]]:
         catalog = msgspec.convert(tomllib.loads(path.read_text()), Catalog)
     except FileNotFoundError:
         raise ConfigError(
-            f"{path}: no model catalog; [edge] models_dir must point at a folder with catalog.toml"
+            f"{path}: no model catalog; point [edge] models_dir (or ${MODELS_DIR_ENV}) at a folder "
+            "with catalog.toml"
         ) from None
     except (tomllib.TOMLDecodeError, msgspec.ValidationError) as exc:
         raise ConfigError(f"{path}: {exc}") from None
@@ -61,7 +76,23 @@ def load_catalog(models_dir: Path) -> dict[str, tuple[CatalogEntry, Path]]:
             except SimulationError as exc:
                 raise ConfigError(f"{path}: model {entry.name!r}: target: {exc}") from None
         entries[entry.name] = (entry, folder)
+    names = [a.name for entry in catalog.model for a in entry.aliases]
+    clash = sorted({n for n in names if n in entries or names.count(n) > 1})
+    if clash:
+        raise ConfigError(f"{path}: alias(es) {', '.join(clash)} name more than one model")
     return entries
+
+
+def alias_map(catalog: dict[str, tuple[CatalogEntry, Path]]) -> dict[str, tuple[str, CatalogAlias]]:
+    """Alias -> (the catalog name that serves it, the alias's entry)."""
+    return {a.name: (name, a) for name, (entry, _) in catalog.items() for a in entry.aliases}
+
+
+def catalog_if_any(config) -> dict[str, tuple[CatalogEntry, Path]]:
+    """The catalog, or {} when the models folder has none (an edge without GPU PoPs needs none)."""
+    if not (config.models_dir / "catalog.toml").is_file():
+        return {}
+    return load_catalog(config.models_dir)
 
 
 def served_models(config) -> tuple[dict[str, tuple[CatalogEntry, Path]], list[str]]:

@@ -12,8 +12,11 @@ import msgspec
 
 from edge_sim.topology import PoP, Topology, TopologyError
 from runtime import cli_sim
-from runtime.config import DEFAULT_CONFIG, ConfigError, WorkerConfig, load_config
+from runtime.config import CONFIG_NAMES, ConfigError, WorkerConfig, load_config
 from runtime.validation import describe
+
+# --config's default (None): the first of these in the current folder, as wrangler looks for its own
+CONFIG_HELP = f"path to the config (default: the first of {', '.join(CONFIG_NAMES)} in this folder)"
 
 
 def _fail(message: str) -> int:
@@ -45,29 +48,32 @@ def load_topology(config: WorkerConfig) -> Topology:
 
 
 def build_edge(config: WorkerConfig):
-    """The simulated edge for `config`: topology, RTT model, and in-process GPU PoPs with engines."""
+    """The simulated edge for `config`: topology, RTT model, and in-process GPU PoPs with engines.
+
+    Engines load only at the GPU PoPs the config serves from (config.gpu_pops): a worker without an
+    AI binding and without `[edge] pops` gets none, and `pops = []` is an edge with no GPU PoP (AI
+    calls then fail with 3040); neither needs a model catalog."""
     from edge_sim.edge import Edge
     from edge_sim.network import NetworkModel
     from edge_sim.topology import TopologyError
-    from runtime.catalog import model_spec, served_models
+    from runtime.catalog import catalog_if_any, model_spec, served_models
     from runtime.config import check_against_topology
 
-    catalog, names = served_models(config)
+    pops = config.gpu_pops
+    catalog, names = served_models(config) if pops else (catalog_if_any(config), [])
     specs = [model_spec(config, n, catalog) for n in names]
     try:
         topology = load_topology(config)
         check_against_topology(config, topology)  # edge.client_location, before any engine loads
-        for code in config.edge.pops:
+        for code in pops:
             if not topology.pop(code).has_gpu:
                 gpu_codes = ", ".join(p.code for p in topology.gpu_pops())
                 raise ConfigError(f"edge.pops: {code} has no GPUs in the topology; GPU PoPs: {gpu_codes}")
-        if not config.edge.pops:
-            raise ConfigError('edge.pops: list at least one GPU PoP, e.g. pops = ["ICN", "FRA", "IAD"]')
-        topology = topology.with_overrides(gpu_pops={c: topology.pop(c).gpus for c in config.edge.pops})
+        topology = topology.with_overrides(gpu_pops={c: topology.pop(c).gpus for c in pops})
         network = NetworkModel(
             **{f: getattr(config.edge.network, f) for f in config.edge.network.__struct_fields__}
         )
-        edge = Edge.start(topology, network, config.edge.pops, specs)
+        edge = Edge.start(topology, network, pops, specs)
         edge.targets = {n: catalog[n][0].target for n in names if catalog[n][0].target is not None}
         for node in edge.nodes.values():
             node.max_in_flight = config.edge.max_in_flight
@@ -99,7 +105,7 @@ def bootstrap_token(config: WorkerConfig, state) -> tuple[str, bool]:
     return token, True
 
 
-def admin_headers(config_path: str) -> dict[str, str]:
+def admin_headers(config_path: str | None) -> dict[str, str]:
     """The admin token for the control endpoints: $EDGE_ADMIN_TOKEN, else the config's
     .edge/admin-token (edge dev writes it at first start). Raises ConfigError when neither exists."""
     from runtime.admin import ADMIN_TOKEN_ENV, find_admin_token
@@ -186,6 +192,12 @@ def cmd_deploy(args: argparse.Namespace) -> int:
                 "cpu_ms": c.limits.cpu_ms,
                 "memory_mb": c.limits.memory_mb,
                 "subrequests": c.limits.subrequests,
+                "kv_namespaces": [{"binding": k.binding, "id": k.id} for k in c.kv_namespaces],
+                "d1_databases": [
+                    {"binding": d.binding, "database_name": d.database_name, "database_id": d.database_id}
+                    for d in c.d1_databases
+                ],
+                "r2_buckets": [{"binding": r.binding, "bucket_name": r.bucket_name} for r in c.r2_buckets],
             },
             "message": args.message,
         }
@@ -196,6 +208,72 @@ def cmd_deploy(args: argparse.Namespace) -> int:
     print(f"deployed {c.name} version {result['id']} ({len(files)} file(s)) to account {client.account}")
     print(f"  reach it at http://{c.name}.{client.account}.edge.localhost:{port}/")
     return 0
+
+
+def cmd_d1_execute(args: argparse.Namespace) -> int:
+    """SQL against a local D1 database, straight on its file under the state dir (no server needed;
+    a running edge dev sees the change at once). A --file runs as one transaction."""
+    import json
+
+    from runtime.bindings import BindingError, binding_refs
+    from runtime.bindings.d1 import D1Store
+    from runtime.state import private_dir
+
+    try:
+        c = load_config(args.config)
+    except ConfigError as exc:
+        return _fail(str(exc))
+    db = next(
+        (d for d in c.d1_databases if args.database in (d.binding, d.database_name, d.database_id)), None
+    )
+    if db is None:
+        known = ", ".join(d.database_name for d in c.d1_databases) or "none"
+        return _fail(f"no D1 database {args.database!r} in the config (d1_databases: {known})")
+    if args.file:
+        try:
+            sql = Path(args.file).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            return _fail(f"--file: {exc}")
+    else:
+        sql = args.command
+    private_dir(c.state_dir)
+    store = D1Store(c.state_dir / "d1")
+    try:
+        ident = binding_refs(d1=[db])[db.binding].id
+        results = store.database(c.account_id, ident).script(sql, atomic=bool(args.file))
+    except BindingError as exc:
+        return _fail(f"{exc}{'; nothing in the file was applied' if args.file else ''}")
+    except ValueError as exc:
+        return _fail(str(exc))
+    finally:
+        store.close()
+    if args.json:
+        out = [
+            {
+                "results": [dict(zip(r["columns"], row, strict=True)) for row in r["rows"]],
+                "success": True,
+                "meta": r["meta"],
+            }
+            for r in results
+        ]
+        print(json.dumps(out, indent=2, default=lambda b: b.hex()))
+        return 0
+    for r in results:
+        if r["columns"]:
+            print(_table(r["columns"], r["rows"]))
+    changes = sum(r["meta"]["changes"] for r in results)
+    print(f"{len(results)} statement(s) executed on {db.database_name} ({changes} row(s) changed)")
+    return 0
+
+
+def _table(columns: list[str], rows: list[list]) -> str:
+    cells = [
+        [("NULL" if v is None else v.hex() if isinstance(v, bytes) else str(v)) for v in row] for row in rows
+    ]
+    widths = [max([len(c), *(len(row[i]) for row in cells)]) for i, c in enumerate(columns)]
+    line = "+" + "+".join("-" * (w + 2) for w in widths) + "+"
+    fmt = "| " + " | ".join(f"{{:<{w}}}" for w in widths) + " |"
+    return "\n".join([line, fmt.format(*columns), line, *(fmt.format(*row) for row in cells), line])
 
 
 def cmd_versions(args: argparse.Namespace) -> int:
@@ -311,7 +389,8 @@ def _pretty(event: dict) -> str:
     req = (event.get("event") or {}).get("request", {})
     status = (event.get("event") or {}).get("response", {}).get("status", "")
     lines = [
-        f"[{_when(event.get('eventTimestamp', 0))}] {event.get('outcome')} {req.get('method', '')} "
+        # eventTimestamp is in milliseconds, as Cloudflare's tail has it
+        f"[{_when(event.get('eventTimestamp', 0) / 1000)}] {event.get('outcome')} {req.get('method', '')} "
         f"{req.get('url', '')} {status}".rstrip()
     ]
     lines += [f"  ({log['level']}) {log['message']}" for log in event.get("logs", [])]
@@ -389,13 +468,13 @@ def cmd_dev(args: argparse.Namespace) -> int:
     except Exception as exc:  # a model that fails to load, say: print why, not a traceback
         return _fail(f"{type(exc).__name__}: {exc}")
     from runtime.admin import ADMIN_TOKEN_ENV, bootstrap_admin_token
-    from runtime.catalog import load_catalog
+    from runtime.catalog import catalog_if_any
     from runtime.state import State
 
     state = State(config.state_dir / "state.db")
     token, created = bootstrap_token(config, state)
     admin_token, admin_created = bootstrap_admin_token(config.state_dir)
-    runtime = Runtime(config, edge, state, load_catalog(config.models_dir))
+    runtime = Runtime(config, edge, state, catalog_if_any(config))
     runtime.admin_token = admin_token
     runtime.watch = args.reload
     print(f"edge dev: worker {config.name!r} ({config.main}) on http://{args.host}:{args.port}", flush=True)
@@ -411,6 +490,9 @@ def cmd_dev(args: argparse.Namespace) -> int:
         )
     for node in edge.nodes.values():
         print(f"  GPU PoP {node.code} ({node.pop.city}): {', '.join(sorted(node.models()))}", flush=True)
+    if not edge.nodes:
+        why = "[edge] pops is empty" if config.edge.pops is not None else "the worker has no AI binding"
+        print(f"  no GPU PoP, no engine loaded: {why}", flush=True)
     print(
         f"  default client location: {config.edge.client_location} "
         f"(override per request with the x-edge-client-location header)",
@@ -526,7 +608,7 @@ def quality_record_path(model_dir):
     return quality_path(model_dir)
 
 
-def _model_dir(model: str, config_path: str):
+def _model_dir(model: str, config_path: str | None):
     """A catalog name (with the config's models folder) or a model directory."""
     from pathlib import Path
 
@@ -809,16 +891,55 @@ def cmd_pop_serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_init(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from runtime.templates import InitError, write_project
+
+    try:
+        files = write_project(Path(args.name), args.template)
+    except (InitError, OSError) as exc:
+        return _fail(str(exc))
+    print(f"created {args.name}/ ({args.template}): {', '.join(f.name for f in files)}")
+    print(f"next: cd {args.name} && edge dev")
+    return 0
+
+
+class _DefaultsHelp(argparse.HelpFormatter):
+    """Help that shows each option's default, where it has one worth showing and does not say it."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        default = action.default
+        if action.nargs == 0 or default in (None, argparse.SUPPRESS) or "default" in text:
+            return text  # a flag, nothing to show, or the help already says it
+        if not action.option_strings and action.nargs not in (argparse.OPTIONAL, argparse.ZERO_OR_MORE):
+            return text
+        return f"{text} (default: %(default)s)"
+
+
+def _show_defaults(parser: argparse.ArgumentParser) -> None:
+    """Every parser of the command tree formats its help with _DefaultsHelp."""
+    parser.formatter_class = _DefaultsHelp
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for child in action.choices.values():
+                _show_defaults(child)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="edge", description="Run AI workers on a simulated edge network.")
     sub = parser.add_subparsers(dest="command", required=True)
     dev = sub.add_parser("dev", help="serve the worker locally, with the model running on simulated GPU PoPs")
+    dev.add_argument("--config", default=None, help=CONFIG_HELP)
+    dev.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    dev.add_argument("--port", type=int, default=8787, help="port to listen on")
     dev.add_argument(
-        "--config", default=DEFAULT_CONFIG, help=f"path to the config (default {DEFAULT_CONFIG})"
+        "--log-level",
+        default="info",
+        choices=["debug", "info", "warning", "error"],
+        help="the runtime's log level",
     )
-    dev.add_argument("--host", default="127.0.0.1")
-    dev.add_argument("--port", type=int, default=8787)
-    dev.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     dev.add_argument(
         "--no-reload",
         dest="reload",
@@ -837,71 +958,104 @@ def main(argv: list[str] | None = None) -> int:
         help="run workers without namespaces (for kernels that refuse user namespaces); unsafe",
     )
     dev.set_defaults(func=cmd_dev)
+    from runtime.templates import TEMPLATES
+
+    init = sub.add_parser("init", help="create a new worker project that edge dev serves at once")
+    init.add_argument("name", help="the folder to create (its name becomes the worker's)")
+    init.add_argument(
+        "--template",
+        choices=list(TEMPLATES),
+        default="hello",
+        help="; ".join(f"{n}: {t.description}" for n, t in TEMPLATES.items()),
+    )
+    init.set_defaults(func=cmd_init)
 
     pop = sub.add_parser("pop", help="serve a PoP node, or take a running edge dev's PoP down or up, or list")
-    pop.add_argument("action", choices=["down", "up", "list", "serve"])
-    pop.add_argument("code", nargs="?")
+    pop.add_argument(
+        "action",
+        choices=["down", "up", "list", "serve"],
+        help="take a PoP down or up, list them, or serve a node",
+    )
+    pop.add_argument("code", nargs="?", help="down/up: the PoP's code (e.g. ICN)")
     pop.add_argument("--url", default="http://127.0.0.1:8787", help="the running edge dev")
     pop.add_argument("--name", help="serve: the PoP code this node is (e.g. ICN)")
     pop.add_argument("--host", default="127.0.0.1", help="serve: address to listen on")
     pop.add_argument("--port", type=int, default=9000, help="serve: port to listen on")
     pop.add_argument(
         "--config",
-        default=DEFAULT_CONFIG,
+        default=None,
         help="serve: the config whose catalog and trust to use; down/up/list: its .edge/admin-token is sent",
     )
     pop.add_argument(
         "--token", help="serve: the node token the runtime must send (default: $EDGE_NODE_TOKEN)"
     )
-    pop.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    pop.add_argument(
+        "--log-level",
+        default="info",
+        choices=["debug", "info", "warning", "error"],
+        help="serve: the node's log level",
+    )
     pop.set_defaults(func=lambda a: cmd_pop_serve(a) if a.action == "serve" else cmd_pop(a))
 
     def client_args(p):
-        p.add_argument("--config", default=DEFAULT_CONFIG)
+        p.add_argument("--config", default=None, help=CONFIG_HELP)
         p.add_argument("--url", default="http://127.0.0.1:8787", help="the running runtime")
 
     dep = sub.add_parser("deploy", help="upload the worker (and its local modules) as a new version")
     client_args(dep)
-    dep.add_argument("--message", "-m")
+    dep.add_argument("--message", "-m", help="a note kept with the version")
     dep.set_defaults(func=cmd_deploy)
     ver = sub.add_parser("versions", help="list versions, or deploy a split: edge versions deploy A@90 B@10")
-    ver.add_argument("action", choices=["list", "deploy"])
+    ver.add_argument("action", choices=["list", "deploy"], help="list versions, or deploy a split of them")
     ver.add_argument("splits", nargs="*", help="deploy: VERSION_ID@PERCENT ...")
     ver.add_argument("--name", help="the worker (default: the config's)")
-    ver.add_argument("--message", "-m")
+    ver.add_argument("--message", "-m", help="deploy: a note kept with the deployment")
     client_args(ver)
     ver.set_defaults(func=cmd_versions)
     dl = sub.add_parser("deployments", help="list deployments, newest first")
-    dl.add_argument("action", choices=["list"], nargs="?", default="list")
-    dl.add_argument("--name")
+    dl.add_argument("action", choices=["list"], nargs="?", default="list", help="list (the only action)")
+    dl.add_argument("--name", help="the worker (default: the config's)")
     client_args(dl)
     dl.set_defaults(func=cmd_deployments)
     rb = sub.add_parser("rollback", help="deploy an earlier version (default: the one before the current)")
-    rb.add_argument("version_id", nargs="?")
-    rb.add_argument("--name")
-    rb.add_argument("--message", "-m")
+    rb.add_argument(
+        "version_id", nargs="?", help="the version to deploy (default: the one before the current)"
+    )
+    rb.add_argument("--name", help="the worker (default: the config's)")
+    rb.add_argument("--message", "-m", help="a note kept with the deployment")
     client_args(rb)
     rb.set_defaults(func=cmd_rollback)
     tail = sub.add_parser("tail", help="stream live events of a worker")
-    tail.add_argument("worker", nargs="?")
-    tail.add_argument("--format", choices=["json", "pretty"], default="pretty")
-    tail.add_argument("--status", choices=["ok", "error"])
+    tail.add_argument("worker", nargs="?", help="the worker (default: the config's)")
+    tail.add_argument(
+        "--format",
+        choices=["json", "pretty"],
+        default="pretty",
+        help="json: one event per line, as Cloudflare's",
+    )
+    tail.add_argument(
+        "--status", choices=["ok", "error"], help="only events with this outcome (default: all)"
+    )
     client_args(tail)
     tail.set_defaults(func=cmd_tail)
     sec = sub.add_parser("secret", help="edge secret put NAME (value from stdin) | list | delete NAME")
-    sec.add_argument("action", choices=["put", "list", "delete"])
-    sec.add_argument("secret", nargs="?")
+    sec.add_argument(
+        "action", choices=["put", "list", "delete"], help="put (value from stdin), list or delete"
+    )
+    sec.add_argument("secret", nargs="?", help="put/delete: the secret's name")
     sec.add_argument("--name", help="the worker (default: the config's)")
     client_args(sec)
     sec.set_defaults(func=cmd_secret)
     ai = sub.add_parser("ai", help="edge ai run MODEL PROMPT: call a model through the runtime's AI API")
     ai_sub = ai.add_subparsers(dest="ai_command", required=True)
     air = ai_sub.add_parser("run", help="run a model on a prompt")
-    air.add_argument("model")
-    air.add_argument("prompt")
-    air.add_argument("--max-tokens", type=int, default=128)
-    air.add_argument("--temperature", type=float, default=0.6)
-    air.add_argument("--stream", action="store_true")
+    air.add_argument(
+        "model", help="a model name, e.g. @edge/moonshotai/kimi-k2-mini or @cf/moonshotai/kimi-k2.6"
+    )
+    air.add_argument("prompt", help="the prompt")
+    air.add_argument("--max-tokens", type=int, default=128, help="most tokens to generate")
+    air.add_argument("--temperature", type=float, default=0.6, help="sampling temperature (0: greedy)")
+    air.add_argument("--stream", action="store_true", help="print the answer as it is generated")
     client_args(air)
     air.set_defaults(func=cmd_ai_run)
 
@@ -912,12 +1066,12 @@ def main(argv: list[str] | None = None) -> int:
     info.add_argument("dir", help="an HF-format model directory")
     info.add_argument("--weights", choices=["fp8", "int8", "int4"], help="also show the size in this format")
     info.add_argument("--parts", default=None, help="parts to compress (default: experts)")
-    info.add_argument("--json", action="store_true")
+    info.add_argument("--json", action="store_true", help="print JSON")
     info.set_defaults(func=cmd_models_info)
     quant = models.add_parser("quantize", help="write a compressed copy of a checkpoint")
-    quant.add_argument("src")
-    quant.add_argument("dst")
-    quant.add_argument("--weights", required=True, choices=["fp8", "int8", "int4"])
+    quant.add_argument("src", help="the HF-format checkpoint to compress")
+    quant.add_argument("dst", help="the folder to write the compressed copy to")
+    quant.add_argument("--weights", required=True, choices=["fp8", "int8", "int4"], help="the weight format")
     quant.add_argument(
         "--parts",
         default=None,
@@ -931,11 +1085,11 @@ def main(argv: list[str] | None = None) -> int:
     ev.add_argument(
         "--weights", default="auto", help="weight formats, comma-separated (first is the baseline)"
     )
-    ev.add_argument("--contexts", default="256,1024,2048")
+    ev.add_argument("--contexts", default="256,1024,2048", help="context lengths, comma-separated")
     ev.add_argument("--text", default=None, help="held-out text (default: the model's)")
     ev.add_argument("--max-windows", type=int, default=None, help="cap on windows per context")
-    ev.add_argument("--config", default=DEFAULT_CONFIG)
-    ev.add_argument("--json", action="store_true")
+    ev.add_argument("--config", default=None, help=CONFIG_HELP)
+    ev.add_argument("--json", action="store_true", help="print JSON")
     ev.add_argument("--pubkey", action="append", help="trusted public key (repeatable; default: models/keys)")
     ev.add_argument("--allow-unsigned", action="store_true", help="evaluate a model without a manifest")
     ev.add_argument(
@@ -943,41 +1097,61 @@ def main(argv: list[str] | None = None) -> int:
     )
     ev.set_defaults(func=cmd_models_eval)
     kg = models.add_parser("keygen", help="make an Ed25519 key pair: KEYFILE (private) and KEYFILE.pub")
-    kg.add_argument("keyfile")
-    kg.add_argument("--force", action="store_true")
+    kg.add_argument("keyfile", help="where to write the private key (the public key goes to KEYFILE.pub)")
+    kg.add_argument("--force", action="store_true", help="overwrite an existing key")
     kg.set_defaults(func=cmd_models_keygen)
     sg = models.add_parser("sign", help="write a signed manifest (in-toto statement in a DSSE envelope)")
-    sg.add_argument("dir")
+    sg.add_argument("dir", help="the model directory to sign")
     sg.add_argument("--key", required=True, help="Ed25519 private key (from edge models keygen)")
     sg.add_argument("--source", help="the checkpoint this one was compressed from (its manifest is linked)")
     sg.set_defaults(func=cmd_models_sign)
     vf = models.add_parser("verify", help="check files and signature against the manifest")
-    vf.add_argument("dir")
+    vf.add_argument("dir", help="the model directory to verify")
     vf.add_argument("--pubkey", action="append", help="trusted public key (repeatable; default: models/keys)")
     vf.set_defaults(func=cmd_models_verify)
     pr = models.add_parser("promote", help="verify a new model and gate it on quality against a baseline")
-    pr.add_argument("new")
-    pr.add_argument("--baseline", required=True)
-    pr.add_argument("--max-ppl-increase", default="1%")
+    pr.add_argument("new", help="the new model directory")
+    pr.add_argument("--baseline", required=True, help="the model directory it must match")
+    pr.add_argument(
+        "--max-ppl-increase", default="1%", help="largest perplexity increase allowed, in percent"
+    )
     pr.add_argument("--min-agreement", type=float, default=0.0, help="minimum greedy agreement, 0-1")
-    pr.add_argument("--contexts", default="256,1024")
-    pr.add_argument("--max-windows", type=int, default=None)
-    pr.add_argument("--text", default=None)
+    pr.add_argument("--contexts", default="256,1024", help="context lengths, comma-separated")
+    pr.add_argument("--max-windows", type=int, default=None, help="cap on windows per context")
+    pr.add_argument("--text", default=None, help="held-out text (default: the baseline's)")
     pr.add_argument("--pubkey", action="append", help="trusted public key (repeatable; default: models/keys)")
-    pr.add_argument("--allow-unsigned-baseline", action="store_true")
+    pr.add_argument(
+        "--allow-unsigned-baseline", action="store_true", help="accept a baseline without a manifest"
+    )
     pr.add_argument(
         "--record", default=None, help="append the decision here (default: promotions.jsonl beside NEW)"
     )
     pr.set_defaults(func=cmd_models_promote)
     mlist = models.add_parser("list", help="the model catalog edge dev serves")
-    mlist.add_argument("--config", default=DEFAULT_CONFIG)
+    mlist.add_argument("--config", default=None, help=CONFIG_HELP)
     mlist.set_defaults(func=cmd_models_list)
     mrel = models.add_parser("reload", help="have a running edge dev's PoPs load a model's new version")
     mrel.add_argument("model", help="a catalog name")
-    mrel.add_argument("--config", default=DEFAULT_CONFIG, help="its .edge/admin-token is sent")
+    mrel.add_argument(
+        "--config", default=None, help="its .edge/admin-token is sent (default: as edge dev finds it)"
+    )
     mrel.add_argument("--url", default="http://127.0.0.1:8787", help="the running edge dev")
     mrel.set_defaults(func=cmd_models_reload)
+    d1 = sub.add_parser(
+        "d1", help="edge d1 execute NAME --file F | --command SQL: run SQL on a local D1 database"
+    )
+    d1_sub = d1.add_subparsers(dest="d1_command", required=True)
+    d1x = d1_sub.add_parser("execute", help="run SQL on the database's file under .edge/ (no server needed)")
+    d1x.add_argument("database", help="its binding, database_name or database_id in the config")
+    what = d1x.add_mutually_exclusive_group(required=True)
+    what.add_argument("--file", help="a .sql file (run as one transaction)")
+    what.add_argument("--command", help="SQL to run")
+    d1x.add_argument("--config", default=None, help=CONFIG_HELP)
+    d1x.add_argument("--json", action="store_true", help="print results as JSON")
+    d1x.add_argument("--local", action="store_true", help="accepted for wrangler's sake: it is always local")
+    d1x.set_defaults(func=cmd_d1_execute)
     cli_sim.register(sub)
+    _show_defaults(parser)
     args = parser.parse_args(argv)
     return args.func(args)
 

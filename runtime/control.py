@@ -30,6 +30,7 @@ from starlette.routing import Route
 
 from runtime import limits as worker_limits
 from runtime.api import AUTH_ERROR, AuthError, authenticate, cf_error, envelope
+from runtime.bindings import BindingRef, binding_refs, check_binding_names
 from runtime.isolate import Isolate, WorkerLoadError
 from runtime.state import private_dir, write_bundle
 from runtime.validation import describe
@@ -50,6 +51,25 @@ MAX_PATH_BYTES = 1024
 MAX_COMPONENT_BYTES = 255  # a file name on Linux
 
 
+class KVNamespaceDeploy(msgspec.Struct, forbid_unknown_fields=True):
+    binding: str
+    id: str
+
+
+class D1DatabaseDeploy(msgspec.Struct, forbid_unknown_fields=True):
+    binding: str
+    database_name: str
+    database_id: str | None = None
+
+
+class R2BucketDeploy(msgspec.Struct, forbid_unknown_fields=True):
+    binding: str
+    bucket_name: str
+
+
+MAX_BINDINGS = 256  # KV, D1 and R2 bindings of one version together
+
+
 class DeployConfig(msgspec.Struct, forbid_unknown_fields=True):
     """What `edge deploy` sends from wrangler-like.toml; stored with the version."""
 
@@ -59,6 +79,10 @@ class DeployConfig(msgspec.Struct, forbid_unknown_fields=True):
     cpu_ms: int = worker_limits.DEFAULTS["cpu_ms"]
     memory_mb: int = worker_limits.DEFAULTS["memory_mb"]
     subrequests: int = worker_limits.DEFAULTS["subrequests"]
+    # wrangler's lists; their data lives under the runtime's state dir, keyed by the account
+    kv_namespaces: list[KVNamespaceDeploy] = []
+    d1_databases: list[D1DatabaseDeploy] = []
+    r2_buckets: list[R2BucketDeploy] = []
 
 
 class Upload(msgspec.Struct, forbid_unknown_fields=True):
@@ -79,7 +103,22 @@ def check_config(config: DeployConfig) -> worker_limits.Limits:
     for binding in config.services:
         if not binding.isidentifier():
             raise ValueError(f"config.services: binding {binding!r} is not a valid Python identifier")
+    check_storage_bindings(config)
     return worker_limits.validate(msgspec.structs.asdict(config), "config")
+
+
+def check_storage_bindings(config: DeployConfig) -> dict[str, BindingRef]:
+    """KV, D1 and R2 bindings: identifiers, ids given, no name bound twice or shared with vars,
+    services or the AI binding; ValueError naming the entry otherwise."""
+    if len(config.kv_namespaces) + len(config.d1_databases) + len(config.r2_buckets) > MAX_BINDINGS:
+        raise ValueError(f"config: at most {MAX_BINDINGS} KV, D1 and R2 bindings together")
+    try:
+        refs = binding_refs(config.kv_namespaces, config.d1_databases, config.r2_buckets)
+    except ValueError as exc:
+        raise ValueError(f"config.{exc}") from None
+    taken = {*config.vars, *config.services, *([config.ai_binding] if config.ai_binding else [])}
+    check_binding_names(refs, taken, "config: ")
+    return refs
 
 
 def _check_path(rel: str) -> None:
@@ -227,6 +266,7 @@ class ControlApi:
                 _no_ai,
                 services=list(cfg.services),
                 limits=limits.isolate(),
+                bindings={name: ref.kind for name, ref in check_storage_bindings(cfg).items()},
             )
             try:
                 await probe.start()  # imports the script in a fresh isolate

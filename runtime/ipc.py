@@ -34,6 +34,7 @@ class Init(msgspec.Struct, tag=True):
     memory_mb: int = 128  # address space the worker may add on top of the runtime's own
     sandbox: bool = True  # confine the file system and network (Landlock) before loading the script
     jailed: bool = False  # runs inside runtime.jail's namespaces: its whole view is read-only but /tmp
+    bindings: dict[str, str] = {}  # KV / D1 / R2 bindings: env name -> "kv" | "d1" | "r2"
 
 
 class Ready(msgspec.Struct, tag=True):
@@ -53,6 +54,16 @@ class Invoke(msgspec.Struct, tag=True):
     body: bytes  # the whole body when it fits one chunk; else b"" and RequestChunks follow
     cf: dict[str, Any]
     streamed_body: bool = False
+
+
+class Scheduled(msgspec.Struct, tag=True):
+    """Run the worker's scheduled handler (a Cron Trigger fired): answered by InvokeResult (status
+    200; header no-retry when the handler called controller.noRetry()) or InvokeError, each once
+    its waitUntil work has ended, then RequestDone."""
+
+    id: int
+    cron: str
+    scheduled_time: int  # ms since the epoch, UTC: controller.scheduledTime
 
 
 class RequestChunk(msgspec.Struct, tag=True):
@@ -156,6 +167,24 @@ class AICall(msgspec.Struct, tag=True):
     options: Any = None
 
 
+class BindingCall(msgspec.Struct, tag=True):
+    """env.NAME.method(*args, **kwargs) on a KV, D1 or R2 binding; the runtime checks every value."""
+
+    call: int
+    request: int  # the Invoke this call belongs to
+    binding: str
+    method: str
+    args: list[Any] = []
+    kwargs: dict[str, Any] = {}
+
+
+class BindingReply(msgspec.Struct, tag=True):
+    call: int
+    result: Any = None
+    error_type: str | None = None  # "KV_ERROR", "D1_ERROR", "R2_ERROR", "TypeError", "RangeError", ...
+    error_message: str | None = None
+
+
 class AIChunk(msgspec.Struct, tag=True):
     """Part of a streamed AI answer (SSE bytes); the AIReply that follows ends the stream."""
 
@@ -175,6 +204,7 @@ Message = (
     | Ready
     | LoadFailed
     | Invoke
+    | Scheduled
     | InvokeResult
     | InvokeError
     | InvokeStart
@@ -183,6 +213,8 @@ Message = (
     | AICall
     | AIChunk
     | AIReply
+    | BindingCall
+    | BindingReply
     | Log
     | FetchCall
     | FetchReply

@@ -37,7 +37,7 @@ _PROJECT_ROOT = Path(__file__).resolve().parent.parent
 RESPONSE_WALL_S = 300.0  # from the request to its response's first byte
 WAIT_UNTIL_S = 30.0  # work after the response (waitUntil), as on Workers
 GRACE_S = 5.0  # a cancelled request that has not ended by then gets its isolate killed
-MAX_CALLS = 64  # AI and fetch calls one isolate may have outstanding at once
+MAX_CALLS = 64  # AI, fetch and binding calls one isolate may have outstanding at once
 OUTPUT_LINE = 4096  # stdout/stderr: characters kept of one line
 OUTPUT_BYTES = 256 * 1024  # stdout/stderr bytes kept per isolate between two requests' starts
 # CPU burnt while no request runs (forked children, threads) may reach cpu_ms, and at most
@@ -110,6 +110,10 @@ async def _no_fetch(call: ipc.FetchCall) -> ipc.FetchReply:
     return ipc.FetchReply(call.call, error="outbound fetch is not available here")
 
 
+async def _no_binding(call: ipc.BindingCall) -> ipc.BindingReply:
+    return ipc.BindingReply(call.call, error_type="Error", error_message="bindings are not available here")
+
+
 def _child_env() -> dict[str, str]:
     keep = ("PATH", "LANG", "LC_ALL", "TZ", "SYSTEMROOT")
     env = {k: os.environ[k] for k in keep if k in os.environ}
@@ -149,6 +153,8 @@ class Isolate:
         limits: IsolateLimits | None = None,
         on_fetch: Callable[[ipc.FetchCall], Awaitable[ipc.FetchReply]] = _no_fetch,
         on_log: Callable[[ipc.Log], None] | None = None,
+        bindings: dict[str, str] | None = None,
+        on_binding: Callable[[ipc.BindingCall], Awaitable[ipc.BindingReply]] = _no_binding,
     ):
         self.name = name
         self.script = script
@@ -158,6 +164,8 @@ class Isolate:
         self.limits = limits or IsolateLimits()
         self._on_fetch = on_fetch
         self._on_log = on_log
+        self.bindings = dict(bindings or {})  # KV / D1 / R2: env name -> kind
+        self._on_binding = on_binding
         self._ai = ai
         self._ids = itertools.count(1)
         self._pending: dict[int, asyncio.Future] = {}  # request -> its outcome
@@ -240,6 +248,7 @@ class Isolate:
             self.limits.memory_mb,
             self.limits.sandbox,
             self.jailed,
+            bindings=self.bindings,
         )
         writer.write(ipc.encode(init))
         await writer.drain()
@@ -320,6 +329,34 @@ class Isolate:
         entry = self._inflight.get(rid)
         if entry is not None:  # the response has begun: what is left is its body and waitUntil
             entry.deadline = None if isinstance(outcome, ipc.InvokeStart) else time.monotonic() + WAIT_UNTIL_S
+        return outcome
+
+    async def schedule(
+        self, cron: str, scheduled_time_ms: int, request_id: int | None = None
+    ) -> ipc.InvokeResult | ipc.InvokeError:
+        """Run the worker's scheduled handler (a Cron Trigger); it counts as a request, held to
+        the same CPU and wall-clock limits, and answers once its waitUntil work has ended."""
+        async with self._start_lock:
+            if not self.alive:
+                await self.stop()
+                await self.start()
+        rid = request_id if request_id is not None else next(self._ids)
+        future = asyncio.get_running_loop().create_future()
+        self._pending[rid] = future
+        self._inflight[rid] = _InFlight(self._last_cpu, time.monotonic() + RESPONSE_WALL_S)
+        self._served_since_look = True
+        self._output_left = OUTPUT_BYTES
+        try:
+            self._send(ipc.Scheduled(rid, cron, int(scheduled_time_ms)))
+            outcome = await future
+        except BaseException:
+            self._end(rid)
+            raise
+        finally:
+            self._pending.pop(rid, None)
+        entry = self._inflight.get(rid)
+        if entry is not None:  # RequestDone follows at once; until then the usual grace applies
+            entry.deadline = time.monotonic() + WAIT_UNTIL_S
         return outcome
 
     async def _upload(self, rid: int, body: bytes | AsyncIterator[bytes]) -> None:
@@ -473,18 +510,25 @@ class Isolate:
                 credit.release()
         elif isinstance(msg, ipc.RequestDone):
             self._end(msg.id)
-        elif isinstance(msg, (ipc.AICall, ipc.FetchCall)):
+        elif isinstance(msg, (ipc.AICall, ipc.FetchCall, ipc.BindingCall)):
             if self._calls >= MAX_CALLS:
                 self._refuse_call(msg)
             else:
                 self._calls += 1
-                self._spawn(self._answer_ai(msg) if isinstance(msg, ipc.AICall) else self._answer_fetch(msg))
+                if isinstance(msg, ipc.BindingCall):
+                    self._spawn(self._answer_binding(msg))
+                elif isinstance(msg, ipc.AICall):
+                    self._spawn(self._answer_ai(msg))
+                else:
+                    self._spawn(self._answer_fetch(msg))
         elif isinstance(msg, ipc.Log) and self._on_log is not None:
             self._on_log(msg)
 
-    def _refuse_call(self, msg: ipc.AICall | ipc.FetchCall) -> None:
-        why = f"more than {MAX_CALLS} AI and fetch calls at once from one isolate"
-        if isinstance(msg, ipc.AICall):
+    def _refuse_call(self, msg: ipc.AICall | ipc.FetchCall | ipc.BindingCall) -> None:
+        why = f"more than {MAX_CALLS} AI, fetch and binding calls at once from one isolate"
+        if isinstance(msg, ipc.BindingCall):
+            self._send(ipc.BindingReply(msg.call, error_type="Error", error_message=why))
+        elif isinstance(msg, ipc.AICall):
             self._send(ipc.AIReply(msg.call, error_code=3040, error_message=why))
         else:
             self._send(ipc.FetchReply(msg.call, error=why))
@@ -507,6 +551,25 @@ class Isolate:
                 reply = await self._on_fetch(call)
             except Exception as exc:  # the runtime's side failed: tell the worker, keep serving
                 reply = ipc.FetchReply(call.call, error=f"fetch failed: {type(exc).__name__}: {exc}")
+            if self._writer is not None:
+                self._send(reply)
+                await self._writer.drain()
+        finally:
+            self._calls -= 1
+
+    async def _answer_binding(self, call: ipc.BindingCall) -> None:
+        try:
+            try:
+                reply = await self._on_binding(call)
+                if len(ipc.encode(reply)) > ipc.TO_ISOLATE:  # the isolate would take it as an attack
+                    reply = ipc.BindingReply(
+                        call.call, error_type="Error", error_message="the result is too large to return"
+                    )
+            except Exception as exc:  # the runtime's side failed: tell the worker, keep serving
+                log.exception("binding call failed")
+                reply = ipc.BindingReply(
+                    call.call, error_type="Error", error_message=f"internal error: {type(exc).__name__}"
+                )
             if self._writer is not None:
                 self._send(reply)
                 await self._writer.drain()

@@ -26,6 +26,8 @@ import msgspec
 
 from runtime import ipc, sandbox
 from workers import AIError, Request, Response, WorkerEntrypoint
+from workers.bindings import BINDING_CLASSES, binding_error
+from workers.context import _install as install_context
 from workers.fetch import _install as install_fetch
 
 WAIT_UNTIL_SECONDS = 30.0  # as on Workers: work continues this long after the response
@@ -34,6 +36,8 @@ FETCH_BODY_BYTES = 1024 * 1024  # an outbound request body crosses to the runtim
 ERROR_CHARS = 64 * 1024  # of an exception's message and of its traceback
 
 _current_request: contextvars.ContextVar[int | None] = contextvars.ContextVar("edge_request", default=None)
+# the request's ctx, for the SDK's module-level wait_until (workers.context)
+_current_ctx: contextvars.ContextVar[Any] = contextvars.ContextVar("edge_ctx", default=None)
 
 
 class Env:
@@ -152,7 +156,7 @@ class Channel:
         finally:
             self._pending.pop(call, None)
 
-    def resolve(self, msg: ipc.AIReply | ipc.AIChunk | ipc.FetchReply) -> None:
+    def resolve(self, msg: ipc.AIReply | ipc.AIChunk | ipc.FetchReply | ipc.BindingReply) -> None:
         queue = self._pending.get(msg.call)
         if queue is not None:
             queue.put_nowait(msg)
@@ -181,6 +185,37 @@ class Channel:
         if reply.error:
             raise RuntimeError(reply.error)
         return Response(reply.body, status=reply.status, headers=reply.headers)
+
+    async def call_binding(self, binding: str, method: str, args: list, kwargs: dict) -> Any:
+        """env.BINDING.method(...) on a KV, D1 or R2 binding, answered by the runtime's store."""
+        request = _current_request.get()
+        if request is None:
+            raise RuntimeError(f"env.{binding}.{method} can only be called while handling a request")
+        if not all(isinstance(k, str) for k in kwargs):
+            raise TypeError(f"env.{binding}.{method}: option names must be strings")
+        call = next(self._calls)
+        queue: asyncio.Queue = asyncio.Queue()
+        self._pending[call] = queue
+        try:
+            self.send(ipc.BindingCall(call, request, binding, method, list(args), dict(kwargs)))
+        except (TypeError, msgspec.EncodeError) as exc:
+            del self._pending[call]
+            raise TypeError(
+                f"env.{binding}.{method}: arguments must be str, bytes, numbers, None, lists or dicts: {exc}"
+            ) from None
+        except ValueError:
+            del self._pending[call]
+            raise ValueError(
+                f"env.{binding}.{method}: the call is over the {ipc.FROM_ISOLATE // 2**20} MiB one call may "
+                "carry to the runtime; store less per call"
+            ) from None
+        try:
+            reply: ipc.BindingReply = await queue.get()
+        finally:
+            self._pending.pop(call, None)
+        if reply.error_type is not None:
+            raise binding_error(reply.error_type, reply.error_message or f"env.{binding}.{method} failed")
+        return reply.result
 
     def log(self, level: str, message: str) -> None:
         """A line for the tail; past the per-request budget lines are dropped here (the runtime
@@ -258,6 +293,8 @@ def sandbox_paths(script: Path) -> list[str]:
     """What a worker may read: its own folder, Python itself, and the SDK it imports."""
     import site
 
+    import js
+    import pyodide
     import runtime
     import workers
 
@@ -265,8 +302,7 @@ def sandbox_paths(script: Path) -> list[str]:
         sys.prefix,
         sys.base_prefix,
         sys.exec_prefix,
-        str(Path(workers.__file__).parent),
-        str(Path(runtime.__file__).parent),
+        *(str(Path(m.__file__).parent) for m in (workers, runtime, pyodide, js)),
     }
     # the worker's own folder, but not the runtime's state kept beside it (.edge: database, token,
     # other workers' scripts) nor other tooling folders
@@ -288,8 +324,26 @@ def sandbox_paths(script: Path) -> list[str]:
     return sorted(paths)
 
 
-def load_entry(script: Path, env: Env):
-    """Import the script and return `handler(request, ctx) -> Response`, or raise with what to fix."""
+def _arity(fn: Any, most: int, method: bool) -> int:
+    """How many of up to `most` positional arguments `fn` declares (self not counted): Cloudflare's
+    shapes range from `fetch(self)` to `on_fetch(request, env, ctx)`, read once at load."""
+    params = list(inspect.signature(fn).parameters.values())
+    if any(p.kind is p.VAR_POSITIONAL for p in params):
+        return most
+    count = sum(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in params)
+    return max(0, min(most, count - (1 if method else 0)))
+
+
+class Handlers:
+    """The script's handlers: `fetch(request, ctx)` and `scheduled(controller, ctx)` (None where
+    the script has none), each calling the user's function with the arguments it declares."""
+
+    def __init__(self, entry: str, fetch: Any = None, scheduled: Any = None):
+        self.entry, self.fetch, self.scheduled = entry, fetch, scheduled
+
+
+def load_entry(script: Path, env: Env) -> tuple[str, Handlers]:
+    """Import the script and return its entry name and its Handlers, or raise with what to fix."""
     sys.path.insert(0, str(script.parent))
     spec = importlib.util.spec_from_file_location(script.stem, script)
     if spec is None or spec.loader is None:
@@ -300,30 +354,96 @@ def load_entry(script: Path, env: Env):
 
     default = getattr(module, "Default", None)
     on_fetch = getattr(module, "on_fetch", None)
-    if default is not None and on_fetch is not None:
-        raise TypeError(f"{script.name} defines both class Default and on_fetch; keep one entry point")
+    on_scheduled = getattr(module, "on_scheduled", None)
+    if default is not None and (on_fetch is not None or on_scheduled is not None):
+        both = "on_fetch" if on_fetch is not None else "on_scheduled"
+        raise TypeError(f"{script.name} defines both class Default and {both}; keep one entry point")
     if default is not None:
         if not (inspect.isclass(default) and issubclass(default, WorkerEntrypoint)):
             raise TypeError(f"{script.name}: Default must be a class deriving from workers.WorkerEntrypoint")
-        if not inspect.iscoroutinefunction(getattr(default, "fetch", None)):
-            raise TypeError(f"{script.name}: Default must define `async def fetch(self, request)`")
+        fetch, scheduled = getattr(default, "fetch", None), getattr(default, "scheduled", None)
+        if fetch is None and scheduled is None:
+            raise TypeError(
+                f"{script.name}: Default must define `async def fetch(self, request)` "
+                "or `async def scheduled(self, controller, env, ctx)`"
+            )
+        for name, fn in (("fetch", fetch), ("scheduled", scheduled)):
+            if fn is not None and not inspect.iscoroutinefunction(fn):
+                raise TypeError(f"{script.name}: Default.{name} must be an `async def`")
+        handlers = Handlers(
+            ", ".join(f"Default.{n}" for n, f in (("fetch", fetch), ("scheduled", scheduled)) if f)
+        )
+        if fetch is not None:
+            n_fetch = _arity(fetch, 3, method=True)
 
-        async def handle_default(request: Request, ctx: Context) -> Any:
-            return await default(ctx, env).fetch(request)
+            async def handle_default(request: Request, ctx: Context) -> Any:
+                return await default(ctx, env).fetch(*(request, env, ctx)[:n_fetch])
 
-        return "Default.fetch", handle_default
-    if on_fetch is not None:
-        if not inspect.iscoroutinefunction(on_fetch):
-            raise TypeError(f"{script.name}: on_fetch must be `async def on_fetch(request, env)`")
-        takes_ctx = len(inspect.signature(on_fetch).parameters) >= 3
+            handlers.fetch = handle_default
+        if scheduled is not None:
+            n_sched = _arity(scheduled, 3, method=True)
 
-        async def handle_on_fetch(request: Request, ctx: Context) -> Any:
-            return await (on_fetch(request, env, ctx) if takes_ctx else on_fetch(request, env))
+            async def schedule_default(controller: ScheduledController, ctx: Context) -> Any:
+                return await default(ctx, env).scheduled(*(controller, env, ctx)[:n_sched])
 
-        return "on_fetch", handle_on_fetch
+            handlers.scheduled = schedule_default
+        return handlers.entry, handlers
+    if on_fetch is not None or on_scheduled is not None:
+        for name, fn, shape in (
+            ("on_fetch", on_fetch, "async def on_fetch(request, env)"),
+            ("on_scheduled", on_scheduled, "async def on_scheduled(controller, env, ctx)"),
+        ):
+            if fn is not None and not inspect.iscoroutinefunction(fn):
+                raise TypeError(f"{script.name}: {name} must be `{shape}`")
+        handlers = Handlers(
+            ", ".join(n for n, f in (("on_fetch", on_fetch), ("on_scheduled", on_scheduled)) if f)
+        )
+        if on_fetch is not None:
+            n_fetch = _arity(on_fetch, 3, method=False)
+
+            async def handle_on_fetch(request: Request, ctx: Context) -> Any:
+                return await on_fetch(*(request, env, ctx)[:n_fetch])
+
+            handlers.fetch = handle_on_fetch
+        if on_scheduled is not None:
+            n_sched = _arity(on_scheduled, 3, method=False)
+
+            async def schedule_module(controller: ScheduledController, ctx: Context) -> Any:
+                return await on_scheduled(*(controller, env, ctx)[:n_sched])
+
+            handlers.scheduled = schedule_module
+        return handlers.entry, handlers
     raise TypeError(
         f"{script.name} has no entry point: define `class Default(WorkerEntrypoint)` with "
         "`async def fetch(self, request)`, or `async def on_fetch(request, env)`"
+    )
+
+
+class ScheduledController:
+    """`controller` of a scheduled event, as Cloudflare's: `cron` (the trigger that fired),
+    `scheduledTime` (ms since the epoch, UTC), `type` ("scheduled") and `noRetry()`."""
+
+    type = "scheduled"
+
+    def __init__(self, cron: str, scheduled_time: int):
+        self.cron = cron
+        self.scheduledTime = scheduled_time  # noqa: N815 - Cloudflare's name
+        self.retry = True
+
+    @property
+    def scheduled_time(self) -> int:
+        return self.scheduledTime
+
+    def noRetry(self) -> None:  # noqa: N802 - Cloudflare's name
+        self.retry = False
+
+    no_retry = noRetry
+
+
+async def _no_fetch_handler(request: Request, ctx: Context) -> Any:
+    raise TypeError(
+        "this worker has no fetch handler: define `async def fetch(self, request)` in class Default "
+        "(or `async def on_fetch(request, env)`)"
     )
 
 
@@ -380,6 +500,7 @@ async def _stream_response(channel: Channel, rid: int, response: Response, body:
 async def serve_invoke(channel: Channel, handler, inv: ipc.Invoke) -> None:
     _current_request.set(inv.id)
     ctx = Context()
+    _current_ctx.set(ctx)
     try:
         body = channel.request_body(inv.id) if inv.streamed_body else inv.body
         request = Request(inv.url, inv.method, inv.headers, body, inv.cf)
@@ -409,6 +530,39 @@ async def serve_invoke(channel: Channel, handler, inv: ipc.Invoke) -> None:
     channel.forget(inv.id)
 
 
+async def serve_scheduled(channel: Channel, handler, msg: ipc.Scheduled) -> None:
+    """A Cron Trigger fired: run the scheduled handler, wait for its waitUntil work (the event
+    lasts until that ends, as on Workers), answer InvokeResult or InvokeError, then RequestDone
+    (the runtime counts CPU until then)."""
+    _current_request.set(msg.id)
+    ctx = Context()
+    _current_ctx.set(ctx)
+    controller = ScheduledController(msg.cron, msg.scheduled_time)
+    try:
+        if handler is None:
+            raise TypeError(
+                "this worker has no scheduled handler: define `async def scheduled(self, controller, "
+                "env, ctx)` in class Default (or `async def on_scheduled(controller, env, ctx)`)"
+            )
+        await handler(controller, ctx)
+        await ctx.settle()
+        headers = [] if controller.retry else [("no-retry", "true")]
+        channel.send(ipc.InvokeResult(msg.id, 200, headers, b""))
+    except asyncio.CancelledError:  # the runtime cancelled it: it ran out of time
+        ctx.cancel()
+        channel.send(ipc.InvokeError(msg.id, "Cancelled: the scheduled event was cancelled", ""))
+    except Exception as exc:  # the worker's own failure: reported, the isolate stays up
+        ctx.cancel()
+        message = f"{type(exc).__name__}: {exc}"[:ERROR_CHARS]
+        channel.send(ipc.InvokeError(msg.id, message, traceback.format_exc()[-ERROR_CHARS:]))
+    try:
+        await channel.writer.drain()
+    except asyncio.CancelledError:
+        pass
+    channel.send(ipc.RequestDone(msg.id))
+    channel.forget(msg.id)
+
+
 async def main(fd: int) -> None:
     sock = socket.socket(fileno=fd)
     reader, writer = await asyncio.open_unix_connection(sock=sock, limit=ipc.CHUNK)
@@ -421,6 +575,10 @@ async def main(fd: int) -> None:
         values[init.ai_binding] = AIBinding(channel)
     for name in init.services:
         values[name] = ServiceBinding(channel, name)
+    for name, kind in init.bindings.items():  # KV, D1, R2: each call crosses as ipc.BindingCall
+        values[name] = BINDING_CLASSES[kind](
+            lambda method, args, kwargs, _name=name: channel.call_binding(_name, method, args, kwargs)
+        )
     capture_logs(channel)
     install_fetch(lambda method, url, headers, body: channel.fetch(method, url, headers, body))
     try:
@@ -431,7 +589,9 @@ async def main(fd: int) -> None:
             sandbox.restrict(["/"], writable=["/dev/null"], scratch=["/tmp"])
         elif init.sandbox:  # from here the kernel confines what the script can touch
             sandbox.restrict(sandbox_paths(script), writable=["/dev/null"])
-        entry, handler = load_entry(script, Env(values))
+        env = Env(values)
+        install_context(env=env, current_ctx=_current_ctx.get)  # workers.env, workers.wait_until
+        entry, handlers = load_entry(script, env)
     except BaseException as exc:  # noqa: BLE001 - any import failure is reported, then we exit
         message = f"{type(exc).__name__}: {exc}"[:ERROR_CHARS]
         channel.send(ipc.LoadFailed(message, traceback.format_exc()[-ERROR_CHARS:]))
@@ -448,7 +608,11 @@ async def main(fd: int) -> None:
         if isinstance(msg, ipc.Invoke):
             if msg.streamed_body:
                 channel.request_bodies[msg.id] = asyncio.Queue()
-            channel.tasks[msg.id] = asyncio.create_task(serve_invoke(channel, handler, msg))
+            fetch = handlers.fetch or _no_fetch_handler
+            channel.tasks[msg.id] = asyncio.create_task(serve_invoke(channel, fetch, msg))
+        elif isinstance(msg, ipc.Scheduled):
+            task = asyncio.create_task(serve_scheduled(channel, handlers.scheduled, msg))
+            channel.tasks[msg.id] = task
         elif isinstance(msg, (ipc.RequestChunk, ipc.RequestEnd)):
             queue = channel.request_bodies.get(msg.id)
             if queue is not None:  # at most ipc.WINDOW chunks wait here: the runtime keeps count
@@ -461,7 +625,7 @@ async def main(fd: int) -> None:
             task = channel.tasks.get(msg.id)
             if task is not None:
                 task.cancel()
-        elif isinstance(msg, (ipc.AIReply, ipc.AIChunk, ipc.FetchReply)):
+        elif isinstance(msg, (ipc.AIReply, ipc.AIChunk, ipc.FetchReply, ipc.BindingReply)):
             channel.resolve(msg)
 
 

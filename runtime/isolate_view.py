@@ -48,6 +48,8 @@ def view_spec(script: Path, fd: int, rlimits: dict[str, int], tmp_bytes: int) ->
         binds.append((prefix, prefix))
     binds.append((os.path.dirname(msgspec.__file__), f"{LIB}/msgspec"))
     binds.append((os.path.dirname(workers.__file__), f"{LIB}/workers"))
+    # the pyodide.ffi and js stand-ins that scripts written for Cloudflare import
+    binds += [(str(_PROJECT_ROOT / "pyodide"), f"{LIB}/pyodide"), (str(_PROJECT_ROOT / "js"), f"{LIB}/js")]
     copies = [(str(_PROJECT_ROOT / "runtime" / m), f"{LIB}/runtime/{m}") for m in ISOLATE_MODULES]
     copies += [("/etc/ld.so.cache", "/etc/ld.so.cache"), ("/etc/localtime", "/etc/localtime")]
     root = os.geteuid() == 0

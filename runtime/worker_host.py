@@ -26,6 +26,7 @@ from edge_sim.accounting import LatencyAccount
 from edge_sim.topology import Location, PoP
 from runtime import ipc
 from runtime.ai import workers_ai_sse
+from runtime.bindings import BindingError, BindingRef
 from runtime.fetch_guard import FetchError
 from runtime.isolate import ExceededResources, Isolate, IsolateCrashed, IsolateLimits, WorkerLoadError
 from workers import AIError
@@ -40,6 +41,7 @@ WORKER_EXCEPTION = 1101
 WORKER_LIMITS = 1102
 WORKER_UNAVAILABLE = 1103
 LOG_LINES, LOG_BYTES, LOG_LINE_CHARS = 256, 256 * 1024, 16 * 1024  # kept per request for the tail
+BINDING_CALLS = 1000  # KV, D1 and R2 calls per request (Workers KV's per-invocation operation limit)
 
 
 class LogBudget:
@@ -69,6 +71,7 @@ class WorkerSpec(msgspec.Struct, frozen=True):
     services: dict[str, str]  # binding -> worker of the same account
     limits: IsolateLimits
     subrequests: int = 50
+    bindings: dict[str, BindingRef] = {}  # KV / D1 / R2: env name -> (kind, id), under `account`
 
 
 @dataclass
@@ -83,6 +86,7 @@ class RequestContext:
     quantization: list[str] = field(default_factory=list)  # per AI call, for x-edge-quantization
     logs: list[dict[str, Any]] = field(default_factory=list)
     subrequests: int = 0
+    binding_calls: int = 0
     log_bytes: int = 0
     logs_dropped: int = 0
     started: float = field(default_factory=time.time)
@@ -147,6 +151,8 @@ class WorkerHandle:
             limits=spec.limits,
             on_fetch=self._on_fetch,
             on_log=self._on_log,
+            bindings={name: ref.kind for name, ref in spec.bindings.items()},
+            on_binding=self._on_binding,
         )
 
     @property
@@ -202,7 +208,7 @@ class WorkerHandle:
         a budget that refills over time. The isolate's own counting is not trusted."""
         ctx = self.requests.get(msg.request)
         text = msg.message[:LOG_LINE_CHARS]
-        entry = {"level": msg.level[:16], "message": text, "timestamp": time.time()}
+        entry = {"level": msg.level[:16], "message": text, "timestamp": int(time.time() * 1000)}  # ms
         if ctx is not None:
             if len(ctx.logs) >= LOG_LINES or ctx.log_bytes + len(text) > LOG_BYTES:
                 ctx.logs_dropped += 1
@@ -219,7 +225,7 @@ class WorkerHandle:
                 "outcome": "log",
                 "scriptName": self.spec.name,
                 "logs": [entry],
-                "eventTimestamp": time.time(),
+                "eventTimestamp": int(time.time() * 1000),  # milliseconds, as Cloudflare's tail
             },
         )
 
@@ -246,6 +252,37 @@ class WorkerHandle:
         except FetchError as exc:
             return ipc.FetchReply(call.call, error=str(exc))
         return ipc.FetchReply(call.call, r.status, r.headers, r.body)
+
+    async def _on_binding(self, call: ipc.BindingCall) -> ipc.BindingReply:
+        """env.NAME.method(...) on a KV, D1 or R2 binding: the name is looked up in this worker's
+        own spec (the isolate cannot pick an id) and the store is this worker's account's."""
+        ctx = self.requests.get(call.request)
+        if ctx is None:
+            return ipc.BindingReply(
+                call.call, error_type="Error", error_message="the request that made this call has ended"
+            )
+        ref = self.spec.bindings.get(call.binding)
+        if ref is None:
+            return ipc.BindingReply(
+                call.call,
+                error_type="TypeError",
+                error_message=f"no KV, D1 or R2 binding named {call.binding!r}",
+            )
+        ctx.binding_calls += 1
+        if ctx.binding_calls > BINDING_CALLS:
+            return ipc.BindingReply(
+                call.call,
+                error_type="Error",
+                error_message=f"Too many API requests by single worker invocation: at most {BINDING_CALLS} "
+                "KV, D1 and R2 calls per request",
+            )
+        try:
+            result = await self.runtime.bindings.call(
+                self.spec.account, ref, call.method, call.args, call.kwargs
+            )
+        except BindingError as exc:
+            return ipc.BindingReply(call.call, error_type=exc.type, error_message=str(exc))
+        return ipc.BindingReply(call.call, result=result)
 
     # --- serving a request --------------------------------------------------------------------------
 
@@ -341,7 +378,7 @@ class WorkerHandle:
                     "level": "warn",
                     "message": f"{ctx.logs_dropped} more log line(s) dropped: a request keeps at most "
                     f"{LOG_LINES} lines and {LOG_BYTES // 1024} KiB",
-                    "timestamp": time.time(),
+                    "timestamp": int(time.time() * 1000),
                 }
             )
         seconds = time.time() - ctx.started
@@ -353,7 +390,7 @@ class WorkerHandle:
                 "scriptName": self.spec.name,
                 "scriptVersion": {"id": self.spec.version} if self.spec.version else None,
                 "outcome": outcome,
-                "eventTimestamp": ctx.started,
+                "eventTimestamp": int(ctx.started * 1000),  # milliseconds, as Cloudflare's tail
                 "event": {
                     "request": {"method": ctx.method, "url": ctx.url, "cf": {"colo": ctx.ingress.code}},
                     "response": {"status": status},
@@ -363,6 +400,61 @@ class WorkerHandle:
                 "wallTimeMs": round(seconds * 1000, 3),
             },
         )
+
+    async def schedule(self, cron: str, scheduled_time_ms: int) -> tuple[str, dict | None]:
+        """Run the worker's scheduled handler for `cron` (a Cron Trigger fired, or
+        /cdn-cgi/handler/scheduled); returns (outcome, exception) and tails the event as
+        Cloudflare shows a scheduled one: `event: {cron, scheduledTime}`. Its AI calls start at
+        the PoP the config's client_location lands on."""
+        location = self.runtime.default_location
+        ingress, _ = self.runtime.edge.ingress(location)
+        ctx = RequestContext(location, ingress, 0.0, method="", url="")
+        rid = self.isolate.next_request_id()
+        self.requests[rid] = ctx
+        outcome, exception = "ok", None
+        try:
+            result = await self.isolate.schedule(cron, scheduled_time_ms, request_id=rid)
+            if isinstance(result, ipc.InvokeError) and result.message.startswith("MemoryError"):
+                outcome = "exceededMemory"
+                await self.isolate.stop()  # replaced on the next event
+            elif isinstance(result, ipc.InvokeError):
+                name, _, message = result.message.partition(": ")
+                outcome, exception = (
+                    "exception",
+                    {"name": name, "message": message, "stack": result.traceback},
+                )
+                log.warning(
+                    "worker %s threw in scheduled: %s\n%s", self.spec.name, result.message, result.traceback
+                )
+            elif not isinstance(result, ipc.InvokeResult):  # a body for a scheduled event: broken
+                outcome = "exception"
+                exception = {"name": "IsolateCrashed", "message": "the isolate broke the IPC protocol"}
+                await self.isolate.stop()
+        except WorkerLoadError as exc:
+            outcome, exception = "exception", {"name": "WorkerLoadError", "message": str(exc)}
+        except ExceededResources as exc:
+            outcome, exception = exc.outcome, {"name": "ExceededResources", "message": str(exc)}
+        except IsolateCrashed as exc:
+            outcome, exception = "exception", {"name": "IsolateCrashed", "message": str(exc)}
+        finally:
+            self.requests.pop(rid, None)
+        seconds = time.time() - ctx.started
+        self.runtime.metrics.request(self.spec.name, outcome, seconds)
+        self.runtime.tail.publish(
+            self.spec.account,
+            self.spec.name,
+            {
+                "scriptName": self.spec.name,
+                "scriptVersion": {"id": self.spec.version} if self.spec.version else None,
+                "outcome": outcome,
+                "eventTimestamp": int(ctx.started * 1000),  # milliseconds, as Cloudflare's tail
+                "event": {"cron": cron, "scheduledTime": scheduled_time_ms},
+                "logs": ctx.logs,
+                "exceptions": [exception] if exception else [],
+                "wallTimeMs": round(seconds * 1000, 3),
+            },
+        )
+        return outcome, exception
 
     async def stop(self) -> None:
         await self.isolate.stop()

@@ -9,9 +9,52 @@
 This package stands alone: it runs inside the isolate and imports nothing of the runtime's.
 """
 
+from workers.blob import Blob, BlobEnding, BlobValue, File
+from workers.context import (
+    env,
+    import_from_javascript,
+    patch_env,
+    python_from_rpc,
+    python_to_rpc,
+    wait_until,
+    waitUntil,
+)
 from workers.entrypoint import WorkerEntrypoint
 from workers.errors import AIError
 from workers.fetch import fetch
+from workers.formdata import FormData, FormDataValue
 from workers.http import Headers, Request, Response
+from workers.objects import DurableObject, WorkflowEntrypoint, handler
+from workers.types import Body, Context, FetchKwargs, FetchResponse, JSBody, RequestInitCfProperties
 
-__all__ = ["AIError", "Headers", "Request", "Response", "WorkerEntrypoint", "fetch"]
+# Cloudflare's workers-runtime-sdk names (tests/fixtures/cloudflare_workers_sdk_all.json), plus AIError
+__all__ = [
+    "AIError",
+    "Blob",
+    "BlobEnding",
+    "BlobValue",
+    "Body",
+    "Context",
+    "DurableObject",
+    "FetchKwargs",
+    "FetchResponse",
+    "File",
+    "FormData",
+    "FormDataValue",
+    "Headers",
+    "JSBody",
+    "Request",
+    "RequestInitCfProperties",
+    "Response",
+    "WorkerEntrypoint",
+    "WorkflowEntrypoint",
+    "env",
+    "fetch",
+    "handler",
+    "import_from_javascript",
+    "patch_env",
+    "python_from_rpc",
+    "python_to_rpc",
+    "waitUntil",
+    "wait_until",
+]

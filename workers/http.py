@@ -57,6 +57,18 @@ class Headers:
         return f"Headers({self._items!r})"
 
 
+class CfProperties(dict):
+    """`request.cf`: read by key (`request.cf["colo"]`) or, as on Cloudflare, by attribute
+    (`request.cf.colo`)."""
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            value = self[name]
+        except KeyError:
+            raise AttributeError(f"request.cf has no {name!r}") from None
+        return CfProperties(value) if type(value) is dict else value
+
+
 class Request:
     """An incoming request. Its body is bytes, or (for a large upload) a stream that arrives in
     chunks: `async for chunk in request.body` reads it without holding it whole, while
@@ -73,7 +85,7 @@ class Request:
         self.url = url
         self.method = method.upper()
         self.headers = headers if isinstance(headers, Headers) else Headers(headers)
-        self.cf = cf or {}
+        self.cf = CfProperties(cf or {})
         if body is None or isinstance(body, (bytes, bytearray, memoryview)):
             self._body: bytes | None = bytes(body or b"")
             self._stream: AsyncIterator[bytes] | None = None
@@ -91,6 +103,36 @@ class Request:
     @property
     def bodyUsed(self) -> bool:  # noqa: N802 - the Fetch API's name
         return self._body is None and self._stream is None
+
+    body_used = bodyUsed  # Cloudflare's SDK's name
+
+    @property
+    def js_object(self) -> Request:
+        """Cloudflare hands back the underlying JS Request; here the Request is its own object."""
+        return self
+
+    async def buffer(self) -> bytes:
+        """The body (Cloudflare's name; an ArrayBuffer there)."""
+        return await self.bytes()
+
+    def clone(self) -> Request:
+        """A copy that can be read separately (a body still streaming must be read first)."""
+        if self._stream is not None:
+            raise TypeError("clone() of a streamed body: read it first with await request.bytes()")
+        if self._body is None:
+            raise TypeError("Body already used")
+        return Request(self.url, self.method, Headers(self.headers.items()), self._body, dict(self.cf))
+
+    async def form_data(self):
+        """The body as a workers.FormData (multipart/form-data or urlencoded); TypeError otherwise."""
+        from workers.formdata import FormData
+
+        return FormData._parse(await self.bytes(), self.headers.get("content-type"))
+
+    async def blob(self):
+        from workers.blob import Blob
+
+        return Blob([await self.bytes()], self.headers.get("content-type"))
 
     async def bytes(self) -> bytes:
         if self._body is None:
@@ -132,16 +174,33 @@ class _class_or_instance:
 
 
 class Response:
+    """A response. The body is str, bytes, an async iterator of bytes, or a workers.FormData /
+    Blob / File (sent with its content type). `status_text` is kept on the object, not sent:
+    the HTTP server writes the standard reason phrase. Cloudflare's positional order
+    `Response(body, status, status_text, headers)` is accepted too (a str in third place)."""
+
     def __init__(
         self,
         body: Body = None,
-        status: int = 200,
+        status: int | None = 200,
         headers: Headers | Mapping[str, str] | Iterable[tuple[str, str]] | None = None,
+        status_text: str = "",
+        web_socket: Any = None,
     ):
+        if isinstance(headers, str):  # Cloudflare's order: (body, status, status_text, headers)
+            headers, status_text = (status_text or None), headers
+        if web_socket is not None:
+            raise TypeError("WebSocket responses are not simulated by the edge runtime")
+        status = 200 if status is None else status
         if not 100 <= int(status) <= 599:
             raise ValueError(f"Response status must be between 100 and 599, got {status}")
         self.status = int(status)
+        self.status_text = str(status_text or "")
         self.headers = headers if isinstance(headers, Headers) else Headers(headers)
+        if hasattr(body, "_body_and_type"):  # workers.FormData, Blob, File
+            body, content_type = body._body_and_type()
+            if content_type and "content-type" not in self.headers:
+                self.headers.set("content-type", content_type)
         self.body = body
         if isinstance(body, str) and "content-type" not in self.headers:
             self.headers.set("content-type", "text/plain;charset=UTF-8")
@@ -179,6 +238,31 @@ class Response:
 
     async def _read_json(self) -> Any:
         return _json.loads(await self.bytes())
+
+    async def form_data(self):
+        """The body as a workers.FormData (multipart/form-data or urlencoded); TypeError otherwise."""
+        from workers.formdata import FormData
+
+        return FormData._parse(await self.bytes(), self.headers.get("content-type"))
+
+    formData = form_data  # noqa: N815 - the name Cloudflare's SDK also accepts
+
+    @property
+    def js_object(self) -> Response:
+        """Cloudflare hands back the underlying JS Response; here the Response is its own object."""
+        return self
+
+    def replace_body(self, body: Body) -> Response:
+        """A new Response with this one's status and headers and another body."""
+        headers = Headers(self.headers.items())
+        if hasattr(body, "_body_and_type"):
+            headers.delete("content-type")  # the new body brings its own
+        return Response(body, self.status, headers, status_text=self.status_text)
+
+    async def blob(self):
+        from workers.blob import Blob
+
+        return Blob([await self.bytes()], self.headers.get("content-type"))
 
     @classmethod
     def redirect(cls, url: str, status: int = 302) -> Response:

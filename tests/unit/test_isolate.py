@@ -294,3 +294,34 @@ def test_logs_fetch_and_service_calls_cross_to_the_runtime(tmp_path):
         (42, "warning", "careful"),
     ]
     assert calls[0] == ("GET", "https://example.com/data", {"x-a": "1"}, None) and calls[1][3] == "OTHER"
+
+
+def test_module_level_env_and_wait_until_reach_the_current_request(tmp_path):
+    script = write(
+        tmp_path,
+        """
+        import asyncio
+        from workers import Response, env, wait_until
+        DONE = []
+
+        async def later():
+            DONE.append(env.GREETING)
+
+        async def on_fetch(request, env_arg):
+            if request.url.endswith("/check"):
+                return Response(",".join(DONE))
+            wait_until(later())  # no ctx in sight: the SDK finds this request's
+            return Response("queued")
+    """,
+    )
+
+    async def go(iso):
+        first = await iso.invoke("GET", "http://x/", [], b"", {})
+        for _ in range(100):
+            second = await iso.invoke("GET", "http://x/check", [], b"", {})
+            if second.body:
+                return first.body, second.body
+            await asyncio.sleep(0.02)
+        return first.body, b""
+
+    assert run(with_isolate(script, go, {"GREETING": "hello"})) == (b"queued", b"hello")

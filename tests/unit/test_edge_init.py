@@ -1,0 +1,140 @@
+"""`edge init`: each template's files, its config in wrangler's keys, what it refuses, and the
+projects it writes answering (hello served by a real edge dev)."""
+
+import asyncio
+import subprocess
+import sys
+from datetime import date
+
+import httpx
+import pytest
+
+from runtime import ipc
+from runtime.config import parse_config
+from runtime.isolate import Isolate
+from runtime.templates import TEMPLATES, InitError, worker_name, write_project
+from tests.integration.dev_server import REPO, DevServer
+
+
+@pytest.mark.parametrize("template", list(TEMPLATES))
+def test_each_template_writes_a_worker_a_wrangler_config_and_a_readme(tmp_path, template):
+    folder = tmp_path / "My Project"
+    files = write_project(folder, template, today=date(2026, 11, 1))
+    assert sorted(f.name for f in files) == [".gitignore", "README.md", "worker.py", "wrangler.jsonc"]
+    compile((folder / "worker.py").read_text(), "worker.py", "exec")
+    config = parse_config((folder / "wrangler.jsonc").read_text(), source="wrangler.jsonc", base_dir=folder)
+    assert config.name == "my-project" and config.main == "worker.py"
+    assert config.compatibility_date == "2026-11-01" and config.compatibility_flags == ["python_workers"]
+    assert config.main_path == (folder / "worker.py").resolve()
+    assert (config.ai is not None) == (template == "ai-chat")
+    if template == "d1":
+        assert config.d1_databases[0].binding == "DB"
+        assert config.d1_databases[0].database_name == "my-project-db"
+    readme = (folder / "README.md").read_text()
+    assert readme.startswith("# my-project") and "edge dev" in readme
+    assert ".edge/" in (folder / ".gitignore").read_text()
+
+
+def test_the_generated_workers_are_lint_clean(tmp_path):
+    for template in TEMPLATES:
+        write_project(tmp_path / template, template)
+    ruff = REPO / ".venv" / "bin" / "ruff"
+    if not ruff.exists():
+        pytest.skip("ruff is not installed in .venv")
+    done = subprocess.run(
+        [str(ruff), "check", "--no-cache", *(str(tmp_path / t / "worker.py") for t in TEMPLATES)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_it_refuses_a_non_empty_folder_and_an_unknown_template(tmp_path):
+    (tmp_path / "taken").mkdir()
+    (tmp_path / "taken" / "notes.txt").write_text("mine")
+    with pytest.raises(InitError, match="already exists and is not an empty folder"):
+        write_project(tmp_path / "taken")
+    assert (tmp_path / "taken" / "notes.txt").read_text() == "mine"
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(InitError, match="not an empty folder"):
+        write_project(tmp_path / "file")
+    with pytest.raises(InitError, match="no template 'vue'; choose one of hello, ai-chat"):
+        write_project(tmp_path / "new", "vue")
+    (tmp_path / "empty").mkdir()
+    assert write_project(tmp_path / "empty")  # an empty folder is fine
+
+
+def test_worker_names_are_what_workers_accept(tmp_path):
+    assert worker_name(tmp_path / "Hello_World 2") == "hello-world-2"
+    assert worker_name(tmp_path / "___") == "worker"
+
+
+def test_the_cli_writes_the_project_and_says_what_next(tmp_path):
+    run = lambda *a: subprocess.run(  # noqa: E731
+        [sys.executable, "-m", "runtime.cli", "init", *a], cwd=tmp_path, capture_output=True, text=True
+    )
+    done = run("site", "--template", "d1")
+    assert done.returncode == 0, done.stderr
+    assert "cd site && edge dev" in done.stdout and (tmp_path / "site" / "worker.py").is_file()
+    again = run("site")
+    assert again.returncode != 0 and "already exists" in again.stderr
+
+
+def _answer(folder, env=None):
+    async def go():
+        async def no_ai(call):
+            return ipc.AIReply(call.call, error_code=5007, error_message="no AI here")
+
+        iso = Isolate("init", folder / "worker.py", env or {}, None, no_ai)
+        await iso.start()
+        try:
+            return await iso.invoke("GET", "http://x/", [], b"", {})
+        finally:
+            await iso.stop()
+
+    return asyncio.run(go())
+
+
+@pytest.mark.parametrize(
+    "template, says",
+    [
+        (
+            "fastapi",
+            "the 'asgi' module (FastAPI through Cloudflare's `asgi` bridge): not simulated by edge yet",
+        ),
+        ("d1", "needs the D1 binding env.DB"),
+    ],
+)
+def test_a_template_without_what_it_needs_answers_501_saying_so(tmp_path, template, says):
+    write_project(tmp_path / template, template)
+    answer = _answer(tmp_path / template)  # an isolate with no bindings at all
+    assert isinstance(answer, ipc.InvokeResult) and answer.status == 501, answer
+    assert says in answer.body.decode()
+
+
+@pytest.mark.slow
+def test_a_hello_project_is_served_by_edge_dev_at_once(tmp_path):
+    folder = tmp_path / "hello"
+    subprocess.run([sys.executable, "-m", "runtime.cli", "init", "hello"], cwd=tmp_path, check=True)
+    with DevServer(folder / "wrangler.jsonc", cwd=folder) as srv:
+        r = httpx.get(srv.url + "/", timeout=30)
+        assert (r.status_code, r.text) == (200, "Hello World!")
+
+
+@pytest.mark.slow
+def test_a_d1_project_keeps_its_quotes(tmp_path):
+    folder = tmp_path / "quotes"
+    subprocess.run(
+        [sys.executable, "-m", "runtime.cli", "init", "quotes", "--template", "d1"], cwd=tmp_path, check=True
+    )
+    with DevServer(folder / "wrangler.jsonc", cwd=folder) as srv:
+        assert httpx.get(srv.url + "/", timeout=30).json()["quote"] is None
+        added = httpx.post(
+            srv.url + "/", json={"quote": "Flat is better than nested.", "author": "Tim"}, timeout=30
+        )
+        assert added.status_code == 201
+        assert httpx.get(srv.url + "/", timeout=30).json() == {
+            "quote": "Flat is better than nested.",
+            "author": "Tim",
+        }
