@@ -45,6 +45,7 @@ from runtime.cron import CronError, CronExpression, run_schedule
 from runtime.fetch_guard import FetchGuard
 from runtime.limits import validate as validate_limits
 from runtime.metrics import CONTENT_TYPE, Metrics
+from runtime.queue_consumers import ConsumerError, ConsumerSettings, consume
 from runtime.state import State, materialise_bundle
 from runtime.worker_host import (
     LOCATION_HEADER,
@@ -144,7 +145,7 @@ class Runtime:
             | ({c.assets.binding: ASSETS_SERVICE} if c.assets and c.assets.binding else {}),
             limits=limits.isolate(),
             subrequests=limits.subrequests,
-            bindings=binding_refs(c.kv_namespaces, c.d1_databases, c.r2_buckets),
+            bindings=binding_refs(c.kv_namespaces, c.d1_databases, c.r2_buckets, c.queues.producers),
         )
 
     # --- lifecycle --------------------------------------------------------------------------------
@@ -171,6 +172,31 @@ class Runtime:
         if crons:
             log.info("cron triggers (UTC): %s", ", ".join(c.text for c in crons))
             self._tasks.append(asyncio.create_task(run_schedule(crons, self.run_scheduled)))
+        self._start_queue_consumers()
+
+    def _start_queue_consumers(self) -> None:
+        """One delivery loop per queues.consumers entry of the dev worker (runtime.queue_consumers)."""
+        consumers = []
+        for i, entry in enumerate(self.config.queues.consumers):
+            try:
+                consumers.append(ConsumerSettings.from_config(entry, f"queues.consumers.{i}"))
+            except ConsumerError as exc:
+                log.error("%s; that consumer never runs", exc)
+        if not consumers:
+            return
+        store = self.bindings.queues
+        store.release_leases()  # a delivery the last run never settled: delivered again
+
+        def note(level: str, message: str) -> None:
+            log.warning("%s", message)
+            self.dev.note(level, message)
+
+        account = self.config.account_id
+        for settings in consumers:
+            deliver = lambda queue, messages: self.dev.deliver(queue, messages)  # noqa: E731 - the dev worker of now
+            task = consume(store, self.bindings.run, account, settings, deliver, note)
+            self._tasks.append(asyncio.create_task(task))
+        log.info("queue consumers: %s", ", ".join(c.queue for c in consumers))
 
     async def run_scheduled(self, cron: str, scheduled_time_ms: int) -> tuple[str, dict | None]:
         """A Cron Trigger fired (or /cdn-cgi/handler/scheduled was called): the dev worker's

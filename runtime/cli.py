@@ -181,6 +181,12 @@ def cmd_deploy(args: argparse.Namespace) -> int:
     try:
         client = Client(args)
         c = client.config
+        if c.queues.producers or c.queues.consumers:  # the upload has no place for them yet
+            print(
+                "edge: warning: queues are not deployed: a deployed version has no queue bindings and "
+                "consumes no queue; they run only for the worker `edge dev` serves",
+                file=sys.stderr,
+            )
         files = bundle(c)
         payload = {
             "main": c.main_path.name,

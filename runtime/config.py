@@ -96,7 +96,7 @@ class ServiceBindingConfig(msgspec.Struct):
 # --- wrangler's keys -----------------------------------------------------------------------------
 # The tables wrangler.json/jsonc/toml declare, named exactly as wrangler's keys (its
 # packages/wrangler/src/config/environment.ts). Parsed and type-checked here; what serves them lives
-# elsewhere (KV, D1, R2, crons, assets). Durable Objects, migrations and queues are not simulated
+# elsewhere (KV, D1, R2, queues, crons, assets). Durable Objects and migrations are not simulated
 # yet: parse_config warns once per binding (not_simulated).
 
 
@@ -404,13 +404,10 @@ def not_simulated(config: WorkerConfig) -> list[str]:
             "Durable Objects are not simulated yet"
         )
     found += [
-        f"queues.producers.{i}: queue binding {q.binding!r} (queue {q.queue!r}) is not simulated yet; "
-        "env has no such binding"
+        f"queues.producers.{i}.delivery_delay is not simulated yet; messages are ready at once "
+        "unless send() passes delaySeconds"
         for i, q in enumerate(config.queues.producers)
-    ]
-    found += [
-        f"queues.consumers.{i}: consumer of queue {q.queue!r} is not simulated yet; it never runs"
-        for i, q in enumerate(config.queues.consumers)
+        if q.delivery_delay
     ]
     return found
 

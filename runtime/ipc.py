@@ -66,6 +66,33 @@ class Scheduled(msgspec.Struct, tag=True):
     scheduled_time: int  # ms since the epoch, UTC: controller.scheduledTime
 
 
+class QueuedMessage(msgspec.Struct):
+    """One message of a QueueBatch."""
+
+    id: str
+    timestamp_ms: int  # when it was sent, ms since the epoch
+    body: Any
+    attempts: int  # 1 on its first delivery
+
+
+class QueueBatch(msgspec.Struct, tag=True):
+    """Run the worker's queue handler on a batch of one queue's messages: answered by QueueOutcome,
+    then InvokeResult (status 200) or InvokeError (the handler raised), then RequestDone."""
+
+    id: int
+    queue: str
+    messages: list[QueuedMessage]
+
+
+class QueueOutcome(msgspec.Struct, tag=True):
+    """What became of each message of a QueueBatch: acked, or retried after `delay` seconds
+    (None: the consumer's retry_delay). A message in neither list is retried."""
+
+    id: int
+    acked: list[str]
+    retried: dict[str, int | None]
+
+
 class RequestChunk(msgspec.Struct, tag=True):
     id: int
     data: bytes
@@ -205,6 +232,8 @@ Message = (
     | LoadFailed
     | Invoke
     | Scheduled
+    | QueueBatch
+    | QueueOutcome
     | InvokeResult
     | InvokeError
     | InvokeStart

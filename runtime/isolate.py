@@ -169,6 +169,8 @@ class Isolate:
         self._ai = ai
         self._ids = itertools.count(1)
         self._pending: dict[int, asyncio.Future] = {}  # request -> its outcome
+        # queue deliveries in flight -> what the isolate said became of their messages
+        self._queue_outcomes: dict[int, ipc.QueueOutcome | None] = {}
         self._inflight: dict[int, _InFlight] = {}  # request -> until RequestDone
         self._bodies: dict[int, _Body] = {}  # streamed response bodies in flight
         self._upload_credit: dict[int, asyncio.Semaphore] = {}  # streamed request bodies
@@ -359,6 +361,37 @@ class Isolate:
             entry.deadline = time.monotonic() + WAIT_UNTIL_S
         return outcome
 
+    async def deliver(
+        self, queue: str, messages: list[ipc.QueuedMessage], request_id: int | None = None
+    ) -> tuple[ipc.InvokeResult | ipc.InvokeError, ipc.QueueOutcome | None]:
+        """Run the worker's queue handler on a batch; it counts as a request, held to the same
+        CPU and wall-clock limits. Returns the result and what the isolate says became of each
+        message (None if it said nothing: every message is then retried)."""
+        async with self._start_lock:
+            if not self.alive:
+                await self.stop()
+                await self.start()
+        rid = request_id if request_id is not None else next(self._ids)
+        future = asyncio.get_running_loop().create_future()
+        self._pending[rid] = future
+        self._queue_outcomes[rid] = None
+        self._inflight[rid] = _InFlight(self._last_cpu, time.monotonic() + RESPONSE_WALL_S)
+        self._served_since_look = True
+        self._output_left = OUTPUT_BYTES
+        try:
+            self._send(ipc.QueueBatch(rid, queue, messages))
+            outcome = await future
+        except BaseException:
+            self._end(rid)
+            raise
+        finally:
+            self._pending.pop(rid, None)
+            settled = self._queue_outcomes.pop(rid, None)
+        entry = self._inflight.get(rid)
+        if entry is not None:  # RequestDone follows at once; until then the usual grace applies
+            entry.deadline = time.monotonic() + WAIT_UNTIL_S
+        return outcome, settled
+
     async def _upload(self, rid: int, body: bytes | AsyncIterator[bytes]) -> None:
         credit = self._upload_credit[rid]
         error = None
@@ -508,6 +541,9 @@ class Isolate:
             credit = self._upload_credit.get(msg.id)
             if credit is not None:
                 credit.release()
+        elif isinstance(msg, ipc.QueueOutcome):
+            if msg.id in self._queue_outcomes:  # only a delivery still waiting for its result
+                self._queue_outcomes[msg.id] = msg
         elif isinstance(msg, ipc.RequestDone):
             self._end(msg.id)
         elif isinstance(msg, (ipc.AICall, ipc.FetchCall, ipc.BindingCall)):

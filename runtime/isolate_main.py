@@ -29,6 +29,7 @@ from workers import AIError, Request, Response, WorkerEntrypoint
 from workers.bindings import BINDING_CLASSES, binding_error
 from workers.context import _install as install_context
 from workers.fetch import _install as install_fetch
+from workers.queues import MessageBatch
 
 WAIT_UNTIL_SECONDS = 30.0  # as on Workers: work continues this long after the response
 LOG_LINES, LOG_BYTES, LOG_LINE_CHARS = 256, 256 * 1024, 16 * 1024  # per request, as the runtime keeps
@@ -335,11 +336,12 @@ def _arity(fn: Any, most: int, method: bool) -> int:
 
 
 class Handlers:
-    """The script's handlers: `fetch(request, ctx)` and `scheduled(controller, ctx)` (None where
-    the script has none), each calling the user's function with the arguments it declares."""
+    """The script's handlers: `fetch(request, ctx)`, `scheduled(controller, ctx)` and
+    `queue(batch, ctx)` (None where the script has none), each calling the user's function with
+    the arguments it declares."""
 
-    def __init__(self, entry: str, fetch: Any = None, scheduled: Any = None):
-        self.entry, self.fetch, self.scheduled = entry, fetch, scheduled
+    def __init__(self, entry: str, fetch: Any = None, scheduled: Any = None, queue: Any = None):
+        self.entry, self.fetch, self.scheduled, self.queue = entry, fetch, scheduled, queue
 
 
 def load_entry(script: Path, env: Env) -> tuple[str, Handlers]:
@@ -355,24 +357,26 @@ def load_entry(script: Path, env: Env) -> tuple[str, Handlers]:
     default = getattr(module, "Default", None)
     on_fetch = getattr(module, "on_fetch", None)
     on_scheduled = getattr(module, "on_scheduled", None)
-    if default is not None and (on_fetch is not None or on_scheduled is not None):
-        both = "on_fetch" if on_fetch is not None else "on_scheduled"
+    on_queue = getattr(module, "on_queue", None)
+    module_level = {"on_fetch": on_fetch, "on_scheduled": on_scheduled, "on_queue": on_queue}
+    if default is not None and any(fn is not None for fn in module_level.values()):
+        both = next(n for n, fn in module_level.items() if fn is not None)
         raise TypeError(f"{script.name} defines both class Default and {both}; keep one entry point")
     if default is not None:
         if not (inspect.isclass(default) and issubclass(default, WorkerEntrypoint)):
             raise TypeError(f"{script.name}: Default must be a class deriving from workers.WorkerEntrypoint")
         fetch, scheduled = getattr(default, "fetch", None), getattr(default, "scheduled", None)
-        if fetch is None and scheduled is None:
+        queue = getattr(default, "queue", None)
+        if fetch is None and scheduled is None and queue is None:
             raise TypeError(
-                f"{script.name}: Default must define `async def fetch(self, request)` "
-                "or `async def scheduled(self, controller, env, ctx)`"
+                f"{script.name}: Default must define `async def fetch(self, request)`, "
+                "`async def scheduled(self, controller, env, ctx)` or `async def queue(self, batch)`"
             )
-        for name, fn in (("fetch", fetch), ("scheduled", scheduled)):
+        methods = (("fetch", fetch), ("scheduled", scheduled), ("queue", queue))
+        for name, fn in methods:
             if fn is not None and not inspect.iscoroutinefunction(fn):
                 raise TypeError(f"{script.name}: Default.{name} must be an `async def`")
-        handlers = Handlers(
-            ", ".join(f"Default.{n}" for n, f in (("fetch", fetch), ("scheduled", scheduled)) if f)
-        )
+        handlers = Handlers(", ".join(f"Default.{n}" for n, f in methods if f))
         if fetch is not None:
             n_fetch = _arity(fetch, 3, method=True)
 
@@ -387,17 +391,23 @@ def load_entry(script: Path, env: Env) -> tuple[str, Handlers]:
                 return await default(ctx, env).scheduled(*(controller, env, ctx)[:n_sched])
 
             handlers.scheduled = schedule_default
+        if queue is not None:
+            n_queue = _arity(queue, 3, method=True)
+
+            async def queue_default(batch: MessageBatch, ctx: Context) -> Any:
+                return await default(ctx, env).queue(*(batch, env, ctx)[:n_queue])
+
+            handlers.queue = queue_default
         return handlers.entry, handlers
-    if on_fetch is not None or on_scheduled is not None:
+    if any(fn is not None for fn in module_level.values()):
         for name, fn, shape in (
             ("on_fetch", on_fetch, "async def on_fetch(request, env)"),
             ("on_scheduled", on_scheduled, "async def on_scheduled(controller, env, ctx)"),
+            ("on_queue", on_queue, "async def on_queue(batch, env, ctx)"),
         ):
             if fn is not None and not inspect.iscoroutinefunction(fn):
                 raise TypeError(f"{script.name}: {name} must be `{shape}`")
-        handlers = Handlers(
-            ", ".join(n for n, f in (("on_fetch", on_fetch), ("on_scheduled", on_scheduled)) if f)
-        )
+        handlers = Handlers(", ".join(n for n, f in module_level.items() if f))
         if on_fetch is not None:
             n_fetch = _arity(on_fetch, 3, method=False)
 
@@ -412,6 +422,13 @@ def load_entry(script: Path, env: Env) -> tuple[str, Handlers]:
                 return await on_scheduled(*(controller, env, ctx)[:n_sched])
 
             handlers.scheduled = schedule_module
+        if on_queue is not None:
+            n_queue = _arity(on_queue, 3, method=False)
+
+            async def queue_module(batch: MessageBatch, ctx: Context) -> Any:
+                return await on_queue(*(batch, env, ctx)[:n_queue])
+
+            handlers.queue = queue_module
         return handlers.entry, handlers
     raise TypeError(
         f"{script.name} has no entry point: define `class Default(WorkerEntrypoint)` with "
@@ -563,6 +580,43 @@ async def serve_scheduled(channel: Channel, handler, msg: ipc.Scheduled) -> None
     channel.forget(msg.id)
 
 
+async def serve_queue(channel: Channel, handler, msg: ipc.QueueBatch) -> None:
+    """A batch of queue messages: run the queue handler (its waitUntil work is part of the event),
+    send what became of each message (QueueOutcome: on success the messages not retried are
+    acked; when it raises, the ones not acked are retried), then InvokeResult or InvokeError,
+    then RequestDone."""
+    _current_request.set(msg.id)
+    ctx = Context()
+    _current_ctx.set(ctx)
+    batch = MessageBatch(msg.queue, [(m.id, m.timestamp_ms, m.body, m.attempts) for m in msg.messages])
+    try:
+        if handler is None:
+            raise TypeError(
+                "this worker has no queue handler: define `async def queue(self, batch)` in class "
+                "Default (or `async def on_queue(batch, env, ctx)`)"
+            )
+        await handler(batch, ctx)
+        await ctx.settle()
+        reply: ipc.Message = ipc.InvokeResult(msg.id, 200, [], b"")
+        failed = False
+    except asyncio.CancelledError:  # the runtime cancelled it: it ran out of time
+        ctx.cancel()
+        reply, failed = ipc.InvokeError(msg.id, "Cancelled: the queue event was cancelled", ""), True
+    except Exception as exc:  # the worker's own failure: reported, the isolate stays up
+        ctx.cancel()
+        message = f"{type(exc).__name__}: {exc}"[:ERROR_CHARS]
+        reply, failed = ipc.InvokeError(msg.id, message, traceback.format_exc()[-ERROR_CHARS:]), True
+    acked, retried = batch.outcome(failed)
+    channel.send(ipc.QueueOutcome(msg.id, acked, retried))
+    channel.send(reply)
+    try:
+        await channel.writer.drain()
+    except asyncio.CancelledError:
+        pass
+    channel.send(ipc.RequestDone(msg.id))
+    channel.forget(msg.id)
+
+
 async def main(fd: int) -> None:
     sock = socket.socket(fileno=fd)
     reader, writer = await asyncio.open_unix_connection(sock=sock, limit=ipc.CHUNK)
@@ -613,6 +667,8 @@ async def main(fd: int) -> None:
         elif isinstance(msg, ipc.Scheduled):
             task = asyncio.create_task(serve_scheduled(channel, handlers.scheduled, msg))
             channel.tasks[msg.id] = task
+        elif isinstance(msg, ipc.QueueBatch):
+            channel.tasks[msg.id] = asyncio.create_task(serve_queue(channel, handlers.queue, msg))
         elif isinstance(msg, (ipc.RequestChunk, ipc.RequestEnd)):
             queue = channel.request_bodies.get(msg.id)
             if queue is not None:  # at most ipc.WINDOW chunks wait here: the runtime keeps count

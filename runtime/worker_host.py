@@ -456,6 +456,84 @@ class WorkerHandle:
         )
         return outcome, exception
 
+    async def deliver(
+        self, queue: str, messages: list[ipc.QueuedMessage]
+    ) -> tuple[str, list[str], dict[str, int | None]]:
+        """Run the worker's queue handler on a batch of `queue`'s messages; returns (outcome,
+        acked ids, {retried id: delay or None}) and tails the event as Cloudflare shows a queue
+        one: `event: {queue, batchSize}`. What the isolate reports is held to the batch: an id
+        not in it is ignored, a message it does not account for is retried."""
+        location = self.runtime.default_location
+        ingress, _ = self.runtime.edge.ingress(location)
+        ctx = RequestContext(location, ingress, 0.0, method="", url="")
+        rid = self.isolate.next_request_id()
+        self.requests[rid] = ctx
+        outcome, exception, settled = "ok", None, None
+        try:
+            result, settled = await self.isolate.deliver(queue, messages, request_id=rid)
+            if isinstance(result, ipc.InvokeError) and result.message.startswith("MemoryError"):
+                outcome = "exceededMemory"
+                await self.isolate.stop()  # replaced on the next event
+            elif isinstance(result, ipc.InvokeError):
+                name, _, message = result.message.partition(": ")
+                outcome, exception = (
+                    "exception",
+                    {"name": name, "message": message, "stack": result.traceback},
+                )
+                log.warning(
+                    "worker %s threw in queue: %s\n%s", self.spec.name, result.message, result.traceback
+                )
+            elif not isinstance(result, ipc.InvokeResult):  # a body for a queue event: broken
+                outcome, settled = "exception", None
+                exception = {"name": "IsolateCrashed", "message": "the isolate broke the IPC protocol"}
+                await self.isolate.stop()
+        except WorkerLoadError as exc:
+            outcome, exception = "exception", {"name": "WorkerLoadError", "message": str(exc)}
+        except ExceededResources as exc:
+            outcome, exception = exc.outcome, {"name": "ExceededResources", "message": str(exc)}
+        except IsolateCrashed as exc:
+            outcome, exception = "exception", {"name": "IsolateCrashed", "message": str(exc)}
+        finally:
+            self.requests.pop(rid, None)
+        ids = {m.id for m in messages}
+        acked = [i for i in dict.fromkeys(settled.acked) if i in ids] if settled else []
+        retried: dict[str, int | None] = {}
+        for m in messages:
+            if m.id not in acked:
+                delay = settled.retried.get(m.id) if settled else None
+                retried[m.id] = delay if isinstance(delay, int) and delay >= 0 else None
+        seconds = time.time() - ctx.started
+        self.runtime.metrics.request(self.spec.name, outcome, seconds)
+        self.runtime.tail.publish(
+            self.spec.account,
+            self.spec.name,
+            {
+                "scriptName": self.spec.name,
+                "scriptVersion": {"id": self.spec.version} if self.spec.version else None,
+                "outcome": outcome,
+                "eventTimestamp": int(ctx.started * 1000),  # milliseconds, as Cloudflare's tail
+                "event": {"queue": queue, "batchSize": len(messages)},
+                "logs": ctx.logs,
+                "exceptions": [exception] if exception else [],
+                "wallTimeMs": round(seconds * 1000, 3),
+            },
+        )
+        return outcome, acked, retried
+
+    def note(self, level: str, message: str) -> None:
+        """A line of the runtime's own about this worker for edge tail (a queue message dropped)."""
+        now_ms = int(time.time() * 1000)
+        self.runtime.tail.publish(
+            self.spec.account,
+            self.spec.name,
+            {
+                "outcome": "log",
+                "scriptName": self.spec.name,
+                "logs": [{"level": level, "message": message, "timestamp": now_ms}],
+                "eventTimestamp": now_ms,
+            },
+        )
+
     async def stop(self) -> None:
         await self.isolate.stop()
 

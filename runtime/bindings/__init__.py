@@ -1,4 +1,5 @@
-"""KV, D1 and R2 bindings: the stores behind `env.KV`, `env.DB` and `env.BUCKET`, simulated
+"""KV, D1, R2 and queue bindings: the stores behind `env.KV`, `env.DB`, `env.BUCKET` and
+`env.QUEUE`, simulated
 locally and kept under the state dir (`.edge/`), which only the runtime can reach.
 
 A worker's isolate names only a binding (`env.NAME.method(...)` crosses as ipc.BindingCall); the
@@ -24,6 +25,7 @@ import msgspec
 from runtime.bindings.common import BindingError, safe_component
 from runtime.bindings.d1 import QUERY_S, D1Store
 from runtime.bindings.kv import KVStore
+from runtime.bindings.queues import QueueStore
 from runtime.bindings.r2 import R2Store
 
 __all__ = [
@@ -35,7 +37,7 @@ __all__ = [
     "safe_component",
 ]
 
-KINDS = ("kv", "d1", "r2")
+KINDS = ("kv", "d1", "r2", "queue")
 ID_BYTES = 256
 THREADS = 8  # binding calls running at once, all accounts together
 
@@ -43,7 +45,7 @@ THREADS = 8  # binding calls running at once, all accounts together
 class BindingRef(msgspec.Struct, frozen=True):
     """What a binding name stands for: a KV namespace id, a D1 database (id or name), an R2 bucket."""
 
-    kind: str  # "kv" | "d1" | "r2"
+    kind: str  # "kv" | "d1" | "r2" | "queue" (its id is the queue's name)
     id: str
 
 
@@ -52,11 +54,12 @@ def _field(entry: Any, name: str) -> Any:
 
 
 def binding_refs(
-    kv: Iterable[Any] = (), d1: Iterable[Any] = (), r2: Iterable[Any] = ()
+    kv: Iterable[Any] = (), d1: Iterable[Any] = (), r2: Iterable[Any] = (), queues: Iterable[Any] = ()
 ) -> dict[str, BindingRef]:
     """Bindings from wrangler's lists (config structs or the dicts a deployed version stores):
     kv_namespaces [{binding, id}], d1_databases [{binding, database_name, database_id}],
-    r2_buckets [{binding, bucket_name}]. ValueError names the entry that is wrong."""
+    r2_buckets [{binding, bucket_name}], queues.producers [{binding, queue}]. ValueError names
+    the entry that is wrong."""
     refs: dict[str, BindingRef] = {}
 
     def add(where: str, binding: Any, kind: str, ident: Any) -> None:
@@ -81,6 +84,8 @@ def binding_refs(
         )
     for i, e in enumerate(r2):
         add(f"r2_buckets.{i}", _field(e, "binding"), "r2", _field(e, "bucket_name"))
+    for i, e in enumerate(queues):
+        add(f"queues.producers.{i}", _field(e, "binding"), "queue", _field(e, "queue"))
     return refs
 
 
@@ -94,7 +99,7 @@ def check_binding_names(refs: dict[str, BindingRef], taken: Iterable[str], where
 
 
 class BindingStores:
-    """Every account's KV namespaces, D1 databases and R2 buckets under `state_dir`."""
+    """Every account's KV namespaces, D1 databases, R2 buckets and queues under `state_dir`."""
 
     def __init__(self, state_dir: Path, d1_query_s: float = QUERY_S):
         self.state_dir = Path(state_dir)
@@ -102,6 +107,7 @@ class BindingStores:
         self._kv: KVStore | None = None
         self._d1: D1Store | None = None
         self._r2: R2Store | None = None
+        self._queues: QueueStore | None = None
         self._lock = threading.Lock()
         self._pool = ThreadPoolExecutor(THREADS, thread_name_prefix="edge-bindings")
         self._d1_turns: dict[tuple[str, str], asyncio.Lock] = {}  # one statement at a time per database
@@ -127,10 +133,26 @@ class BindingStores:
                 self._r2 = R2Store(self.state_dir / "r2")
             return self._r2
 
+    @property
+    def queues(self) -> QueueStore:
+        with self._lock:
+            if self._queues is None:
+                self._queues = QueueStore(self.state_dir / "queues.sqlite")
+            return self._queues
+
+    async def run(self, fn: Any, *args: Any) -> Any:
+        """Blocking store work (a queue consumer's claim and settle) in the stores' pool."""
+        return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
+
     def call_sync(self, account: str, ref: BindingRef, method: str, args: Any, kwargs: Any) -> Any:
         if not isinstance(method, str) or not isinstance(args, list) or not isinstance(kwargs, dict):
             raise BindingError("TypeError", "a binding call is a method name, a list of arguments and a dict")
-        store = {"kv": lambda: self.kv, "d1": lambda: self.d1, "r2": lambda: self.r2}.get(ref.kind)
+        store = {
+            "kv": lambda: self.kv,
+            "d1": lambda: self.d1,
+            "r2": lambda: self.r2,
+            "queue": lambda: self.queues,
+        }.get(ref.kind)
         if store is None:
             raise BindingError("TypeError", f"unknown binding kind {ref.kind!r}")
         return store().call(account, ref.id, method, args, kwargs)
@@ -145,8 +167,8 @@ class BindingStores:
             return await loop.run_in_executor(*work)
 
     def close(self) -> None:
-        for store in (self._kv, self._d1, self._r2):
+        for store in (self._kv, self._d1, self._r2, self._queues):
             if store is not None:
                 store.close()
-        self._kv = self._d1 = self._r2 = None
+        self._kv = self._d1 = self._r2 = self._queues = None
         self._pool.shutdown(wait=False, cancel_futures=True)
