@@ -1,5 +1,6 @@
-"""KV, D1 and R2 bindings: the stores behind `env.KV`, `env.DB` and `env.BUCKET`, simulated
-locally and kept under the state dir (`.edge/`), which only the runtime can reach.
+"""KV, D1 and R2 bindings: the stores behind `env.KV`, `env.DB` and `env.BUCKET` (and each
+Durable Object's `ctx.storage`), simulated locally and kept under the state dir (`.edge/`), which
+only the runtime can reach.
 
 A worker's isolate names only a binding (`env.NAME.method(...)` crosses as ipc.BindingCall); the
 runtime maps that name, through the worker's own spec, to a kind and an id, and every store is
@@ -23,6 +24,7 @@ import msgspec
 
 from runtime.bindings.common import BindingError, safe_component
 from runtime.bindings.d1 import QUERY_S, D1Store
+from runtime.bindings.do_storage import ObjectStorageStore
 from runtime.bindings.kv import KVStore
 from runtime.bindings.r2 import R2Store
 
@@ -102,6 +104,7 @@ class BindingStores:
         self._kv: KVStore | None = None
         self._d1: D1Store | None = None
         self._r2: R2Store | None = None
+        self._objects: ObjectStorageStore | None = None
         self._lock = threading.Lock()
         self._pool = ThreadPoolExecutor(THREADS, thread_name_prefix="edge-bindings")
         self._d1_turns: dict[tuple[str, str], asyncio.Lock] = {}  # one statement at a time per database
@@ -127,6 +130,24 @@ class BindingStores:
                 self._r2 = R2Store(self.state_dir / "r2")
             return self._r2
 
+    @property
+    def objects(self) -> ObjectStorageStore:
+        with self._lock:
+            if self._objects is None:
+                self._objects = ObjectStorageStore(self.state_dir / "do", self.d1_query_s)
+            return self._objects
+
+    async def call_object_storage(
+        self, account: str, script: str, class_name: str, object_id: str, method: str, args: Any, kwargs: Any
+    ) -> Any:
+        """A Durable Object's `ctx.storage` call, run in the pool; the caller (the runtime, never
+        the isolate) names the object."""
+        loop = asyncio.get_running_loop()
+        store = self.objects
+        return await loop.run_in_executor(
+            self._pool, store.call, account, script, class_name, object_id, method, args, kwargs
+        )
+
     def call_sync(self, account: str, ref: BindingRef, method: str, args: Any, kwargs: Any) -> Any:
         if not isinstance(method, str) or not isinstance(args, list) or not isinstance(kwargs, dict):
             raise BindingError("TypeError", "a binding call is a method name, a list of arguments and a dict")
@@ -145,8 +166,8 @@ class BindingStores:
             return await loop.run_in_executor(*work)
 
     def close(self) -> None:
-        for store in (self._kv, self._d1, self._r2):
+        for store in (self._kv, self._d1, self._r2, self._objects):
             if store is not None:
                 store.close()
-        self._kv = self._d1 = self._r2 = None
+        self._kv = self._d1 = self._r2 = self._objects = None
         self._pool.shutdown(wait=False, cancel_futures=True)
