@@ -45,6 +45,7 @@ from runtime.cron import CronError, CronExpression, run_schedule
 from runtime.fetch_guard import FetchGuard
 from runtime.limits import validate as validate_limits
 from runtime.metrics import CONTENT_TYPE, Metrics
+from runtime.objects import DurableObjects
 from runtime.queue_consumers import ConsumerError, ConsumerSettings, consume
 from runtime.state import State, materialise_bundle
 from runtime.worker_host import (
@@ -53,6 +54,7 @@ from runtime.worker_host import (
     WORKER_LIMITS,
     WORKER_UNAVAILABLE,
     ClientBody,
+    DurableObjectRef,
     RequestContext,
     TailHub,
     WorkerHandle,
@@ -104,6 +106,7 @@ class Runtime:
         self.metrics = Metrics()
         self.tail = TailHub()
         self.bindings = BindingStores(config.state_dir)  # KV, D1, R2 of every account, under .edge/
+        self.objects = DurableObjects(self)  # Durable Object instances, each in its own isolate
         self.default_location = edge.locate(config.edge.client_location)
         a = config.assets  # [assets]: served before the dev worker, and through env.<binding>
         self.assets = (
@@ -146,6 +149,9 @@ class Runtime:
             limits=limits.isolate(),
             subrequests=limits.subrequests,
             bindings=binding_refs(c.kv_namespaces, c.d1_databases, c.r2_buckets, c.queues.producers),
+            durable_objects={
+                b.name: DurableObjectRef(b.class_name, b.script_name) for b in c.durable_objects.bindings
+            },
         )
 
     # --- lifecycle --------------------------------------------------------------------------------
@@ -228,6 +234,7 @@ class Runtime:
         await self.dev.stop()
         for handle in self._deployed.values():
             await handle.stop()
+        await self.objects.stop()
         self.bindings.close()
         self.edge.close()
 
@@ -242,6 +249,7 @@ class Runtime:
         """The dev worker's source changed: the next request starts a fresh isolate on it."""
         old, self.dev = self.dev, WorkerHandle(self.dev_spec(), self)
         await old.stop()
+        await self.objects.stop_worker(self.config.account_id, self.config.name)
         log.info("reloaded %s", self.config.name)
 
     # --- which worker, which version ----------------------------------------------------------------

@@ -96,8 +96,9 @@ class ServiceBindingConfig(msgspec.Struct):
 # --- wrangler's keys -----------------------------------------------------------------------------
 # The tables wrangler.json/jsonc/toml declare, named exactly as wrangler's keys (its
 # packages/wrangler/src/config/environment.ts). Parsed and type-checked here; what serves them lives
-# elsewhere (KV, D1, R2, queues, crons, assets). Durable Objects and migrations are not simulated
-# yet: parse_config warns once per binding (not_simulated).
+# elsewhere (KV, D1, R2, queues, Durable Objects, crons, assets). Migrations are accepted as
+# wrangler writes them; locally every bound class simply exists (its storage is created on
+# first use).
 
 
 class ObservabilityLogsConfig(msgspec.Struct, kw_only=True):
@@ -393,16 +394,7 @@ def _is_json(source: str) -> bool:
 
 def not_simulated(config: WorkerConfig) -> list[str]:
     """What the config declares that nothing serves yet: one line per binding."""
-    found = [
-        f"durable_objects.bindings.{i}: Durable Object binding {b.name!r} (class {b.class_name!r}) "
-        "is not simulated yet; env has no such binding"
-        for i, b in enumerate(config.durable_objects.bindings)
-    ]
-    if config.migrations:
-        found.append(
-            f"migrations: {len(config.migrations)} Durable Object migration(s) ignored; "
-            "Durable Objects are not simulated yet"
-        )
+    found: list[str] = []
     found += [
         f"queues.producers.{i}.delivery_delay is not simulated yet; messages are ready at once "
         "unless send() passes delaySeconds"
@@ -468,6 +460,12 @@ def parse_config(
         seen[name] = where
     for line in not_simulated(config):
         log.warning("%s: %s", source, line)
+    for i, b in enumerate(config.durable_objects.bindings):
+        if not b.class_name.isidentifier():
+            raise ConfigError(
+                f"{source}: durable_objects.bindings.{i}.class_name: {b.class_name!r} "
+                "is not a Python class name"
+            )
     try:
         worker_limits.validate(msgspec.structs.asdict(config.limits), "limits")
     except worker_limits.LimitError as exc:

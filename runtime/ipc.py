@@ -35,6 +35,9 @@ class Init(msgspec.Struct, tag=True):
     sandbox: bool = True  # confine the file system and network (Landlock) before loading the script
     jailed: bool = False  # runs inside runtime.jail's namespaces: its whole view is read-only but /tmp
     bindings: dict[str, str] = {}  # KV / D1 / R2 bindings: env name -> "kv" | "d1" | "r2"
+    durable_objects: dict[str, str] = {}  # Durable Object namespaces: env name -> namespace key
+    durable_object: str | None = None  # serve this Durable Object class (its instance), not Default
+    object_id: str | None = None  # ... the instance with this id
 
 
 class Ready(msgspec.Struct, tag=True):
@@ -212,6 +215,41 @@ class BindingReply(msgspec.Struct, tag=True):
     error_message: str | None = None
 
 
+class ObjectCall(msgspec.Struct, tag=True):
+    """From an isolate: `await env.NS.get(id).method(*args, **kwargs)` (method "fetch": args are
+    [method, url, headers, body]); answered by ObjectReply. The runtime checks every value."""
+
+    call: int
+    request: int  # the Invoke this call belongs to
+    binding: str
+    object_id: str
+    method: str
+    args: list[Any] = []
+    kwargs: dict[str, Any] = {}
+
+
+class ObjectReply(msgspec.Struct, tag=True):
+    call: int
+    result: Any = None  # the method's result; for "fetch": [status, headers, body]
+    error_type: str | None = None  # the object's exception type ("ValueError") or "Error"
+    error_message: str | None = None
+
+
+class ObjectInvoke(msgspec.Struct, tag=True):
+    """To a Durable Object's isolate: run `instance.method(*args, **kwargs)`; answered by
+    ObjectResult or InvokeError, then RequestDone (its waitUntil work has ended)."""
+
+    id: int
+    method: str
+    args: list[Any] = []
+    kwargs: dict[str, Any] = {}
+
+
+class ObjectResult(msgspec.Struct, tag=True):
+    id: int
+    result: Any = None
+
+
 class AIChunk(msgspec.Struct, tag=True):
     """Part of a streamed AI answer (SSE bytes); the AIReply that follows ends the stream."""
 
@@ -244,6 +282,10 @@ Message = (
     | AIReply
     | BindingCall
     | BindingReply
+    | ObjectCall
+    | ObjectReply
+    | ObjectInvoke
+    | ObjectResult
     | Log
     | FetchCall
     | FetchReply

@@ -110,6 +110,12 @@ async def _no_fetch(call: ipc.FetchCall) -> ipc.FetchReply:
     return ipc.FetchReply(call.call, error="outbound fetch is not available here")
 
 
+async def _no_object(call: ipc.ObjectCall) -> ipc.ObjectReply:
+    return ipc.ObjectReply(
+        call.call, error_type="Error", error_message="Durable Objects are not available here"
+    )
+
+
 async def _no_binding(call: ipc.BindingCall) -> ipc.BindingReply:
     return ipc.BindingReply(call.call, error_type="Error", error_message="bindings are not available here")
 
@@ -155,6 +161,9 @@ class Isolate:
         on_log: Callable[[ipc.Log], None] | None = None,
         bindings: dict[str, str] | None = None,
         on_binding: Callable[[ipc.BindingCall], Awaitable[ipc.BindingReply]] = _no_binding,
+        durable_objects: dict[str, str] | None = None,
+        on_object: Callable[[ipc.ObjectCall], Awaitable[ipc.ObjectReply]] = _no_object,
+        durable_object: tuple[str, str] | None = None,
     ):
         self.name = name
         self.script = script
@@ -166,6 +175,10 @@ class Isolate:
         self._on_log = on_log
         self.bindings = dict(bindings or {})  # KV / D1 / R2: env name -> kind
         self._on_binding = on_binding
+        self.durable_objects = dict(durable_objects or {})  # env name -> namespace key
+        self._on_object = on_object
+        self.durable_object = durable_object  # (class, id): this isolate serves that one object
+        self._object_calls: set[int] = set()  # requests that are RPC calls (answered by ObjectResult)
         self._ai = ai
         self._ids = itertools.count(1)
         self._pending: dict[int, asyncio.Future] = {}  # request -> its outcome
@@ -251,6 +264,9 @@ class Isolate:
             self.limits.sandbox,
             self.jailed,
             bindings=self.bindings,
+            durable_objects=self.durable_objects,
+            durable_object=self.durable_object[0] if self.durable_object else None,
+            object_id=self.durable_object[1] if self.durable_object else None,
         )
         writer.write(ipc.encode(init))
         await writer.drain()
@@ -392,6 +408,36 @@ class Isolate:
             entry.deadline = time.monotonic() + WAIT_UNTIL_S
         return outcome, settled
 
+    async def call_object(
+        self, method: str, args: list, kwargs: dict, request_id: int | None = None
+    ) -> ipc.ObjectResult | ipc.InvokeError:
+        """An RPC call on the Durable Object this isolate serves; a request as any other, held to
+        the same CPU and wall-clock limits."""
+        async with self._start_lock:
+            if not self.alive:
+                await self.stop()
+                await self.start()
+        rid = request_id if request_id is not None else next(self._ids)
+        future = asyncio.get_running_loop().create_future()
+        self._pending[rid] = future
+        self._object_calls.add(rid)
+        self._inflight[rid] = _InFlight(self._last_cpu, time.monotonic() + RESPONSE_WALL_S)
+        self._served_since_look = True
+        self._output_left = OUTPUT_BYTES
+        try:
+            self._send(ipc.ObjectInvoke(rid, method, args, kwargs))
+            outcome = await future
+        except BaseException:
+            self._end(rid)
+            raise
+        finally:
+            self._pending.pop(rid, None)
+            self._object_calls.discard(rid)
+        entry = self._inflight.get(rid)
+        if entry is not None:  # what is left is its waitUntil work
+            entry.deadline = time.monotonic() + WAIT_UNTIL_S
+        return outcome
+
     async def _upload(self, rid: int, body: bytes | AsyncIterator[bytes]) -> None:
         credit = self._upload_credit[rid]
         error = None
@@ -523,7 +569,13 @@ class Isolate:
             await self.stop()
 
     def _dispatch(self, msg: ipc.Message) -> None:
-        if isinstance(msg, (ipc.InvokeResult, ipc.InvokeError, ipc.InvokeStart)):
+        if (
+            isinstance(msg, (ipc.InvokeResult, ipc.InvokeStart, ipc.ObjectResult))
+            and msg.id in self._pending
+            and isinstance(msg, ipc.ObjectResult) != (msg.id in self._object_calls)
+        ):  # an RPC call answered as a fetch, or the other way round
+            raise _ProtocolError(f"{type(msg).__name__} does not answer request {msg.id}")
+        if isinstance(msg, (ipc.InvokeResult, ipc.InvokeError, ipc.InvokeStart, ipc.ObjectResult)):
             if isinstance(msg, ipc.InvokeStart):
                 self._bodies.setdefault(msg.id, _Body())
             future = self._pending.get(msg.id)
@@ -546,12 +598,14 @@ class Isolate:
                 self._queue_outcomes[msg.id] = msg
         elif isinstance(msg, ipc.RequestDone):
             self._end(msg.id)
-        elif isinstance(msg, (ipc.AICall, ipc.FetchCall, ipc.BindingCall)):
+        elif isinstance(msg, (ipc.AICall, ipc.FetchCall, ipc.BindingCall, ipc.ObjectCall)):
             if self._calls >= MAX_CALLS:
                 self._refuse_call(msg)
             else:
                 self._calls += 1
-                if isinstance(msg, ipc.BindingCall):
+                if isinstance(msg, ipc.ObjectCall):
+                    self._spawn(self._answer_object(msg))
+                elif isinstance(msg, ipc.BindingCall):
                     self._spawn(self._answer_binding(msg))
                 elif isinstance(msg, ipc.AICall):
                     self._spawn(self._answer_ai(msg))
@@ -560,9 +614,11 @@ class Isolate:
         elif isinstance(msg, ipc.Log) and self._on_log is not None:
             self._on_log(msg)
 
-    def _refuse_call(self, msg: ipc.AICall | ipc.FetchCall | ipc.BindingCall) -> None:
-        why = f"more than {MAX_CALLS} AI, fetch and binding calls at once from one isolate"
-        if isinstance(msg, ipc.BindingCall):
+    def _refuse_call(self, msg: ipc.AICall | ipc.FetchCall | ipc.BindingCall | ipc.ObjectCall) -> None:
+        why = f"more than {MAX_CALLS} AI, fetch, binding and Durable Object calls at once from one isolate"
+        if isinstance(msg, ipc.ObjectCall):
+            self._send(ipc.ObjectReply(msg.call, error_type="Error", error_message=why))
+        elif isinstance(msg, ipc.BindingCall):
             self._send(ipc.BindingReply(msg.call, error_type="Error", error_message=why))
         elif isinstance(msg, ipc.AICall):
             self._send(ipc.AIReply(msg.call, error_code=3040, error_message=why))
@@ -604,6 +660,25 @@ class Isolate:
             except Exception as exc:  # the runtime's side failed: tell the worker, keep serving
                 log.exception("binding call failed")
                 reply = ipc.BindingReply(
+                    call.call, error_type="Error", error_message=f"internal error: {type(exc).__name__}"
+                )
+            if self._writer is not None:
+                self._send(reply)
+                await self._writer.drain()
+        finally:
+            self._calls -= 1
+
+    async def _answer_object(self, call: ipc.ObjectCall) -> None:
+        try:
+            try:
+                reply = await self._on_object(call)
+                if len(ipc.encode(reply)) > ipc.TO_ISOLATE:  # the isolate would take it as an attack
+                    reply = ipc.ObjectReply(
+                        call.call, error_type="Error", error_message="the result is too large to return"
+                    )
+            except Exception as exc:  # the runtime's side failed: tell the worker, keep serving
+                log.exception("Durable Object call failed")
+                reply = ipc.ObjectReply(
                     call.call, error_type="Error", error_message=f"internal error: {type(exc).__name__}"
                 )
             if self._writer is not None:

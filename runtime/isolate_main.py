@@ -25,9 +25,17 @@ from typing import Any
 import msgspec
 
 from runtime import ipc, sandbox
-from workers import AIError, Request, Response, WorkerEntrypoint
+from workers import AIError, DurableObject, Request, Response, WorkerEntrypoint
 from workers.bindings import BINDING_CLASSES, binding_error
 from workers.context import _install as install_context
+from workers.durable_objects import (
+    DurableObjectId,
+    DurableObjectNamespace,
+    DurableObjectState,
+    DurableObjectStorage,
+    check_rpc_value,
+    remote_error,
+)
 from workers.fetch import _install as install_fetch
 from workers.queues import MessageBatch
 
@@ -157,7 +165,9 @@ class Channel:
         finally:
             self._pending.pop(call, None)
 
-    def resolve(self, msg: ipc.AIReply | ipc.AIChunk | ipc.FetchReply | ipc.BindingReply) -> None:
+    def resolve(
+        self, msg: ipc.AIReply | ipc.AIChunk | ipc.FetchReply | ipc.BindingReply | ipc.ObjectReply
+    ) -> None:
         queue = self._pending.get(msg.call)
         if queue is not None:
             queue.put_nowait(msg)
@@ -216,6 +226,33 @@ class Channel:
             self._pending.pop(call, None)
         if reply.error_type is not None:
             raise binding_error(reply.error_type, reply.error_message or f"env.{binding}.{method} failed")
+        return reply.result
+
+    async def call_object(self, binding: str, object_id: str, method: str, args: list, kwargs: dict) -> Any:
+        """`await env.NS.get(id).method(...)`: the runtime runs it in that object's isolate."""
+        request = _current_request.get()
+        if request is None:
+            raise RuntimeError(f"env.{binding}: a Durable Object can only be called while handling a request")
+        call = next(self._calls)
+        queue: asyncio.Queue = asyncio.Queue()
+        self._pending[call] = queue
+        try:
+            self.send(ipc.ObjectCall(call, request, binding, object_id, method, args, kwargs))
+        except (TypeError, msgspec.EncodeError) as exc:
+            del self._pending[call]
+            raise TypeError(f"env.{binding} {method}: arguments must be JSON-like: {exc}") from None
+        except ValueError:
+            del self._pending[call]
+            raise ValueError(
+                f"env.{binding} {method}: the call is over the {ipc.FROM_ISOLATE // 2**20} MiB one call "
+                "may carry; send less"
+            ) from None
+        try:
+            reply: ipc.ObjectReply = await queue.get()
+        finally:
+            self._pending.pop(call, None)
+        if reply.error_type is not None:
+            raise remote_error(reply.error_type, reply.error_message or f"env.{binding} {method} failed")
         return reply.result
 
     def log(self, level: str, message: str) -> None:
@@ -344,8 +381,7 @@ class Handlers:
         self.entry, self.fetch, self.scheduled, self.queue = entry, fetch, scheduled, queue
 
 
-def load_entry(script: Path, env: Env) -> tuple[str, Handlers]:
-    """Import the script and return its entry name and its Handlers, or raise with what to fix."""
+def _import_script(script: Path) -> Any:
     sys.path.insert(0, str(script.parent))
     spec = importlib.util.spec_from_file_location(script.stem, script)
     if spec is None or spec.loader is None:
@@ -353,6 +389,40 @@ def load_entry(script: Path, env: Env) -> tuple[str, Handlers]:
     module = importlib.util.module_from_spec(spec)
     sys.modules[script.stem] = module
     spec.loader.exec_module(module)
+    return module
+
+
+def load_object(
+    script: Path, env: Env, class_name: str, state: DurableObjectState
+) -> tuple[str, Handlers, Any]:
+    """Import the script and build the one instance of its Durable Object class `class_name`
+    this isolate serves; its `fetch(request)` (if any) is the Handlers' fetch."""
+    module = _import_script(script)
+    cls = getattr(module, class_name, None)
+    if cls is None:
+        raise TypeError(
+            f"{script.name} has no class {class_name}: durable_objects.bindings names it as class_name"
+        )
+    if not (inspect.isclass(cls) and issubclass(cls, DurableObject)):
+        raise TypeError(f"{script.name}: {class_name} must be a class deriving from workers.DurableObject")
+    instance = cls(state, env)
+    handlers = Handlers(class_name)
+    fetch = getattr(type(instance), "fetch", None)
+    if fetch is not None:
+        if not inspect.iscoroutinefunction(fetch):
+            raise TypeError(f"{script.name}: {class_name}.fetch must be an `async def`")
+        n_fetch = _arity(fetch, 3, method=True)
+
+        async def handle_object_fetch(request: Request, ctx: Context) -> Any:
+            return await instance.fetch(*(request, env, ctx)[:n_fetch])
+
+        handlers.fetch = handle_object_fetch
+    return class_name, handlers, instance
+
+
+def load_entry(script: Path, env: Env) -> tuple[str, Handlers]:
+    """Import the script and return its entry name and its Handlers, or raise with what to fix."""
+    module = _import_script(script)
 
     default = getattr(module, "Default", None)
     on_fetch = getattr(module, "on_fetch", None)
@@ -617,6 +687,53 @@ async def serve_queue(channel: Channel, handler, msg: ipc.QueueBatch) -> None:
     channel.forget(msg.id)
 
 
+def _rpc_method(instance: Any, name: str) -> Any:
+    """The public method `name` of the object's class (never an attribute such as ctx or env)."""
+    cls = type(instance)
+    if not isinstance(name, str) or name.startswith("_") or name == "fetch":
+        raise TypeError(f"{cls.__name__}.{name} cannot be called over RPC")
+    try:
+        attr = inspect.getattr_static(cls, name)
+    except AttributeError:
+        raise TypeError(f"{cls.__name__} has no method {name!r}") from None
+    if not callable(attr) and not isinstance(attr, (staticmethod, classmethod)):
+        raise TypeError(f"{cls.__name__}.{name} is not a method")
+    return getattr(instance, name)
+
+
+async def serve_object_call(channel: Channel, instance: Any, msg: ipc.ObjectInvoke) -> None:
+    """An RPC call on the object this isolate serves: ObjectResult or InvokeError, then (its
+    waitUntil work ended) RequestDone."""
+    _current_request.set(msg.id)
+    ctx = Context()
+    _current_ctx.set(ctx)
+    try:
+        result = _rpc_method(instance, msg.method)(*msg.args, **msg.kwargs)
+        if inspect.isawaitable(result):
+            result = await result
+        check_rpc_value(result, f"the result of {type(instance).__name__}.{msg.method}")
+        try:
+            channel.send(ipc.ObjectResult(msg.id, result))
+        except ValueError:
+            raise ValueError(
+                f"the result of {type(instance).__name__}.{msg.method} is over the "
+                f"{ipc.FROM_ISOLATE // 2**20} MiB one reply may carry"
+            ) from None
+    except asyncio.CancelledError:
+        ctx.cancel()
+        channel.send(ipc.InvokeError(msg.id, "Cancelled: the call was cancelled", ""))
+    except Exception as exc:  # the object's own failure: reported to its caller, the isolate stays up
+        message = f"{type(exc).__name__}: {exc}"[:ERROR_CHARS]
+        channel.send(ipc.InvokeError(msg.id, message, traceback.format_exc()[-ERROR_CHARS:]))
+    try:
+        await channel.writer.drain()
+        await ctx.settle()
+    except asyncio.CancelledError:
+        ctx.cancel()
+    channel.send(ipc.RequestDone(msg.id))
+    channel.forget(msg.id)
+
+
 async def main(fd: int) -> None:
     sock = socket.socket(fileno=fd)
     reader, writer = await asyncio.open_unix_connection(sock=sock, limit=ipc.CHUNK)
@@ -633,6 +750,8 @@ async def main(fd: int) -> None:
         values[name] = BINDING_CLASSES[kind](
             lambda method, args, kwargs, _name=name: channel.call_binding(_name, method, args, kwargs)
         )
+    for name, key in init.durable_objects.items():  # each call crosses as ipc.ObjectCall
+        values[name] = DurableObjectNamespace(name, key, channel.call_object)
     capture_logs(channel)
     install_fetch(lambda method, url, headers, body: channel.fetch(method, url, headers, body))
     try:
@@ -645,7 +764,17 @@ async def main(fd: int) -> None:
             sandbox.restrict(sandbox_paths(script), writable=["/dev/null"])
         env = Env(values)
         install_context(env=env, current_ctx=_current_ctx.get)  # workers.env, workers.wait_until
-        entry, handlers = load_entry(script, env)
+        instance = None
+        if init.durable_object:  # this isolate is one Durable Object: its storage is its own
+            storage = DurableObjectStorage(
+                lambda method, args, kwargs: channel.call_binding("ctx.storage", method, args, kwargs)
+            )
+            state = DurableObjectState(
+                DurableObjectId(init.object_id or ""), storage, lambda aw: _current_ctx.get().waitUntil(aw)
+            )
+            entry, handlers, instance = load_object(script, env, init.durable_object, state)
+        else:
+            entry, handlers = load_entry(script, env)
     except BaseException as exc:  # noqa: BLE001 - any import failure is reported, then we exit
         message = f"{type(exc).__name__}: {exc}"[:ERROR_CHARS]
         channel.send(ipc.LoadFailed(message, traceback.format_exc()[-ERROR_CHARS:]))
@@ -669,6 +798,8 @@ async def main(fd: int) -> None:
             channel.tasks[msg.id] = task
         elif isinstance(msg, ipc.QueueBatch):
             channel.tasks[msg.id] = asyncio.create_task(serve_queue(channel, handlers.queue, msg))
+        elif isinstance(msg, ipc.ObjectInvoke) and instance is not None:
+            channel.tasks[msg.id] = asyncio.create_task(serve_object_call(channel, instance, msg))
         elif isinstance(msg, (ipc.RequestChunk, ipc.RequestEnd)):
             queue = channel.request_bodies.get(msg.id)
             if queue is not None:  # at most ipc.WINDOW chunks wait here: the runtime keeps count
@@ -681,7 +812,7 @@ async def main(fd: int) -> None:
             task = channel.tasks.get(msg.id)
             if task is not None:
                 task.cancel()
-        elif isinstance(msg, (ipc.AIReply, ipc.AIChunk, ipc.FetchReply, ipc.BindingReply)):
+        elif isinstance(msg, (ipc.AIReply, ipc.AIChunk, ipc.FetchReply, ipc.BindingReply, ipc.ObjectReply)):
             channel.resolve(msg)
 
 

@@ -29,6 +29,7 @@ from runtime.ai import workers_ai_sse
 from runtime.bindings import BindingError, BindingRef
 from runtime.fetch_guard import FetchError
 from runtime.isolate import ExceededResources, Isolate, IsolateCrashed, IsolateLimits, WorkerLoadError
+from runtime.objects import OBJECT_STORAGE, namespace_key
 from workers import AIError
 
 if TYPE_CHECKING:
@@ -41,7 +42,9 @@ WORKER_EXCEPTION = 1101
 WORKER_LIMITS = 1102
 WORKER_UNAVAILABLE = 1103
 LOG_LINES, LOG_BYTES, LOG_LINE_CHARS = 256, 256 * 1024, 16 * 1024  # kept per request for the tail
-BINDING_CALLS = 1000  # KV, D1 and R2 calls per request (Workers KV's per-invocation operation limit)
+BINDING_CALLS = (
+    1000  # KV, D1, R2 and Durable Object calls per request (Workers KV's per-invocation operation limit)
+)
 
 
 class LogBudget:
@@ -61,6 +64,20 @@ class LogBudget:
         return True
 
 
+class DurableObjectRef(msgspec.Struct, frozen=True):
+    """A durable_objects.bindings entry: the class, and the worker that defines it (None: this one)."""
+
+    class_name: str
+    script_name: str | None = None
+
+
+class ObjectAddress(msgspec.Struct, frozen=True):
+    """The one Durable Object an isolate serves: its class and id (set by the runtime)."""
+
+    class_name: str
+    id: str
+
+
 class WorkerSpec(msgspec.Struct, frozen=True):
     account: str
     name: str
@@ -72,6 +89,8 @@ class WorkerSpec(msgspec.Struct, frozen=True):
     limits: IsolateLimits
     subrequests: int = 50
     bindings: dict[str, BindingRef] = {}  # KV / D1 / R2: env name -> (kind, id), under `account`
+    durable_objects: dict[str, DurableObjectRef] = {}  # env name -> the namespace it stands for
+    durable_object: ObjectAddress | None = None  # set: this handle runs that object, not Default
 
 
 @dataclass
@@ -141,8 +160,10 @@ class WorkerHandle:
         self.requests: dict[int, RequestContext] = {}
         self._background_logs = LogBudget()
         env = {**spec.vars, **runtime.state.secrets(spec.account, spec.name)}  # secrets never logged
+        label = f"{spec.name}@{spec.version[:8]}" if spec.version else spec.name
+        obj = spec.durable_object
         self.isolate = Isolate(
-            f"{spec.name}@{spec.version[:8]}" if spec.version else spec.name,
+            f"{label}:{obj.class_name}:{obj.id[:8]}" if obj else label,
             Path(spec.script),
             env,
             spec.ai_binding,
@@ -153,6 +174,12 @@ class WorkerHandle:
             on_log=self._on_log,
             bindings={name: ref.kind for name, ref in spec.bindings.items()},
             on_binding=self._on_binding,
+            durable_objects={
+                name: namespace_key(spec.account, ref.script_name or spec.name, ref.class_name)
+                for name, ref in spec.durable_objects.items()
+            },
+            on_object=self._on_object,
+            durable_object=(obj.class_name, obj.id) if obj else None,
         )
 
     @property
@@ -261,7 +288,10 @@ class WorkerHandle:
             return ipc.BindingReply(
                 call.call, error_type="Error", error_message="the request that made this call has ended"
             )
+        obj = self.spec.durable_object
         ref = self.spec.bindings.get(call.binding)
+        if obj is not None and call.binding == OBJECT_STORAGE:
+            ref = BindingRef("do", obj.id)  # this object's own storage: the isolate cannot name another
         if ref is None:
             return ipc.BindingReply(
                 call.call,
@@ -277,12 +307,51 @@ class WorkerHandle:
                 "KV, D1 and R2 calls per request",
             )
         try:
-            result = await self.runtime.bindings.call(
-                self.spec.account, ref, call.method, call.args, call.kwargs
-            )
+            if ref.kind == "do" and obj is not None:
+                result = await self.runtime.bindings.call_object_storage(
+                    self.spec.account,
+                    self.spec.name,
+                    obj.class_name,
+                    obj.id,
+                    call.method,
+                    call.args,
+                    call.kwargs,
+                )
+            else:
+                result = await self.runtime.bindings.call(
+                    self.spec.account, ref, call.method, call.args, call.kwargs
+                )
         except BindingError as exc:
             return ipc.BindingReply(call.call, error_type=exc.type, error_message=str(exc))
         return ipc.BindingReply(call.call, result=result)
+
+    async def _on_object(self, call: ipc.ObjectCall) -> ipc.ObjectReply:
+        """`env.NS.get(id).method(...)`: the runtime's Durable Objects run it in that object."""
+        ctx = self.requests.get(call.request)
+        if ctx is None:
+            return ipc.ObjectReply(
+                call.call, error_type="Error", error_message="the request that made this call has ended"
+            )
+        ctx.binding_calls += 1
+        if ctx.binding_calls > BINDING_CALLS:
+            return ipc.ObjectReply(
+                call.call,
+                error_type="Error",
+                error_message=f"Too many API requests by single worker invocation: at most {BINDING_CALLS} "
+                "KV, D1, R2 and Durable Object calls per request",
+            )
+        return await self.runtime.objects.call(self, call, ctx)
+
+    async def call_object(
+        self, method: str, args: list, kwargs: dict, ctx: RequestContext
+    ) -> ipc.ObjectResult | ipc.InvokeError:
+        """Run `method` on the Durable Object this handle serves (its isolate started if need be)."""
+        rid = self.isolate.next_request_id()
+        self.requests[rid] = ctx
+        try:
+            return await self.isolate.call_object(method, args, kwargs, request_id=rid)
+        finally:
+            self.requests.pop(rid, None)
 
     # --- serving a request --------------------------------------------------------------------------
 

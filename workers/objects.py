@@ -11,11 +11,9 @@ from workers.context import _remember
 
 
 class DurableObject:
-    """Base class of a Durable Object: `__init__(self, ctx, env)` keeps both.
-
-    Not simulated yet: the edge runtime has no Durable Object namespace binding, so nothing
-    builds these objects for you, there is no `ctx.storage`, and no requests are routed to them.
-    A script that defines one still loads and its Default worker runs."""
+    """Base class of a Durable Object: `__init__(self, ctx, env)` keeps both. `ctx` is a
+    workers.durable_objects.DurableObjectState (`ctx.id`, `ctx.storage`); the runtime builds one
+    instance per id, in its own isolate, when `env.NS.get(id)`'s stub is first called."""
 
     def __init__(self, ctx: Any, env: Any):
         self.ctx = ctx

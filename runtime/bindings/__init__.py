@@ -1,6 +1,6 @@
 """KV, D1, R2 and queue bindings: the stores behind `env.KV`, `env.DB`, `env.BUCKET` and
-`env.QUEUE`, simulated
-locally and kept under the state dir (`.edge/`), which only the runtime can reach.
+`env.QUEUE` (and each Durable Object's `ctx.storage`), simulated locally and kept under the
+state dir (`.edge/`), which only the runtime can reach.
 
 A worker's isolate names only a binding (`env.NAME.method(...)` crosses as ipc.BindingCall); the
 runtime maps that name, through the worker's own spec, to a kind and an id, and every store is
@@ -24,6 +24,7 @@ import msgspec
 
 from runtime.bindings.common import BindingError, safe_component
 from runtime.bindings.d1 import QUERY_S, D1Store
+from runtime.bindings.do_storage import ObjectStorageStore
 from runtime.bindings.kv import KVStore
 from runtime.bindings.queues import QueueStore
 from runtime.bindings.r2 import R2Store
@@ -108,6 +109,7 @@ class BindingStores:
         self._d1: D1Store | None = None
         self._r2: R2Store | None = None
         self._queues: QueueStore | None = None
+        self._objects: ObjectStorageStore | None = None
         self._lock = threading.Lock()
         self._pool = ThreadPoolExecutor(THREADS, thread_name_prefix="edge-bindings")
         self._d1_turns: dict[tuple[str, str], asyncio.Lock] = {}  # one statement at a time per database
@@ -144,6 +146,24 @@ class BindingStores:
         """Blocking store work (a queue consumer's claim and settle) in the stores' pool."""
         return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
 
+    @property
+    def objects(self) -> ObjectStorageStore:
+        with self._lock:
+            if self._objects is None:
+                self._objects = ObjectStorageStore(self.state_dir / "do", self.d1_query_s)
+            return self._objects
+
+    async def call_object_storage(
+        self, account: str, script: str, class_name: str, object_id: str, method: str, args: Any, kwargs: Any
+    ) -> Any:
+        """A Durable Object's `ctx.storage` call, run in the pool; the caller (the runtime, never
+        the isolate) names the object."""
+        loop = asyncio.get_running_loop()
+        store = self.objects
+        return await loop.run_in_executor(
+            self._pool, store.call, account, script, class_name, object_id, method, args, kwargs
+        )
+
     def call_sync(self, account: str, ref: BindingRef, method: str, args: Any, kwargs: Any) -> Any:
         if not isinstance(method, str) or not isinstance(args, list) or not isinstance(kwargs, dict):
             raise BindingError("TypeError", "a binding call is a method name, a list of arguments and a dict")
@@ -167,8 +187,8 @@ class BindingStores:
             return await loop.run_in_executor(*work)
 
     def close(self) -> None:
-        for store in (self._kv, self._d1, self._r2, self._queues):
+        for store in (self._kv, self._d1, self._r2, self._queues, self._objects):
             if store is not None:
                 store.close()
-        self._kv = self._d1 = self._r2 = self._queues = None
+        self._kv = self._d1 = self._r2 = self._queues = self._objects = None
         self._pool.shutdown(wait=False, cancel_futures=True)
