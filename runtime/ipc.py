@@ -35,6 +35,7 @@ class Init(msgspec.Struct, tag=True):
     sandbox: bool = True  # confine the file system and network (Landlock) before loading the script
     jailed: bool = False  # runs inside runtime.jail's namespaces: its whole view is read-only but /tmp
     bindings: dict[str, str] = {}  # KV / D1 / R2 bindings: env name -> "kv" | "d1" | "r2"
+    deps: str = ""  # the project's installed dependencies (runtime.deps), readable; "" = none
 
 
 class Ready(msgspec.Struct, tag=True):

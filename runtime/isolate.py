@@ -155,6 +155,7 @@ class Isolate:
         on_log: Callable[[ipc.Log], None] | None = None,
         bindings: dict[str, str] | None = None,
         on_binding: Callable[[ipc.BindingCall], Awaitable[ipc.BindingReply]] = _no_binding,
+        deps: Path | None = None,
     ):
         self.name = name
         self.script = script
@@ -166,6 +167,7 @@ class Isolate:
         self._on_log = on_log
         self.bindings = dict(bindings or {})  # KV / D1 / R2: env name -> kind
         self._on_binding = on_binding
+        self.deps = deps  # the project's installed dependencies (runtime.deps), on its sys.path
         self._ai = ai
         self._ids = itertools.count(1)
         self._pending: dict[int, asyncio.Future] = {}  # request -> its outcome
@@ -208,14 +210,18 @@ class Isolate:
                     self.name,
                 )
             cmd = [sys.executable, "-m", "runtime.isolate_main", "--fd", str(fd)]
-            return cmd, _child_env(), str(self.script.parent), False
+            env = _child_env()
+            if self.deps:
+                env["PYTHONPATH"] += os.pathsep + str(self.deps)
+            return cmd, env, str(self.script.parent), False
         rlimits = {
             "nproc": self.limits.processes,
             "fsize": self.limits.file_bytes,
             "core": 0,
             "nofile": 256,
         }
-        spec = isolate_view.view_spec(self.script, fd, rlimits, self.limits.file_bytes)
+        deps = str(self.deps) if self.deps else None
+        spec = isolate_view.view_spec(self.script, fd, rlimits, self.limits.file_bytes, deps)
         return isolate_view.jail_command(spec), isolate_view.launcher_env(), "/", True
 
     async def start(self, timeout: float = 30.0) -> None:
@@ -249,6 +255,7 @@ class Isolate:
             self.limits.sandbox,
             self.jailed,
             bindings=self.bindings,
+            deps=str(self.deps) if self.deps and not self.jailed else "",
         )
         writer.write(ipc.encode(init))
         await writer.drain()

@@ -101,7 +101,7 @@ def _answer(folder, env=None):
     [
         (
             "fastapi",
-            "the 'asgi' module (FastAPI through Cloudflare's `asgi` bridge): not simulated by edge yet",
+            "the 'fastapi' module",
         ),
         ("d1", "needs the D1 binding env.DB"),
     ],
