@@ -90,8 +90,10 @@ class Runtime:
         edge: Edge,
         state: State | None = None,
         catalog: dict[str, tuple[CatalogEntry, Path]] | None = None,
+        deps: Path | None = None,
     ):
         self.config = config
+        self.deps = deps  # the dev worker's installed dependencies (runtime.deps), if it lists any
         self.edge = edge
         self.state = state or State(config.state_dir / "state.db")
         self.catalog = catalog or {}
@@ -145,6 +147,7 @@ class Runtime:
             limits=limits.isolate(),
             subrequests=limits.subrequests,
             bindings=binding_refs(c.kv_namespaces, c.d1_databases, c.r2_buckets),
+            deps=str(self.deps) if self.deps else None,
         )
 
     # --- lifecycle --------------------------------------------------------------------------------

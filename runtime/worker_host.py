@@ -72,6 +72,7 @@ class WorkerSpec(msgspec.Struct, frozen=True):
     limits: IsolateLimits
     subrequests: int = 50
     bindings: dict[str, BindingRef] = {}  # KV / D1 / R2: env name -> (kind, id), under `account`
+    deps: str | None = None  # the project's installed dependencies (runtime.deps): /edge/deps inside
 
 
 @dataclass
@@ -153,6 +154,7 @@ class WorkerHandle:
             on_log=self._on_log,
             bindings={name: ref.kind for name, ref in spec.bindings.items()},
             on_binding=self._on_binding,
+            deps=Path(spec.deps) if spec.deps else None,
         )
 
     @property
