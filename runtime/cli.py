@@ -875,7 +875,11 @@ def cmd_pop_serve(args: argparse.Namespace) -> int:
     )
     try:
         config = load_config(args.config)
-        pop = load_topology(config).pop(args.name)
+        topology = load_topology(config)
+        if not args.name:
+            codes = ", ".join(p.code for p in topology.gpu_pops())
+            raise ConfigError(f"edge pop serve needs --name CODE: the GPU PoP this node is (one of {codes})")
+        pop = topology.pop(args.name)
         catalog, names = served_models(config)
         if not node_token:  # checked once the config is known good, before any model loads
             raise ConfigError(
