@@ -93,8 +93,10 @@ class Runtime:
         edge: Edge,
         state: State | None = None,
         catalog: dict[str, tuple[CatalogEntry, Path]] | None = None,
+        deps: Path | None = None,
     ):
         self.config = config
+        self.deps = deps  # the dev worker's installed dependencies (runtime.deps), if it lists any
         self.edge = edge
         self.state = state or State(config.state_dir / "state.db")
         self.catalog = catalog or {}
@@ -152,6 +154,7 @@ class Runtime:
             durable_objects={
                 b.name: DurableObjectRef(b.class_name, b.script_name) for b in c.durable_objects.bindings
             },
+            deps=str(self.deps) if self.deps else None,
         )
 
     # --- lifecycle --------------------------------------------------------------------------------

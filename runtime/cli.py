@@ -475,15 +475,22 @@ def cmd_dev(args: argparse.Namespace) -> int:
         return _fail(f"{type(exc).__name__}: {exc}")
     from runtime.admin import ADMIN_TOKEN_ENV, bootstrap_admin_token
     from runtime.catalog import catalog_if_any
+    from runtime.deps import DependencyError, install
     from runtime.state import State
 
+    try:  # the project's pyproject.toml / requirements.txt, installed under .edge/python/ once
+        deps = install(Path(config.base_dir), config.state_dir, log=lambda m: print(m, flush=True))
+    except (DependencyError, OSError) as exc:
+        return _fail(str(exc))
     state = State(config.state_dir / "state.db")
     token, created = bootstrap_token(config, state)
     admin_token, admin_created = bootstrap_admin_token(config.state_dir)
-    runtime = Runtime(config, edge, state, catalog_if_any(config))
+    runtime = Runtime(config, edge, state, catalog_if_any(config), deps=deps)
     runtime.admin_token = admin_token
     runtime.watch = args.reload
     print(f"edge dev: worker {config.name!r} ({config.main}) on http://{args.host}:{args.port}", flush=True)
+    if deps:
+        print(f"  its dependencies: {deps} (read-only at /edge/deps in its isolate)", flush=True)
     if created:  # shown once; kept (only) in .edge/api-token for the CLI
         print(
             f"  API token for account {config.account_id!r} (saved in .edge/api-token): {token}", flush=True
@@ -874,7 +881,11 @@ def cmd_pop_serve(args: argparse.Namespace) -> int:
     )
     try:
         config = load_config(args.config)
-        pop = load_topology(config).pop(args.name)
+        topology = load_topology(config)
+        if not args.name:
+            codes = ", ".join(p.code for p in topology.gpu_pops())
+            raise ConfigError(f"edge pop serve needs --name CODE: the GPU PoP this node is (one of {codes})")
+        pop = topology.pop(args.name)
         catalog, names = served_models(config)
         if not node_token:  # checked once the config is known good, before any model loads
             raise ConfigError(

@@ -38,6 +38,7 @@ class Init(msgspec.Struct, tag=True):
     durable_objects: dict[str, str] = {}  # Durable Object namespaces: env name -> namespace key
     durable_object: str | None = None  # serve this Durable Object class (its instance), not Default
     object_id: str | None = None  # ... the instance with this id
+    deps: str = ""  # the project's installed dependencies (runtime.deps), readable; "" = none
 
 
 class Ready(msgspec.Struct, tag=True):

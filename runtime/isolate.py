@@ -164,6 +164,7 @@ class Isolate:
         durable_objects: dict[str, str] | None = None,
         on_object: Callable[[ipc.ObjectCall], Awaitable[ipc.ObjectReply]] = _no_object,
         durable_object: tuple[str, str] | None = None,
+        deps: Path | None = None,
     ):
         self.name = name
         self.script = script
@@ -179,6 +180,7 @@ class Isolate:
         self._on_object = on_object
         self.durable_object = durable_object  # (class, id): this isolate serves that one object
         self._object_calls: set[int] = set()  # requests that are RPC calls (answered by ObjectResult)
+        self.deps = deps  # the project's installed dependencies (runtime.deps), on its sys.path
         self._ai = ai
         self._ids = itertools.count(1)
         self._pending: dict[int, asyncio.Future] = {}  # request -> its outcome
@@ -223,14 +225,18 @@ class Isolate:
                     self.name,
                 )
             cmd = [sys.executable, "-m", "runtime.isolate_main", "--fd", str(fd)]
-            return cmd, _child_env(), str(self.script.parent), False
+            env = _child_env()
+            if self.deps:
+                env["PYTHONPATH"] += os.pathsep + str(self.deps)
+            return cmd, env, str(self.script.parent), False
         rlimits = {
             "nproc": self.limits.processes,
             "fsize": self.limits.file_bytes,
             "core": 0,
             "nofile": 256,
         }
-        spec = isolate_view.view_spec(self.script, fd, rlimits, self.limits.file_bytes)
+        deps = str(self.deps) if self.deps else None
+        spec = isolate_view.view_spec(self.script, fd, rlimits, self.limits.file_bytes, deps)
         return isolate_view.jail_command(spec), isolate_view.launcher_env(), "/", True
 
     async def start(self, timeout: float = 30.0) -> None:
@@ -267,6 +273,7 @@ class Isolate:
             durable_objects=self.durable_objects,
             durable_object=self.durable_object[0] if self.durable_object else None,
             object_id=self.durable_object[1] if self.durable_object else None,
+            deps=str(self.deps) if self.deps and not self.jailed else "",
         )
         writer.write(ipc.encode(init))
         await writer.drain()

@@ -327,10 +327,12 @@ def capture_logs(channel: Channel) -> None:
     root.setLevel(logging.INFO)
 
 
-def sandbox_paths(script: Path) -> list[str]:
-    """What a worker may read: its own folder, Python itself, and the SDK it imports."""
+def sandbox_paths(script: Path, deps: str = "") -> list[str]:
+    """What a worker may read: its own folder, Python itself, the SDK it imports and the
+    project's installed dependencies (`deps`)."""
     import site
 
+    import asgi
     import js
     import pyodide
     import runtime
@@ -340,8 +342,10 @@ def sandbox_paths(script: Path) -> list[str]:
         sys.prefix,
         sys.base_prefix,
         sys.exec_prefix,
-        *(str(Path(m.__file__).parent) for m in (workers, runtime, pyodide, js)),
+        *(str(Path(m.__file__).parent) for m in (workers, runtime, pyodide, js, asgi)),
     }
+    if deps:
+        paths.add(deps)
     # the worker's own folder, but not the runtime's state kept beside it (.edge: database, token,
     # other workers' scripts) nor other tooling folders
     hidden = {".edge", ".git", ".venv"}
@@ -761,7 +765,7 @@ async def main(fd: int) -> None:
         if init.sandbox and init.jailed:  # the jail's view is all there is: read it, scribble in /tmp
             sandbox.restrict(["/"], writable=["/dev/null"], scratch=["/tmp"])
         elif init.sandbox:  # from here the kernel confines what the script can touch
-            sandbox.restrict(sandbox_paths(script), writable=["/dev/null"])
+            sandbox.restrict(sandbox_paths(script, init.deps), writable=["/dev/null"])
         env = Env(values)
         install_context(env=env, current_ctx=_current_ctx.get)  # workers.env, workers.wait_until
         instance = None

@@ -20,9 +20,11 @@ import workers
 
 _PROJECT_ROOT = Path(__file__).resolve().parent.parent
 BUNDLE = "/bundle"
-LIB = "/edge/lib"  # the isolate's whole sys.path beside the standard library
+LIB = "/edge/lib"  # the SDK, msgspec and the shims: the isolate's sys.path beside the standard library
+DEPS = "/edge/deps"  # the project's own dependencies (runtime.deps), after LIB on sys.path
 # the isolate process imports exactly these of the runtime (checked by a test)
 ISOLATE_MODULES = ("__init__.py", "ipc.py", "isolate_main.py", "sandbox.py")
+SHIMS = ("pyodide", "js", "asgi")  # top-level packages of this project that Cloudflare provides
 # unprivileged uids for isolates when the runtime is root: one per isolate, far from real users
 UID_BASE, UID_SPAN = 1_100_000_000, 1 << 20
 
@@ -37,8 +39,11 @@ def _readable_by_others(path: str) -> bool:
     return bool(st.st_mode & 0o004) and (not os.path.isdir(path) or bool(st.st_mode & 0o001))
 
 
-def view_spec(script: Path, fd: int, rlimits: dict[str, int], tmp_bytes: int) -> dict:
-    """The jail's spec for one isolate whose main module is `script`."""
+def view_spec(
+    script: Path, fd: int, rlimits: dict[str, int], tmp_bytes: int, deps: str | None = None
+) -> dict:
+    """The jail's spec for one isolate whose main module is `script`; `deps` is the folder of
+    the project's installed dependencies (runtime.deps), bound read-only at DEPS."""
     prefix = os.path.realpath(sys.base_prefix)
     python = interpreter()
     if not python.startswith(prefix + os.sep) and not python.startswith("/usr/"):
@@ -48,8 +53,10 @@ def view_spec(script: Path, fd: int, rlimits: dict[str, int], tmp_bytes: int) ->
         binds.append((prefix, prefix))
     binds.append((os.path.dirname(msgspec.__file__), f"{LIB}/msgspec"))
     binds.append((os.path.dirname(workers.__file__), f"{LIB}/workers"))
-    # the pyodide.ffi and js stand-ins that scripts written for Cloudflare import
-    binds += [(str(_PROJECT_ROOT / "pyodide"), f"{LIB}/pyodide"), (str(_PROJECT_ROOT / "js"), f"{LIB}/js")]
+    # the pyodide.ffi, js and asgi stand-ins that scripts written for Cloudflare import
+    binds += [(str(_PROJECT_ROOT / m), f"{LIB}/{m}") for m in SHIMS]
+    if deps:
+        binds.append((deps, DEPS))
     copies = [(str(_PROJECT_ROOT / "runtime" / m), f"{LIB}/runtime/{m}") for m in ISOLATE_MODULES]
     copies += [("/etc/ld.so.cache", "/etc/ld.so.cache"), ("/etc/localtime", "/etc/localtime")]
     root = os.geteuid() == 0
@@ -58,7 +65,7 @@ def view_spec(script: Path, fd: int, rlimits: dict[str, int], tmp_bytes: int) ->
             if os.path.isdir(source) and not os.path.islink(source) and not _readable_by_others(source):
                 raise OSError(f"{source} is not readable by other users; an isolate could not use it")
     env = {
-        "PYTHONPATH": LIB,
+        "PYTHONPATH": f"{LIB}:{DEPS}" if deps else LIB,
         "PYTHONUNBUFFERED": "1",
         "PYTHONDONTWRITEBYTECODE": "1",
         "PATH": "/usr/bin:/bin",

@@ -2,8 +2,8 @@
 
 Each template writes worker.py (in Cloudflare Python Workers' own shapes, so the same file runs
 there), wrangler.jsonc (wrangler's keys), README.md and a .gitignore for the runtime's state.
-`fastapi` needs what this runtime does not provide yet (Cloudflare's `asgi` bridge, with FastAPI):
-its worker answers 501 saying so until it exists, and works unchanged once it does. `d1` uses the
+`fastapi` runs FastAPI through Cloudflare's `asgi` bridge; its pyproject.toml lists fastapi, which
+`edge dev` installs (runtime.deps); without it the worker answers 501 saying so. `d1` uses the
 D1 binding `env.DB` (wrangler.jsonc's d1_databases) and answers 501 naming it if it is missing.
 """
 
@@ -71,16 +71,16 @@ class Default(WorkerEntrypoint):
 
 FASTAPI = '''\
 """FastAPI on Workers, as Cloudflare runs it: `asgi.fetch(app, request, env)` hands the request to
-the ASGI app. edge does not provide the `asgi` bridge yet: until it does, every request gets a
-501 that says so."""
+the ASGI app, with the bindings in `request.scope["env"]`. FastAPI comes from pyproject.toml's
+dependencies; where it is missing, every request gets a 501 that says so."""
 
+import asgi  # Cloudflare's ASGI bridge for Python Workers
 from workers import Response, WorkerEntrypoint
 
 try:
-    import asgi  # Cloudflare's ASGI bridge for Python Workers
-    from fastapi import FastAPI
+    from fastapi import FastAPI, Request
 except ImportError as exc:
-    asgi, FastAPI, MISSING = None, None, exc.name
+    FastAPI, MISSING = None, exc.name
 else:
     MISSING = None
 
@@ -95,17 +95,29 @@ if FastAPI is not None:
     async def read_item(item_id: int):
         return {"item_id": item_id}
 
+    @app.get("/env")
+    async def greeting(req: Request):  # the worker's env (vars, bindings) is in the request's scope
+        return {"greeting": req.scope["env"].GREETING}
+
 
 class Default(WorkerEntrypoint):
     async def fetch(self, request):
         if MISSING is not None:
             return Response(
-                f"this template needs the {MISSING!r} module (FastAPI through Cloudflare's `asgi` "
-                "bridge): not simulated by edge yet\\n",
+                f"this worker needs the {MISSING!r} module: list it in pyproject.toml's dependencies "
+                "(edge dev installs them into .edge/python/)\\n",
                 status=501,
             )
         return await asgi.fetch(app, request, self.env)
 '''
+
+FASTAPI_PYPROJECT = """\
+[project]
+name = "{name}"
+version = "0.1.0"
+requires-python = ">=3.11"
+dependencies = ["fastapi"]
+"""
 
 D1 = '''\
 """A D1 database behind a worker: GET / returns a random quote, POST / {"quote": ..., "author": ...}
@@ -151,10 +163,14 @@ TEMPLATES: dict[str, Template] = {
         {"ai": {"binding": "AI"}},
     ),
     "fastapi": Template(
-        "FastAPI through Cloudflare's asgi bridge (not simulated yet: answers 501)",
+        "FastAPI through Cloudflare's asgi bridge",
         FASTAPI,
-        "This worker is FastAPI through Cloudflare's `asgi` bridge. edge does not provide that bridge "
-        "yet, so every request answers 501 saying so; the same worker.py runs on Cloudflare.",
+        "This worker is FastAPI through Cloudflare's `asgi` bridge; the same worker.py runs on "
+        "Cloudflare. `edge dev` installs pyproject.toml's dependencies (FastAPI) into "
+        "`.edge/python/` at its first start (delete that folder to reinstall them).\n\n"
+        "    curl http://127.0.0.1:8787/items/7",
+        {"vars": {"GREETING": "hello from FastAPI"}},
+        extra_files={"pyproject.toml": FASTAPI_PYPROJECT},
     ),
     "d1": Template(
         "a D1 database of quotes (env.DB)",
@@ -240,7 +256,7 @@ def write_project(folder: Path, template_name: str = "hello", today: date | None
         "wrangler.jsonc": wrangler_jsonc(name, template, today or date.today()),
         "README.md": readme(name, template_name, template),
         ".gitignore": ".edge/\n__pycache__/\n",
-        **template.extra_files,
+        **{rel: _fill(text, name) for rel, text in template.extra_files.items()},
     }
     folder.mkdir(parents=True, exist_ok=True)
     written = []

@@ -91,6 +91,7 @@ class WorkerSpec(msgspec.Struct, frozen=True):
     bindings: dict[str, BindingRef] = {}  # KV / D1 / R2: env name -> (kind, id), under `account`
     durable_objects: dict[str, DurableObjectRef] = {}  # env name -> the namespace it stands for
     durable_object: ObjectAddress | None = None  # set: this handle runs that object, not Default
+    deps: str | None = None  # the project's installed dependencies (runtime.deps): /edge/deps inside
 
 
 @dataclass
@@ -180,6 +181,7 @@ class WorkerHandle:
             },
             on_object=self._on_object,
             durable_object=(obj.class_name, obj.id) if obj else None,
+            deps=Path(spec.deps) if spec.deps else None,
         )
 
     @property

@@ -20,7 +20,8 @@ from tests.integration.dev_server import REPO, DevServer
 def test_each_template_writes_a_worker_a_wrangler_config_and_a_readme(tmp_path, template):
     folder = tmp_path / "My Project"
     files = write_project(folder, template, today=date(2026, 11, 1))
-    assert sorted(f.name for f in files) == [".gitignore", "README.md", "worker.py", "wrangler.jsonc"]
+    expected = [".gitignore", "README.md", "worker.py", "wrangler.jsonc", *TEMPLATES[template].extra_files]
+    assert sorted(f.name for f in files) == sorted(expected)
     compile((folder / "worker.py").read_text(), "worker.py", "exec")
     config = parse_config((folder / "wrangler.jsonc").read_text(), source="wrangler.jsonc", base_dir=folder)
     assert config.name == "my-project" and config.main == "worker.py"
@@ -101,7 +102,7 @@ def _answer(folder, env=None):
     [
         (
             "fastapi",
-            "the 'asgi' module (FastAPI through Cloudflare's `asgi` bridge): not simulated by edge yet",
+            "needs the 'fastapi' module: list it in pyproject.toml's dependencies",
         ),
         ("d1", "needs the D1 binding env.DB"),
     ],
