@@ -308,6 +308,11 @@ def encode(msg: Message) -> bytes:
     return _HEADER.pack(len(body)) + body
 
 
+def decode(body: bytes) -> Message:
+    """One frame's body (without its length prefix)."""
+    return _decoder.decode(body)
+
+
 class FrameTooLarge(ValueError):
     """The peer announced a frame over the limit: a protocol violation, never read."""
 

@@ -216,7 +216,7 @@ class Isolate:
 
     # --- starting ---------------------------------------------------------------------------------
 
-    def _command(self, fd: int) -> tuple[list[str], dict[str, str], str, bool]:
+    def _command(self, fd: int, sync_fd: int) -> tuple[list[str], dict[str, str], str, bool]:
         if not self.limits.sandbox or _insecure:
             if self.limits.sandbox:
                 log.warning(
@@ -224,7 +224,7 @@ class Isolate:
                     "runtime's uid, PID space and network; only Landlock confines it",
                     self.name,
                 )
-            cmd = [sys.executable, "-m", "runtime.isolate_main", "--fd", str(fd)]
+            cmd = [sys.executable, "-m", "runtime.isolate_main", "--fd", str(fd), "--sync-fd", str(sync_fd)]
             env = _child_env()
             if self.deps:
                 env["PYTHONPATH"] += os.pathsep + str(self.deps)
@@ -236,19 +236,23 @@ class Isolate:
             "nofile": 256,
         }
         deps = str(self.deps) if self.deps else None
-        spec = isolate_view.view_spec(self.script, fd, rlimits, self.limits.file_bytes, deps)
+        spec = isolate_view.view_spec(self.script, fd, rlimits, self.limits.file_bytes, deps, sync_fd)
         return isolate_view.jail_command(spec), isolate_view.launcher_env(), "/", True
 
     async def start(self, timeout: float = 30.0) -> None:
         parent, child = socket.socketpair()
+        # a second channel for the few calls Cloudflare's API makes synchronous (a Durable
+        # Object's storage.sql.exec): the isolate blocks on it while the runtime answers
+        sync_parent, sync_child = socket.socketpair()
         try:
             try:
-                cmd, env, cwd, self.jailed = self._command(child.fileno())
+                cmd, env, cwd, self.jailed = self._command(child.fileno(), sync_child.fileno())
             except OSError as exc:
+                sync_parent.close()
                 raise WorkerLoadError(f"{self.script.name}: cannot build its isolate: {exc}") from None
             self._proc = await asyncio.create_subprocess_exec(
                 *cmd,
-                pass_fds=[child.fileno()],
+                pass_fds=[child.fileno(), sync_child.fileno()],
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE,
@@ -258,8 +262,10 @@ class Isolate:
             )
         finally:
             child.close()
+            sync_child.close()
         self._stopping = None
         reader, writer = await asyncio.open_unix_connection(sock=parent, limit=ipc.CHUNK)
+        self._spawn(self._serve_sync(sync_parent))
         script = f"{isolate_view.BUNDLE}/{self.script.name}" if self.jailed else str(self.script)
         init = ipc.Init(
             script,
@@ -620,6 +626,33 @@ class Isolate:
                     self._spawn(self._answer_fetch(msg))
         elif isinstance(msg, ipc.Log) and self._on_log is not None:
             self._on_log(msg)
+
+    async def _serve_sync(self, sock: socket.socket) -> None:
+        """The synchronous channel: one BindingCall at a time, each answered before the next (the
+        isolate is blocked meanwhile); anything else on it, or a frame over the limit, ends it."""
+        reader, writer = await asyncio.open_unix_connection(sock=sock, limit=ipc.CHUNK)
+        try:
+            while True:
+                msg = await ipc.read_message(reader, ipc.FROM_ISOLATE)
+                if not isinstance(msg, ipc.BindingCall):
+                    raise _ProtocolError(f"{type(msg).__name__} on the synchronous channel")
+                reply = await self._on_binding(msg)
+                frame = ipc.encode(reply)
+                if len(frame) > ipc.TO_ISOLATE:
+                    frame = ipc.encode(
+                        ipc.BindingReply(
+                            msg.call, error_type="Error", error_message="the result is too large"
+                        )
+                    )
+                writer.write(frame)
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        except (ValueError, msgspec.DecodeError, _ProtocolError) as exc:
+            log.warning("isolate for %s broke the synchronous channel: %s", self.name, exc)
+            await self.stop()
+        finally:
+            writer.close()
 
     def _refuse_call(self, msg: ipc.AICall | ipc.FetchCall | ipc.BindingCall | ipc.ObjectCall) -> None:
         why = f"more than {MAX_CALLS} AI, fetch, binding and Durable Object calls at once from one isolate"

@@ -16,6 +16,7 @@ import inspect
 import itertools
 import logging
 import socket
+import struct
 import sys
 import traceback
 from collections.abc import AsyncIterator
@@ -97,11 +98,22 @@ class Context:
             task.cancel()
 
 
+def _recv_exactly(sock: socket.socket, n: int) -> bytes:
+    data = bytearray()
+    while len(data) < n:
+        chunk = sock.recv(n - len(data))
+        if not chunk:
+            raise ConnectionError("the runtime has gone")
+        data += chunk
+    return bytes(data)
+
+
 class Channel:
     """This process's end of the socket: sends frames, matches AI replies to their calls."""
 
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
         self.reader, self.writer = reader, writer
+        self.sync: socket.socket | None = None  # the synchronous channel (blocking), if given
         self._calls = itertools.count(1)
         self._pending: dict[int, asyncio.Future] = {}
         self.request_bodies: dict[int, asyncio.Queue] = {}  # streamed request bodies arriving
@@ -196,6 +208,28 @@ class Channel:
         if reply.error:
             raise RuntimeError(reply.error)
         return Response(reply.body, status=reply.status, headers=reply.headers)
+
+    def call_binding_sync(self, binding: str, method: str, args: list, kwargs: dict) -> Any:
+        """The same call, blocking on the synchronous channel (for the API Cloudflare makes
+        synchronous: a Durable Object's storage.sql.exec); the event loop waits meanwhile."""
+        request = _current_request.get()
+        if request is None or self.sync is None:
+            raise RuntimeError(f"{binding}.{method} can only be called while handling a request")
+        frame = ipc.encode(ipc.BindingCall(next(self._calls), request, binding, method, list(args), kwargs))
+        if len(frame) > ipc.FROM_ISOLATE:
+            raise ValueError(
+                f"{binding}.{method}: the call is over the {ipc.FROM_ISOLATE // 2**20} MiB limit"
+            )
+        self.sync.sendall(frame)
+        (length,) = struct.unpack(">I", _recv_exactly(self.sync, 4))
+        if length > ipc.TO_ISOLATE:
+            raise ConnectionError("the runtime's reply is over the frame limit")
+        reply = ipc.decode(_recv_exactly(self.sync, length))
+        if not isinstance(reply, ipc.BindingReply):
+            raise ConnectionError("the synchronous channel answered out of turn")
+        if reply.error_type is not None:
+            raise binding_error(reply.error_type, reply.error_message or f"{binding}.{method} failed")
+        return reply.result
 
     async def call_binding(self, binding: str, method: str, args: list, kwargs: dict) -> Any:
         """env.BINDING.method(...) on a KV, D1 or R2 binding, answered by the runtime's store."""
@@ -738,10 +772,13 @@ async def serve_object_call(channel: Channel, instance: Any, msg: ipc.ObjectInvo
     channel.forget(msg.id)
 
 
-async def main(fd: int) -> None:
+async def main(fd: int, sync_fd: int | None = None) -> None:
     sock = socket.socket(fileno=fd)
     reader, writer = await asyncio.open_unix_connection(sock=sock, limit=ipc.CHUNK)
     channel = Channel(reader, writer)
+    if sync_fd is not None:
+        channel.sync = socket.socket(fileno=sync_fd)
+        channel.sync.setblocking(True)
     init = await ipc.read_message(reader, ipc.TO_ISOLATE)
     if not isinstance(init, ipc.Init):
         raise SystemExit("isolate: expected Init first")
@@ -771,7 +808,8 @@ async def main(fd: int) -> None:
         instance = None
         if init.durable_object:  # this isolate is one Durable Object: its storage is its own
             storage = DurableObjectStorage(
-                lambda method, args, kwargs: channel.call_binding("ctx.storage", method, args, kwargs)
+                lambda method, args, kwargs: channel.call_binding("ctx.storage", method, args, kwargs),
+                lambda method, args, kwargs: channel.call_binding_sync("ctx.storage", method, args, kwargs),
             )
             state = DurableObjectState(
                 DurableObjectId(init.object_id or ""), storage, lambda aw: _current_ctx.get().waitUntil(aw)
@@ -823,4 +861,6 @@ async def main(fd: int) -> None:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("--fd", type=int, required=True)
-    asyncio.run(main(parser.parse_args().fd))
+    parser.add_argument("--sync-fd", type=int, default=None)
+    args = parser.parse_args()
+    asyncio.run(main(args.fd, args.sync_fd))

@@ -40,7 +40,12 @@ def _readable_by_others(path: str) -> bool:
 
 
 def view_spec(
-    script: Path, fd: int, rlimits: dict[str, int], tmp_bytes: int, deps: str | None = None
+    script: Path,
+    fd: int,
+    rlimits: dict[str, int],
+    tmp_bytes: int,
+    deps: str | None = None,
+    sync_fd: int | None = None,
 ) -> dict:
     """The jail's spec for one isolate whose main module is `script`; `deps` is the folder of
     the project's installed dependencies (runtime.deps), bound read-only at DEPS."""
@@ -81,7 +86,8 @@ def view_spec(
         "bundle": {"source": str(script.parent), "target": BUNDLE, "max_files": 1000, "max_bytes": 32 << 20},
         "tmp_bytes": tmp_bytes,
         "rlimits": rlimits,
-        "argv": [python, "-S", "-s", "-B", "-m", "runtime.isolate_main", "--fd", str(fd)],
+        "argv": [python, "-S", "-s", "-B", "-m", "runtime.isolate_main", "--fd", str(fd)]
+        + (["--sync-fd", str(sync_fd)] if sync_fd is not None else []),
         "env": env,
     }
 

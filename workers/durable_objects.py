@@ -10,10 +10,10 @@ or random for newUniqueId), the last 16 a hash of them with the namespace's key,
 idFromString refuses an id of another namespace, as Cloudflare's does. The runtime checks every
 id again: nothing here is trusted by it.
 
-Differences from Cloudflare's, because the storage lives in the runtime, not in the isolate:
-`storage.sql.exec(...)` must be awaited (`cursor = await self.ctx.storage.sql.exec(...)`) before
-its rows are read, and `blockConcurrencyWhile` only awaits its callback (calls to one object
-already run one at a time).
+The storage lives in the runtime, not in the isolate: `storage.sql.exec(...)` is synchronous as
+on Cloudflare (it blocks on a channel of its own while the runtime runs the statement), the rest
+of `storage` is awaited as on Cloudflare; `blockConcurrencyWhile` only awaits its callback (calls
+to one object already run one at a time).
 
 This package runs inside the isolate and imports nothing of the runtime's.
 """
@@ -35,6 +35,7 @@ RPC_DEPTH = 32  # nesting of lists and dicts in an argument or a result
 ObjectTransport = Callable[[str, str, str, list, dict], Awaitable[Any]]
 # (method, args, kwargs) -> result: the object's own storage, carried as ipc.BindingCall
 StorageTransport = Callable[[str, list, dict], Awaitable[Any]]
+SyncStorageTransport = Callable[[str, list, dict], Any]
 
 _REMOTE_ERRORS = {
     name: getattr(builtins, name)
@@ -293,22 +294,27 @@ class SqlCursor:
 
 
 class SqlStorage:
-    """`ctx.storage.sql`: `exec(query, *bindings)` returns an awaitable SqlCursor."""
+    """`ctx.storage.sql`: `exec(query, *bindings)` runs the statement at once and returns its
+    SqlCursor, synchronously as on Cloudflare (the call blocks on the runtime's answer); the
+    cursor may also be awaited, for code written against the asynchronous shape."""
 
-    def __init__(self, transport: StorageTransport):
-        self._transport = transport
+    def __init__(self, transport: StorageTransport, sync_transport: SyncStorageTransport | None = None):
+        self._transport, self._sync = transport, sync_transport
 
     def exec(self, query: str, *bindings: Any) -> SqlCursor:
-        return SqlCursor(lambda: self._transport("sql.exec", [query, list(bindings)], {}))
+        cursor = SqlCursor(lambda: self._transport("sql.exec", [query, list(bindings)], {}))
+        if self._sync is not None:
+            cursor._result = self._sync("sql.exec", [query, list(bindings)], {})
+        return cursor
 
 
 class DurableObjectStorage:
     """`ctx.storage`: the object's own key-value storage (values JSON-like, as RPC's) and SQL,
     kept by the runtime in the object's own SQLite file; nothing here can name another's."""
 
-    def __init__(self, transport: StorageTransport):
+    def __init__(self, transport: StorageTransport, sync_transport: SyncStorageTransport | None = None):
         self._transport = transport
-        self.sql = SqlStorage(transport)
+        self.sql = SqlStorage(transport, sync_transport)
 
     async def get(self, keys: str | list[str], options: Any = None) -> Any:
         """One key: its value or None; a list of keys: a dict of those found."""

@@ -142,6 +142,11 @@ class Default(WorkerEntrypoint):
             os.write(fd, b"\xff\xff\xff\xff")
             await asyncio.sleep(30)
             return Response("the runtime read on")
+        if path == "sync-garbage":  # not a BindingCall on the synchronous channel
+            fd = int(sys.argv[sys.argv.index("--sync-fd") + 1])
+            os.write(fd, b"\x00\x00\x00\x05hello")
+            await asyncio.sleep(30)
+            return Response("the runtime read on")
         if path == "cancelled":
             return Response(str(len(CANCELLED)))
         return Response(json.dumps({"unknown": path}), status=404)

@@ -97,6 +97,13 @@ def test_an_oversized_ipc_frame_ends_the_isolate_not_the_runtime(edge):
     edge.assert_victim_answers()
 
 
+def test_garbage_on_the_synchronous_channel_ends_the_isolate(edge):
+    r = edge.attack("GET", "sync-garbage", timeout=20)
+    assert r.status_code == 500 and error_code(r) == 1101
+    assert edge.attack("GET", "born").status_code == 200
+    edge.assert_victim_answers()
+
+
 def test_the_state_directory_and_other_versions_are_out_of_view(edge):
     state = edge.dir / "attacker" / ".edge"
     victim_files = list((state / "scripts").glob("*/worker.py"))

@@ -86,24 +86,17 @@ def cli(*args, cwd):
 
 def test_kv_d1_r2_from_a_worker_survive_a_restart(tmp_path):
     (tmp_path / "worker.py").write_text(WORKER)
-    (tmp_path / "wrangler-like.toml").write_text(
+    (tmp_path / "wrangler.jsonc").write_text(
         textwrap.dedent("""
-        name = "storage"
-        main = "worker.py"
-        compatibility_date = "2026-11-01"
-
-        [[kv_namespaces]]
-        binding = "KV"
-        id = "kv-namespace-1"
-
-        [[d1_databases]]
-        binding = "DB"
-        database_name = "notes-db"
-        database_id = "d1-database-1"
-
-        [[r2_buckets]]
-        binding = "BUCKET"
-        bucket_name = "files"
+        // only a worker and its wrangler.jsonc, as Cloudflare's examples are laid out
+        {
+          "name": "storage",
+          "main": "worker.py",
+          "compatibility_date": "2026-11-01",
+          "kv_namespaces": [{"binding": "KV", "id": "kv-namespace-1"}],
+          "d1_databases": [{"binding": "DB", "database_name": "notes-db", "database_id": "d1-database-1"}],
+          "r2_buckets": [{"binding": "BUCKET", "bucket_name": "files"}],
+        }
     """)
     )
     (tmp_path / "schema.sql").write_text(
@@ -114,7 +107,7 @@ def test_kv_d1_r2_from_a_worker_survive_a_restart(tmp_path):
     assert done.returncode == 0, done.stderr
     assert "2 statement(s) executed" in done.stdout
 
-    config = tmp_path / "wrangler-like.toml"
+    config = tmp_path / "wrangler.jsonc"
     with DevServer(config, cwd=tmp_path) as srv:
         wrote = httpx.get(srv.url + "/write", timeout=30)
         assert wrote.status_code == 200, wrote.text

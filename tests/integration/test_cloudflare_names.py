@@ -28,20 +28,19 @@ class Default(WorkerEntrypoint):
 def server(tmp_path_factory):
     d = tmp_path_factory.mktemp("cf-names")
     (d / "worker.py").write_text(textwrap.dedent(WORKER))
-    (d / "wrangler-like.toml").write_text(
+    (d / "wrangler.jsonc").write_text(
         textwrap.dedent(f"""
-        name = "cf"
-        main = "worker.py"
-        compatibility_date = "2026-11-01"
-        [ai]
-        binding = "AI"
-        [edge]
-        pops = ["ICN", "GRU"]
-        models = ["{STAND_IN}"]
-        models_dir = "{REPO / "models"}"
+        {{
+          "name": "cf",
+          "main": "worker.py",
+          "compatibility_date": "2026-11-01",
+          "ai": {{"binding": "AI"}},
+          // ours: two PoPs and one model keep the test quick
+          "edge": {{"pops": ["ICN", "GRU"], "models": ["{STAND_IN}"], "models_dir": "{REPO / "models"}"}},
+        }}
     """)
     )
-    with DevServer(d / "wrangler-like.toml", cwd=d) as srv:
+    with DevServer(d / "wrangler.jsonc", cwd=d) as srv:
         srv.token = (d / ".edge" / "api-token").read_text().strip()
         yield srv
 

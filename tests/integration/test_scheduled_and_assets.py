@@ -61,20 +61,19 @@ def server(tmp_path_factory):
     (d / "public" / "app" / "style.css").write_text("body{}")
     (d / "secret.txt").write_text("not public")
     os.symlink(d / "secret.txt", d / "public" / "leak.txt")
-    (d / "wrangler-like.toml").write_text(
+    (d / "wrangler.jsonc").write_text(
         textwrap.dedent("""
-        name = "sched"
-        main = "worker.py"
-        compatibility_date = "2026-11-01"
-        [triggers]
-        crons = ["0 0 1 1 *"]
-        [assets]
-        directory = "./public"
-        binding = "ASSETS"
-        not_found_handling = "single-page-application"
+        {
+          "name": "sched",
+          "main": "worker.py",
+          "compatibility_date": "2026-11-01",
+          "triggers": {"crons": ["0 0 1 1 *"]},  // never on its own during the test
+          "assets": {"directory": "./public", "binding": "ASSETS",
+                     "not_found_handling": "single-page-application"},
+        }
     """)
     )
-    with DevServer(d / "wrangler-like.toml", cwd=d) as srv:
+    with DevServer(d / "wrangler.jsonc", cwd=d) as srv:
         srv.dir = d
         srv.token = (d / ".edge" / "api-token").read_text().strip()
         yield srv

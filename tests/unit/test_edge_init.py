@@ -139,3 +139,18 @@ def test_a_d1_project_keeps_its_quotes(tmp_path):
             "quote": "Flat is better than nested.",
             "author": "Tim",
         }
+
+
+@pytest.mark.slow
+def test_an_ai_chat_project_streams_the_models_answer(tmp_path):
+    folder = tmp_path / "chat"
+    subprocess.run(
+        [sys.executable, "-m", "runtime.cli", "init", "chat", "--template", "ai-chat"], cwd=tmp_path, check=True
+    )
+    with DevServer(folder / "wrangler.jsonc", cwd=folder) as srv:
+        r = httpx.post(
+            srv.url + "/", json={"messages": [{"role": "user", "content": "def fib(n):"}]}, timeout=120
+        )
+        assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
+        events = [line for line in r.text.splitlines() if line.startswith("data: ")]
+        assert len(events) > 1 and events[-1] == "data: [DONE]"
