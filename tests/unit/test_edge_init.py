@@ -145,7 +145,9 @@ def test_a_d1_project_keeps_its_quotes(tmp_path):
 def test_an_ai_chat_project_streams_the_models_answer(tmp_path):
     folder = tmp_path / "chat"
     subprocess.run(
-        [sys.executable, "-m", "runtime.cli", "init", "chat", "--template", "ai-chat"], cwd=tmp_path, check=True
+        [sys.executable, "-m", "runtime.cli", "init", "chat", "--template", "ai-chat"],
+        cwd=tmp_path,
+        check=True,
     )
     with DevServer(folder / "wrangler.jsonc", cwd=folder) as srv:
         r = httpx.post(
