@@ -322,6 +322,42 @@ class Isolate:
     def next_request_id(self) -> int:
         return next(self._ids)
 
+    async def _event(
+        self,
+        message: Callable[[int], ipc.Message],
+        request_id: int | None,
+        after_send: Callable[[int], None] | None = None,
+    ) -> tuple[int, Any]:
+        """One event for the worker (a request, a cron run, a queue batch, an RPC call): it starts
+        the isolate if needed, counts as a request (CPU from the watchdog's last look, at most
+        10 ms old while requests run: a fresh read of the tree would cost more than a request),
+        and returns (its id, the isolate's answer); what is left after the answer (a streamed body,
+        waitUntil work) stays in flight until RequestDone."""
+        async with self._start_lock:
+            if not self.alive:
+                await self.stop()
+                await self.start()
+        rid = request_id if request_id is not None else next(self._ids)
+        future = asyncio.get_running_loop().create_future()
+        self._pending[rid] = future
+        self._inflight[rid] = _InFlight(self._last_cpu, time.monotonic() + RESPONSE_WALL_S)
+        self._served_since_look = True
+        self._output_left = OUTPUT_BYTES
+        try:
+            self._send(message(rid))
+            if after_send is not None:
+                after_send(rid)
+            outcome = await future
+        except BaseException:
+            self._end(rid)
+            raise
+        finally:
+            self._pending.pop(rid, None)
+        entry = self._inflight.get(rid)
+        if entry is not None:  # a streamed body has no deadline while its client reads it
+            entry.deadline = None if isinstance(outcome, ipc.InvokeStart) else time.monotonic() + WAIT_UNTIL_S
+        return rid, outcome
+
     async def invoke(
         self,
         method: str,
@@ -333,33 +369,18 @@ class Isolate:
     ) -> ipc.InvokeResult | ipc.InvokeError | ipc.InvokeStart:
         """Run the worker's handler; a body larger than one chunk (or a stream) is sent in chunks,
         as fast as the worker reads it."""
-        async with self._start_lock:
-            if not self.alive:
-                await self.stop()
-                await self.start()
-        rid = request_id if request_id is not None else next(self._ids)
-        future = asyncio.get_running_loop().create_future()
-        self._pending[rid] = future
-        # the watchdog's last look (at most 10 ms old while requests run) is this request's start:
-        # a fresh read of the tree per request would cost more than the request itself
-        self._inflight[rid] = _InFlight(self._last_cpu, time.monotonic() + RESPONSE_WALL_S)
-        self._served_since_look = True
-        self._output_left = OUTPUT_BYTES
         inline = body if isinstance(body, (bytes, bytearray)) and len(body) <= ipc.CHUNK else None
-        try:
-            self._send(ipc.Invoke(rid, method, url, headers, bytes(inline or b""), cf, inline is None))
+
+        def upload(rid: int) -> None:
             if inline is None:
                 self._upload_credit[rid] = asyncio.Semaphore(ipc.WINDOW)
                 self._spawn(self._upload(rid, body))
-            outcome = await future
-        except BaseException:
-            self._end(rid)
-            raise
-        finally:
-            self._pending.pop(rid, None)
-        entry = self._inflight.get(rid)
-        if entry is not None:  # the response has begun: what is left is its body and waitUntil
-            entry.deadline = None if isinstance(outcome, ipc.InvokeStart) else time.monotonic() + WAIT_UNTIL_S
+
+        _, outcome = await self._event(
+            lambda rid: ipc.Invoke(rid, method, url, headers, bytes(inline or b""), cf, inline is None),
+            request_id,
+            upload,
+        )
         return outcome
 
     async def schedule(
@@ -367,27 +388,9 @@ class Isolate:
     ) -> ipc.InvokeResult | ipc.InvokeError:
         """Run the worker's scheduled handler (a Cron Trigger); it counts as a request, held to
         the same CPU and wall-clock limits, and answers once its waitUntil work has ended."""
-        async with self._start_lock:
-            if not self.alive:
-                await self.stop()
-                await self.start()
-        rid = request_id if request_id is not None else next(self._ids)
-        future = asyncio.get_running_loop().create_future()
-        self._pending[rid] = future
-        self._inflight[rid] = _InFlight(self._last_cpu, time.monotonic() + RESPONSE_WALL_S)
-        self._served_since_look = True
-        self._output_left = OUTPUT_BYTES
-        try:
-            self._send(ipc.Scheduled(rid, cron, int(scheduled_time_ms)))
-            outcome = await future
-        except BaseException:
-            self._end(rid)
-            raise
-        finally:
-            self._pending.pop(rid, None)
-        entry = self._inflight.get(rid)
-        if entry is not None:  # RequestDone follows at once; until then the usual grace applies
-            entry.deadline = time.monotonic() + WAIT_UNTIL_S
+        _, outcome = await self._event(
+            lambda rid: ipc.Scheduled(rid, cron, int(scheduled_time_ms)), request_id
+        )
         return outcome
 
     async def deliver(
@@ -396,29 +399,12 @@ class Isolate:
         """Run the worker's queue handler on a batch; it counts as a request, held to the same
         CPU and wall-clock limits. Returns the result and what the isolate says became of each
         message (None if it said nothing: every message is then retried)."""
-        async with self._start_lock:
-            if not self.alive:
-                await self.stop()
-                await self.start()
         rid = request_id if request_id is not None else next(self._ids)
-        future = asyncio.get_running_loop().create_future()
-        self._pending[rid] = future
-        self._queue_outcomes[rid] = None
-        self._inflight[rid] = _InFlight(self._last_cpu, time.monotonic() + RESPONSE_WALL_S)
-        self._served_since_look = True
-        self._output_left = OUTPUT_BYTES
+        self._queue_outcomes[rid] = None  # before the batch goes: its outcome may come at once
         try:
-            self._send(ipc.QueueBatch(rid, queue, messages))
-            outcome = await future
-        except BaseException:
-            self._end(rid)
-            raise
+            _, outcome = await self._event(lambda r: ipc.QueueBatch(r, queue, messages), rid)
         finally:
-            self._pending.pop(rid, None)
             settled = self._queue_outcomes.pop(rid, None)
-        entry = self._inflight.get(rid)
-        if entry is not None:  # RequestDone follows at once; until then the usual grace applies
-            entry.deadline = time.monotonic() + WAIT_UNTIL_S
         return outcome, settled
 
     async def call_object(
@@ -426,29 +412,12 @@ class Isolate:
     ) -> ipc.ObjectResult | ipc.InvokeError:
         """An RPC call on the Durable Object this isolate serves; a request as any other, held to
         the same CPU and wall-clock limits."""
-        async with self._start_lock:
-            if not self.alive:
-                await self.stop()
-                await self.start()
         rid = request_id if request_id is not None else next(self._ids)
-        future = asyncio.get_running_loop().create_future()
-        self._pending[rid] = future
-        self._object_calls.add(rid)
-        self._inflight[rid] = _InFlight(self._last_cpu, time.monotonic() + RESPONSE_WALL_S)
-        self._served_since_look = True
-        self._output_left = OUTPUT_BYTES
+        self._object_calls.add(rid)  # answered by ObjectResult, which only such calls may get
         try:
-            self._send(ipc.ObjectInvoke(rid, method, args, kwargs))
-            outcome = await future
-        except BaseException:
-            self._end(rid)
-            raise
+            _, outcome = await self._event(lambda r: ipc.ObjectInvoke(r, method, args, kwargs), rid)
         finally:
-            self._pending.pop(rid, None)
             self._object_calls.discard(rid)
-        entry = self._inflight.get(rid)
-        if entry is not None:  # what is left is its waitUntil work
-            entry.deadline = time.monotonic() + WAIT_UNTIL_S
         return outcome
 
     async def _upload(self, rid: int, body: bytes | AsyncIterator[bytes]) -> None:
@@ -690,37 +659,22 @@ class Isolate:
             self._calls -= 1
 
     async def _answer_binding(self, call: ipc.BindingCall) -> None:
-        try:
-            try:
-                reply = await self._on_binding(call)
-                if len(ipc.encode(reply)) > ipc.TO_ISOLATE:  # the isolate would take it as an attack
-                    reply = ipc.BindingReply(
-                        call.call, error_type="Error", error_message="the result is too large to return"
-                    )
-            except Exception as exc:  # the runtime's side failed: tell the worker, keep serving
-                log.exception("binding call failed")
-                reply = ipc.BindingReply(
-                    call.call, error_type="Error", error_message=f"internal error: {type(exc).__name__}"
-                )
-            if self._writer is not None:
-                self._send(reply)
-                await self._writer.drain()
-        finally:
-            self._calls -= 1
+        await self._answer_call(call, self._on_binding, _binding_error, "binding call")
 
     async def _answer_object(self, call: ipc.ObjectCall) -> None:
+        await self._answer_call(call, self._on_object, _object_error, "Durable Object call")
+
+    async def _answer_call(self, call, handler, error: Callable[[int, str], ipc.Message], what: str) -> None:
+        """A binding or Durable Object call answered by the runtime: a failure on its side, or a
+        reply too large for the isolate to take, comes back as an error message."""
         try:
             try:
-                reply = await self._on_object(call)
+                reply = await handler(call)
                 if len(ipc.encode(reply)) > ipc.TO_ISOLATE:  # the isolate would take it as an attack
-                    reply = ipc.ObjectReply(
-                        call.call, error_type="Error", error_message="the result is too large to return"
-                    )
+                    reply = error(call.call, "the result is too large to return")
             except Exception as exc:  # the runtime's side failed: tell the worker, keep serving
-                log.exception("Durable Object call failed")
-                reply = ipc.ObjectReply(
-                    call.call, error_type="Error", error_message=f"internal error: {type(exc).__name__}"
-                )
+                log.exception("%s failed", what)
+                reply = error(call.call, f"internal error: {type(exc).__name__}")
             if self._writer is not None:
                 self._send(reply)
                 await self._writer.drain()
@@ -795,6 +749,14 @@ class Isolate:
 
 class _ProtocolError(Exception):
     pass
+
+
+def _binding_error(call: int, message: str) -> ipc.BindingReply:
+    return ipc.BindingReply(call, error_type="Error", error_message=message)
+
+
+def _object_error(call: int, message: str) -> ipc.ObjectReply:
+    return ipc.ObjectReply(call, error_type="Error", error_message=message)
 
 
 async def _pieces(body: bytes | AsyncIterator[bytes]) -> AsyncIterator[bytes]:

@@ -19,7 +19,7 @@ import socket
 import struct
 import sys
 import traceback
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -231,60 +231,51 @@ class Channel:
             raise binding_error(reply.error_type, reply.error_message or f"{binding}.{method} failed")
         return reply.result
 
-    async def call_binding(self, binding: str, method: str, args: list, kwargs: dict) -> Any:
-        """env.BINDING.method(...) on a KV, D1 or R2 binding, answered by the runtime's store."""
+    async def _round_trip(self, what: str, message: Callable[[int, int], ipc.Message]) -> Any:
+        """Send one call (built from its call id and the current request) and wait for the
+        runtime's reply; what cannot be sent says why in the worker's terms."""
         request = _current_request.get()
         if request is None:
-            raise RuntimeError(f"env.{binding}.{method} can only be called while handling a request")
-        if not all(isinstance(k, str) for k in kwargs):
-            raise TypeError(f"env.{binding}.{method}: option names must be strings")
+            raise RuntimeError(f"{what} can only be called while handling a request")
         call = next(self._calls)
         queue: asyncio.Queue = asyncio.Queue()
         self._pending[call] = queue
         try:
-            self.send(ipc.BindingCall(call, request, binding, method, list(args), dict(kwargs)))
+            self.send(message(call, request))
         except (TypeError, msgspec.EncodeError) as exc:
             del self._pending[call]
             raise TypeError(
-                f"env.{binding}.{method}: arguments must be str, bytes, numbers, None, lists or dicts: {exc}"
+                f"{what}: arguments must be str, bytes, numbers, None, lists or dicts: {exc}"
             ) from None
         except ValueError:
             del self._pending[call]
             raise ValueError(
-                f"env.{binding}.{method}: the call is over the {ipc.FROM_ISOLATE // 2**20} MiB one call may "
-                "carry to the runtime; store less per call"
+                f"{what}: the call is over the {ipc.FROM_ISOLATE // 2**20} MiB one call may carry to the "
+                "runtime; send less per call"
             ) from None
         try:
-            reply: ipc.BindingReply = await queue.get()
+            return await queue.get()
         finally:
             self._pending.pop(call, None)
+
+    async def call_binding(self, binding: str, method: str, args: list, kwargs: dict) -> Any:
+        """env.BINDING.method(...) on a KV, D1 or R2 binding, answered by the runtime's store."""
+        if not all(isinstance(k, str) for k in kwargs):
+            raise TypeError(f"env.{binding}.{method}: option names must be strings")
+        reply: ipc.BindingReply = await self._round_trip(
+            f"env.{binding}.{method}",
+            lambda call, request: ipc.BindingCall(call, request, binding, method, list(args), dict(kwargs)),
+        )
         if reply.error_type is not None:
             raise binding_error(reply.error_type, reply.error_message or f"env.{binding}.{method} failed")
         return reply.result
 
     async def call_object(self, binding: str, object_id: str, method: str, args: list, kwargs: dict) -> Any:
         """`await env.NS.get(id).method(...)`: the runtime runs it in that object's isolate."""
-        request = _current_request.get()
-        if request is None:
-            raise RuntimeError(f"env.{binding}: a Durable Object can only be called while handling a request")
-        call = next(self._calls)
-        queue: asyncio.Queue = asyncio.Queue()
-        self._pending[call] = queue
-        try:
-            self.send(ipc.ObjectCall(call, request, binding, object_id, method, args, kwargs))
-        except (TypeError, msgspec.EncodeError) as exc:
-            del self._pending[call]
-            raise TypeError(f"env.{binding} {method}: arguments must be JSON-like: {exc}") from None
-        except ValueError:
-            del self._pending[call]
-            raise ValueError(
-                f"env.{binding} {method}: the call is over the {ipc.FROM_ISOLATE // 2**20} MiB one call "
-                "may carry; send less"
-            ) from None
-        try:
-            reply: ipc.ObjectReply = await queue.get()
-        finally:
-            self._pending.pop(call, None)
+        reply: ipc.ObjectReply = await self._round_trip(
+            f"env.{binding} {method}",
+            lambda call, request: ipc.ObjectCall(call, request, binding, object_id, method, args, kwargs),
+        )
         if reply.error_type is not None:
             raise remote_error(reply.error_type, reply.error_message or f"env.{binding} {method} failed")
         return reply.result

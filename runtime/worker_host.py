@@ -472,33 +472,32 @@ class WorkerHandle:
             },
         )
 
-    async def schedule(self, cron: str, scheduled_time_ms: int) -> tuple[str, dict | None]:
-        """Run the worker's scheduled handler for `cron` (a Cron Trigger fired, or
-        /cdn-cgi/handler/scheduled); returns (outcome, exception) and tails the event as
-        Cloudflare shows a scheduled one: `event: {cron, scheduledTime}`. Its AI calls start at
-        the PoP the config's client_location lands on."""
+    async def _event(self, kind: str, event: dict[str, Any], run) -> tuple[str, dict | None, Any]:
+        """A worker event that is no HTTP request (a cron run, a queue batch): `run(rid)` returns
+        (the isolate's answer, anything else the caller needs). Returns (outcome, exception, that
+        other thing, None when the isolate broke the protocol), and tails it as Cloudflare shows
+        such events (`event` carries their fields). AI calls made in it start at the PoP the
+        config's client_location lands on."""
         location = self.runtime.default_location
         ingress, _ = self.runtime.edge.ingress(location)
         ctx = RequestContext(location, ingress, 0.0, method="", url="")
         rid = self.isolate.next_request_id()
         self.requests[rid] = ctx
-        outcome, exception = "ok", None
+        outcome, exception, extra = "ok", None, None
         try:
-            result = await self.isolate.schedule(cron, scheduled_time_ms, request_id=rid)
+            result, extra = await run(rid)
             if isinstance(result, ipc.InvokeError) and result.message.startswith("MemoryError"):
                 outcome = "exceededMemory"
                 await self.isolate.stop()  # replaced on the next event
             elif isinstance(result, ipc.InvokeError):
                 name, _, message = result.message.partition(": ")
-                outcome, exception = (
-                    "exception",
-                    {"name": name, "message": message, "stack": result.traceback},
-                )
-                log.warning(
-                    "worker %s threw in scheduled: %s\n%s", self.spec.name, result.message, result.traceback
-                )
-            elif not isinstance(result, ipc.InvokeResult):  # a body for a scheduled event: broken
                 outcome = "exception"
+                exception = {"name": name, "message": message, "stack": result.traceback}
+                log.warning(
+                    "worker %s threw in %s: %s\n%s", self.spec.name, kind, result.message, result.traceback
+                )
+            elif not isinstance(result, ipc.InvokeResult):  # a body for such an event: broken
+                outcome, extra = "exception", None
                 exception = {"name": "IsolateCrashed", "message": "the isolate broke the IPC protocol"}
                 await self.isolate.stop()
         except WorkerLoadError as exc:
@@ -519,53 +518,39 @@ class WorkerHandle:
                 "scriptVersion": {"id": self.spec.version} if self.spec.version else None,
                 "outcome": outcome,
                 "eventTimestamp": int(ctx.started * 1000),  # milliseconds, as Cloudflare's tail
-                "event": {"cron": cron, "scheduledTime": scheduled_time_ms},
+                "event": event,
                 "logs": ctx.logs,
                 "exceptions": [exception] if exception else [],
                 "wallTimeMs": round(seconds * 1000, 3),
             },
         )
+        return outcome, exception, extra
+
+    async def schedule(self, cron: str, scheduled_time_ms: int) -> tuple[str, dict | None]:
+        """Run the worker's scheduled handler for `cron` (a Cron Trigger fired, or
+        /cdn-cgi/handler/scheduled); returns (outcome, exception); tailed with
+        `event: {cron, scheduledTime}`."""
+
+        async def run(rid: int):
+            return await self.isolate.schedule(cron, scheduled_time_ms, request_id=rid), None
+
+        event = {"cron": cron, "scheduledTime": scheduled_time_ms}
+        outcome, exception, _ = await self._event("scheduled", event, run)
         return outcome, exception
 
     async def deliver(
         self, queue: str, messages: list[ipc.QueuedMessage]
     ) -> tuple[str, list[str], dict[str, int | None]]:
         """Run the worker's queue handler on a batch of `queue`'s messages; returns (outcome,
-        acked ids, {retried id: delay or None}) and tails the event as Cloudflare shows a queue
-        one: `event: {queue, batchSize}`. What the isolate reports is held to the batch: an id
-        not in it is ignored, a message it does not account for is retried."""
-        location = self.runtime.default_location
-        ingress, _ = self.runtime.edge.ingress(location)
-        ctx = RequestContext(location, ingress, 0.0, method="", url="")
-        rid = self.isolate.next_request_id()
-        self.requests[rid] = ctx
-        outcome, exception, settled = "ok", None, None
-        try:
-            result, settled = await self.isolate.deliver(queue, messages, request_id=rid)
-            if isinstance(result, ipc.InvokeError) and result.message.startswith("MemoryError"):
-                outcome = "exceededMemory"
-                await self.isolate.stop()  # replaced on the next event
-            elif isinstance(result, ipc.InvokeError):
-                name, _, message = result.message.partition(": ")
-                outcome, exception = (
-                    "exception",
-                    {"name": name, "message": message, "stack": result.traceback},
-                )
-                log.warning(
-                    "worker %s threw in queue: %s\n%s", self.spec.name, result.message, result.traceback
-                )
-            elif not isinstance(result, ipc.InvokeResult):  # a body for a queue event: broken
-                outcome, settled = "exception", None
-                exception = {"name": "IsolateCrashed", "message": "the isolate broke the IPC protocol"}
-                await self.isolate.stop()
-        except WorkerLoadError as exc:
-            outcome, exception = "exception", {"name": "WorkerLoadError", "message": str(exc)}
-        except ExceededResources as exc:
-            outcome, exception = exc.outcome, {"name": "ExceededResources", "message": str(exc)}
-        except IsolateCrashed as exc:
-            outcome, exception = "exception", {"name": "IsolateCrashed", "message": str(exc)}
-        finally:
-            self.requests.pop(rid, None)
+        acked ids, {retried id: delay or None}); tailed with `event: {queue, batchSize}`. What the
+        isolate reports is held to the batch: an id not in it is ignored, a message it does not
+        account for is retried."""
+
+        async def run(rid: int):
+            return await self.isolate.deliver(queue, messages, request_id=rid)
+
+        event = {"queue": queue, "batchSize": len(messages)}
+        outcome, _, settled = await self._event("queue", event, run)
         ids = {m.id for m in messages}
         acked = [i for i in dict.fromkeys(settled.acked) if i in ids] if settled else []
         retried: dict[str, int | None] = {}
@@ -573,22 +558,6 @@ class WorkerHandle:
             if m.id not in acked:
                 delay = settled.retried.get(m.id) if settled else None
                 retried[m.id] = delay if isinstance(delay, int) and delay >= 0 else None
-        seconds = time.time() - ctx.started
-        self.runtime.metrics.request(self.spec.name, outcome, seconds)
-        self.runtime.tail.publish(
-            self.spec.account,
-            self.spec.name,
-            {
-                "scriptName": self.spec.name,
-                "scriptVersion": {"id": self.spec.version} if self.spec.version else None,
-                "outcome": outcome,
-                "eventTimestamp": int(ctx.started * 1000),  # milliseconds, as Cloudflare's tail
-                "event": {"queue": queue, "batchSize": len(messages)},
-                "logs": ctx.logs,
-                "exceptions": [exception] if exception else [],
-                "wallTimeMs": round(seconds * 1000, 3),
-            },
-        )
         return outcome, acked, retried
 
     def note(self, level: str, message: str) -> None:
