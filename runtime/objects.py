@@ -34,6 +34,9 @@ log = logging.getLogger("edge.objects")
 
 OBJECT_STORAGE = "ctx.storage"  # the binding an object's isolate names for its own storage
 IDLE_S = 60.0  # an object's isolate with no call for this long is stopped
+# Durable Object isolates one account may have running at once: each is a process tree, and a
+# script could otherwise start one per newUniqueId() until the host runs out
+MAX_RUNNING_PER_ACCOUNT = 16
 METHOD_CHARS = 128
 FETCH_BODY_BYTES = ipc.TO_ISOLATE - ipc.CHUNK  # a stub.fetch response crosses back in one frame
 
@@ -64,6 +67,7 @@ class DurableObjects:
         self.idle_s = idle_s
         self._instances: dict[tuple, _Instance] = {}
         self._reaper: asyncio.Task | None = None
+        self._stopping: set[asyncio.Future] = set()  # evicted instances on their way out
 
     # --- a call ---------------------------------------------------------------------------------
 
@@ -105,6 +109,13 @@ class DurableObjects:
                 "so it would wait for itself; call the method directly",
             )
         instance = self._instance(caller, ref.class_name, call.object_id)
+        if instance is None:
+            return _refuse(
+                call,
+                "Error",
+                f"more than {MAX_RUNNING_PER_ACCOUNT} Durable Objects of this account are busy at once; "
+                "retry when one has finished",
+            )
         instance.waiting += 1
         try:
             async with instance.turn:
@@ -159,13 +170,25 @@ class DurableObjects:
             data = bytes(response.body)
         return ipc.ObjectReply(call.call, result=[response.status_code, list(response.headers.items()), data])
 
-    def _instance(self, caller: WorkerHandle, class_name: str, object_id: str) -> _Instance:
+    def _instance(self, caller: WorkerHandle, class_name: str, object_id: str) -> _Instance | None:
+        """The running instance for the id, started if needed; past MAX_RUNNING_PER_ACCOUNT the
+        account's least recently used idle instance is stopped first (its storage stays), and
+        None when all of them are busy."""
         from runtime.worker_host import ObjectAddress, WorkerHandle
 
         spec = caller.spec
         key = (spec.account, spec.name, spec.version, class_name, object_id)
         instance = self._instances.get(key)
         if instance is None:
+            mine = [(k, i) for k, i in self._instances.items() if k[0] == spec.account]
+            if len(mine) >= MAX_RUNNING_PER_ACCOUNT:
+                idle = [(i.last_used, k) for k, i in mine if i.waiting == 0]
+                if not idle:
+                    return None
+                _, oldest = min(idle)
+                evicted = self._instances.pop(oldest)
+                self._stopping.add(asyncio.ensure_future(evicted.handle.stop()))
+                self._stopping = {t for t in self._stopping if not t.done()}
             object_spec = msgspec.structs.replace(spec, durable_object=ObjectAddress(class_name, object_id))
             instance = self._instances[key] = _Instance(WorkerHandle(object_spec, self.runtime))
             if self._reaper is None or self._reaper.done():

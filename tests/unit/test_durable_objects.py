@@ -279,3 +279,39 @@ def test_an_object_cannot_reach_another_objects_storage(objects):
     assert os.path.exists(
         objects.runtime.bindings.objects.path("acct", "w", "Counter", id_from_name(objects.key, "b"))
     )
+
+
+def test_a_script_cannot_start_objects_without_bound(objects, monkeypatch):
+    import runtime.objects
+
+    monkeypatch.setattr(runtime.objects, "MAX_RUNNING_PER_ACCOUNT", 2)
+
+    async def go():
+        for name in ("a", "b", "c"):  # the third evicts the least recently used idle one
+            await objects.call(name, "increment")
+        running = objects.runtime.objects.running()
+        again = await objects.call("a", "increment")  # restarted; its storage kept
+        return running, again
+
+    running, again = run(objects, go())
+    assert running == 2 and again == 2
+
+
+def test_when_every_running_object_is_busy_a_new_one_is_refused(objects, monkeypatch):
+    import runtime.objects
+
+    monkeypatch.setattr(runtime.objects, "MAX_RUNNING_PER_ACCOUNT", 1)
+
+    async def go():
+        busy = asyncio.ensure_future(objects.call("a", "increment"))  # holds its turn a while
+        while objects.runtime.objects.running() == 0:  # "a" is registered and waiting
+            await asyncio.sleep(0.01)
+        try:
+            await objects.call("b", "increment")
+            refused = None
+        except RuntimeError as exc:
+            refused = str(exc)
+        return await busy, refused
+
+    first, refused = run(objects, go())
+    assert first == 1 and refused is not None and "busy at once" in refused
