@@ -31,6 +31,22 @@ class BindingError(Exception):
         self.type = type
 
 
+# What one account may keep in each store here: a hostile script could otherwise fill the disk
+# one frame at a time (D1 has SQLite's own max_page_count per database).
+ACCOUNT_QUOTA_BYTES = {"KV": 256 * 2**20, "R2": 1024 * 2**20, "Queues": 64 * 2**20}
+
+
+def check_quota(store: str, used: int, adding: int) -> None:
+    """Refuse a write that would take the account's `store` past its quota."""
+    quota = ACCOUNT_QUOTA_BYTES[store]
+    if used + adding > quota:
+        raise BindingError(
+            "RangeError",
+            f"{store}: this account would hold {(used + adding) / 2**20:.1f} MiB here, over the "
+            f"{quota // 2**20} MiB one account may keep in the local {store}; delete something first",
+        )
+
+
 def safe_component(name: str) -> str:
     """`name` as one file-name component: itself when it is plain ([A-Za-z0-9_][A-Za-z0-9._-]*,
     at most 128 characters), else a hash of it; never a path, never `.` or `..`."""

@@ -22,6 +22,7 @@ from runtime.bindings.common import (
     BindingError,
     arity,
     blob,
+    check_quota,
     decode_cursor,
     encode_cursor,
     integer,
@@ -116,6 +117,12 @@ class KVStore:
                     "DELETE FROM kv WHERE account = ? AND namespace = ? AND expiration <= ?",
                     (account, namespace, now),
                 )
+                (used,) = self._db.execute(
+                    "SELECT COALESCE(SUM(LENGTH(key) + LENGTH(value)), 0) FROM kv "
+                    "WHERE account = ? AND NOT (namespace = ? AND key = ?)",
+                    (account, namespace, key),
+                ).fetchone()
+                check_quota("KV", used, len(key.encode()) + len(value))
                 self._db.execute(
                     "INSERT OR REPLACE INTO kv VALUES (?, ?, ?, ?, ?, ?)",
                     (account, namespace, key, value, expiration, metadata),

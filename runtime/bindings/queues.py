@@ -25,7 +25,7 @@ from typing import Any
 
 import msgspec
 
-from runtime.bindings.common import BindingError, arity, integer, open_private_db, options
+from runtime.bindings.common import BindingError, arity, check_quota, integer, open_private_db, options
 
 MESSAGE_BYTES = 128_000  # Cloudflare: 128 KB per message
 BATCH_MESSAGES = 100  # Cloudflare: messages per sendBatch
@@ -162,6 +162,10 @@ class QueueStore:
         with self._lock:
             self._db.execute("BEGIN IMMEDIATE")
             try:
+                (used,) = self._db.execute(
+                    "SELECT COALESCE(SUM(LENGTH(body)), 0) FROM messages WHERE account = ?", (account,)
+                ).fetchone()
+                check_quota("Queues", used, sum(len(r[3]) for r in rows))
                 self._db.executemany(
                     "INSERT INTO messages (id, account, queue, body, content_type, timestamp_ms, visible_at)"
                     " VALUES (?, ?, ?, ?, ?, ?, ?)",

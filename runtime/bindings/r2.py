@@ -24,6 +24,7 @@ from runtime.bindings.common import (
     BindingError,
     arity,
     blob,
+    check_quota,
     decode_cursor,
     encode_cursor,
     integer,
@@ -150,6 +151,12 @@ class R2Store:
                 time.time(), json.dumps(http), json.dumps(custom),
             )  # fmt: skip
             with self._lock:
+                (used,) = self._db.execute(
+                    "SELECT COALESCE(SUM(size), 0) FROM objects "
+                    "WHERE account = ? AND NOT (bucket = ? AND key = ?)",
+                    (account, bucket, key),
+                ).fetchone()
+                check_quota("R2", used, len(data))
                 os.replace(staging, folder / name)
                 self._db.execute("INSERT OR REPLACE INTO objects VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", meta)
         finally:

@@ -424,3 +424,29 @@ def test_the_deploy_api_takes_wranglers_lists_and_refuses_clashes():
         parse_upload(upload({**good, "kv_namespaces": [{"binding": "../x", "id": "ns"}]}))
     with pytest.raises(ValueError, match="path"):
         parse_upload(upload({**good, "kv_namespaces": [{"binding": "KV", "id": "ns", "path": "/etc"}]}))
+
+
+def test_each_store_holds_a_bounded_amount_per_account(tmp_path, monkeypatch):
+    import runtime.bindings.common as common
+
+    monkeypatch.setitem(common.ACCOUNT_QUOTA_BYTES, "KV", 3000)
+    monkeypatch.setitem(common.ACCOUNT_QUOTA_BYTES, "R2", 3000)
+    monkeypatch.setitem(common.ACCOUNT_QUOTA_BYTES, "Queues", 3000)
+    stores = BindingStores(tmp_path)
+    kv, r2, queues = stores.kv, stores.r2, stores.queues
+    kv.put("a", "ns", ["k1", b"x" * 1000], {})
+    kv.put("a", "ns", ["k1", b"y" * 1000], {})  # replacing a value does not count twice
+    kv.put("a", "ns2", ["k2", b"x" * 1000], {})
+    with pytest.raises(BindingError, match="over the 0 MiB one account may keep"):
+        kv.put("a", "ns", ["k3", b"x" * 1000], {})
+    kv.put("b", "ns", ["k3", b"x" * 1000], {})  # another account has its own
+    r2.put("a", "bucket", ["o1", b"x" * 2000], {})
+    with pytest.raises(BindingError, match="R2"):
+        r2.put("a", "other", ["o2", b"x" * 2000], {})
+    r2.put("a", "bucket", ["o1", b"y" * 2500], {})  # a smaller total after the replacement
+    queues.send("a", "q", ["m" * 1400], {})
+    queues.send("a", "q", ["m" * 1400], {})
+    with pytest.raises(BindingError, match="Queues"):
+        queues.send("a", "q", ["m" * 1400], {})
+    assert r2.head("a", "bucket", ["o1"], {})["size"] == 2500
+    stores.close()
