@@ -148,3 +148,24 @@ def test_insecure_isolation_still_runs_the_worker(tmp_path, caplog):
     finally:
         use_insecure_isolation(False)
     assert out["pid"] != 1 and "WITHOUT namespaces" in caplog.text
+
+
+def test_where_the_kernel_refuses_user_namespaces_the_message_names_the_sysctls():
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    refuse = (
+        "import runtime.jail as jail\n"
+        "class Kernel:\n"
+        "    def unshare(self, flags):\n"
+        "        return -1\n"
+        "jail._unshare(Kernel())\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", refuse], capture_output=True, text=True, env={"PYTHONPATH": str(REPO)}
+    )
+    assert done.returncode == 112  # runtime.jail.NO_USER_NAMESPACES
+    for name in ("user.max_user_namespaces", "kernel.unprivileged_userns_clone", "--insecure-isolation"):
+        assert name in done.stderr
