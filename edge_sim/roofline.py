@@ -47,7 +47,7 @@ __all__ = [
     "GLM_4_5",
     "KIMI_K2",
     "TARGET_MODELS",
-    "WEIGHT_FORMATS",
+    "WEIGHT_FORMATS",  # noqa: F822 (module __getattr__, from the format table)
     "Efficiency",
     "RooflineModel",
     "SimulationError",
@@ -57,8 +57,6 @@ __all__ = [
     "target_model",
 ]
 
-WEIGHT_FORMATS = ("bf16", "fp8", "int8", "int4")
-KV_DTYPES = ("auto", "bf16", "fp8", "int8", "int4")
 COMPRESSIBLE_PARTS = ("routed_experts", "shared_experts", "dense_mlp", "attention")
 GIB = 2**30
 
@@ -67,6 +65,16 @@ GIB = 2**30
 # communication term.
 LINK_GBS = {"H100-SXM": 450.0, "H200": 450.0, "A100-80G": 300.0, "L40S": 32.0, "L4": 32.0}
 LINK_LATENCY_US = {"H100-SXM": 5.0, "H200": 5.0, "A100-80G": 6.0, "L40S": 15.0, "L4": 15.0}
+
+
+def __getattr__(name: str):
+    # WEIGHT_FORMATS / KV_DTYPES come from kernels.formats, imported only when used: the table
+    # brings torch with it, and importing this module (runtime.catalog, the CLI) does not need it.
+    if name in ("WEIGHT_FORMATS", "KV_DTYPES"):
+        from kernels import formats
+
+        return getattr(formats, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class SimulationError(ValueError):
@@ -229,12 +237,16 @@ def gpu_type(name: str, prices: dict[str, float] | None = None) -> GPUType:
 
 
 def check_weights(fmt: str) -> str:
+    from kernels.formats import WEIGHT_FORMATS
+
     if fmt not in WEIGHT_FORMATS:
         raise SimulationError(f"unknown weight format {fmt!r}; use one of {', '.join(WEIGHT_FORMATS)}")
     return fmt
 
 
 def check_kv(kv: str) -> str:
+    from kernels.formats import KV_DTYPES
+
     if kv not in KV_DTYPES:
         raise SimulationError(f"unknown KV cache dtype {kv!r}; use one of {', '.join(KV_DTYPES)}")
     return kv
@@ -277,16 +289,12 @@ def linear_shapes(m: TargetModel) -> dict[str, list[Matrix]]:
 
 
 def matrix_bytes(fmt: str, n_in: int, n_out: int) -> float:
-    """Bytes of one linear weight stored in `fmt`, scales included (the engine's layouts)."""
-    if fmt == "bf16":
-        return 2.0 * n_in * n_out
-    if fmt == "fp8":  # e4m3 with one float32 scale per 128x128 block (DeepSeek's weight_scale_inv)
-        return n_in * n_out + 4.0 * math.ceil(n_in / 128) * math.ceil(n_out / 128)
-    if fmt == "int8":  # one float32 scale per output row
-        return n_in * n_out + 4.0 * n_out
-    if fmt == "int4":  # two per byte, one bf16 scale per group of 32 along the input
-        return n_in * n_out / 2 + 2.0 * n_out * math.ceil(n_in / 32)
-    raise SimulationError(f"unknown weight format {fmt!r}; use one of {', '.join(WEIGHT_FORMATS)}")
+    """Bytes of one linear weight stored in `fmt`, scales included: kernels.formats' entry, the
+    same count the checkpoint tools report (engine.checkpoint.format_nbytes)."""
+    from kernels.formats import WEIGHT
+
+    check_weights(fmt)
+    return float(WEIGHT[fmt].nbytes((n_out, n_in)))
 
 
 class WeightBytes(msgspec.Struct, frozen=True):

@@ -21,7 +21,8 @@ from engine.integrity import manifest_digest
 from engine.models import architecture
 from engine.weight_parts import COMPRESSIBLE_PARTS, apply_weight_format, parse_parts, part_of
 from engine.weights import SCALE_SUFFIX, load_tensors
-from kernels.quant import FP8_BLOCK, INT4_GROUP, WEIGHT_FORMATS, QuantizedWeight
+from kernels.formats import WEIGHT, WEIGHT_FORMATS
+from kernels.quant import FP8_BLOCK, INT4_GROUP, QuantizedWeight
 
 _NOT_COPIED = ("model.safetensors", "model.safetensors.index.json", "config.json", "manifest.json")
 MAX_SHARD_BYTES = 2 * 1024**3
@@ -154,17 +155,10 @@ def _nbytes(t: torch.Tensor | QuantizedWeight) -> int:
 
 
 def format_nbytes(fmt: str, shape: tuple[int, ...]) -> int:
-    """Bytes a [out, in] weight takes in `fmt`, scales included (the layouts of engine.weights)."""
-    rows, cols = shape
-    if fmt == "bf16":
-        return rows * cols * 2
-    if fmt == "fp8":
-        return rows * cols + 4 * -(-rows // FP8_BLOCK) * -(-cols // FP8_BLOCK)
-    if fmt == "int8":
-        return rows * cols + 4 * rows
-    if fmt == "int4":
-        return rows * cols // 2 + 2 * rows * (cols // INT4_GROUP)
-    raise ModelLoadError(f"unknown weight format {fmt!r}")
+    """Bytes a [out, in] weight takes in `fmt`, scales included (kernels.formats' layouts)."""
+    if fmt not in WEIGHT:
+        raise ModelLoadError(f"unknown weight format {fmt!r}")
+    return WEIGHT[fmt].nbytes(tuple(shape))
 
 
 class PartInfo(msgspec.Struct):

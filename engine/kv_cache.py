@@ -22,11 +22,12 @@ from typing import Literal
 import torch
 
 from engine.errors import InvalidRequestError
-from kernels import kv_quant, paged_kv
+from kernels import paged_kv
+from kernels.formats import KV, KV_BLOCK, KV_DTYPES
 from kernels.paged_kv import KVStore
 
-BLOCK_SIZE = 16
-KV_CACHE_DTYPES = ("auto", "bf16", "fp8", "int8", "int4")
+BLOCK_SIZE = KV_BLOCK
+KV_CACHE_DTYPES = KV_DTYPES  # the format table's KV entries
 
 
 @dataclass(frozen=True)
@@ -58,26 +59,16 @@ class ComponentStore:
     ):
         self.comp, self.kv_dtype, self.dense = comp, kv_dtype, dense
         h, d, b = comp.heads, comp.dim, BLOCK_SIZE
-        self.staged = kv_dtype == "fp8" or (kv_dtype == "int4" and comp.style == "key")
-        scale = None
-        if kv_dtype in ("auto", "bf16"):
-            data = torch.zeros(
-                num_blocks, b, h, d, dtype=dense if kv_dtype == "auto" else torch.bfloat16, device=device
+        fmt = KV[kv_dtype]  # shapes and dtypes from the format table
+        if d % fmt.dim_multiple:
+            raise InvalidRequestError(
+                "kv_cache_dtype",
+                f"{kv_dtype} needs {comp.name} dims divisible by {fmt.dim_multiple}, got {d}",
             )
-        elif kv_dtype == "fp8":
-            data = torch.zeros(num_blocks, b, h, d, dtype=torch.float8_e4m3fn, device=device)
-            scale = torch.ones(num_blocks, h, dtype=torch.float32, device=device)
-        elif kv_dtype == "int8":
-            data = torch.zeros(num_blocks, b, h, d, dtype=torch.int8, device=device)
-            scale = torch.ones(num_blocks, b, h, dtype=torch.float32, device=device)
-        else:  # int4
-            if d % kv_quant.GROUP:
-                raise InvalidRequestError(
-                    "kv_cache_dtype", f"int4 needs {comp.name} dims divisible by {kv_quant.GROUP}, got {d}"
-                )
-            data = torch.zeros(num_blocks, b, h, d // 2, dtype=torch.uint8, device=device)
-            shape = (num_blocks, h, d) if comp.style == "key" else (num_blocks, b, h, d // kv_quant.GROUP)
-            scale = torch.ones(*shape, dtype=torch.float16, device=device)
+        self.staged = fmt.layout(comp.style).staged
+        data = torch.zeros(fmt.data_shape(num_blocks, h, d), dtype=fmt.storage_dtype(dense), device=device)
+        shape = fmt.scale_shape(comp.style, num_blocks, h, d)
+        scale = torch.ones(shape, dtype=fmt.scale_dtype, device=device) if shape is not None else None
         staging = torch.zeros(max_seqs, b, h, d, dtype=dense, device=device) if self.staged else None
         self.store = KVStore(kv_dtype, comp.style, dense, data, scale, staging)
 

@@ -11,7 +11,8 @@ import re
 import torch
 
 from engine.errors import ModelLoadError
-from kernels.quant import WEIGHT_FORMATS, QuantizationError, QuantizedWeight, dequantize, quantize
+from kernels.formats import WEIGHT_FORMATS
+from kernels.quant import QuantizationError, QuantizedWeight, dequantize, quantize
 
 COMPRESSIBLE_PARTS = ("routed_experts", "shared_experts", "dense_mlp", "attention")
 PART_ALIASES = {

@@ -19,11 +19,13 @@ import torch
 
 from engine.errors import ModelLoadError
 from engine.safetensors_io import SafetensorsFile, read_hashed
-from kernels.quant import FP8_BLOCK, INT4_GROUP, QuantizedWeight
+from kernels.formats import COMPRESSED_WEIGHT_FORMATS, WEIGHT
+from kernels.quant import QuantizedWeight
 
 _FLOAT_DTYPES = {torch.float32, torch.float16, torch.bfloat16}
-_COMPRESSED = {torch.float8_e4m3fn: "fp8", torch.int8: "int8", torch.uint8: "int4"}
-SCALE_SUFFIX = {"fp8": "_scale_inv", "int8": "_scale", "int4": "_scale"}
+# A compressed weight is recognised by its stored dtype (one per format in the table).
+_COMPRESSED = {WEIGHT[n].storage: n for n in COMPRESSED_WEIGHT_FORMATS}
+SCALE_SUFFIX = {n: WEIGHT[n].scale_suffix for n in COMPRESSED_WEIGHT_FORMATS}
 
 
 class Checkpoint:
@@ -76,12 +78,7 @@ class Checkpoint:
 
 
 def _scale_shape(fmt: str, logical: tuple[int, ...]) -> tuple[int, ...]:
-    rows, cols = logical
-    if fmt == "fp8":
-        return (-(-rows // FP8_BLOCK), -(-cols // FP8_BLOCK))
-    if fmt == "int8":
-        return (rows,)
-    return (rows, cols // INT4_GROUP)
+    return WEIGHT[fmt].full_scale_shape(logical)
 
 
 def load_tensors(
@@ -114,9 +111,12 @@ def load_tensors(
         where = f"{files[name]}: tensor {name}"
         fmt = _COMPRESSED.get(t.dtype)
         if fmt is not None and len(logical) == 2:
-            stored = (logical[0], logical[1] // 2) if fmt == "int4" else logical
-            if fmt == "int4" and logical[1] % INT4_GROUP:
-                raise ModelLoadError(f"{where}: int4 needs an input dimension divisible by {INT4_GROUP}")
+            spec = WEIGHT[fmt]
+            stored = spec.data_shape(logical)
+            if logical[1] % spec.cols_multiple:
+                raise ModelLoadError(
+                    f"{where}: {fmt} needs an input dimension divisible by {spec.cols_multiple}"
+                )
             if tuple(t.shape) != stored:
                 raise ModelLoadError(f"{where} ({fmt}) has shape {list(t.shape)}; expected {list(stored)}")
             scale_name = name + SCALE_SUFFIX[fmt]

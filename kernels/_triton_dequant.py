@@ -3,7 +3,7 @@
 import triton
 import triton.language as tl
 
-FMT_DENSE, FMT_INT8, FMT_INT4, FMT_FP8 = 0, 1, 2, 3
+from kernels.formats import FMT_FP8, FMT_INT4, FMT_INT8  # the format table's codes
 
 
 @triton.jit

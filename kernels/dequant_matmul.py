@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import torch
 
-from kernels._triton_dequant import FMT_FP8, FMT_INT4, FMT_INT8
 from kernels.dispatch import KernelShapeError
+from kernels.formats import COMPRESSED_WEIGHT_FORMATS, WEIGHT
 from kernels.quant import INT4_GROUP, QuantizedWeight, linear_ref
 
-_FORMATS = {"int8": FMT_INT8, "int4": FMT_INT4, "fp8": FMT_FP8}
+_FORMATS = {n: WEIGHT[n].triton_code for n in COMPRESSED_WEIGHT_FORMATS}
 
 
 def dequant_matmul_ref(x: torch.Tensor, w: QuantizedWeight, bias: torch.Tensor | None = None) -> torch.Tensor:

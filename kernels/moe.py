@@ -13,12 +13,11 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from kernels._triton_dequant import FMT_DENSE, FMT_FP8, FMT_INT4, FMT_INT8
 from kernels.dispatch import KernelShapeError
+from kernels.formats import FMT_DENSE, WEIGHT
 from kernels.quant import QuantizedWeight, dequantize
 
 Weight = torch.Tensor | QuantizedWeight  # logical [E, out, in]
-_FMT = {"int8": FMT_INT8, "int4": FMT_INT4, "fp8": FMT_FP8}
 
 
 def _dense(w: Weight, e: int, dtype: torch.dtype) -> torch.Tensor:
@@ -61,7 +60,13 @@ def _parts(w: Weight):
     if isinstance(w, QuantizedWeight):
         s = w.scale
         s_strides = (s.stride(0), s.stride(1), s.stride(2) if s.dim() == 3 else 0)
-        return w.data, s, (w.data.stride(0), w.data.stride(1), w.data.stride(2)), s_strides, _FMT[w.format]
+        return (
+            w.data,
+            s,
+            (w.data.stride(0), w.data.stride(1), w.data.stride(2)),
+            s_strides,
+            WEIGHT[w.format].triton_code,
+        )
     return w, w, (w.stride(0), w.stride(1), w.stride(2)), (0, 0, 0), FMT_DENSE
 
 

@@ -15,10 +15,10 @@ from dataclasses import dataclass
 
 import torch
 
-from kernels import kv_quant
 from kernels.dispatch import use_triton
+from kernels.formats import KV, KV_BLOCK
 
-BLOCK = 16
+BLOCK = KV_BLOCK
 
 
 @dataclass
@@ -41,33 +41,25 @@ class KVStore:
 def read_blocks_ref(store: KVStore, blocks: torch.Tensor) -> torch.Tensor:
     """Dense values of `blocks` (any index shape) -> [..., BLOCK, H, D]."""
     data = store.data[blocks]
-    if store.fmt in ("auto", "bf16"):
+    dequantize = KV[store.fmt].layout(store.style).dequantize
+    if dequantize is None:  # dense
         return data.to(store.dense)
-    scale = store.scale[blocks]
-    if store.fmt == "fp8":
-        return kv_quant.fp8_dequantize_block(data, scale, store.dense)
-    if store.fmt == "int8":
-        return kv_quant.int8_dequantize_token(data, scale, store.dense)
-    if store.style == "key":
-        return kv_quant.int4_dequantize_channel(data, scale, store.dense)
-    return kv_quant.int4_dequantize_group(data, scale, store.dense)
+    return dequantize(data, store.scale[blocks], store.dense)
 
 
 def write_tokens_ref(store: KVStore, blocks: torch.Tensor, offsets: torch.Tensor, x: torch.Tensor) -> None:
     """Formats that quantize token by token: store x [n, H, D] at (block, offset)."""
-    if store.fmt in ("auto", "bf16"):
+    quantize = KV[store.fmt].layout(store.style).quantize
+    if quantize is None:  # dense
         store.data[blocks, offsets] = x.to(store.data.dtype)
         return
-    q, s = kv_quant.int8_quantize_token(x) if store.fmt == "int8" else kv_quant.int4_quantize_group(x)
+    q, s = quantize(x)
     store.data[blocks, offsets], store.scale[blocks, offsets] = q, s
 
 
 def write_blocks_ref(store: KVStore, blocks: torch.Tensor, x: torch.Tensor) -> None:
     """Formats that quantize whole blocks: x [m, BLOCK, H, D]."""
-    if store.fmt == "fp8":
-        q, s = kv_quant.fp8_quantize_block(x)
-    else:
-        q, s = kv_quant.int4_quantize_channel(x)
+    q, s = KV[store.fmt].layout(store.style).quantize(x)
     store.data[blocks], store.scale[blocks] = q, s
 
 

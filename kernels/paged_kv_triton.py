@@ -16,9 +16,10 @@ import triton
 import triton.language as tl
 
 from kernels.dispatch import KernelShapeError
+from kernels.formats import FMT_DENSE, FMT_FP8, FMT_INT4, FMT_INT8, KV
 from kernels.paged_kv import BLOCK, KVStore
 
-FMT = {"auto": 0, "bf16": 0, "fp8": 1, "int8": 2, "int4": 3}
+FMT = {name: f.triton_code for name, f in KV.items()}  # the format table's codes
 
 
 @triton.jit
@@ -69,7 +70,7 @@ def _load_block(
     t = tl.arange(0, BLK)
     d = tl.arange(0, D)
     base = data_ptr + block * sd_b + head * sd_h
-    if FORMAT == 3:  # int4, two values per byte, low nibble first
+    if FORMAT == FMT_INT4:  # int4, two values per byte, low nibble first
         db = tl.arange(0, D // 2)
         packed = tl.load(base + t[:, None] * sd_t + db[None, :]).to(tl.int32)
         q = tl.reshape(tl.join((packed & 0xF) - 8, (packed >> 4) - 8), (BLK, D)).to(tl.float32)
@@ -84,9 +85,9 @@ def _load_block(
             x = tl.reshape(tl.reshape(q, (BLK, D // 32, 32)) * s[:, :, None], (BLK, D))
     else:
         x = tl.load(base + t[:, None] * sd_t + d[None, :]).to(tl.float32)
-        if FORMAT == 1:  # fp8, scale [blocks, H]
+        if FORMAT == FMT_FP8:  # fp8, scale [blocks, H]
             x = x * tl.load(scale_ptr + block * ss_0 + head * ss_1)
-        elif FORMAT == 2:  # int8, scale [blocks, BLK, H]
+        elif FORMAT == FMT_INT8:  # int8, scale [blocks, BLK, H]
             x = x * tl.load(scale_ptr + block * ss_0 + t * ss_1 + head * ss_2)[:, None]
     if STAGED:
         st = tl.load(staging_ptr + slot * sg_s + t[:, None] * sg_t + head * sg_h + d[None, :]).to(tl.float32)
@@ -419,7 +420,7 @@ def decode_write_kernel(
             t = tl.arange(0, BLK)
             tile = tl.load(stage_ptr + slot * sg_s + t[:, None] * sg_t + h * sg_h + d[None, :]).to(tl.float32)
             tile = tl.where(t[:, None] == off, x[None, :], tile)  # this token, exactly as written
-            if FORMAT == 1:  # fp8: one scale per head over the block
+            if FORMAT == FMT_FP8:  # fp8: one scale per head over the block
                 sc = tl.maximum(tl.max(tl.max(tl.abs(tile), axis=1), axis=0), 1e-8) / 448.0
                 y = tile / sc
                 if EXACT_FP8:
@@ -439,9 +440,9 @@ def decode_write_kernel(
                 tl.store(scale_ptr + block * ss_0 + h * ss_1 + d * ss_2, sc.to(tl.float16))
         return
     base = data_ptr + block * sd_b + off * sd_t + h * sd_h
-    if FORMAT == 0:
+    if FORMAT == FMT_DENSE:
         tl.store(base + d, x.to(data_ptr.dtype.element_ty))
-    elif FORMAT == 2:  # int8 per token per head
+    elif FORMAT == FMT_INT8:  # int8 per token per head
         sc = tl.maximum(tl.max(tl.abs(x), axis=0), 1e-8) / 127.0
         q = tl.minimum(tl.maximum(_round_half_even(x / sc), -127.0), 127.0)
         tl.store(base + d, q.to(tl.int8))

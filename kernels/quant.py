@@ -21,7 +21,15 @@ import torch
 FP8_BLOCK = 128
 FP8_MAX = 448.0  # largest finite float8 e4m3fn
 INT4_GROUP = 32
-WEIGHT_FORMATS = ("bf16", "fp8", "int8", "int4")
+
+
+def __getattr__(name: str):
+    # WEIGHT_FORMATS comes from the format table, which imports this module's references.
+    if name == "WEIGHT_FORMATS":
+        from kernels.formats import WEIGHT_FORMATS
+
+        return WEIGHT_FORMATS
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class QuantizationError(ValueError):
@@ -81,6 +89,8 @@ def quantize(w: torch.Tensor, fmt: str, name: str = "weight") -> QuantizedWeight
         )
         packed = (q[..., 0::2] | (q[..., 1::2] << 4)).to(torch.uint8)
         return QuantizedWeight("int4", packed, scale, tuple(w.shape))
+    from kernels.formats import WEIGHT_FORMATS
+
     raise QuantizationError(f"{name}: unknown weight format {fmt!r}; use one of {', '.join(WEIGHT_FORMATS)}")
 
 

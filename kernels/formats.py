@@ -1,0 +1,259 @@
+"""The format table: one entry per weight format and per KV-cache format, read by every layer.
+
+Checkpoint loading and sizing (engine.weights, engine.checkpoint), the KV cache (engine.kv_cache,
+kernels.paged_kv), the planner's roofline (edge_sim.roofline) and both families of Triton kernels
+(weights: kernels._triton_dequant via dequant_matmul / moe; KV: kernels.paged_kv_triton) take
+names, byte counts, scale shapes, reference functions and the Triton format code from here. The
+torch references themselves live in kernels.quant (weights) and kernels.kv_quant (KV cache).
+
+Adding a format (fp4, say): write its torch quantize / dequantize in kernels.quant (or
+kernels.kv_quant), add one entry to WEIGHT (or KV) below with a new FMT_* code, and add that
+code's branch to the Triton kernels: `weight_tile` in kernels._triton_dequant for a weight format;
+`_load_block` and `decode_write_kernel` in kernels.paged_kv_triton for a KV format. Byte counts,
+checkpoint checks, CLI choices and the planner follow from the entry; tests/unit/test_format_table.py
+checks the entry against what its quantize produces.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from kernels import kv_quant
+from kernels.quant import FP8_BLOCK, INT4_GROUP, dequantize, quantize
+
+# The one integer coding of formats that every Triton kernel branches on (tl.constexpr arguments).
+FMT_DENSE, FMT_INT8, FMT_INT4, FMT_FP8 = 0, 1, 2, 3
+
+KV_BLOCK = 16  # tokens per paged-KV block (kernels.paged_kv.BLOCK, engine.kv_cache.BLOCK_SIZE)
+
+
+def _ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+# --- weights ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class WeightFormat:
+    """How a linear weight [.., out, in] is stored in one format."""
+
+    name: str
+    storage: torch.dtype  # dtype of the stored values (int4: uint8 bytes, two values each)
+    bits: int  # bits per logical element
+    scale_dtype: torch.dtype | None  # None: no scales (dense)
+    scale_block: tuple[int, int]  # (rows, cols) one scale covers; 0 = the whole dimension
+    scale_shape: Callable[[int, int], tuple[int, ...]]  # scales of one [rows, cols] matrix
+    scale_suffix: str = ""  # checkpoint name of the scale: X.weight + suffix
+    cols_multiple: int = 1  # the input dimension must be a multiple of this
+    triton_code: int = FMT_DENSE
+    # torch references (kernels.quant): quantize(w, name) -> QuantizedWeight, dequantize(qw, dtype)
+    quantize: Callable | None = None
+    dequantize: Callable | None = None
+
+    @property
+    def compressed(self) -> bool:
+        return self.scale_dtype is not None
+
+    @property
+    def bytes_per_element(self) -> float:
+        return self.bits / 8
+
+    @property
+    def scale_bytes(self) -> int:
+        return self.scale_dtype.itemsize if self.scale_dtype is not None else 0
+
+    def data_shape(self, shape: tuple[int, ...]) -> tuple[int, ...]:
+        """Shape of the stored values for a logical [.., out, in] weight."""
+        *lead, rows, cols = shape
+        return (*lead, rows, cols * self.bits // (8 * self.storage.itemsize))
+
+    def full_scale_shape(self, shape: tuple[int, ...]) -> tuple[int, ...]:
+        *lead, rows, cols = shape
+        return (*lead, *self.scale_shape(rows, cols))
+
+    def nbytes(self, shape: tuple[int, ...]) -> int:
+        """Bytes of a [.., out, in] weight in this format, scales included."""
+        data = math.prod(self.data_shape(shape)) * self.storage.itemsize
+        if not self.compressed:
+            return data
+        return data + math.prod(self.full_scale_shape(shape)) * self.scale_bytes
+
+
+def _no_scale(rows: int, cols: int) -> tuple[int, ...]:
+    return ()
+
+
+def _per_fp8_block(rows: int, cols: int) -> tuple[int, ...]:
+    return (_ceil_div(rows, FP8_BLOCK), _ceil_div(cols, FP8_BLOCK))
+
+
+def _per_row(rows: int, cols: int) -> tuple[int, ...]:
+    return (rows,)
+
+
+def _per_int4_group(rows: int, cols: int) -> tuple[int, ...]:
+    return (rows, cols // INT4_GROUP)
+
+
+WEIGHT: dict[str, WeightFormat] = {
+    f.name: f
+    for f in (
+        WeightFormat("bf16", torch.bfloat16, 16, None, (0, 0), _no_scale),
+        # e4m3, one float32 scale per 128x128 block stored as its inverse (DeepSeek-V3 / Kimi K2)
+        WeightFormat(
+            "fp8",
+            torch.float8_e4m3fn,
+            8,
+            torch.float32,
+            (FP8_BLOCK, FP8_BLOCK),
+            _per_fp8_block,
+            "_scale_inv",
+            1,
+            FMT_FP8,
+            quantize,
+            dequantize,
+        ),
+        WeightFormat(
+            "int8",
+            torch.int8,
+            8,
+            torch.float32,
+            (1, 0),
+            _per_row,
+            "_scale",
+            1,
+            FMT_INT8,
+            quantize,
+            dequantize,
+        ),
+        # two per byte, bf16 scale per 32 along the input (Kimi-K2-Thinking's routed experts)
+        WeightFormat(
+            "int4",
+            torch.uint8,
+            4,
+            torch.bfloat16,
+            (1, INT4_GROUP),
+            _per_int4_group,
+            "_scale",
+            INT4_GROUP,
+            FMT_INT4,
+            quantize,
+            dequantize,
+        ),
+    )
+}
+WEIGHT_FORMATS = tuple(WEIGHT)
+COMPRESSED_WEIGHT_FORMATS = tuple(n for n, f in WEIGHT.items() if f.compressed)
+
+
+# --- KV cache -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class KVLayout:
+    """How one style of KV component (key-like or value-like) is stored in one KV format."""
+
+    staged: bool  # quantized a whole block at a time: the block being filled stays dense
+    scale_shape: Callable[[int, int, int, int], tuple[int, ...]] | None  # (blocks, BLOCK, heads, dim)
+    # torch references (kernels.kv_quant): staged: x [m, BLOCK, H, D], else x [n, H, D] -> (q, scale);
+    # dequantize(q, scale, dtype)
+    quantize: Callable | None = None
+    dequantize: Callable | None = None
+
+
+_DENSE_LAYOUT = KVLayout(False, None)
+
+
+@dataclass(frozen=True)
+class KVFormat:
+    """How cached keys/values of one component are stored per paged block in one format."""
+
+    name: str
+    storage: torch.dtype | None  # None: the model's dense dtype ("auto")
+    bits: int | None  # bits per value; None: the dense dtype's
+    scale_dtype: torch.dtype | None
+    key: KVLayout
+    value: KVLayout
+    dim_multiple: int = 1  # a component's dim must be a multiple of this
+    triton_code: int = FMT_DENSE
+
+    def layout(self, style: str) -> KVLayout:
+        return self.key if style == "key" else self.value
+
+    def storage_dtype(self, dense: torch.dtype) -> torch.dtype:
+        return self.storage if self.storage is not None else dense
+
+    def bytes_per_element(self, dense: torch.dtype) -> float:
+        return (self.bits if self.bits is not None else dense.itemsize * 8) / 8
+
+    def data_shape(self, blocks: int, heads: int, dim: int) -> tuple[int, ...]:
+        """Stored values of `blocks` blocks of a [heads, dim] component (int4: dim/2 bytes)."""
+        if self.storage is not None:
+            dim = dim * self.bits // (8 * self.storage.itemsize)
+        return (blocks, KV_BLOCK, heads, dim)
+
+    def scale_shape(self, style: str, blocks: int, heads: int, dim: int) -> tuple[int, ...] | None:
+        shape = self.layout(style).scale_shape
+        return shape(blocks, KV_BLOCK, heads, dim) if shape is not None else None
+
+    def block_bytes(self, style: str, heads: int, dim: int, dense: torch.dtype) -> int:
+        """Bytes of one block of a [heads, dim] component, scales included."""
+        data = math.prod(self.data_shape(1, heads, dim)) * self.storage_dtype(dense).itemsize
+        scale = self.scale_shape(style, 1, heads, dim)
+        return data + (math.prod(scale) * self.scale_dtype.itemsize if scale is not None else 0)
+
+
+def _per_block_head(blocks: int, block: int, heads: int, dim: int) -> tuple[int, ...]:
+    return (blocks, heads)
+
+
+def _per_token_head(blocks: int, block: int, heads: int, dim: int) -> tuple[int, ...]:
+    return (blocks, block, heads)
+
+
+def _per_block_channel(blocks: int, block: int, heads: int, dim: int) -> tuple[int, ...]:
+    return (blocks, heads, dim)
+
+
+def _per_token_group(blocks: int, block: int, heads: int, dim: int) -> tuple[int, ...]:
+    return (blocks, block, heads, dim // kv_quant.GROUP)
+
+
+_FP8_KV = KVLayout(True, _per_block_head, kv_quant.fp8_quantize_block, kv_quant.fp8_dequantize_block)
+_INT8_KV = KVLayout(False, _per_token_head, kv_quant.int8_quantize_token, kv_quant.int8_dequantize_token)
+KV: dict[str, KVFormat] = {
+    f.name: f
+    for f in (
+        KVFormat("auto", None, None, None, _DENSE_LAYOUT, _DENSE_LAYOUT),
+        KVFormat("bf16", torch.bfloat16, 16, None, _DENSE_LAYOUT, _DENSE_LAYOUT),
+        KVFormat("fp8", torch.float8_e4m3fn, 8, torch.float32, _FP8_KV, _FP8_KV, triton_code=FMT_FP8),
+        KVFormat(
+            "int8",
+            torch.int8,
+            8,
+            torch.float32,
+            _INT8_KV,
+            _INT8_KV,
+            triton_code=FMT_INT8,
+        ),
+        # KIVI: keys per channel over a block (staged), values per token in groups of 32
+        KVFormat(
+            "int4",
+            torch.uint8,
+            4,
+            torch.float16,
+            KVLayout(
+                True, _per_block_channel, kv_quant.int4_quantize_channel, kv_quant.int4_dequantize_channel
+            ),
+            KVLayout(False, _per_token_group, kv_quant.int4_quantize_group, kv_quant.int4_dequantize_group),
+            dim_multiple=kv_quant.GROUP,
+            triton_code=FMT_INT4,
+        ),
+    )
+}
+KV_DTYPES = tuple(KV)
