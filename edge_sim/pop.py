@@ -15,7 +15,7 @@ from typing import Any
 
 import msgspec
 
-from edge_sim.errors import EdgeError
+from edge_sim.errors import EdgeError, from_engine
 from edge_sim.topology import PoP
 from engine import LLM, InvalidRequestError, ModelLoadError, SamplingParams, SeqEvent
 from engine.serving import EngineLoop
@@ -238,10 +238,7 @@ class PopNode:
             prompt_ids = self._prompt_ids(engine, req)
             engine.check_request(prompt_ids, req.params)
         except InvalidRequestError as exc:
-            too_large = exc.param in ("prompt", "max_tokens") and (
-                "context window" in str(exc) or "KV" in str(exc)
-            )
-            raise EdgeError("too_large" if too_large else "invalid_input", str(exc)) from None
+            raise from_engine(exc) from None
         loop = asyncio.get_running_loop()
         events: asyncio.Queue[SeqEvent] = asyncio.Queue()
         request_id = f"{self.code}-{next(self._ids)}"
