@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator
 from edge_sim.accounting import LatencyAccount
 from edge_sim.errors import EdgeError
 from edge_sim.network import NetworkModel
+from edge_sim.node import PopNodeLike
 from edge_sim.pop import GenerateRequest, GenerateResult, ModelSpec, PopDown, PopNode, finish_result
 from edge_sim.remote import RemotePopNode
 from edge_sim.router import Router
@@ -20,7 +21,7 @@ log = logging.getLogger("edge.edge")
 
 class Edge:
     def __init__(
-        self, topology: Topology, network: NetworkModel, nodes: dict[str, PopNode], emulate: bool = False
+        self, topology: Topology, network: NetworkModel, nodes: dict[str, PopNodeLike], emulate: bool = False
     ):
         self.topology = topology
         self.network = network
@@ -41,7 +42,7 @@ class Edge:
         device: str | None = None,
     ) -> Edge:
         """Load an in-process node, with an engine per model, at each of `gpu_pops`."""
-        nodes = {}
+        nodes: dict[str, PopNodeLike] = {}
         for code in gpu_pops:
             pop = topology.pop(code)
             # a PoP with a URL in the topology is a node process elsewhere (`edge pop serve`)
@@ -106,7 +107,7 @@ class Edge:
             try:
                 async for event in node.stream(req):
                     if last is None:  # the request is in flight: how many decode beside it
-                        batch = max(1, node.queue_depth)
+                        batch = max(1, node.in_flight)
                     if event.text:
                         pieces.append(event.text)
                         yield event.text

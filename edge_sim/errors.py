@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Literal
 
+from engine import InvalidRequestError, RequestTooLargeError
+
 ErrorKind = Literal["model_not_found", "invalid_input", "too_large", "no_capacity", "timeout"]
 
 
@@ -12,3 +14,10 @@ class EdgeError(Exception):
         super().__init__(message)
         self.kind = kind
         self.message = message
+
+
+def from_engine(exc: InvalidRequestError) -> EdgeError:
+    """The edge's error for a request the engine rejected, chosen by the exception's type (never
+    by its message): one that does not fit is too_large, any other is invalid_input."""
+    kind: ErrorKind = "too_large" if isinstance(exc, RequestTooLargeError) else "invalid_input"
+    return EdgeError(kind, str(exc))

@@ -15,7 +15,8 @@ from typing import Any
 
 import msgspec
 
-from edge_sim.errors import EdgeError
+from edge_sim.errors import EdgeError, from_engine
+from edge_sim.status import ModelStatus, PopStatus
 from edge_sim.topology import PoP
 from engine import LLM, InvalidRequestError, ModelLoadError, SamplingParams, SeqEvent
 from engine.serving import EngineLoop
@@ -185,7 +186,7 @@ class PopNode:
         return self.pop.code
 
     @property
-    def queue_depth(self) -> int:
+    def in_flight(self) -> int:
         return self._waiting
 
     def has_room(self) -> bool:
@@ -193,17 +194,23 @@ class PopNode:
 
     def prefill_ms_per_token(self, model: str) -> float:
         """Measured prefill cost per token (recent steps), or a conservative default."""
-        steps = [s for s in list(self.engines[model].engine.steps)[-64:] if s.prefill_tokens]
+        steps = [s for s in self.engines[model].recent_steps(64) if s.prefill_tokens]
         tokens = sum(s.prefill_tokens for s in steps)
         return sum(s.duration_ms for s in steps) / tokens if tokens else 0.05
 
     def expected_ttft_ms(self, model: str, prompt_tokens: int) -> float:
         """Queue wait (prompt tokens ahead of this one) plus this prompt's prefill, at the
         measured prefill rate: what the router ranks PoPs by, beside the backbone RTT."""
-        ahead = sum(n for m, n, _ in self._pending.values() if m == model)
-        return (ahead + prompt_tokens) * self.prefill_ms_per_token(model)
+        return (self.pending_tokens(model) + prompt_tokens) * self.prefill_ms_per_token(model)
 
-    def take_down(self) -> int:
+    def pending_tokens(self, model: str) -> int:
+        """Prompt tokens submitted for `model` here that have not started yet."""
+        return sum(n for m, n, _ in self._pending.values() if m == model)
+
+    async def refresh(self) -> bool:
+        return True  # in-process: what the router ranks by is always current
+
+    async def take_down(self) -> int:
         """Stop taking requests; the ones still queued here are handed back to be re-routed
         (requests already generating finish here). Returns how many were handed back."""
         self.up = False
@@ -214,7 +221,7 @@ class PopNode:
             handed += 1
         return handed
 
-    def bring_up(self) -> None:
+    async def bring_up(self) -> None:
         self.up = True
 
     def serves(self, model: str) -> bool:
@@ -238,10 +245,7 @@ class PopNode:
             prompt_ids = self._prompt_ids(engine, req)
             engine.check_request(prompt_ids, req.params)
         except InvalidRequestError as exc:
-            too_large = exc.param in ("prompt", "max_tokens") and (
-                "context window" in str(exc) or "KV" in str(exc)
-            )
-            raise EdgeError("too_large" if too_large else "invalid_input", str(exc)) from None
+            raise from_engine(exc) from None
         loop = asyncio.get_running_loop()
         events: asyncio.Queue[SeqEvent] = asyncio.Queue()
         request_id = f"{self.code}-{next(self._ids)}"
@@ -290,54 +294,41 @@ class PopNode:
         llm = self.engines[model]
         return llm.weights_label, llm.kv_cache_dtype, llm.weight_formats
 
-    def health(self) -> dict[str, Any]:
-        """What a router needs to rank this PoP (also what a remote node reports)."""
-        return {
-            "code": self.code,
-            "up": self.up,
-            "in_flight": self._waiting,
-            "max_in_flight": self.max_in_flight,
-            "models": {
-                m: {
-                    "prefill_ms_per_token": self.prefill_ms_per_token(m),
-                    "pending_tokens": sum(n for mm, n, _ in self._pending.values() if mm == m),
-                    "formats": list(self.formats(m)),
-                }
-                for m in self.engines
-            },
-            "refused": dict(self.refused),
-        }
+    def status(self) -> PopStatus:
+        """What the node is doing: per model, its formats, queue, KV occupancy, recent steps and
+        expert load; also what a remote node serves the router."""
+        return PopStatus(
+            code=self.code,
+            city=self.pop.city,
+            up=self.up,
+            gpus=dict(self.pop.gpus),
+            in_flight=self._waiting,
+            queue_depth=len(self._pending),
+            max_in_flight=self.max_in_flight,
+            models={name: self._model_status(name, llm) for name, llm in self.engines.items()},
+            refused=dict(self.refused),
+        )
 
-    def status(self) -> dict[str, Any]:
-        """What the node is doing: per model, its formats, KV occupancy, recent steps, expert load."""
-        models = {}
-        for name, llm in self.engines.items():
-            eng = llm.engine
-            recent = list(eng.steps)[-32:]
-            models[name] = {
-                "weights": llm.weights_label,
-                "weights_by_part": llm.weight_formats,
-                "kv_cache_dtype": llm.kv_cache_dtype,
-                "verification": msgspec.to_builtins(llm.verification),
-                "kv_bytes_per_token": eng.cache.bytes_per_token(),
-                "kv_blocks_total": eng.cache.num_blocks,
-                "kv_blocks_used": eng.cache.used_blocks,
-                "running": len(eng.scheduler.running),
-                "waiting": len(eng.scheduler.waiting),
-                "preemptions": eng.scheduler.preemptions,
-                "generated_tokens": eng.total_generated_tokens,
-                "recent_steps": [msgspec.to_builtins(st) for st in recent],
-                "expert_load": eng.expert_load(),
-            }
-        return {
-            "code": self.code,
-            "city": self.pop.city,
-            "up": self.up,
-            "gpus": self.pop.gpus,
-            "queue_depth": self.queue_depth,
-            "models": models,
-            "refused": dict(self.refused),  # model -> why its last load was refused
-        }
+    def _model_status(self, name: str, llm: LLM) -> ModelStatus:
+        stats = llm.stats()
+        return ModelStatus(
+            weights=llm.weights_label,
+            weights_by_part=llm.weight_formats,
+            kv_cache_dtype=llm.kv_cache_dtype,
+            verification=llm.verification,
+            kv_bytes_per_token=stats.kv_bytes_per_token,
+            kv_blocks_total=stats.kv_blocks_total,
+            kv_blocks_used=stats.kv_blocks_used,
+            kv_blocks_free=stats.kv_blocks_free,
+            running=stats.running,
+            waiting=stats.waiting,
+            preemptions=stats.preemptions,
+            generated_tokens=stats.generated_tokens,
+            prefill_ms_per_token=self.prefill_ms_per_token(name),
+            pending_tokens=self.pending_tokens(name),
+            recent_steps=llm.recent_steps(32),
+            expert_load=llm.expert_load(),
+        )
 
     def close(self) -> None:
         for loop in self._loops.values():

@@ -31,6 +31,7 @@ from starlette.routing import Route
 
 from edge_sim.errors import EdgeError
 from edge_sim.pop import GenerateRequest, GenerateResult, PopDown, PopNode, collect
+from edge_sim.status import PopStatus
 from edge_sim.topology import PoP
 from engine import SeqEvent
 
@@ -125,7 +126,7 @@ def create_pop_app(node: PopNode, token: str) -> Starlette:
     async def health(request: Request) -> Response:
         if refused(request) is not None:  # a liveness probe: nothing about models or load
             return Response(_encode({"up": node.up}), media_type=MSGPACK)
-        return Response(_encode({**node.health(), "status": node.status()}), media_type=MSGPACK)
+        return Response(_encode(node.status()), media_type=MSGPACK)
 
     async def state(request: Request) -> Response:
         if (denied := refused(request)) is not None:
@@ -137,7 +138,9 @@ def create_pop_app(node: PopNode, token: str) -> Starlette:
             )
         if await read_capped(request, CONTROL_BODY_BYTES) is None:
             return too_large(CONTROL_BODY_BYTES)
-        handed = node.take_down() if action == "down" else (node.bring_up() or 0)
+        handed = await node.take_down() if action == "down" else 0
+        if action == "up":
+            await node.bring_up()
         return Response(_encode({"up": node.up, "rerouted": handed}), media_type=MSGPACK)
 
     return Starlette(
@@ -153,7 +156,7 @@ def create_pop_app(node: PopNode, token: str) -> Starlette:
 
 
 class RemotePopNode:
-    """A PoP node in another process or host, behind the same interface as PopNode."""
+    """A PoP node in another process or host, behind the same interface as PopNode (node.PopNodeLike)."""
 
     def __init__(self, pop: PoP, url: str, timeout: float = 600.0, token: str | None = None):
         self.pop = pop
@@ -163,7 +166,7 @@ class RemotePopNode:
         )
         headers = {"authorization": f"Bearer {token}"} if token else {}
         self._client = httpx.AsyncClient(timeout=httpx.Timeout(timeout, connect=5.0), headers=headers)
-        self._health: dict[str, Any] = {}
+        self._status: PopStatus | None = None  # the node's own view, as of its last health check
         self.reachable = False
         self.refused: dict[str, str] = {}
         self._token_refused = False
@@ -174,12 +177,12 @@ class RemotePopNode:
 
     @property
     def up(self) -> bool:
-        return self.reachable and bool(self._health.get("up"))
+        return self.reachable and self._status is not None and self._status.up
 
     @property
-    def queue_depth(self) -> int:
-        """Requests in flight at the node, as of its last health report."""
-        return int(self._health.get("in_flight", 0))
+    def in_flight(self) -> int:
+        """Requests in flight at the node, as of its last health check."""
+        return self._status.in_flight if self._status else 0
 
     async def refresh(self) -> bool:
         """Fetch what the router ranks by; an unreachable node counts as down until it answers."""
@@ -187,7 +190,8 @@ class RemotePopNode:
             r = await self._client.get(self.url + "/v1/health", timeout=5.0)
             r.raise_for_status()
             health = msgspec.msgpack.decode(r.content)
-            if "models" not in health:  # the node's liveness view: it did not take our token
+            if not isinstance(health, dict) or "models" not in health:
+                # the node's liveness view: it did not take our token
                 if not self._token_refused:
                     log.warning(
                         "remote PoP %s at %s does not accept this runtime's node token; set %s_%s or %s "
@@ -201,30 +205,28 @@ class RemotePopNode:
                 self._token_refused, self.reachable = True, False
                 return False
             self._token_refused = False
-            self._health = health
-            self.refused = dict(self._health.get("refused", {}))
+            self._status = msgspec.convert(health, PopStatus)
+            self.refused = dict(self._status.refused)
             if not self.reachable:
                 log.info("remote PoP %s at %s is reachable", self.code, self.url)
             self.reachable = True
-        except (httpx.HTTPError, msgspec.DecodeError) as exc:
+        except (httpx.HTTPError, msgspec.DecodeError, msgspec.ValidationError) as exc:
             if self.reachable:
                 log.warning("remote PoP %s at %s failed its health check: %s", self.code, self.url, exc)
             self.reachable = False
         return self.reachable
 
     def models(self) -> list[str]:
-        return list(self._health.get("models", {})) if self.reachable else []
+        return list(self._status.models) if self.reachable and self._status else []
 
     def serves(self, model: str) -> bool:
         return model in self.models()
 
     def has_room(self) -> bool:
-        h = self._health
-        return self.up and h.get("in_flight", 0) < h.get("max_in_flight", 0)
+        return self.up and self._status.in_flight < self._status.max_in_flight
 
     def expected_ttft_ms(self, model: str, prompt_tokens: int) -> float:
-        m = self._health["models"][model]
-        return (m["pending_tokens"] + prompt_tokens) * m["prefill_ms_per_token"]
+        return self._status.models[model].expected_ttft_ms(prompt_tokens)
 
     async def stream(self, req: GenerateRequest) -> AsyncIterator[SeqEvent]:
         try:
@@ -257,8 +259,8 @@ class RemotePopNode:
             raise EdgeError("no_capacity", f"remote PoP {self.code} failed mid-request ({exc})") from None
 
     def formats(self, model: str) -> tuple[str, str, dict[str, str]]:
-        weights, kv, by_part = self._health["models"].get(model, {}).get("formats") or ["", "", {}]
-        return weights, kv, by_part
+        m = self._status.models.get(model) if self._status else None
+        return m.formats() if m else ("", "", {})
 
     async def generate(self, req: GenerateRequest) -> GenerateResult:
         return await collect(self.stream(req), self.code, req.model, *self.formats(req.model))
@@ -280,10 +282,20 @@ class RemotePopNode:
     async def bring_up(self) -> None:
         await self._control("up")
 
-    def status(self) -> dict[str, Any]:
-        status = dict(self._health.get("status", {"code": self.code, "city": self.pop.city, "models": {}}))
-        status.update(up=self.up, remote=self.url, reachable=self.reachable)
-        return status
+    def status(self) -> PopStatus:
+        """The node's status as of its last health check, with how this runtime reaches it."""
+        last = self._status or PopStatus(
+            code=self.code,
+            city=self.pop.city,
+            up=False,
+            gpus=dict(self.pop.gpus),
+            in_flight=0,
+            queue_depth=0,
+            max_in_flight=0,
+            models={},
+            refused={},
+        )
+        return msgspec.structs.replace(last, up=self.up, remote=self.url, reachable=self.reachable)
 
     def close(self) -> None:
         try:

@@ -10,18 +10,18 @@ from __future__ import annotations
 
 from edge_sim.errors import EdgeError
 from edge_sim.network import NetworkModel
-from edge_sim.pop import PopNode
+from edge_sim.node import PopNodeLike
 from edge_sim.topology import PoP
 
 
 class Router:
-    def __init__(self, network: NetworkModel, nodes: dict[str, PopNode]):
+    def __init__(self, network: NetworkModel, nodes: dict[str, PopNodeLike]):
         self.network = network
         self.nodes = nodes
 
     def candidates(
         self, model: str, ingress: PoP, prompt_tokens: int = 0, exclude: frozenset[str] = frozenset()
-    ) -> list[tuple[PopNode, float]]:
+    ) -> list[tuple[PopNodeLike, float]]:
         """PoPs that can take the call, best first, each with its backbone RTT from the ingress."""
         serving = [n for n in self.nodes.values() if n.serves(model)]
         if not serving:
@@ -37,5 +37,5 @@ class Router:
         ranked.sort(key=lambda item: (item[0], item[1]))
         return [(node, rtt) for _, _, node, rtt in ranked]
 
-    def choose(self, model: str, ingress: PoP, prompt_tokens: int = 0) -> tuple[PopNode, float]:
+    def choose(self, model: str, ingress: PoP, prompt_tokens: int = 0) -> tuple[PopNodeLike, float]:
         return self.candidates(model, ingress, prompt_tokens)[0]

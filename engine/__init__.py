@@ -1,7 +1,7 @@
 """The inference engine: MoE models (MLA), KV cache, sampling, tokenizer. Knows nothing of PoPs."""
 
-from engine.engine import LLMEngine, StepStats
-from engine.errors import EngineError, InvalidRequestError, ModelLoadError
+from engine.engine import EngineStats, LLMEngine, StepStats
+from engine.errors import EngineError, InvalidRequestError, ModelLoadError, RequestTooLargeError
 from engine.llm import LLM, Generation
 from engine.sampling import SamplingParams
 from engine.sequence import RequestMetrics, SeqEvent
@@ -9,11 +9,13 @@ from engine.sequence import RequestMetrics, SeqEvent
 __all__ = [
     "LLM",
     "EngineError",
+    "EngineStats",
     "Generation",
     "InvalidRequestError",
     "ModelLoadError",
     "LLMEngine",
     "RequestMetrics",
+    "RequestTooLargeError",
     "SamplingParams",
     "SeqEvent",
     "StepStats",

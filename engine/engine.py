@@ -16,7 +16,7 @@ import msgspec
 import torch
 
 from engine.batch import SeqSlice, StepBatch
-from engine.errors import InvalidRequestError
+from engine.errors import InvalidRequestError, RequestTooLargeError
 from engine.kv_cache import BLOCK_SIZE, PagedKVCache
 from engine.sampling import Sampler, SamplingParams
 from engine.scheduler import Scheduler, SchedulerConfig
@@ -33,6 +33,20 @@ class StepStats(msgspec.Struct):
     duration_ms: float
     preempted: int
     started: float = 0.0  # time.perf_counter() at the step's start (gaps between steps = idle)
+
+
+class EngineStats(msgspec.Struct):
+    """What the engine is doing now: its queue, its KV cache, its totals since start."""
+
+    running: int
+    waiting: int
+    kv_blocks_total: int
+    kv_blocks_used: int
+    kv_blocks_free: int
+    kv_bytes_per_token: float
+    preemptions: int
+    prompt_tokens: int
+    generated_tokens: int
 
 
 class LLMEngine:
@@ -69,19 +83,19 @@ class LLMEngine:
             raise InvalidRequestError("prompt", "must not be empty")
         window = self.context_window
         if len(prompt_ids) >= window:
-            raise InvalidRequestError(
+            raise RequestTooLargeError(
                 "prompt", f"is {len(prompt_ids)} tokens; the context window is {window} tokens"
             )
         if len(prompt_ids) + params.max_tokens > window:
             room = window - len(prompt_ids)
-            raise InvalidRequestError(
+            raise RequestTooLargeError(
                 "max_tokens",
                 f"{params.max_tokens} does not fit: the prompt takes {len(prompt_ids)} of the "
                 f"{window}-token context window; ask for at most {room}",
             )
         blocks = self.cache.blocks_for(len(prompt_ids) + params.max_tokens) + self.cache.staging_blocks
         if blocks > self.cache.num_blocks:
-            raise InvalidRequestError(
+            raise RequestTooLargeError(
                 "max_tokens",
                 f"prompt plus max_tokens needs {blocks} KV blocks; this engine's cache holds "
                 f"{self.cache.num_blocks}; ask for fewer tokens",
@@ -197,6 +211,24 @@ class LLMEngine:
     def expert_load(self) -> list[list[int]]:
         """Tokens routed to each expert, per MoE layer, since the engine started."""
         return [layer.expert_load.tolist() for layer in self.model.moe_layers()]
+
+    def stats(self) -> EngineStats:
+        sched, cache = self.scheduler, self.cache
+        return EngineStats(
+            running=len(sched.running),
+            waiting=len(sched.waiting),
+            kv_blocks_total=cache.num_blocks,
+            kv_blocks_used=cache.used_blocks,
+            kv_blocks_free=cache.free_blocks,
+            kv_bytes_per_token=cache.bytes_per_token(),
+            preemptions=sched.preemptions,
+            prompt_tokens=self.total_prompt_tokens,
+            generated_tokens=self.total_generated_tokens,
+        )
+
+    def recent_steps(self, n: int) -> list[StepStats]:
+        """The last `n` steps' statistics, oldest first."""
+        return list(self.steps)[-n:] if n > 0 else []
 
     def kv_capacity_tokens(self) -> int:
         return self.cache.num_blocks * BLOCK_SIZE

@@ -15,3 +15,8 @@ class InvalidRequestError(EngineError, ValueError):
     def __init__(self, param: str, message: str):
         super().__init__(f"{param}: {message}")
         self.param = param
+
+
+class RequestTooLargeError(InvalidRequestError):
+    """The request does not fit: its prompt (plus max_tokens) exceeds the context window or the KV
+    cache. A distinct type so callers tell "too large" from "malformed" without reading the message."""

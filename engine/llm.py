@@ -14,7 +14,7 @@ import torch
 
 from engine.batch import SeqSlice, StepBatch
 from engine.config import ModelConfig, load_config
-from engine.engine import LLMEngine, default_kv_budget
+from engine.engine import EngineStats, LLMEngine, StepStats, default_kv_budget
 from engine.errors import EngineError, InvalidRequestError, ModelLoadError
 from engine.kv_cache import BLOCK_SIZE, KV_CACHE_DTYPES, PagedKVCache
 from engine.models import architecture
@@ -172,6 +172,17 @@ class LLM:
     def check_request(self, prompt_ids: list[int], params: SamplingParams) -> None:
         """Raises InvalidRequestError naming the parameter; call before queueing any work."""
         self.engine.check_request(prompt_ids, params)
+
+    def stats(self) -> EngineStats:
+        """Queue and KV cache occupancy now; read from another thread than the one stepping, the
+        counts are each current but may straddle a step."""
+        return self.engine.stats()
+
+    def recent_steps(self, n: int) -> list[StepStats]:
+        return self.engine.recent_steps(n)
+
+    def expert_load(self) -> list[list[int]]:
+        return self.engine.expert_load()
 
     @torch.inference_mode()
     def logits(self, token_ids: list[int], chunk: int = 512) -> torch.Tensor:

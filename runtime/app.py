@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
-import inspect
 import logging
 import random
 import time
@@ -477,7 +476,7 @@ class Runtime:
         """Each GPU PoP: its engines' formats, KV occupancy, recent steps and expert load (admin)."""
         if isinstance(body := await self._admin_body(request), Response):
             return body
-        return JSONResponse({"pops": [node.status() for node in self.edge.nodes.values()]})
+        return JSONResponse({"pops": [msgspec.to_builtins(n.status()) for n in self.edge.nodes.values()]})
 
     async def reload_model(self, request: Request) -> Response:
         """Load a new version of a catalog model at every PoP; a PoP that refuses it (it fails
@@ -519,13 +518,12 @@ class Runtime:
             return error_response(
                 404, BAD_CONTROL_REQUEST, f"POST .../pops/<code>/down|up with a GPU PoP: {known}"
             )
-        outcome = node.take_down() if action == "down" else node.bring_up()
-        if inspect.isawaitable(outcome):  # a remote node answers over HTTP
-            try:
-                outcome = await outcome
-            except EdgeError as exc:
-                return error_response(502, BAD_CONTROL_REQUEST, exc.message)
-        rerouted = outcome or 0
+        try:
+            rerouted = await node.take_down() if action == "down" else 0
+            if action == "up":
+                await node.bring_up()
+        except EdgeError as exc:  # a remote node did not answer, or refused this runtime's token
+            return error_response(502, BAD_CONTROL_REQUEST, exc.message)
         log.warning(
             "PoP %s is %s%s", code, action, f" ({rerouted} queued request(s) re-routed)" if rerouted else ""
         )

@@ -7,7 +7,7 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from engine import LLM, InvalidRequestError, ModelLoadError, SamplingParams
+from engine import LLM, EngineStats, InvalidRequestError, ModelLoadError, RequestTooLargeError, SamplingParams
 from engine.tokenizer import IncrementalDetokenizer, TextTokenizer
 
 
@@ -40,6 +40,28 @@ def test_prompt_limits(llm):
         llm.check_request([7] * window, SamplingParams())
     with pytest.raises(InvalidRequestError, match="ask for at most 2"):
         llm.check_request([7] * (window - 2), SamplingParams(max_tokens=3))
+
+
+def test_a_request_that_does_not_fit_has_its_own_type(llm):
+    window = llm.context_window
+    for ids, params in (([7] * window, SamplingParams()), ([7] * (window - 2), SamplingParams(max_tokens=3))):
+        with pytest.raises(RequestTooLargeError):
+            llm.check_request(ids, params)
+    with pytest.raises(InvalidRequestError) as err:  # malformed, not too large
+        llm.check_request([], SamplingParams())
+    assert not isinstance(err.value, RequestTooLargeError)
+
+
+def test_stats_report_the_queue_and_the_cache(llm):
+    llm.generate("def f():", SamplingParams(max_tokens=2, temperature=0))
+    stats = llm.stats()
+    assert isinstance(stats, EngineStats) and stats.running == stats.waiting == 0
+    assert (
+        stats.kv_blocks_total > 0 and stats.kv_blocks_used == 0
+    )  # the finished request gave its blocks back
+    assert stats.kv_blocks_free == stats.kv_blocks_total and stats.kv_bytes_per_token > 0
+    assert stats.generated_tokens >= 2 and stats.prompt_tokens > 0
+    assert llm.recent_steps(1) and len(llm.recent_steps(3)) <= 3 and llm.recent_steps(0) == []
 
 
 def test_seeded_sampling_repeats_and_greedy_equivalents(llm):

@@ -187,7 +187,7 @@ def test_a_pop_refuses_a_bad_version_and_keeps_serving(signed, keys, tmp_path):
         assert "extra.bin is not in the manifest" in node.refused["other"]
         reason = node.reload(bad)
         assert reason and "extra.bin" in reason
-        assert "extra.bin" in node.status()["refused"]["m"]
+        assert "extra.bin" in node.status().refused["m"]
         req = GenerateRequest(
             model="m", prompt="def f():", params=SamplingParams(max_tokens=3, temperature=0)
         )

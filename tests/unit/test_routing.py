@@ -82,7 +82,7 @@ def test_a_pop_taken_down_hands_its_queue_to_the_next_best(edge):
                 break
             await asyncio.sleep(0.01)
         assert len(icn._pending) == 3
-        assert icn.take_down() == 3
+        assert await icn.take_down() == 3
         return await asyncio.gather(*tasks)
 
     try:
@@ -92,7 +92,7 @@ def test_a_pop_taken_down_hands_its_queue_to_the_next_best(edge):
     assert [account.pop for _, account in results] == ["NRT"] * 3  # re-routed, none dropped
     assert all(r.completion_tokens == 2 for r, _ in results)
     assert not icn.up and edge.router.choose(MODEL, ingress)[0].code == "NRT"
-    icn.bring_up()
+    asyncio.run(icn.bring_up())
     assert edge.router.choose(MODEL, ingress)[0].code == "ICN"
 
 

@@ -1,0 +1,63 @@
+"""The interface the router and the runtime drive a GPU PoP through, in-process (pop.PopNode) or in
+another process (remote.RemotePopNode). Whatever may cross a network is async on both, so callers
+never ask which kind they hold; what the router ranks by is sync (a remote node answers from its
+last health check)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+from engine import SeqEvent
+
+if TYPE_CHECKING:  # pop.py imports nothing from here; the names are for annotations only
+    from edge_sim.pop import GenerateRequest, GenerateResult
+    from edge_sim.status import PopStatus
+    from edge_sim.topology import PoP
+
+
+@runtime_checkable
+class PopNodeLike(Protocol):
+    pop: PoP
+    refused: dict[str, str]  # model -> why its last load was refused
+
+    @property
+    def code(self) -> str: ...
+
+    @property
+    def up(self) -> bool: ...
+
+    @property
+    def in_flight(self) -> int:
+        """Requests submitted and not finished (the batch a new request decodes beside)."""
+        ...
+
+    def models(self) -> list[str]: ...
+
+    def serves(self, model: str) -> bool: ...
+
+    def has_room(self) -> bool: ...
+
+    def expected_ttft_ms(self, model: str, prompt_tokens: int) -> float: ...
+
+    def formats(self, model: str) -> tuple[str, str, dict[str, str]]: ...
+
+    def status(self) -> PopStatus: ...
+
+    async def refresh(self) -> bool:
+        """Update what the router ranks by; whether the node answered."""
+        ...
+
+    async def take_down(self) -> int:
+        """Stop taking requests; how many queued ones were handed back to be re-routed."""
+        ...
+
+    async def bring_up(self) -> None: ...
+
+    def stream(self, req: GenerateRequest) -> AsyncIterator[SeqEvent]:
+        """An async generator of token events; the last carries the metrics."""
+        ...
+
+    async def generate(self, req: GenerateRequest) -> GenerateResult: ...
+
+    def close(self) -> None: ...

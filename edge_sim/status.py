@@ -1,0 +1,52 @@
+"""A PoP's status as one typed struct: what `/cdn-cgi/edge/pops` shows, what a remote node serves
+on `/v1/health` and what the router ranks a remote node by (msgspec, so both ends share one shape)."""
+
+from __future__ import annotations
+
+import msgspec
+
+from engine import StepStats
+from engine.verified_load import VerificationRecord
+
+
+class ModelStatus(msgspec.Struct, kw_only=True):
+    """One engine at a PoP: its formats, queue, KV cache, recent steps and expert load."""
+
+    weights: str
+    weights_by_part: dict[str, str]
+    kv_cache_dtype: str
+    verification: VerificationRecord
+    kv_bytes_per_token: float
+    kv_blocks_total: int
+    kv_blocks_used: int
+    kv_blocks_free: int
+    running: int
+    waiting: int
+    preemptions: int
+    generated_tokens: int
+    prefill_ms_per_token: float  # measured over recent steps (a default before any)
+    pending_tokens: int  # prompt tokens submitted at the PoP that have not started yet
+    recent_steps: list[StepStats] = []
+    expert_load: list[list[int]] = []
+
+    def formats(self) -> tuple[str, str, dict[str, str]]:
+        return self.weights, self.kv_cache_dtype, self.weights_by_part
+
+    def expected_ttft_ms(self, prompt_tokens: int) -> float:
+        """Queue wait (prompt tokens ahead) plus this prompt's prefill, at the measured rate."""
+        return (self.pending_tokens + prompt_tokens) * self.prefill_ms_per_token
+
+
+class PopStatus(msgspec.Struct, kw_only=True, omit_defaults=True):
+    code: str
+    city: str
+    up: bool
+    gpus: dict[str, int]
+    in_flight: int  # requests submitted and not finished
+    queue_depth: int  # of those, the ones that have not produced a token yet
+    max_in_flight: int  # admission limit: beyond it the router spills elsewhere
+    models: dict[str, ModelStatus]
+    refused: dict[str, str]  # model -> why its last load was refused
+    # set only for a remote node, by the runtime's side (omitted otherwise)
+    remote: str | None = None
+    reachable: bool | None = None
