@@ -32,10 +32,10 @@ def main() -> None:
     ap.add_argument("--kv", default="auto,int4")
     args = ap.parse_args()
 
-    from edge_sim.costmodel import RooflineCostModel
-    from edge_sim.report import summarize
-    from edge_sim.simulator import simulate
-    from edge_sim.workload import PROFILES
+    from capacity.costmodel import RooflineCostModel
+    from capacity.report import summarize
+    from capacity.simulator import simulate
+    from capacity.workload import PROFILES
 
     cost = RooflineCostModel("kimi-k2", "fp8")
     simulate(PROFILES["chat"], cost, "auto", duration_s=10, seed=0)  # warm-up: imports, caches

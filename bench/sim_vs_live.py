@@ -33,18 +33,18 @@ import httpx
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from edge_sim.costmodel import ProfiledCostModel  # noqa: E402
-from edge_sim.network import NetworkModel  # noqa: E402
-from edge_sim.report import percentile  # noqa: E402
-from edge_sim.simulator import SERVED, simulate  # noqa: E402
-from edge_sim.topology import Topology  # noqa: E402
-from edge_sim.workload import (  # noqa: E402
+from capacity.costmodel import ProfiledCostModel  # noqa: E402
+from capacity.report import percentile  # noqa: E402
+from capacity.simulator import SERVED, simulate  # noqa: E402
+from capacity.workload import (  # noqa: E402
     TopologySetup,
     WorkloadSample,
     check_workload,
     load_workload,
     sample_requests,
 )
+from edge_sim.network import NetworkModel  # noqa: E402
+from edge_sim.topology import Topology  # noqa: E402
 
 MODEL = "@edge/moonshotai/kimi-k2-mini"
 MODEL_DIR = REPO / "models" / "kimi-k2-mini"

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import msgspec
 
+from capacity import cli as capacity_cli
 from edge_sim.topology import PoP, Topology, TopologyError
-from runtime import cli_sim
 from runtime.config import CONFIG_NAMES, ConfigError, WorkerConfig, load_config
 from runtime.validation import describe
 
@@ -1167,7 +1167,7 @@ def main(argv: list[str] | None = None) -> int:
     d1x.add_argument("--json", action="store_true", help="print results as JSON")
     d1x.add_argument("--local", action="store_true", help="accepted for wrangler's sake: it is always local")
     d1x.set_defaults(func=cmd_d1_execute)
-    cli_sim.register(sub)
+    capacity_cli.register(sub)
     _show_defaults(parser)
     args = parser.parse_args(argv)
     return args.func(args)

@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from edge_sim.planner import layout_sizes, min_layout, plan
+from capacity import cli as capacity_cli
+from capacity.planner import layout_sizes, min_layout, plan
 from edge_sim.roofline import (
     GIB,
     GLM_4_5,
@@ -19,7 +20,6 @@ from edge_sim.roofline import (
     target_model,
     weight_bytes,
 )
-from runtime import cli_sim
 from tests.conftest import SHIPPED_KIMI
 
 
@@ -152,14 +152,14 @@ def test_plan_reads_a_model_directory():
 
 def test_cli_plan_json_and_errors(capsys):
     argv = ["plan", "--model", "kimi-k2", "--gpu", "H200", "--weights", "fp8", "--kv", "int4"]
-    assert cli_sim.main([*argv, "--context", "131072", "--concurrency", "64", "--json"]) == 0
+    assert capacity_cli.main([*argv, "--context", "131072", "--concurrency", "64", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["layout"]["gpus"] == 16 and out["kv"] == "int4"
     assert out["layout"]["cost_per_million_tokens"] > 0
-    assert cli_sim.main([*argv[:7], "--context", "4096", "--concurrency", "8"]) == 0
+    assert capacity_cli.main([*argv[:7], "--context", "4096", "--concurrency", "8"]) == 0
     text = capsys.readouterr().out
     assert "GPUs needed: 8 x H200" in text and "per million output tokens" in text
-    assert cli_sim.main(["plan", "--model", "kimi-k2", "--gpu", "B300"]) == 2
+    assert capacity_cli.main(["plan", "--model", "kimi-k2", "--gpu", "B300"]) == 2
     assert "edge: error: unknown GPU type 'B300'" in capsys.readouterr().err
-    assert cli_sim.main(["plan", "--model", "mistral-huge"]) == 2
+    assert capacity_cli.main(["plan", "--model", "mistral-huge"]) == 2
     assert "'mistral-huge'" in capsys.readouterr().err

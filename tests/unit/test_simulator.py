@@ -9,12 +9,11 @@ import statistics
 import msgspec
 import pytest
 
-from edge_sim.costmodel import BLOCK_TOKENS, ProfiledCostModel, RooflineCostModel
-from edge_sim.report import build_report, summarize
-from edge_sim.roofline import SimulationError
-from edge_sim.simulator import REJECTED_CAPACITY, SERVED, simulate
-from edge_sim.topology import Topology
-from edge_sim.workload import (
+from capacity import cli as capacity_cli
+from capacity.costmodel import BLOCK_TOKENS, ProfiledCostModel, RooflineCostModel
+from capacity.report import build_report, summarize
+from capacity.simulator import REJECTED_CAPACITY, SERVED, simulate
+from capacity.workload import (
     PROFILES,
     Arrivals,
     Lengths,
@@ -24,7 +23,8 @@ from edge_sim.workload import (
     load_workload,
     sample_requests,
 )
-from runtime import cli_sim
+from edge_sim.roofline import SimulationError
+from edge_sim.topology import Topology
 from tests.conftest import SHIPPED_KIMI
 
 KIMI = RooflineCostModel("kimi-k2", "fp8")
@@ -178,7 +178,7 @@ def test_int4_kv_admits_more_sequences_when_kv_bound():
 
 
 def test_merged_prefill_runs_match_step_by_step(monkeypatch):
-    import edge_sim.simulator as sim
+    import capacity.simulator as sim
 
     one_pop = TopologySetup(
         Topology.default().with_overrides(gpu_pops={"FRA": {"H200": 8}}), KIMI_NETWORK, {}
@@ -273,7 +273,7 @@ def test_rejections_are_counted_not_lost():
 def test_cli_writes_report_and_plots(tmp_path, capsys):
     out = tmp_path / "out"
     argv = ["sim", "--workload", "chat", "--kv", "auto,int4", "--duration", "30", "--seed", "1"]
-    assert cli_sim.main([*argv, "--out", str(out), "--knee", "0.5,1,2", "--quiet"]) == 0
+    assert capacity_cli.main([*argv, "--out", str(out), "--knee", "0.5,1,2", "--quiet"]) == 0
     text = capsys.readouterr().out
     assert "KV auto" in text and "KV int4" in text and "TTFT p50/p90/p99" in text
     for name in ("report.json", "latency_cdf.png", "knee.png", "world_map.png"):
@@ -283,20 +283,23 @@ def test_cli_writes_report_and_plots(tmp_path, capsys):
     assert len(report["knee"]["series"]["auto"]) == 3
     assert (out / "latency_cdf.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
-    assert cli_sim.main([*argv, "--out", str(out), "--knee", "none", "--json", "--quiet", "--no-plots"]) == 0
+    assert (
+        capacity_cli.main([*argv, "--out", str(out), "--knee", "none", "--json", "--quiet", "--no-plots"])
+        == 0
+    )
     assert json.loads(capsys.readouterr().out)["runs"][1]["kv"] == "int4"
 
     bad = tmp_path / "w.toml"
     bad.write_text('[clients]\n"Gotham City" = 1\n')
-    assert cli_sim.main(["sim", "--workload", str(bad), "--out", str(out), "--quiet"]) == 2
+    assert capacity_cli.main(["sim", "--workload", str(bad), "--out", str(out), "--quiet"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("edge: error:") and "'Gotham City'" in err
-    assert cli_sim.main(["sim", "--kv", "auto,int3", "--out", str(out), "--quiet"]) == 2
+    assert capacity_cli.main(["sim", "--kv", "auto,int3", "--out", str(out), "--quiet"]) == 2
     assert "'int3'" in capsys.readouterr().err
 
 
 def test_profiled_decode_follows_the_measured_batch_curve():
-    from edge_sim.costmodel import ProfileFit
+    from capacity.costmodel import ProfileFit
 
     common = dict(
         kv="auto", prefill_fixed_ms=4.0, prefill_token_ms=0.1, prefill_pair_ms_per_1m=0.0,

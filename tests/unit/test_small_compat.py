@@ -160,7 +160,7 @@ def test_every_edge_argument_has_help_and_shows_its_default(monkeypatch):
         cli.main([])
     missing = []
     for path, parser in _parsers(built["parser"]):
-        if path[:2] in (("edge", "sim"), ("edge", "plan")):  # runtime/cli_sim.py's own
+        if path[:2] in (("edge", "sim"), ("edge", "plan")):  # capacity/cli.py's own
             continue
         for action in parser._actions:
             if isinstance(action, (argparse._HelpAction, argparse._SubParsersAction)):

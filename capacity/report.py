@@ -23,9 +23,9 @@ from typing import Any
 
 import msgspec
 
-from edge_sim.costmodel import CostModel
-from edge_sim.simulator import REJECTED_CAPACITY, REJECTED_TOO_LONG, SERVED, SimResult, simulate
-from edge_sim.workload import TopologySetup, Workload
+from capacity.costmodel import CostModel
+from capacity.simulator import REJECTED_CAPACITY, REJECTED_TOO_LONG, SERVED, SimResult, simulate
+from capacity.workload import TopologySetup, Workload
 
 __all__ = [
     "DEFAULT_MULTIPLIERS",

@@ -26,7 +26,7 @@ from typing import Any, Protocol
 
 import msgspec
 
-from edge_sim.planner import DEFAULT_USABLE_FRACTION, min_layout
+from capacity.planner import DEFAULT_USABLE_FRACTION, min_layout
 from edge_sim.roofline import (
     GIB,
     Efficiency,

@@ -51,7 +51,7 @@ def _multipliers(text: str) -> list[float]:
 
 
 def _cost_model(args: argparse.Namespace, kvs: list[str], log):
-    from edge_sim.costmodel import ProfiledCostModel, RooflineCostModel
+    from capacity.costmodel import ProfiledCostModel, RooflineCostModel
     from edge_sim.roofline import Efficiency
 
     if args.cost == "roofline":
@@ -80,11 +80,11 @@ def _cost_model(args: argparse.Namespace, kvs: list[str], log):
 
 
 def cmd_sim(args: argparse.Namespace) -> int:
-    from edge_sim.report import build_report, format_table, load_sweep, to_json, write_outputs
+    from capacity.report import build_report, format_table, load_sweep, to_json, write_outputs
+    from capacity.simulator import simulate
+    from capacity.workload import load_topology, load_workload
     from edge_sim.roofline import SimulationError
-    from edge_sim.simulator import simulate
     from edge_sim.topology import TopologyError
-    from edge_sim.workload import load_topology, load_workload
     from engine.errors import EngineError, ModelLoadError
 
     def log(message: str) -> None:
@@ -165,7 +165,7 @@ def _prices(items: list[str] | None) -> dict[str, float]:
 def _override(workload, args: argparse.Namespace):
     import msgspec
 
-    from edge_sim.workload import check_workload
+    from capacity.workload import check_workload
 
     changes = {}
     if args.rate is not None:
@@ -182,7 +182,7 @@ def _override(workload, args: argparse.Namespace):
 def cmd_plan(args: argparse.Namespace) -> int:
     import msgspec
 
-    from edge_sim.planner import format_plan, plan
+    from capacity.planner import format_plan, plan
     from edge_sim.roofline import Efficiency, SimulationError
 
     try:

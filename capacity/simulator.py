@@ -1,6 +1,6 @@
 """Discrete-event capacity simulator (in the style of Vidur and DistServe's simulator).
 
-Clients around the world send requests (edge_sim.workload); each enters at its nearest PoP
+Clients around the world send requests (capacity.workload); each enters at its nearest PoP
 (anycast ingress), is routed over the backbone to a GPU PoP replica, waits in that replica's
 queue, and is served by continuous batching exactly as our engine's scheduler does it:
 
@@ -11,7 +11,7 @@ queue, and is served by continuous batching exactly as our engine's scheduler do
   block size of the KV dtype), and fp8/int4 keep one staging slot per running sequence;
 * when the blocks run out, the newest running sequence is preempted and recomputed later.
 
-Step durations come from a cost model (edge_sim.costmodel): the roofline model of the PoP's GPUs
+Step durations come from a cost model (capacity.costmodel): the roofline model of the PoP's GPUs
 for a target model, or our engine's profile measured on this machine.
 
 Routing: the GPU PoP replica that minimises backbone RTT + expected queue wait + expected
@@ -49,11 +49,11 @@ from collections.abc import Sequence
 
 import msgspec
 
-from edge_sim.costmodel import BLOCK_TOKENS, CostModel, ReplicaPlan
+from capacity.costmodel import BLOCK_TOKENS, CostModel, ReplicaPlan
+from capacity.workload import SLO, TopologySetup, Workload, WorkloadSample, sample_requests
 from edge_sim.network import NetworkModel
 from edge_sim.roofline import SimulationError, check_kv
 from edge_sim.topology import Topology
-from edge_sim.workload import SLO, TopologySetup, Workload, WorkloadSample, sample_requests
 
 __all__ = ["PopInfo", "SimResult", "SimulationError", "simulate", "simulate_kv"]
 
