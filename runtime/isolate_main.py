@@ -613,10 +613,39 @@ async def _stream_response(channel: Channel, rid: int, response: Response, body:
     channel.send(ipc.BodyEnd(rid, error))
 
 
-async def serve_invoke(channel: Channel, handler, inv: ipc.Invoke) -> None:
-    _current_request.set(inv.id)
+def _begin(rid: int) -> Context:
+    """An event's own context: its request id and ctx, for the calls and waitUntil made in it."""
+    _current_request.set(rid)
     ctx = Context()
     _current_ctx.set(ctx)
+    return ctx
+
+
+def _describe(exc: BaseException) -> tuple[str, str]:
+    """("Type: message", traceback), each cut to ERROR_CHARS: a frame must stay bounded."""
+    return f"{type(exc).__name__}: {exc}"[:ERROR_CHARS], traceback.format_exc()[-ERROR_CHARS:]
+
+
+def _worker_error(rid: int, exc: BaseException) -> ipc.InvokeError:
+    """The worker's own failure, reported; the isolate stays up."""
+    return ipc.InvokeError(rid, *_describe(exc))
+
+
+async def _finish(channel: Channel, ctx: Context, rid: int, settle: bool = True) -> None:
+    """The answer is out: wait for its waitUntil work (unless the handler already did), then
+    RequestDone, until which the runtime counts the event's CPU."""
+    try:
+        await channel.writer.drain()
+        if settle:
+            await ctx.settle()
+    except asyncio.CancelledError:
+        ctx.cancel()
+    channel.send(ipc.RequestDone(rid))
+    channel.forget(rid)
+
+
+async def serve_invoke(channel: Channel, handler, inv: ipc.Invoke) -> None:
+    ctx = _begin(inv.id)
     try:
         body = channel.request_body(inv.id) if inv.streamed_body else inv.body
         request = Request(inv.url, inv.method, inv.headers, body, inv.cf)
@@ -634,25 +663,16 @@ async def serve_invoke(channel: Channel, handler, inv: ipc.Invoke) -> None:
             channel.send(ipc.BodyEnd(inv.id, "cancelled"))
         else:
             channel.send(ipc.InvokeError(inv.id, "Cancelled: the request was cancelled", ""))
-    except Exception as exc:  # the worker's own failure: reported, the isolate stays up
-        message = f"{type(exc).__name__}: {exc}"[:ERROR_CHARS]
-        channel.send(ipc.InvokeError(inv.id, message, traceback.format_exc()[-ERROR_CHARS:]))
-    try:
-        await channel.writer.drain()
-        await ctx.settle()
-    except asyncio.CancelledError:
-        ctx.cancel()
-    channel.send(ipc.RequestDone(inv.id))
-    channel.forget(inv.id)
+    except Exception as exc:
+        channel.send(_worker_error(inv.id, exc))
+    await _finish(channel, ctx, inv.id)
 
 
 async def serve_scheduled(channel: Channel, handler, msg: ipc.Scheduled) -> None:
     """A Cron Trigger fired: run the scheduled handler, wait for its waitUntil work (the event
     lasts until that ends, as on Workers), answer InvokeResult or InvokeError, then RequestDone
     (the runtime counts CPU until then)."""
-    _current_request.set(msg.id)
-    ctx = Context()
-    _current_ctx.set(ctx)
+    ctx = _begin(msg.id)
     controller = ScheduledController(msg.cron, msg.scheduled_time)
     try:
         if handler is None:
@@ -667,16 +687,10 @@ async def serve_scheduled(channel: Channel, handler, msg: ipc.Scheduled) -> None
     except asyncio.CancelledError:  # the runtime cancelled it: it ran out of time
         ctx.cancel()
         channel.send(ipc.InvokeError(msg.id, "Cancelled: the scheduled event was cancelled", ""))
-    except Exception as exc:  # the worker's own failure: reported, the isolate stays up
+    except Exception as exc:
         ctx.cancel()
-        message = f"{type(exc).__name__}: {exc}"[:ERROR_CHARS]
-        channel.send(ipc.InvokeError(msg.id, message, traceback.format_exc()[-ERROR_CHARS:]))
-    try:
-        await channel.writer.drain()
-    except asyncio.CancelledError:
-        pass
-    channel.send(ipc.RequestDone(msg.id))
-    channel.forget(msg.id)
+        channel.send(_worker_error(msg.id, exc))
+    await _finish(channel, ctx, msg.id, settle=False)  # settled before the answer
 
 
 async def serve_queue(channel: Channel, handler, msg: ipc.QueueBatch) -> None:
@@ -684,9 +698,7 @@ async def serve_queue(channel: Channel, handler, msg: ipc.QueueBatch) -> None:
     send what became of each message (QueueOutcome: on success the messages not retried are
     acked; when it raises, the ones not acked are retried), then InvokeResult or InvokeError,
     then RequestDone."""
-    _current_request.set(msg.id)
-    ctx = Context()
-    _current_ctx.set(ctx)
+    ctx = _begin(msg.id)
     batch = MessageBatch(msg.queue, [(m.id, m.timestamp_ms, m.body, m.attempts) for m in msg.messages])
     try:
         if handler is None:
@@ -701,19 +713,13 @@ async def serve_queue(channel: Channel, handler, msg: ipc.QueueBatch) -> None:
     except asyncio.CancelledError:  # the runtime cancelled it: it ran out of time
         ctx.cancel()
         reply, failed = ipc.InvokeError(msg.id, "Cancelled: the queue event was cancelled", ""), True
-    except Exception as exc:  # the worker's own failure: reported, the isolate stays up
+    except Exception as exc:
         ctx.cancel()
-        message = f"{type(exc).__name__}: {exc}"[:ERROR_CHARS]
-        reply, failed = ipc.InvokeError(msg.id, message, traceback.format_exc()[-ERROR_CHARS:]), True
+        reply, failed = _worker_error(msg.id, exc), True
     acked, retried = batch.outcome(failed)
     channel.send(ipc.QueueOutcome(msg.id, acked, retried))
     channel.send(reply)
-    try:
-        await channel.writer.drain()
-    except asyncio.CancelledError:
-        pass
-    channel.send(ipc.RequestDone(msg.id))
-    channel.forget(msg.id)
+    await _finish(channel, ctx, msg.id, settle=False)  # settled before the answer
 
 
 def _rpc_method(instance: Any, name: str) -> Any:
@@ -733,9 +739,7 @@ def _rpc_method(instance: Any, name: str) -> Any:
 async def serve_object_call(channel: Channel, instance: Any, msg: ipc.ObjectInvoke) -> None:
     """An RPC call on the object this isolate serves: ObjectResult or InvokeError, then (its
     waitUntil work ended) RequestDone."""
-    _current_request.set(msg.id)
-    ctx = Context()
-    _current_ctx.set(ctx)
+    ctx = _begin(msg.id)
     try:
         result = _rpc_method(instance, msg.method)(*msg.args, **msg.kwargs)
         if inspect.isawaitable(result):
@@ -751,16 +755,9 @@ async def serve_object_call(channel: Channel, instance: Any, msg: ipc.ObjectInvo
     except asyncio.CancelledError:
         ctx.cancel()
         channel.send(ipc.InvokeError(msg.id, "Cancelled: the call was cancelled", ""))
-    except Exception as exc:  # the object's own failure: reported to its caller, the isolate stays up
-        message = f"{type(exc).__name__}: {exc}"[:ERROR_CHARS]
-        channel.send(ipc.InvokeError(msg.id, message, traceback.format_exc()[-ERROR_CHARS:]))
-    try:
-        await channel.writer.drain()
-        await ctx.settle()
-    except asyncio.CancelledError:
-        ctx.cancel()
-    channel.send(ipc.RequestDone(msg.id))
-    channel.forget(msg.id)
+    except Exception as exc:  # the object's own failure: reported to its caller
+        channel.send(_worker_error(msg.id, exc))
+    await _finish(channel, ctx, msg.id)
 
 
 async def main(fd: int, sync_fd: int | None = None) -> None:
@@ -809,8 +806,7 @@ async def main(fd: int, sync_fd: int | None = None) -> None:
         else:
             entry, handlers = load_entry(script, env)
     except BaseException as exc:  # noqa: BLE001 - any import failure is reported, then we exit
-        message = f"{type(exc).__name__}: {exc}"[:ERROR_CHARS]
-        channel.send(ipc.LoadFailed(message, traceback.format_exc()[-ERROR_CHARS:]))
+        channel.send(ipc.LoadFailed(*_describe(exc)))
         await writer.drain()
         return
     channel.send(ipc.Ready(entry))

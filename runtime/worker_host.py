@@ -443,6 +443,12 @@ class WorkerHandle:
         self, rid: int, ctx: RequestContext, outcome: str, exception: dict | None, status: int
     ) -> None:
         self.requests.pop(rid, None)
+        request = {"method": ctx.method, "url": ctx.url, "cf": {"colo": ctx.ingress.code}}
+        self._publish(ctx, outcome, exception, {"request": request, "response": {"status": status}})
+
+    def _publish(self, ctx: RequestContext, outcome: str, exception: dict | None, event: dict) -> None:
+        """An event is over: count it and tail it as Cloudflare's tail shows one (`event` carries
+        what kind it was), with a note for the log lines it was not allowed to keep."""
         if ctx.logs_dropped:
             ctx.logs.append(
                 {
@@ -462,10 +468,7 @@ class WorkerHandle:
                 "scriptVersion": {"id": self.spec.version} if self.spec.version else None,
                 "outcome": outcome,
                 "eventTimestamp": int(ctx.started * 1000),  # milliseconds, as Cloudflare's tail
-                "event": {
-                    "request": {"method": ctx.method, "url": ctx.url, "cf": {"colo": ctx.ingress.code}},
-                    "response": {"status": status},
-                },
+                "event": event,
                 "logs": ctx.logs,
                 "exceptions": [exception] if exception else [],
                 "wallTimeMs": round(seconds * 1000, 3),
@@ -508,22 +511,7 @@ class WorkerHandle:
             outcome, exception = "exception", {"name": "IsolateCrashed", "message": str(exc)}
         finally:
             self.requests.pop(rid, None)
-        seconds = time.time() - ctx.started
-        self.runtime.metrics.request(self.spec.name, outcome, seconds)
-        self.runtime.tail.publish(
-            self.spec.account,
-            self.spec.name,
-            {
-                "scriptName": self.spec.name,
-                "scriptVersion": {"id": self.spec.version} if self.spec.version else None,
-                "outcome": outcome,
-                "eventTimestamp": int(ctx.started * 1000),  # milliseconds, as Cloudflare's tail
-                "event": event,
-                "logs": ctx.logs,
-                "exceptions": [exception] if exception else [],
-                "wallTimeMs": round(seconds * 1000, 3),
-            },
-        )
+        self._publish(ctx, outcome, exception, event)
         return outcome, exception, extra
 
     async def schedule(self, cron: str, scheduled_time_ms: int) -> tuple[str, dict | None]:

@@ -63,6 +63,7 @@ def _handle(requests=None):
         spec=types.SimpleNamespace(account="local", name="w", version=None),
         _background_logs=types.SimpleNamespace(take=lambda: True),
     )
+    fake._publish = lambda *args: WorkerHandle._publish(fake, *args)
     return fake, published
 
 
