@@ -52,6 +52,24 @@ class TextGenerationInputs(msgspec.Struct, kw_only=True):
     stop: list[str] = msgspec.field(default_factory=list)
     stream: bool = False
 
+    def sampling_params(self) -> SamplingParams:
+        """The engine's parameters for these inputs (max_completion_tokens wins over max_tokens)."""
+        limit = self.max_tokens if self.max_completion_tokens is None else self.max_completion_tokens
+        return SamplingParams(max_tokens=limit, **{name: getattr(self, name) for name in _SAMPLING})
+
+
+# inputs that pass to the engine's SamplingParams under the same name
+_SAMPLING = (
+    "temperature",
+    "top_p",
+    "top_k",
+    "seed",
+    "repetition_penalty",
+    "frequency_penalty",
+    "presence_penalty",
+    "stop",
+)
+
 
 def _ai_error(exc: EdgeError) -> AIError:
     return AIError(ERROR_CODES[exc.kind], exc.message)
@@ -117,20 +135,7 @@ class AIService:
             known = ", ".join(self.names()) or "none"
             raise AIError(5007, f"no such model {name}; available: {known}")
         parsed = _decode_inputs(inputs)
-        max_tokens = (
-            parsed.max_tokens if parsed.max_completion_tokens is None else parsed.max_completion_tokens
-        )
-        params = SamplingParams(
-            max_tokens=max_tokens,
-            temperature=parsed.temperature,
-            top_p=parsed.top_p,
-            top_k=parsed.top_k,
-            seed=parsed.seed,
-            repetition_penalty=parsed.repetition_penalty,
-            frequency_penalty=parsed.frequency_penalty,
-            presence_penalty=parsed.presence_penalty,
-            stop=parsed.stop,
-        )
+        params = parsed.sampling_params()
         try:
             params.validate()
         except InvalidRequestError as exc:

@@ -81,35 +81,30 @@ class OpenAIMessage(msgspec.Struct):
     content: str
 
 
-class ChatCompletionRequest(msgspec.Struct, kw_only=True):
+class OpenAIRequest(msgspec.Struct, kw_only=True):
+    """What the chat and the (legacy) completion requests share."""
+
     model: str
+    temperature: float = 1.0
+    top_p: float = 1.0
+    stream: bool = False
+    stop: str | list[str] | None = None
+    seed: int | None = None
+    frequency_penalty: float = 0.0
+    presence_penalty: float = 0.0
+    n: int = 1
+    user: str | None = None
+
+
+class ChatCompletionRequest(OpenAIRequest, kw_only=True):
     messages: list[OpenAIMessage]
     max_tokens: int | None = None
     max_completion_tokens: int | None = None
-    temperature: float = 1.0
-    top_p: float = 1.0
-    stream: bool = False
-    stop: str | list[str] | None = None
-    seed: int | None = None
-    frequency_penalty: float = 0.0
-    presence_penalty: float = 0.0
-    n: int = 1
-    user: str | None = None
 
 
-class CompletionRequest(msgspec.Struct, kw_only=True):
-    model: str
+class CompletionRequest(OpenAIRequest, kw_only=True):
     prompt: str
     max_tokens: int = 16
-    temperature: float = 1.0
-    top_p: float = 1.0
-    stream: bool = False
-    stop: str | list[str] | None = None
-    seed: int | None = None
-    frequency_penalty: float = 0.0
-    presence_penalty: float = 0.0
-    n: int = 1
-    user: str | None = None
 
 
 def openai_error(

@@ -12,7 +12,7 @@ from edge_sim.edge import Edge
 from edge_sim.errors import EdgeError
 from edge_sim.network import NetworkModel
 from edge_sim.pop import ModelSpec
-from edge_sim.request import GenerateRequest
+from edge_sim.request import Formats, GenerateRequest, GenerateResult
 from edge_sim.topology import Topology
 from engine import SamplingParams
 from runtime.cli import load_topology
@@ -139,3 +139,20 @@ def test_topology_file_extends_or_replaces_the_world(tmp_path):
         "replace = true\n" + (tmp_path / "topo.toml").read_text().replace("B300", "H200")
     )
     assert list(load_topology(parse_config(base, base_dir=tmp_path)).pops) == ["XLB"]
+
+
+def test_routing_estimates_the_prompt_length_from_its_characters():
+    prompt = GenerateRequest(model=MODEL, prompt="x" * 41, params=SamplingParams())
+    assert prompt.estimated_tokens() == 11
+    chat = GenerateRequest(
+        model=MODEL, messages=[{"role": "user", "content": "x" * 8}], params=SamplingParams()
+    )
+    assert chat.estimated_tokens() == 2 + 4  # content plus the template's markers around a message
+
+
+def test_the_edge_answers_in_one_typed_result_with_its_formats_and_timing(edge):
+    ingress, rtt = seoul(edge)
+    result = asyncio.run(edge.run(req(2), ingress, rtt))
+    assert isinstance(result, GenerateResult) and result.pop == "ICN" == result.timing.pop
+    assert result.formats == edge.nodes["ICN"].formats(MODEL) and isinstance(result.formats, Formats)
+    assert result.total_tokens == result.prompt_tokens + result.completion_tokens
