@@ -7,14 +7,16 @@ import logging
 from collections.abc import AsyncIterator
 
 from edge_sim.accounting import LatencyAccount
-from edge_sim.errors import EdgeError
+from edge_sim.errors import EdgeError, PopDown
 from edge_sim.network import NetworkModel
 from edge_sim.node import PopNodeLike
-from edge_sim.pop import GenerateRequest, GenerateResult, ModelSpec, PopDown, PopNode, finish_result
+from edge_sim.pop import ModelSpec, PopNode
 from edge_sim.remote import RemotePopNode
+from edge_sim.request import GenerateRequest, GenerateResult, finish_result
 from edge_sim.router import Router
 from edge_sim.target import TargetSpec, modeled_times
 from edge_sim.topology import Location, PoP, Topology
+from engine import SeqEvent
 
 log = logging.getLogger("edge.edge")
 
@@ -77,25 +79,16 @@ class Edge:
             code: node.reload(spec, device) for code, node in self.nodes.items() if isinstance(node, PopNode)
         }
 
-    def prompt_tokens(self, req: GenerateRequest) -> int:
-        """The request's prompt length in tokens (for routing), by any engine serving the model."""
-        for node in self.nodes.values():
-            llm = getattr(node, "engines", {}).get(req.model)
-            if llm is not None:
-                text = req.prompt if req.messages is None else llm.tokenizer.apply_chat_template(req.messages)
-                return len(llm.encode(text or ""))
-        # only remote nodes serve it: about four characters a token is enough to rank PoPs
-        text = req.prompt or "".join(str(m.get("content", "")) for m in req.messages or [])
-        return len(text) // 4
-
     async def stream(
         self, req: GenerateRequest, ingress: PoP, client_rtt_ms: float
-    ) -> AsyncIterator[str | tuple[GenerateResult, LatencyAccount]]:
-        """Text deltas as the chosen PoP produces them, then (result, latency account).
+    ) -> AsyncIterator[str | GenerateResult]:
+        """Text deltas as the chosen PoP produces them, then the whole result with its timing.
 
-        A PoP that goes down before it starts the request hands it back and the next best takes it.
+        Routing ranks PoPs by the prompt's estimated length (only the PoP that serves the request
+        tokenizes it). A PoP that goes down before it starts the request hands it back and the
+        next best takes it.
         """
-        tokens = self.prompt_tokens(req)
+        tokens = req.estimated_tokens()
         tried: set[str] = set()
         while True:
             node, backbone_ms = self.router.candidates(req.model, ingress, tokens, frozenset(tried))[0]
@@ -121,34 +114,43 @@ class Edge:
         if self.emulate:
             await asyncio.sleep(backbone_ms / 2000)
         result = finish_result(pieces, last, node.code, req.model, node.formats(req.model))
+        result.timing = self._account(req.model, node.pop, ingress, client_rtt_ms, backbone_ms, last, batch)
+        yield result
+
+    def _account(
+        self,
+        model: str,
+        pop: PoP,
+        ingress: PoP,
+        client_rtt_ms: float,
+        backbone_ms: float,
+        last: SeqEvent,
+        batch: int,
+    ) -> LatencyAccount:
+        """The latency account of an answer: network parts, the PoP's measured times and, for a
+        catalog target, the modeled times of the full-size model on this PoP's GPUs."""
         m = last.metrics
         account = LatencyAccount(
             client_rtt_ms=client_rtt_ms,
             backbone_rtt_ms=backbone_ms,
             ingress=ingress.code,
-            pop=node.code,
+            pop=pop.code,
             queue_ms=m.queue_ms,
             prefill_ms=m.prefill_ms,
             decode_ms=m.decode_ms,
             tpot_ms=m.tpot_ms,
         )
-        target = self.targets.get(req.model)
+        target = self.targets.get(model)
         if target is not None:
             account.modeled = modeled_times(
-                target,
-                node.pop,
-                m.prompt_tokens,
-                m.completion_tokens,
-                batch,
-                client_rtt_ms + backbone_ms,
+                target, pop, m.prompt_tokens, m.completion_tokens, batch, client_rtt_ms + backbone_ms
             )
-        yield result, account
+        return account
 
-    async def run(
-        self, req: GenerateRequest, ingress: PoP, client_rtt_ms: float
-    ) -> tuple[GenerateResult, LatencyAccount]:
+    async def run(self, req: GenerateRequest, ingress: PoP, client_rtt_ms: float) -> GenerateResult:
+        """The whole answer, its `timing` set."""
         async for item in self.stream(req, ingress, client_rtt_ms):
-            if isinstance(item, tuple):
+            if isinstance(item, GenerateResult):
                 return item
         raise AssertionError("the stream ended without a result")
 

@@ -21,3 +21,11 @@ def from_engine(exc: InvalidRequestError) -> EdgeError:
     by its message): one that does not fit is too_large, any other is invalid_input."""
     kind: ErrorKind = "too_large" if isinstance(exc, RequestTooLargeError) else "invalid_input"
     return EdgeError(kind, str(exc))
+
+
+class PopDown(Exception):
+    """The PoP went down before this request started; the caller re-routes it."""
+
+    def __init__(self, code: str):
+        super().__init__(f"PoP {code} is down")
+        self.code = code

@@ -1,17 +1,17 @@
 """The interface the router and the runtime drive a GPU PoP through, in-process (pop.PopNode) or in
-another process (remote.RemotePopNode). Whatever may cross a network is async on both, so callers
-never ask which kind they hold; what the router ranks by is sync (a remote node answers from its
-last health check)."""
+another process (remote.RemotePopNode), and the pieces both kinds share (NodeBase). Whatever may
+cross a network is async on both, so callers never ask which kind they hold; what the router ranks
+by is sync (a remote node answers from its last health check)."""
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
+from edge_sim.request import Formats, GenerateRequest, GenerateResult, collect
 from engine import SeqEvent
 
-if TYPE_CHECKING:  # pop.py imports nothing from here; the names are for annotations only
-    from edge_sim.pop import GenerateRequest, GenerateResult
+if TYPE_CHECKING:
     from edge_sim.status import PopStatus
     from edge_sim.topology import PoP
 
@@ -40,7 +40,9 @@ class PopNodeLike(Protocol):
 
     def expected_ttft_ms(self, model: str, prompt_tokens: int) -> float: ...
 
-    def formats(self, model: str) -> tuple[str, str, dict[str, str]]: ...
+    def formats(self, model: str) -> Formats:
+        """The formats `model` is served in here (Formats.unknown() if it is not)."""
+        ...
 
     def status(self) -> PopStatus: ...
 
@@ -55,9 +57,36 @@ class PopNodeLike(Protocol):
     async def bring_up(self) -> None: ...
 
     def stream(self, req: GenerateRequest) -> AsyncIterator[SeqEvent]:
-        """An async generator of token events; the last carries the metrics."""
+        """An async generator of token events; the last carries the metrics. The node tokenizes
+        the request (the only place on the path that does)."""
         ...
 
     async def generate(self, req: GenerateRequest) -> GenerateResult: ...
 
     def close(self) -> None: ...
+
+
+class NodeBase:
+    """What PopNode and RemotePopNode do alike, written once: their name, what they serve and a
+    whole answer collected from their own stream."""
+
+    pop: PoP
+
+    @property
+    def code(self) -> str:
+        return self.pop.code
+
+    def models(self) -> list[str]:
+        raise NotImplementedError
+
+    def formats(self, model: str) -> Formats:
+        raise NotImplementedError
+
+    def stream(self, req: GenerateRequest) -> AsyncIterator[SeqEvent]:
+        raise NotImplementedError
+
+    def serves(self, model: str) -> bool:
+        return model in self.models()
+
+    async def generate(self, req: GenerateRequest) -> GenerateResult:
+        return await collect(self.stream(req), self.code, req.model, self.formats(req.model))

@@ -11,14 +11,15 @@ import itertools
 import logging
 import time
 from collections.abc import AsyncIterator
-from typing import Any
 
 import msgspec
 
-from edge_sim.errors import EdgeError, from_engine
+from edge_sim.errors import EdgeError, PopDown, from_engine
+from edge_sim.node import NodeBase
+from edge_sim.request import Formats, GenerateRequest
 from edge_sim.status import ModelStatus, PopStatus
 from edge_sim.topology import PoP
-from engine import LLM, InvalidRequestError, ModelLoadError, SamplingParams, SeqEvent
+from engine import LLM, InvalidRequestError, ModelLoadError, SeqEvent
 from engine.serving import EngineLoop
 
 log = logging.getLogger("edge.pop")
@@ -28,56 +29,6 @@ def _deliver(loop: asyncio.AbstractEventLoop, events: asyncio.Queue, event: SeqE
     """Hand an engine event to the request's event loop (called from the engine thread)."""
     if not loop.is_closed():  # the client's loop may be gone (it left); the engine carries on
         loop.call_soon_threadsafe(events.put_nowait, event)
-
-
-def finish_result(
-    pieces: list[str], last: SeqEvent | None, pop: str, model: str, formats: tuple[str, str, dict[str, str]]
-) -> GenerateResult:
-    """The whole answer once the last event (which carries the metrics) has arrived."""
-    assert last is not None and last.metrics is not None
-    if last.finish_reason == "error":
-        raise EdgeError("invalid_input", f"generation failed: {last.error}")
-    m = last.metrics
-    weights, kv_cache_dtype, weights_by_part = formats
-    return GenerateResult(
-        text="".join(pieces),
-        finish_reason=last.finish_reason,
-        prompt_tokens=m.prompt_tokens,
-        completion_tokens=m.completion_tokens,
-        queue_ms=m.queue_ms,
-        prefill_ms=m.prefill_ms,
-        decode_ms=m.decode_ms,
-        pop=pop,
-        model=model,
-        weights=weights,
-        kv_cache_dtype=kv_cache_dtype,
-        weights_by_part=weights_by_part,
-    )
-
-
-async def collect(
-    events: AsyncIterator[SeqEvent],
-    pop: str,
-    model: str,
-    weights: str,
-    kv_cache_dtype: str,
-    weights_by_part: dict[str, str],
-) -> GenerateResult:
-    """A whole answer from a stream of engine events (in-process or from a remote node)."""
-    pieces: list[str] = []
-    last: SeqEvent | None = None
-    async for event in events:
-        pieces.append(event.text)
-        last = event
-    return finish_result(pieces, last, pop, model, (weights, kv_cache_dtype, weights_by_part))
-
-
-class PopDown(Exception):
-    """The PoP went down before this request started; the caller re-routes it."""
-
-    def __init__(self, code: str):
-        super().__init__(f"PoP {code} is down")
-        self.code = code
 
 
 class ModelSpec(msgspec.Struct, frozen=True):
@@ -90,30 +41,7 @@ class ModelSpec(msgspec.Struct, frozen=True):
     allow_unsigned: bool = False
 
 
-class GenerateRequest(msgspec.Struct, kw_only=True):
-    model: str
-    prompt: str | None = None
-    messages: list[dict[str, Any]] | None = None
-    params: SamplingParams
-    tenant: str = "local"
-
-
-class GenerateResult(msgspec.Struct, kw_only=True):
-    text: str
-    finish_reason: str
-    prompt_tokens: int
-    completion_tokens: int
-    queue_ms: float
-    prefill_ms: float
-    decode_ms: float
-    pop: str
-    model: str
-    weights: str
-    kv_cache_dtype: str
-    weights_by_part: dict[str, str] = {}
-
-
-class PopNode:
+class PopNode(NodeBase):
     def __init__(self, pop: PoP, engines: dict[str, LLM], refused: dict[str, str] | None = None):
         self.pop = pop
         self.engines = engines
@@ -182,10 +110,6 @@ class PopNode:
         return None
 
     @property
-    def code(self) -> str:
-        return self.pop.code
-
-    @property
     def in_flight(self) -> int:
         return self._waiting
 
@@ -224,10 +148,8 @@ class PopNode:
     async def bring_up(self) -> None:
         self.up = True
 
-    def serves(self, model: str) -> bool:
-        return model in self.engines
-
     def _prompt_ids(self, engine: LLM, req: GenerateRequest) -> list[int]:
+        """The request's prompt tokens: the one place on the path that renders and tokenizes it."""
         if req.messages is not None:
             return engine.encode(engine.tokenizer.apply_chat_template(req.messages))
         return engine.encode(req.prompt or "")
@@ -235,7 +157,8 @@ class PopNode:
     async def stream(self, req: GenerateRequest) -> AsyncIterator[SeqEvent]:
         """Token events for one request as the engine produces them; the last one carries metrics.
 
-        Validation happens before anything is queued; leaving the iterator early cancels the
+        The request was validated where it entered; here it is only checked to fit (which needs
+        its tokens) before anything is queued; leaving the iterator early cancels the
         request and frees its KV blocks.
         """
         engine = self.engines.get(req.model)
@@ -280,19 +203,12 @@ class PopNode:
             if not finished:
                 engine_loop.cancel(request_id)
 
-    async def generate(self, req: GenerateRequest) -> GenerateResult:
-        engine = self.engines.get(req.model)
-        formats = (
-            (engine.weights_label, engine.kv_cache_dtype, engine.weight_formats) if engine else ("", "", {})
-        )
-        return await collect(self.stream(req), self.code, req.model, *formats)
-
     def models(self) -> list[str]:
         return list(self.engines)
 
-    def formats(self, model: str) -> tuple[str, str, dict[str, str]]:
-        llm = self.engines[model]
-        return llm.weights_label, llm.kv_cache_dtype, llm.weight_formats
+    def formats(self, model: str) -> Formats:
+        llm = self.engines.get(model)
+        return Formats.of(llm) if llm is not None else Formats.unknown()
 
     def status(self) -> PopStatus:
         """What the node is doing: per model, its formats, queue, KV occupancy, recent steps and
@@ -310,11 +226,11 @@ class PopNode:
         )
 
     def _model_status(self, name: str, llm: LLM) -> ModelStatus:
-        stats = llm.stats()
+        stats, formats = llm.stats(), Formats.of(llm)
         return ModelStatus(
-            weights=llm.weights_label,
-            weights_by_part=llm.weight_formats,
-            kv_cache_dtype=llm.kv_cache_dtype,
+            weights=formats.weights,
+            weights_by_part=formats.weights_by_part,
+            kv_cache_dtype=formats.kv_cache,
             verification=llm.verification,
             kv_bytes_per_token=stats.kv_bytes_per_token,
             kv_blocks_total=stats.kv_blocks_total,

@@ -29,8 +29,10 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
-from edge_sim.errors import EdgeError
-from edge_sim.pop import GenerateRequest, GenerateResult, PopDown, PopNode, collect
+from edge_sim.errors import EdgeError, PopDown
+from edge_sim.node import NodeBase
+from edge_sim.pop import PopNode
+from edge_sim.request import Formats, GenerateRequest
 from edge_sim.status import PopStatus
 from edge_sim.topology import PoP
 from engine import SeqEvent
@@ -155,7 +157,7 @@ def create_pop_app(node: PopNode, token: str) -> Starlette:
 # --- the router's side -----------------------------------------------------------------------------------
 
 
-class RemotePopNode:
+class RemotePopNode(NodeBase):
     """A PoP node in another process or host, behind the same interface as PopNode (node.PopNodeLike)."""
 
     def __init__(self, pop: PoP, url: str, timeout: float = 600.0, token: str | None = None):
@@ -170,10 +172,6 @@ class RemotePopNode:
         self.reachable = False
         self.refused: dict[str, str] = {}
         self._token_refused = False
-
-    @property
-    def code(self) -> str:
-        return self.pop.code
 
     @property
     def up(self) -> bool:
@@ -219,9 +217,6 @@ class RemotePopNode:
     def models(self) -> list[str]:
         return list(self._status.models) if self.reachable and self._status else []
 
-    def serves(self, model: str) -> bool:
-        return model in self.models()
-
     def has_room(self) -> bool:
         return self.up and self._status.in_flight < self._status.max_in_flight
 
@@ -258,12 +253,9 @@ class RemotePopNode:
             self.reachable = False
             raise EdgeError("no_capacity", f"remote PoP {self.code} failed mid-request ({exc})") from None
 
-    def formats(self, model: str) -> tuple[str, str, dict[str, str]]:
+    def formats(self, model: str) -> Formats:
         m = self._status.models.get(model) if self._status else None
-        return m.formats() if m else ("", "", {})
-
-    async def generate(self, req: GenerateRequest) -> GenerateResult:
-        return await collect(self.stream(req), self.code, req.model, *self.formats(req.model))
+        return m.formats() if m else Formats.unknown()
 
     async def _control(self, action: str) -> dict[str, Any]:
         try:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import msgspec
 
+from edge_sim.request import Formats
 from engine import StepStats
 from engine.verified_load import VerificationRecord
 
@@ -29,8 +30,8 @@ class ModelStatus(msgspec.Struct, kw_only=True):
     recent_steps: list[StepStats] = []
     expert_load: list[list[int]] = []
 
-    def formats(self) -> tuple[str, str, dict[str, str]]:
-        return self.weights, self.kv_cache_dtype, self.weights_by_part
+    def formats(self) -> Formats:
+        return Formats(self.weights, self.kv_cache_dtype, self.weights_by_part)
 
     def expected_ttft_ms(self, prompt_tokens: int) -> float:
         """Queue wait (prompt tokens ahead) plus this prompt's prefill, at the measured rate."""

@@ -1,4 +1,6 @@
-"""The AI service behind `env.AI.run`: validates inputs, routes through the edge, shapes the result.
+"""The AI service behind `env.AI.run` and the AI REST APIs: validates inputs once into the typed
+request (edge_sim.request.GenerateRequest), routes it through the edge and hands the typed result
+to runtime.ai_shapes, the only place that shapes it as Workers AI or OpenAI JSON.
 
 Error codes are Workers AI's: 5007 no such model, 5004 invalid input, 3006 request too large,
 3040 out of capacity, 3007 timeout.
@@ -6,9 +8,6 @@ Error codes are Workers AI's: 5007 no such model, 5004 invalid input, 3006 reque
 
 from __future__ import annotations
 
-import json
-import time
-import uuid
 from collections.abc import AsyncIterator
 from typing import Any, Literal
 
@@ -17,9 +16,10 @@ import msgspec
 from edge_sim.accounting import LatencyAccount
 from edge_sim.edge import Edge
 from edge_sim.errors import EdgeError
-from edge_sim.pop import GenerateRequest, GenerateResult
+from edge_sim.request import GenerateRequest, GenerateResult
 from edge_sim.topology import PoP
-from engine import SamplingParams
+from engine import InvalidRequestError, SamplingParams
+from runtime.ai_shapes import Schema, shape_result, workers_ai_events
 from runtime.validation import describe
 from workers import AIError
 
@@ -52,6 +52,28 @@ class TextGenerationInputs(msgspec.Struct, kw_only=True):
     stop: list[str] = msgspec.field(default_factory=list)
     stream: bool = False
 
+    def sampling_params(self) -> SamplingParams:
+        """The engine's parameters for these inputs (max_completion_tokens wins over max_tokens)."""
+        limit = self.max_tokens if self.max_completion_tokens is None else self.max_completion_tokens
+        return SamplingParams(max_tokens=limit, **{name: getattr(self, name) for name in _SAMPLING})
+
+
+# inputs that pass to the engine's SamplingParams under the same name
+_SAMPLING = (
+    "temperature",
+    "top_p",
+    "top_k",
+    "seed",
+    "repetition_penalty",
+    "frequency_penalty",
+    "presence_penalty",
+    "stop",
+)
+
+
+def _ai_error(exc: EdgeError) -> AIError:
+    return AIError(ERROR_CODES[exc.kind], exc.message)
+
 
 def _decode_inputs(inputs: Any) -> TextGenerationInputs:
     if not isinstance(inputs, dict):
@@ -67,71 +89,6 @@ def _decode_inputs(inputs: Any) -> TextGenerationInputs:
     if parsed.messages is not None and not parsed.messages:
         raise AIError(5004, "invalid input: 'messages' must not be empty")
     return parsed
-
-
-Schema = Literal["text-generation", "chat-completions"]
-
-
-def _usage(result: GenerateResult) -> dict[str, int]:
-    return {
-        "prompt_tokens": result.prompt_tokens,
-        "completion_tokens": result.completion_tokens,
-        "total_tokens": result.prompt_tokens + result.completion_tokens,
-    }
-
-
-def _quantization(result: GenerateResult) -> dict[str, Any]:
-    return {
-        "weights": result.weights,
-        "weights_by_part": result.weights_by_part,
-        "kv_cache": result.kv_cache_dtype,
-    }
-
-
-def served_by(model: str, result: GenerateResult) -> dict[str, Any]:
-    """Which model really answered a call to `model`, in which formats: under an alias
-    (`@cf/moonshotai/kimi-k2.6`), a miniature stand-in."""
-    return {
-        "model": result.model,
-        "stand_in": result.model != model,
-        "weights": result.weights,
-        "kv_cache": result.kv_cache_dtype,
-    }
-
-
-def shape_result(
-    schema: Schema, model: str, result: GenerateResult, latency: LatencyAccount
-) -> dict[str, Any]:
-    """The answer in the model's catalog schema: Workers AI text generation, or OpenAI ChatCompletion
-    (as Cloudflare's Kimi and GLM entries answer); both carry timing and quantization."""
-    extra = {
-        "quantization": _quantization(result),
-        "timing": msgspec.to_builtins(latency),
-        "served_by": served_by(model, result),
-    }
-    if schema == "chat-completions":
-        return {
-            "id": f"chatcmpl-{uuid.uuid4().hex[:24]}",
-            "object": "chat.completion",
-            "created": int(time.time()),
-            "model": model,
-            "choices": [
-                {
-                    "index": 0,
-                    "message": {"role": "assistant", "content": result.text},
-                    "finish_reason": result.finish_reason,
-                }
-            ],
-            "usage": _usage(result),
-            **extra,
-        }
-    return {
-        "response": result.text,
-        "usage": _usage(result),
-        "finish_reason": result.finish_reason,
-        "model": model,
-        **extra,
-    }
 
 
 class AIService:
@@ -165,7 +122,8 @@ class AIService:
         return [*served, *(a for a, (target, _) in self.aliases.items() if target in served)]
 
     def prepare(self, model: str, inputs: Any, account: str) -> tuple[GenerateRequest, TextGenerationInputs]:
-        """Validate a call before any work is queued; raises AIError with the Workers AI code."""
+        """Validate a call before any work is queued, once, into the typed request that flows down
+        to the PoP (which only checks that it fits); raises AIError with the Workers AI code."""
         asked, model = model, self.resolve(model)  # an alias is served by its stand-in
         if model not in self.edge.models():
             refusal = self.edge.refusal(model)
@@ -177,24 +135,16 @@ class AIService:
             known = ", ".join(self.names()) or "none"
             raise AIError(5007, f"no such model {name}; available: {known}")
         parsed = _decode_inputs(inputs)
-        max_tokens = (
-            parsed.max_tokens if parsed.max_completion_tokens is None else parsed.max_completion_tokens
-        )
+        params = parsed.sampling_params()
+        try:
+            params.validate()
+        except InvalidRequestError as exc:
+            raise AIError(5004, str(exc)) from None
         req = GenerateRequest(
             model=model,
             prompt=parsed.prompt,
             messages=[msgspec.to_builtins(m) for m in parsed.messages] if parsed.messages else None,
-            params=SamplingParams(
-                max_tokens=max_tokens,
-                temperature=parsed.temperature,
-                top_p=parsed.top_p,
-                top_k=parsed.top_k,
-                seed=parsed.seed,
-                repetition_penalty=parsed.repetition_penalty,
-                frequency_penalty=parsed.frequency_penalty,
-                presence_penalty=parsed.presence_penalty,
-                stop=parsed.stop,
-            ),
+            params=params,
             tenant=account,
         )
         return req, parsed
@@ -202,74 +152,34 @@ class AIService:
     async def run(
         self, model: str, inputs: Any, *, ingress: PoP, client_rtt_ms: float, account: str = "local"
     ) -> tuple[dict[str, Any], LatencyAccount]:
-        """Run `model` on `inputs` for a request that entered at `ingress`; raises AIError."""
+        """Run `model` on `inputs` for a request that entered at `ingress`, shaped in the model's
+        schema, with its latency account; raises AIError."""
         req, _ = self.prepare(model, inputs, account)
+        result = await self.generate(req, ingress=ingress, client_rtt_ms=client_rtt_ms)
+        return shape_result(self.schema(model), model, result), result.timing
+
+    async def generate(self, req: GenerateRequest, *, ingress: PoP, client_rtt_ms: float) -> GenerateResult:
+        """The whole answer to a prepared request, its timing set; errors raise AIError."""
         try:
-            result, latency = await self.edge.run(req, ingress, client_rtt_ms)
+            return await self.edge.run(req, ingress, client_rtt_ms)
         except EdgeError as exc:
-            raise AIError(ERROR_CODES[exc.kind], exc.message) from None
-        return shape_result(self.schema(model), model, result, latency), latency
+            raise _ai_error(exc) from None
 
     async def stream(
         self, req: GenerateRequest, *, ingress: PoP, client_rtt_ms: float
-    ) -> AsyncIterator[str | tuple[GenerateResult, LatencyAccount]]:
-        """Text deltas, then (result, latency); errors raise AIError (a prepared request)."""
+    ) -> AsyncIterator[str | GenerateResult]:
+        """Text deltas, then the whole result; errors raise AIError (a prepared request)."""
         try:
             async for item in self.edge.stream(req, ingress, client_rtt_ms):
                 yield item
         except EdgeError as exc:
-            raise AIError(ERROR_CODES[exc.kind], exc.message) from None
-
-
-def sse(data: Any) -> bytes:
-    """One server-sent event carrying JSON (or the literal [DONE])."""
-    payload = data if isinstance(data, str) else json.dumps(data, ensure_ascii=False)
-    return f"data: {payload}\n\n".encode()
+            raise _ai_error(exc) from None
 
 
 async def workers_ai_sse(
     service: AIService, req: GenerateRequest, model: str, *, ingress: PoP, client_rtt_ms: float
 ) -> AsyncIterator[bytes]:
-    """Workers AI streaming: `data: {"response": ...}` events, one with an empty response and the
-    usage (and timing), then `data: [DONE]`; chat-completions models stream OpenAI chunks."""
-    chat = service.schema(model) == "chat-completions"
-    ident, created = f"chatcmpl-{uuid.uuid4().hex[:24]}", int(time.time())
-    try:
-        async for item in service.stream(req, ingress=ingress, client_rtt_ms=client_rtt_ms):
-            if isinstance(item, str):
-                if chat:
-                    yield sse(
-                        {
-                            "id": ident,
-                            "object": "chat.completion.chunk",
-                            "created": created,
-                            "model": model,
-                            "choices": [{"index": 0, "delta": {"content": item}, "finish_reason": None}],
-                        }
-                    )
-                else:
-                    yield sse({"response": item})
-                continue
-            result, latency = item
-            final = {
-                "usage": _usage(result),
-                "timing": msgspec.to_builtins(latency),
-                "quantization": _quantization(result),
-                "served_by": served_by(model, result),
-            }
-            if chat:
-                yield sse(
-                    {
-                        "id": ident,
-                        "object": "chat.completion.chunk",
-                        "created": created,
-                        "model": model,
-                        "choices": [{"index": 0, "delta": {}, "finish_reason": result.finish_reason}],
-                        **final,
-                    }
-                )
-            else:
-                yield sse({"response": "", **final})
-    except AIError as exc:
-        yield sse({"error": str(exc), "code": exc.code})
-    yield sse("[DONE]")
+    """Workers AI streaming of a prepared request (ai_shapes.workers_ai_events)."""
+    items = service.stream(req, ingress=ingress, client_rtt_ms=client_rtt_ms)
+    async for data in workers_ai_events(items, model, chat=service.schema(model) == "chat-completions"):
+        yield data

@@ -12,8 +12,8 @@ Every call carries `Authorization: Bearer <token>`; a token works only for its o
 from __future__ import annotations
 
 import json
+import logging
 import time
-import uuid
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
@@ -22,12 +22,17 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from runtime.ai import ERROR_CODES, served_by, shape_result, sse, workers_ai_sse
+from edge_sim.request import GenerateRequest, GenerateResult
+from edge_sim.topology import PoP
+from runtime.ai import workers_ai_sse
+from runtime.ai_shapes import openai_events, shape_result, text_completion
 from runtime.validation import describe
 from workers import AIError
 
 if TYPE_CHECKING:
     from runtime.app import Runtime
+
+log = logging.getLogger("edge.api")
 
 PREFIX = "/client/v4/accounts/{account}"
 AUTH_ERROR = 10000  # Cloudflare's "Authentication error"
@@ -76,35 +81,30 @@ class OpenAIMessage(msgspec.Struct):
     content: str
 
 
-class ChatCompletionRequest(msgspec.Struct, kw_only=True):
+class OpenAIRequest(msgspec.Struct, kw_only=True):
+    """What the chat and the (legacy) completion requests share."""
+
     model: str
+    temperature: float = 1.0
+    top_p: float = 1.0
+    stream: bool = False
+    stop: str | list[str] | None = None
+    seed: int | None = None
+    frequency_penalty: float = 0.0
+    presence_penalty: float = 0.0
+    n: int = 1
+    user: str | None = None
+
+
+class ChatCompletionRequest(OpenAIRequest, kw_only=True):
     messages: list[OpenAIMessage]
     max_tokens: int | None = None
     max_completion_tokens: int | None = None
-    temperature: float = 1.0
-    top_p: float = 1.0
-    stream: bool = False
-    stop: str | list[str] | None = None
-    seed: int | None = None
-    frequency_penalty: float = 0.0
-    presence_penalty: float = 0.0
-    n: int = 1
-    user: str | None = None
 
 
-class CompletionRequest(msgspec.Struct, kw_only=True):
-    model: str
+class CompletionRequest(OpenAIRequest, kw_only=True):
     prompt: str
     max_tokens: int = 16
-    temperature: float = 1.0
-    top_p: float = 1.0
-    stream: bool = False
-    stop: str | list[str] | None = None
-    seed: int | None = None
-    frequency_penalty: float = 0.0
-    presence_penalty: float = 0.0
-    n: int = 1
-    user: str | None = None
 
 
 def openai_error(
@@ -280,79 +280,32 @@ class AIApi:
                 self._openai_stream(req, body.model, chat, ingress, rtt), media_type="text/event-stream"
             )
         try:
-            result, latency = await self.runtime.ai.edge.run(req, ingress, rtt)
-        except Exception as exc:  # EdgeError: capacity, and the like
-            code = ERROR_CODES.get(getattr(exc, "kind", ""), 3007)
-            return openai_error(HTTP_STATUS.get(code, 500), str(exc), code)
-        self.runtime.metrics.ai_tokens(
-            body.model, {"prompt_tokens": result.prompt_tokens, "completion_tokens": result.completion_tokens}
+            result = await self.runtime.ai.generate(req, ingress=ingress, client_rtt_ms=rtt)
+        except AIError as exc:
+            return openai_error(HTTP_STATUS.get(exc.code, 500), exc.detail, exc.code)
+        except Exception as exc:  # an engine bug must not take the API down with it
+            log.exception("OpenAI-compatible call failed")
+            return openai_error(HTTP_STATUS[3007], str(exc), 3007)
+        self._count_tokens(body.model, result)
+        shaped = (
+            shape_result("chat-completions", body.model, result)
+            if chat
+            else text_completion(body.model, result)
         )
-        shaped = shape_result("chat-completions", body.model, result, latency)
-        if not chat:
-            shaped["object"] = "text_completion"
-            shaped["id"] = shaped["id"].replace("chatcmpl", "cmpl")
-            shaped["choices"] = [
-                {"index": 0, "text": result.text, "logprobs": None, "finish_reason": result.finish_reason}
-            ]
         response = JSONResponse(shaped)
-        response.headers["server-timing"] = latency.server_timing()
+        response.headers["server-timing"] = result.timing.server_timing()
         return response
 
-    async def _openai_stream(self, req, model: str, chat: bool, ingress, rtt: float) -> AsyncIterator[bytes]:
-        ident, created = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex[:24]}", int(time.time())
-        kind = "chat.completion.chunk" if chat else "text_completion"
+    def _count_tokens(self, model: str, result: GenerateResult) -> None:
+        self.runtime.metrics.ai_tokens(
+            model, {"prompt_tokens": result.prompt_tokens, "completion_tokens": result.completion_tokens}
+        )
 
-        def chunk(text: str | None, finish: str | None, **extra) -> bytes:
-            choice = (
-                {"index": 0, "delta": {} if text is None else {"content": text}, "finish_reason": finish}
-                if chat
-                else {"index": 0, "text": text or "", "logprobs": None, "finish_reason": finish}
-            )
-            return sse(
-                {
-                    "id": ident,
-                    "object": kind,
-                    "created": created,
-                    "model": model,
-                    "choices": [choice],
-                    **extra,
-                }
-            )
-
-        if chat:
-            yield sse(
-                {
-                    "id": ident,
-                    "object": kind,
-                    "created": created,
-                    "model": model,
-                    "choices": [
-                        {"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}
-                    ],
-                }
-            )
-        try:
-            async for item in self.runtime.ai.stream(req, ingress=ingress, client_rtt_ms=rtt):
-                if isinstance(item, str):
-                    yield chunk(item, None)
-                else:
-                    result, latency = item
-                    usage = {
-                        "prompt_tokens": result.prompt_tokens,
-                        "completion_tokens": result.completion_tokens,
-                        "total_tokens": result.prompt_tokens + result.completion_tokens,
-                    }
-                    self.runtime.metrics.ai_tokens(model, usage)
-                    yield chunk(
-                        None,
-                        result.finish_reason,
-                        usage=usage,
-                        timing=msgspec.to_builtins(latency),
-                        served_by=served_by(model, result),
-                    )
-        except AIError as exc:
-            yield sse({"error": {"message": exc.detail, "code": exc.code}})
-        yield sse("[DONE]")
+    def _openai_stream(
+        self, req: GenerateRequest, model: str, chat: bool, ingress: PoP, rtt: float
+    ) -> AsyncIterator[bytes]:
+        items = self.runtime.ai.stream(req, ingress=ingress, client_rtt_ms=rtt)
+        return openai_events(items, model, chat, lambda result: self._count_tokens(model, result))
 
     async def openai_models(self, request: Request) -> Response:
         try:
@@ -369,12 +322,3 @@ class AIApi:
                 ],
             }
         )
-
-
-ERRORS = {
-    "model_not_found": 5007,
-    "invalid_input": 5004,
-    "too_large": 3006,
-    "no_capacity": 3040,
-    "timeout": 3007,
-}

@@ -124,3 +124,23 @@ def test_account_carries_roofline_times_for_a_catalog_target(service):
     assert long["timing"]["modeled"]["decode_ms"] > short["timing"]["modeled"]["decode_ms"]
     plain, _ = call(service, {"prompt": "x", "max_tokens": 1})
     assert plain["timing"]["modeled"] is None
+
+
+def test_a_request_is_tokenized_once_at_the_pop_that_serves_it(service, monkeypatch):
+    tokenized = []
+    for code, node in service.edge.nodes.items():
+        llm = node.engines[MODEL]
+        real = llm.encode
+        monkeypatch.setattr(
+            llm, "encode", lambda text, code=code, real=real: tokenized.append(code) or real(text)
+        )
+    body, _ = call(service, {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 1}, "Berlin")
+    assert tokenized == [body["timing"]["pop"]]  # routing ranked PoPs by an estimate, not by tokenizing
+
+
+def test_sampling_parameters_are_checked_where_the_call_enters(service):
+    # before anything is queued or streamed: a streaming call fails with its code, not mid-stream
+    with pytest.raises(AIError, match="^5004: temperature: "):
+        service.prepare(MODEL, {"prompt": "a", "temperature": -1, "stream": True}, "local")
+    req, _ = service.prepare(MODEL, {"prompt": "a", "max_completion_tokens": 3, "max_tokens": 9}, "acct")
+    assert req.params.max_tokens == 3 and req.tenant == "acct"

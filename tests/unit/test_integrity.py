@@ -9,7 +9,8 @@ import struct
 
 import pytest
 
-from edge_sim.pop import GenerateRequest, ModelSpec, PopNode
+from edge_sim.pop import ModelSpec, PopNode
+from edge_sim.request import GenerateRequest
 from edge_sim.topology import Topology
 from engine import LLM, SamplingParams
 from engine.checkpoint import quantize_checkpoint

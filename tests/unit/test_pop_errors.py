@@ -5,7 +5,8 @@ import asyncio
 import pytest
 
 from edge_sim.errors import EdgeError, from_engine
-from edge_sim.pop import GenerateRequest, ModelSpec, PopNode
+from edge_sim.pop import ModelSpec, PopNode
+from edge_sim.request import GenerateRequest
 from edge_sim.topology import Topology
 from engine import InvalidRequestError, RequestTooLargeError, SamplingParams
 

@@ -9,8 +9,9 @@ import msgspec
 import pytest
 
 from edge_sim.node import PopNodeLike
-from edge_sim.pop import GenerateRequest, ModelSpec, PopNode
+from edge_sim.pop import ModelSpec, PopNode
 from edge_sim.remote import RemotePopNode, create_pop_app
+from edge_sim.request import GenerateRequest
 from edge_sim.status import PopStatus
 from edge_sim.topology import Topology
 from engine import SamplingParams

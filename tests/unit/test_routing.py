@@ -11,7 +11,8 @@ import pytest
 from edge_sim.edge import Edge
 from edge_sim.errors import EdgeError
 from edge_sim.network import NetworkModel
-from edge_sim.pop import GenerateRequest, ModelSpec
+from edge_sim.pop import ModelSpec
+from edge_sim.request import Formats, GenerateRequest, GenerateResult
 from edge_sim.topology import Topology
 from engine import SamplingParams
 from runtime.cli import load_topology
@@ -89,8 +90,8 @@ def test_a_pop_taken_down_hands_its_queue_to_the_next_best(edge):
         results = asyncio.run(scenario())
     finally:
         gate.set()
-    assert [account.pop for _, account in results] == ["NRT"] * 3  # re-routed, none dropped
-    assert all(r.completion_tokens == 2 for r, _ in results)
+    assert [r.timing.pop for r in results] == ["NRT"] * 3  # re-routed, none dropped
+    assert all(r.completion_tokens == 2 for r in results)
     assert not icn.up and edge.router.choose(MODEL, ingress)[0].code == "NRT"
     asyncio.run(icn.bring_up())
     assert edge.router.choose(MODEL, ingress)[0].code == "ICN"
@@ -98,7 +99,7 @@ def test_a_pop_taken_down_hands_its_queue_to_the_next_best(edge):
 
 def test_account_parts_and_network_emulation(edge):
     ingress, _ = edge.ingress(edge.locate("Berlin"))  # not a GPU PoP: the call crosses the backbone
-    result, account = asyncio.run(edge.run(req(4), ingress, 20.0))
+    account = asyncio.run(edge.run(req(4), ingress, 20.0)).timing
     assert account.backbone_rtt_ms > 5
     assert account.ttft_ms == pytest.approx(
         account.client_rtt_ms + account.backbone_rtt_ms + account.queue_ms + account.prefill_ms, abs=1e-3
@@ -107,7 +108,7 @@ def test_account_parts_and_network_emulation(edge):
     assert account.total_ms == pytest.approx(account.ttft_ms + account.decode_ms, abs=1e-3)
     edge.emulate = True
     started = time.perf_counter()
-    _, account = asyncio.run(edge.run(req(1), ingress, 20.0))
+    account = asyncio.run(edge.run(req(1), ingress, 20.0)).timing
     assert (time.perf_counter() - started) * 1000 >= account.backbone_rtt_ms * 0.95  # really waited
 
 
@@ -138,3 +139,20 @@ def test_topology_file_extends_or_replaces_the_world(tmp_path):
         "replace = true\n" + (tmp_path / "topo.toml").read_text().replace("B300", "H200")
     )
     assert list(load_topology(parse_config(base, base_dir=tmp_path)).pops) == ["XLB"]
+
+
+def test_routing_estimates_the_prompt_length_from_its_characters():
+    prompt = GenerateRequest(model=MODEL, prompt="x" * 41, params=SamplingParams())
+    assert prompt.estimated_tokens() == 11
+    chat = GenerateRequest(
+        model=MODEL, messages=[{"role": "user", "content": "x" * 8}], params=SamplingParams()
+    )
+    assert chat.estimated_tokens() == 2 + 4  # content plus the template's markers around a message
+
+
+def test_the_edge_answers_in_one_typed_result_with_its_formats_and_timing(edge):
+    ingress, rtt = seoul(edge)
+    result = asyncio.run(edge.run(req(2), ingress, rtt))
+    assert isinstance(result, GenerateResult) and result.pop == "ICN" == result.timing.pop
+    assert result.formats == edge.nodes["ICN"].formats(MODEL) and isinstance(result.formats, Formats)
+    assert result.total_tokens == result.prompt_tokens + result.completion_tokens

@@ -1,0 +1,112 @@
+"""The one typed request that flows down the AI path and the one typed result that comes back up.
+
+The runtime validates a call once, where it enters (HTTP body or binding inputs), into a
+GenerateRequest; the edge routes it, a PoP node (in-process or over msgspec-over-HTTP) tokenizes it
+once and runs it. The answer comes back as a GenerateResult (text, usage, finish reason, formats
+and, from the edge, the latency account), which only the runtime's HTTP edge shapes into Workers AI
+or OpenAI JSON.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+import msgspec
+
+from edge_sim.accounting import LatencyAccount
+from edge_sim.errors import EdgeError
+from engine import SamplingParams, SeqEvent
+
+if TYPE_CHECKING:
+    from engine import LLM
+
+CHARS_PER_TOKEN = 4  # about right for English and code under BPE tokenizers; enough to rank PoPs
+TOKENS_PER_MESSAGE = 4  # a chat template's role markers around each message
+
+
+class Formats(NamedTuple):
+    """The formats an engine serves a model in: weights (one label), KV cache, weights per part."""
+
+    weights: str
+    kv_cache: str
+    weights_by_part: dict[str, str]
+
+    @classmethod
+    def of(cls, llm: LLM) -> Formats:
+        return cls(llm.weights_label, llm.kv_cache_dtype, llm.weight_formats)
+
+    @classmethod
+    def unknown(cls) -> Formats:
+        return cls("", "", {})
+
+
+class GenerateRequest(msgspec.Struct, kw_only=True):
+    """A validated call: its model (the catalog name that serves it), prompt or chat messages,
+    sampling parameters and tenant. Carried unchanged to the PoP, over the wire to a remote one."""
+
+    model: str
+    prompt: str | None = None
+    messages: list[dict[str, Any]] | None = None
+    params: SamplingParams
+    tenant: str = "local"
+
+    def estimated_tokens(self) -> int:
+        """The prompt's length in tokens, estimated from its characters, for routing: only the PoP
+        that serves the request tokenizes it (with the template and tokenizer it really runs)."""
+        if self.messages is None:
+            return -(-len(self.prompt or "") // CHARS_PER_TOKEN)
+        chars = sum(len(str(m.get("content", ""))) for m in self.messages)
+        return -(-chars // CHARS_PER_TOKEN) + TOKENS_PER_MESSAGE * len(self.messages)
+
+
+class GenerateResult(msgspec.Struct, kw_only=True):
+    """One whole answer: what the PoP produced and, once the edge has it, how long each part took."""
+
+    text: str
+    finish_reason: str
+    prompt_tokens: int
+    completion_tokens: int
+    queue_ms: float
+    prefill_ms: float
+    decode_ms: float
+    pop: str
+    model: str
+    formats: Formats
+    timing: LatencyAccount | None = None  # set by the edge (network parts need the ingress)
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+
+def finish_result(
+    pieces: list[str], last: SeqEvent | None, pop: str, model: str, formats: Formats
+) -> GenerateResult:
+    """The whole answer once the last event (which carries the metrics) has arrived."""
+    assert last is not None and last.metrics is not None
+    if last.finish_reason == "error":
+        raise EdgeError("invalid_input", f"generation failed: {last.error}")
+    m = last.metrics
+    return GenerateResult(
+        text="".join(pieces),
+        finish_reason=last.finish_reason,
+        prompt_tokens=m.prompt_tokens,
+        completion_tokens=m.completion_tokens,
+        queue_ms=m.queue_ms,
+        prefill_ms=m.prefill_ms,
+        decode_ms=m.decode_ms,
+        pop=pop,
+        model=model,
+        formats=formats,
+    )
+
+
+async def collect(events: AsyncIterator[SeqEvent], pop: str, model: str, formats: Formats) -> GenerateResult:
+    """A whole answer from a stream of engine events (in-process or from a remote node)."""
+    pieces: list[str] = []
+    last: SeqEvent | None = None
+    async for event in events:
+        pieces.append(event.text)
+        last = event
+    return finish_result(pieces, last, pop, model, formats)
