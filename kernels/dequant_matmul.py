@@ -40,6 +40,7 @@ def dequant_matmul_triton(
     block_n: int = 64,
     block_k: int = 64,
 ) -> torch.Tensor:
+    from kernels._triton_dequant import weight_operand
     from kernels._triton_dequant_matmul import dequant_matmul_kernel
 
     if w.format not in _FORMATS or len(w.shape) != 2:
@@ -59,28 +60,19 @@ def dequant_matmul_triton(
     per_split = -(-per_split // block_k) * block_k  # whole K blocks (and whole int4 groups) per split
     split = -(-k // per_split)
     partial = torch.full((split, m, n), float("nan"), dtype=torch.float32, device=x.device)
-    data, scale = w.data, w.scale
-    stride_sk = scale.stride(1) if scale.dim() == 2 else 0
+    operand, code = weight_operand(w)
     grid = (-(-m // block_m), -(-n // block_n), split)
     dequant_matmul_kernel[grid](
         x2,
-        data,
-        scale,
+        operand,
         partial,
         m,
         n,
         k,
-        x2.stride(0),
-        x2.stride(1),
-        data.stride(0),
-        data.stride(1),
-        scale.stride(0),
-        stride_sk,
-        partial.stride(0),
-        partial.stride(1),
-        partial.stride(2),
+        x2.stride(),
+        partial.stride(),
         per_split,
-        FMT=_FORMATS[w.format],
+        FMT=code,
         BLOCK_M=block_m,
         BLOCK_N=block_n,
         BLOCK_K=block_k,
