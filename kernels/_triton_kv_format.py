@@ -15,19 +15,11 @@ from kernels.formats import FMT_DENSE, FMT_FP8, FMT_INT4, FMT_INT8
 
 
 @triton.jit
-def tail_from_staging(blk, length, STAGED: tl.constexpr, BLK: tl.constexpr):
-    """1 when block `blk` of a sequence of `length` tokens is the staged block still being filled."""
-    last = (length - 1) // BLK
-    if STAGED:
-        return ((blk == last) & ((length - 1) % BLK != BLK - 1)).to(tl.int32)
-    return 0
-
-
-@triton.jit
 def load_block(
     kv,
     block,
-    from_staging,
+    blk,
+    length,
     slot,
     head,
     D: tl.constexpr,
@@ -36,8 +28,9 @@ def load_block(
     KEY_STYLE: tl.constexpr,
     STAGED: tl.constexpr,
 ):
-    """One block of one head as [BLK, D] float32. A staged format's block being filled comes from
-    its full-precision slot (selected, not branched: both addresses are always valid)."""
+    """Block `block` (the sequence's `blk`-th, of `length` tokens) of one head as [BLK, D] float32.
+    A staged format's block being filled comes from its full-precision slot (selected, not
+    branched: both addresses are always valid)."""
     data, scale, stage, sd, ss, sg = kv
     t = tl.arange(0, BLK)
     d = tl.arange(0, D)
@@ -58,7 +51,8 @@ def load_block(
             x = x * tl.load(scale + block * ss[0] + t * ss[1] + head * ss[2])[:, None]
     if STAGED:
         st = tl.load(stage + slot * sg[0] + t[:, None] * sg[1] + head * sg[2] + d[None, :]).to(tl.float32)
-        x = tl.where(from_staging != 0, st, x)
+        filling = (blk == (length - 1) // BLK) & ((length - 1) % BLK != BLK - 1)
+        x = tl.where(filling, st, x)
     return x
 
 

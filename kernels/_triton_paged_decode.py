@@ -3,29 +3,29 @@ absorbed MLA) over a cache in any KV format, read and written through kernels._t
 
 Decode attention is split along the sequence: each program covers a run of blocks of one
 sequence with an online softmax and writes a partial result and its log-sum-exp, which the
-launcher merges. Stride tuples: sq / so / sl are the query's (batch, head), the partial output's
-(batch, head, split) and the log-sum-exp's (batch, head).
+launcher merges. Tuples the launchers build: `pages` = (block tables, lengths, staging slots,
+the tables' row stride); `partials` = (out [B, H, splits, width], lse [B, H, splits], out's
+strides, lse's strides); a KV component per store (kernels._triton_kv_format).
 """
 
 import triton
 import triton.language as tl
 
-from kernels._triton_kv_format import (
-    load_block,
-    stage_token,
-    staged_tile,
-    store_block,
-    store_token,
-    tail_from_staging,
-)
+from kernels._triton_kv_format import load_block, stage_token, staged_tile, store_block, store_token
 
 
 @triton.jit
-def _split_blocks(lengths_ptr, b, blocks_per_split, BLK: tl.constexpr):
-    """The sequence's length and the run of its blocks [first, last) this program covers."""
-    length = tl.load(lengths_ptr + b)
+def _split_blocks(pages, b, blocks_per_split, BLK: tl.constexpr):
+    """Sequence b's length, staging slot, and the run of its blocks [first, last) this program covers."""
+    length = tl.load(pages[1] + b)
+    slot = tl.load(pages[2] + b)  # the launcher passes a valid tensor even for unstaged formats
     first = tl.program_id(2) * blocks_per_split
-    return length, first, tl.minimum(first + blocks_per_split, (length + BLK - 1) // BLK)
+    return length, slot, first, tl.minimum(first + blocks_per_split, (length + BLK - 1) // BLK)
+
+
+@triton.jit
+def _block_id(pages, b, blk):
+    return tl.load(pages[0] + b * pages[3] + blk)
 
 
 @triton.jit
@@ -41,7 +41,8 @@ def _online_softmax(s, blk, length, m, l_sum, BLK: tl.constexpr):
 
 
 @triton.jit
-def _store_partial(out_ptr, lse_ptr, so, sl, b, heads, ok, cols, acc, m, l_sum):
+def _store_partial(partials, b, heads, ok, cols, acc, m, l_sum):
+    out_ptr, lse_ptr, so, sl = partials
     empty = l_sum == 0.0
     out = acc / tl.where(empty, 1.0, l_sum)[:, None]
     lse = tl.where(empty, float("-inf"), m + tl.log(tl.where(empty, 1.0, l_sum)))
@@ -53,19 +54,22 @@ def _store_partial(out_ptr, lse_ptr, so, sl, b, heads, ok, cols, acc, m, l_sum):
 
 
 @triton.jit
+def _load_rows(ptr, strides, b, rows, ok, cols):
+    """x[b, rows, cols] as float32 (rows past `ok` read as zero)."""
+    x = tl.load(
+        ptr + b * strides[0] + rows[:, None] * strides[1] + cols[None, :], mask=ok[:, None], other=0.0
+    )
+    return x.to(tl.float32)
+
+
+@triton.jit
 def gqa_decode_kernel(
     q_ptr,
-    out_ptr,
-    lse_ptr,
-    tables_ptr,
-    lengths_ptr,
-    slots_ptr,
-    k,  # KV component tuples (kernels._triton_kv_format)
+    sq,  # q's strides (batch, head)
+    pages,
+    k,
     v,
-    sq,
-    so,
-    sl,
-    st_b,
+    partials,
     scale,
     blocks_per_split,
     group,
@@ -73,51 +77,41 @@ def gqa_decode_kernel(
     D: tl.constexpr,
     BLK: tl.constexpr,
     K_FMT: tl.constexpr,
-    V_FMT: tl.constexpr,
     K_STAGED: tl.constexpr,
+    V_FMT: tl.constexpr,
     V_STAGED: tl.constexpr,
 ):
+    """Per (sequence, KV head, split): the group of query heads that read that KV head."""
     b = tl.program_id(0)
     kvh = tl.program_id(1)
-    length, first, last = _split_blocks(lengths_ptr, b, blocks_per_split, BLK)
-    slot = tl.load(slots_ptr + b)  # the caller passes a valid tensor even for unstaged formats
+    length, slot, first, last = _split_blocks(pages, b, blocks_per_split, BLK)
     g = tl.arange(0, G)
-    d = tl.arange(0, D)
     heads = kvh * group + g
-    ok = g < group
-    q = tl.load(q_ptr + b * sq[0] + heads[:, None] * sq[1] + d[None, :], mask=ok[:, None], other=0.0)
-    q = q.to(tl.float32)
+    d = tl.arange(0, D)
+    q = _load_rows(q_ptr, sq, b, heads, g < group, d)
     m = tl.full((G,), float("-inf"), tl.float32)
     l_sum = tl.zeros((G,), tl.float32)
     acc = tl.zeros((G, D), tl.float32)
     for blk in range(first, last):
-        block = tl.load(tables_ptr + b * st_b + blk)
-        k_staged = tail_from_staging(blk, length, K_STAGED, BLK)
-        kt = load_block(k, block, k_staged, slot, kvh, D, BLK, K_FMT, True, K_STAGED)
+        block = _block_id(pages, b, blk)
+        kt = load_block(k, block, blk, length, slot, kvh, D, BLK, K_FMT, True, K_STAGED)
         s = tl.sum(q[:, None, :] * kt[None, :, :], axis=2) * scale  # [G, BLK]
         p, alpha, m, l_sum = _online_softmax(s, blk, length, m, l_sum, BLK)
-        v_staged = tail_from_staging(blk, length, V_STAGED, BLK)
-        vt = load_block(v, block, v_staged, slot, kvh, D, BLK, V_FMT, False, V_STAGED)
+        vt = load_block(v, block, blk, length, slot, kvh, D, BLK, V_FMT, False, V_STAGED)
         acc = acc * alpha[:, None] + tl.sum(p[:, :, None] * vt[None, :, :], axis=1)
-    _store_partial(out_ptr, lse_ptr, so, sl, b, heads, ok, d, acc, m, l_sum)
+    _store_partial(partials, b, heads, g < group, d, acc, m, l_sum)
 
 
 @triton.jit
 def mla_decode_kernel(
     ql_ptr,
+    sql,  # q_lat's strides (batch, head)
     qr_ptr,
-    out_ptr,
-    lse_ptr,
-    tables_ptr,
-    lengths_ptr,
-    slots_ptr,
-    lat_kv,  # KV component tuples (kernels._triton_kv_format): the latent and the rope part
-    rot_kv,
-    sql,
     sqr,
-    so,
-    sl,
-    st_b,
+    pages,
+    latent,  # the cached latent (value-like) and rope part (key-like)
+    rope,
+    partials,
     scale,
     blocks_per_split,
     heads,
@@ -126,47 +120,42 @@ def mla_decode_kernel(
     RD: tl.constexpr,
     BLK: tl.constexpr,
     L_FMT: tl.constexpr,
-    R_FMT: tl.constexpr,
     L_STAGED: tl.constexpr,
+    R_FMT: tl.constexpr,
     R_STAGED: tl.constexpr,
 ):
+    """Per (sequence, block of HB query heads, split): scores q_lat . latent + q_rot . rope, and
+    the latent as the values (absorbed MLA, one KV head)."""
     b = tl.program_id(0)
-    length, first, last = _split_blocks(lengths_ptr, b, blocks_per_split, BLK)
-    slot = tl.load(slots_ptr + b)
+    length, slot, first, last = _split_blocks(pages, b, blocks_per_split, BLK)
     h = tl.program_id(1) * HB + tl.arange(0, HB)
-    ok = h < heads
     r = tl.arange(0, R)
-    rd = tl.arange(0, RD)
-    ql = tl.load(ql_ptr + b * sql[0] + h[:, None] * sql[1] + r[None, :], mask=ok[:, None], other=0.0)
-    qr = tl.load(qr_ptr + b * sqr[0] + h[:, None] * sqr[1] + rd[None, :], mask=ok[:, None], other=0.0)
-    ql, qr = ql.to(tl.float32), qr.to(tl.float32)
+    ql = _load_rows(ql_ptr, sql, b, h, h < heads, r)
+    qr = _load_rows(qr_ptr, sqr, b, h, h < heads, tl.arange(0, RD))
     m = tl.full((HB,), float("-inf"), tl.float32)
     l_sum = tl.zeros((HB,), tl.float32)
     acc = tl.zeros((HB, R), tl.float32)
     for blk in range(first, last):
-        block = tl.load(tables_ptr + b * st_b + blk)
-        l_staged = tail_from_staging(blk, length, L_STAGED, BLK)
-        lat = load_block(lat_kv, block, l_staged, slot, 0, R, BLK, L_FMT, False, L_STAGED)
-        r_staged = tail_from_staging(blk, length, R_STAGED, BLK)
-        rot = load_block(rot_kv, block, r_staged, slot, 0, RD, BLK, R_FMT, True, R_STAGED)
+        block = _block_id(pages, b, blk)
+        lat = load_block(latent, block, blk, length, slot, 0, R, BLK, L_FMT, False, L_STAGED)
+        rot = load_block(rope, block, blk, length, slot, 0, RD, BLK, R_FMT, True, R_STAGED)
         s = tl.dot(ql, tl.trans(lat), input_precision="ieee") + tl.dot(
             qr, tl.trans(rot), input_precision="ieee"
         )
         p, alpha, m, l_sum = _online_softmax(s * scale, blk, length, m, l_sum, BLK)
         acc = acc * alpha[:, None] + tl.dot(p, lat, input_precision="ieee")
-    _store_partial(out_ptr, lse_ptr, so, sl, b, h, ok, r, acc, m, l_sum)
+    _store_partial(partials, b, h, h < heads, r, acc, m, l_sum)
 
 
 @triton.jit
 def decode_write_kernel(
     x_ptr,
+    sx,  # x's strides (batch, head)
     tables_ptr,
+    st_b,
     pos_ptr,
     slots_ptr,
     kv,
-    sx_b,
-    sx_h,
-    st_b,
     D: tl.constexpr,
     BLK: tl.constexpr,
     FORMAT: tl.constexpr,
@@ -180,7 +169,7 @@ def decode_write_kernel(
     pos = tl.load(pos_ptr + b)
     block = tl.load(tables_ptr + b * st_b + pos // BLK)
     off = pos % BLK
-    x = tl.load(x_ptr + b * sx_b + h * sx_h + tl.arange(0, D)).to(tl.float32)
+    x = tl.load(x_ptr + b * sx[0] + h * sx[1] + tl.arange(0, D)).to(tl.float32)
     if STAGED:
         slot = tl.load(slots_ptr + b)
         stage_token(kv, slot, off, h, x, D)

@@ -2,18 +2,18 @@
 
 Checkpoint loading and sizing (engine.weights, engine.checkpoint), the KV cache (engine.kv_cache,
 kernels.paged_kv), the planner's roofline (edge_sim.roofline) and both families of Triton kernels
-(weights: kernels._triton_dequant via dequant_matmul / moe; KV: kernels.paged_kv_triton) take
-names, byte counts, scale shapes, reference functions, checkpoint descriptions and the Triton
-format code from here. The
-torch references themselves live in kernels.weight_quant (weights) and kernels.kv_quant (KV
-cache); QuantizedWeight, a weight stored in one of these formats, is defined here.
+(weights: kernels._triton_dequant via dequant_matmul / moe; KV: kernels._triton_kv_format via
+paged_kv_triton) take names, byte counts, scale shapes, reference functions, checkpoint
+descriptions and the Triton format code from here. The torch references themselves live in
+kernels.weight_quant (weights) and kernels.kv_quant (KV cache); QuantizedWeight, a weight stored
+in one of these formats, is defined here.
 
 Adding a format (fp4, say): write its torch encode / decode in kernels.weight_quant (or quantize /
-dequantize in kernels.kv_quant), add one entry to WEIGHT (or KV) below with a new FMT_* code, and add that
-code's branch to the Triton kernels: `weight_tile` in kernels._triton_dequant for a weight format;
-`_load_block` and `decode_write_kernel` in kernels.paged_kv_triton for a KV format. Byte counts,
-checkpoint checks, CLI choices and the planner follow from the entry; tests/unit/test_format_table.py
-checks the entry against what its quantize produces.
+dequantize in kernels.kv_quant), add one entry to WEIGHT (or KV) below with a new FMT_* code, and
+add that code's branch to the Triton kernels: `weight_tile` in kernels._triton_dequant for a weight
+format; `load_block` and `store_token` / `store_block` in kernels._triton_kv_format for a KV
+format. Byte counts, checkpoint checks and descriptions, CLI choices and the planner follow from
+the entry; tests/unit/test_format_table.py checks the entry against what its quantize produces.
 """
 
 from __future__ import annotations

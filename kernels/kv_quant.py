@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import torch
 
-from kernels.packing import pack_int4, unpack_int4
+from kernels.packing import dequantize_int4_groups, pack_int4, quantize_int4_groups, unpack_int4
 
 FP8_MAX = 448.0
 GROUP = 32
@@ -61,13 +61,8 @@ def int4_quantize_group(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     d = x.shape[-1]
     if d % GROUP:
         raise ValueError(f"int4 KV needs a head dimension divisible by {GROUP}, got {d}")
-    groups = x.to(torch.float32).unflatten(-1, (d // GROUP, GROUP))
-    scale = (groups.abs().amax(dim=-1).clamp(min=_TINY) / 7.0).to(torch.float16)
-    q = torch.round(groups / scale.to(torch.float32)[..., None]).clamp(-8, 7).flatten(-2)
-    return pack_int4(q), scale
+    return quantize_int4_groups(x, GROUP, torch.float16, _TINY)
 
 
 def int4_dequantize_group(packed: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    q = unpack_int4(packed)
-    groups = q.unflatten(-1, (q.shape[-1] // GROUP, GROUP)) * scale.to(torch.float32)[..., None]
-    return groups.flatten(-2).to(dtype)
+    return dequantize_int4_groups(packed, scale, GROUP, dtype)

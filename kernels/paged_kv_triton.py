@@ -60,16 +60,33 @@ def _splits(tables: torch.Tensor, splits: int | None) -> tuple[int, int]:
     return -(-max_blocks // per), per
 
 
-def _partials(b: int, h: int, n_split: int, width: int, device: torch.device):
-    """Per-split outputs [B, H, splits, width] and their log-sum-exps [B, H, splits]."""
+def _pages(tables: torch.Tensor, lengths: torch.Tensor, slots: torch.Tensor | None) -> tuple:
+    """The kernels' `pages` tuple; without staging slots, lengths stand in (never read)."""
+    return (tables, lengths, slots if slots is not None else lengths, tables.stride(0))
+
+
+def _partials(b: int, h: int, n_split: int, width: int, device: torch.device) -> tuple:
+    """The kernels' `partials` tuple: per-split outputs [B, H, splits, width], their log-sum-exps
+    [B, H, splits], and the strides of both."""
     out = torch.full((b, h, n_split, width), float("nan"), dtype=torch.float32, device=device)
-    return out, torch.full((b, h, n_split), float("nan"), dtype=torch.float32, device=device)
+    lse = torch.full((b, h, n_split), float("nan"), dtype=torch.float32, device=device)
+    return out, lse, out.stride()[:3], lse.stride()[:2]
 
 
-def _merge(out: torch.Tensor, lse: torch.Tensor) -> torch.Tensor:
+def _merge(partials: tuple) -> torch.Tensor:
     """Combine per-split results: weights softmax(lse) over splits (empty splits weigh zero)."""
+    out, lse = partials[:2]
     w = torch.softmax(lse, dim=-1).nan_to_num(0.0)
     return (out * w[..., None]).sum(dim=2)
+
+
+def _formats(**stores: KVStore) -> dict[str, int | bool]:
+    """The constexprs NAME_FMT (the format table's code) and NAME_STAGED of each named store."""
+    return {
+        key: value
+        for name, store in stores.items()
+        for key, value in ((f"{name}_FMT", FMT[store.fmt]), (f"{name}_STAGED", store.staged))
+    }
 
 
 def gqa_decode_triton(
@@ -80,32 +97,23 @@ def gqa_decode_triton(
     _check(k, d, "gqa")
     group = h // kvh
     n_split, per = _splits(tables, splits)
-    out, lse = _partials(b, h, n_split, d, q.device)
+    partials = _partials(b, h, n_split, d, q.device)
     gqa_decode_kernel[(b, kvh, n_split)](
         q,
-        out,
-        lse,
-        tables,
-        lengths,
-        slots if slots is not None else lengths,
+        q.stride()[:2],
+        _pages(tables, lengths, slots),
         _component(k),
         _component(v),
-        q.stride()[:2],
-        out.stride()[:3],
-        lse.stride()[:2],
-        tables.stride(0),
+        partials,
         scale,
         per,
         group,
         G=triton.next_power_of_2(group),
         D=d,
         BLK=BLOCK,
-        K_FMT=FMT[k.fmt],
-        V_FMT=FMT[v.fmt],
-        K_STAGED=k.staged,
-        V_STAGED=v.staged,
+        **_formats(K=k, V=v),
     )
-    return _merge(out, lse).to(q.dtype)
+    return _merge(partials).to(q.dtype)
 
 
 def mla_decode_triton(
@@ -124,23 +132,17 @@ def mla_decode_triton(
     _check(latent, r, "mla latent")
     _check(rope, rd, "mla rope")
     n_split, per = _splits(tables, splits)
-    out, lse = _partials(b, h, n_split, r, q_lat.device)
+    partials = _partials(b, h, n_split, r, q_lat.device)
     hb = 16  # tl.dot needs 16 rows; fewer heads are masked
     mla_decode_kernel[(b, -(-h // hb), n_split)](
         q_lat,
+        q_lat.stride()[:2],
         q_rot,
-        out,
-        lse,
-        tables,
-        lengths,
-        slots if slots is not None else lengths,
+        q_rot.stride()[:2],
+        _pages(tables, lengths, slots),
         _component(latent),
         _component(rope),
-        q_lat.stride()[:2],
-        q_rot.stride()[:2],
-        out.stride()[:3],
-        lse.stride()[:2],
-        tables.stride(0),
+        partials,
         scale,
         per,
         h,
@@ -148,12 +150,9 @@ def mla_decode_triton(
         R=r,
         RD=rd,
         BLK=BLOCK,
-        L_FMT=FMT[latent.fmt],
-        R_FMT=FMT[rope.fmt],
-        L_STAGED=latent.staged,
-        R_STAGED=rope.staged,
+        **_formats(L=latent, R=rope),
     )
-    return _merge(out, lse).to(q_lat.dtype)
+    return _merge(partials).to(q_lat.dtype)
 
 
 def decode_write_triton(store: KVStore, tables, pos, slots, x) -> None:
@@ -161,13 +160,12 @@ def decode_write_triton(store: KVStore, tables, pos, slots, x) -> None:
     _check(store, d, "kv write")
     decode_write_kernel[(b, h)](
         x,
+        x.stride()[:2],
         tables,
+        tables.stride(0),
         pos,
         slots if slots is not None else pos,
         _component(store),
-        x.stride(0),
-        x.stride(1),
-        tables.stride(0),
         D=d,
         BLK=BLOCK,
         FORMAT=FMT[store.fmt],

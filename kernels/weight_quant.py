@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import torch
 
-from kernels.packing import pack_int4, unpack_int4
+from kernels.packing import dequantize_int4_groups, quantize_int4_groups
 
 FP8_BLOCK = 128
 FP8_MAX = 448.0  # largest finite float8 e4m3fn
@@ -58,14 +58,9 @@ def int8_decode(data: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype) -> 
 
 
 def int4_encode(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    groups = w.unflatten(-1, (w.shape[-1] // INT4_GROUP, INT4_GROUP))
     # bf16 scales (as compressed-tensors ships them): 2 bytes per 32 weights keeps int4 at 0.28x of bf16.
-    scale = (groups.abs().amax(dim=-1).clamp(min=1e-12) / 7.0).to(torch.bfloat16)
-    q = torch.round(groups / scale.to(torch.float32)[..., None]).clamp(-8, 7).flatten(-2)
-    return pack_int4(q), scale
+    return quantize_int4_groups(w, INT4_GROUP, torch.bfloat16, 1e-12)
 
 
 def int4_decode(data: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    q = unpack_int4(data)
-    groups = q.unflatten(-1, (q.shape[-1] // INT4_GROUP, INT4_GROUP)) * scale.to(torch.float32)[..., None]
-    return groups.flatten(-2).to(dtype)
+    return dequantize_int4_groups(data, scale, INT4_GROUP, dtype)
