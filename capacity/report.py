@@ -1,4 +1,5 @@
-"""Reports of simulator runs: summary statistics, a terminal table, JSON and PNG plots.
+"""Reports of simulator runs: summary statistics and report.json (the terminal table is in
+capacity.report_table, the PNG plots in capacity.report_plots; both are re-exported here).
 
 Definitions (all over the arrival window [0, duration]):
 
@@ -24,6 +25,8 @@ from typing import Any
 import msgspec
 
 from capacity.costmodel import CostModel
+from capacity.report_plots import write_plots
+from capacity.report_table import format_table
 from capacity.simulator import REJECTED_CAPACITY, REJECTED_TOO_LONG, SERVED, SimResult, simulate
 from capacity.workload import TopologySetup, Workload
 
@@ -219,127 +222,7 @@ def load_sweep(
     }
 
 
-# --- terminal table ---------------------------------------------------------------------------
-
-
-def _ms(x: float) -> str:
-    if math.isnan(x):
-        return "-"
-    return f"{x / 1000:.2f}s" if x >= 10000 else f"{x:.0f}" if x >= 10 else f"{x:.1f}"
-
-
-def _triple(d: dict[str, float]) -> str:
-    return " / ".join(_ms(d[f"p{q}"]) for q in PCTS)
-
-
-def _usd(x: float) -> str:
-    if math.isnan(x):
-        return "-"
-    if x >= 0.1 or x == 0:
-        return f"${x:.2f}"
-    decimals = max(2, 1 - math.floor(math.log10(x)))  # two significant digits
-    return f"${x:.{decimals}f}"
-
-
-def _pct(x: float) -> str:
-    return "-" if math.isnan(x) else f"{100 * x:.0f}%"
-
-
-def _overall_rows(s: dict[str, Any]) -> list[tuple[str, str]]:
-    o = s["overall"]
-    return [
-        ("requests (offered req/s)", f"{o['requests']} ({o['offered_rps']:.1f}/s)"),
-        ("served / refused 3040 / too long", f"{o['served']} / {o['rejected_3040']} / {o['too_long_3006']}"),
-        ("TTFT p50/p90/p99 ms", _triple(o["ttft_ms"])),
-        ("TPOT p50/p90/p99 ms", _triple(o["tpot_ms"])),
-        ("E2E p50/p90/p99 ms", _triple(o["e2e_ms"])),
-        ("queue p50/p90/p99 ms", _triple(o["queue_ms"])),
-        ("network RTT p50 ms", _ms(o["network_ms"]["p50"])),
-        ("throughput req/s", f"{o['throughput_rps']:.2f}"),
-        ("output tokens/s", f"{o['output_tokens_per_s']:,.0f}"),
-        ("goodput req/s (SLO met)", f"{o['goodput_rps']:.2f} ({_pct(o['slo_attainment'])})"),
-        ("GPU busy", _pct(o["gpu_busy_fraction"])),
-        ("KV occupancy mean / peak", f"{_pct(o['kv_occupancy_mean'])} / {_pct(o['kv_occupancy_peak'])}"),
-        ("running seqs per replica mean / max", f"{o['mean_running']:.1f} / {o['max_running']}"),
-        ("preemptions", f"{o['preemptions']}"),
-        (
-            "$ per request busy / all-in",
-            f"{_usd(o['cost_per_request_usd'])} / {_usd(o['all_in_cost_per_request_usd'])}",
-        ),
-        (
-            "$ per M output tokens busy / all-in",
-            f"{_usd(o['cost_per_million_output_tokens_usd'])} / "
-            f"{_usd(o['all_in_cost_per_million_output_tokens_usd'])}",
-        ),
-    ]
-
-
-def _table(header: list[str], rows: list[list[str]]) -> list[str]:
-    widths = [max(len(str(x)) for x in col) for col in zip(header, *rows, strict=True)]
-    fmt = lambda row: "  ".join(  # noqa: E731
-        str(c).ljust(w) if i == 0 else str(c).rjust(w)
-        for i, (c, w) in enumerate(zip(row, widths, strict=True))
-    )
-    return [fmt(header), "  ".join("-" * w for w in widths), *(fmt(r) for r in rows)]
-
-
-def format_table(report: dict[str, Any]) -> str:
-    """The report as terminal tables: overall side by side per KV dtype, then per PoP."""
-    runs = report["runs"]
-    meta = report["meta"]
-    lines = [
-        f"edge sim: {meta['workload_description']}",
-        f"  {meta['duration_s']:g} s of arrivals, seed {meta['seed']}; cost model {meta['cost_model']}",
-        f"  SLO: TTFT <= {meta['slo']['ttft_ms']:g} ms, TPOT <= {meta['slo']['tpot_ms']:g} ms",
-        "  GPU PoPs: "
-        + ", ".join(f"{p['code']} {p['replicas']}x{p['gpus_per_replica']} {p['gpu']}" for p in meta["pops"]),
-    ]
-    by_note: dict[str, list[str]] = {}
-    for p in meta["skipped"]:
-        by_note.setdefault(p["note"], []).append(f"{p['code']} {p['gpu_count']}x{p['gpu']}")
-    for note, where in by_note.items():
-        lines.append(f"  not serving: {', '.join(where)}: {note}")
-    lines.append("")
-    columns = [_overall_rows(s) for s in runs]
-    header = ["overall", *(f"KV {s['kv']}" for s in runs)]
-    rows = [[label, *(col[i][1] for col in columns)] for i, (label, _) in enumerate(columns[0])]
-    lines += _table(header, rows)
-    for s in runs:
-        lines.append("")
-        lines.append(f"per PoP, KV {s['kv']}")
-        header = [
-            "PoP", "GPUs", "served", "TTFT p50/p99", "TPOT p50/p99", "E2E p50/p99", "req/s", "busy",
-            "KV mean/peak", "preempt", "$/req",
-        ]  # fmt: skip
-        rows = []
-        for code, g in s["pops"].items():
-            rows.append(
-                [
-                    code,
-                    f"{g['replicas']}x{g['gpus_per_replica']} {g['gpu']}",
-                    str(g["served"]),
-                    f"{_ms(g['ttft_ms']['p50'])} / {_ms(g['ttft_ms']['p99'])}",
-                    f"{_ms(g['tpot_ms']['p50'])} / {_ms(g['tpot_ms']['p99'])}",
-                    f"{_ms(g['e2e_ms']['p50'])} / {_ms(g['e2e_ms']['p99'])}",
-                    f"{g['throughput_rps']:.2f}",
-                    _pct(g["gpu_busy_fraction"]),
-                    f"{_pct(g['kv_occupancy_mean'])} / {_pct(g['kv_occupancy_peak'])}",
-                    str(g["preemptions"]),
-                    _usd(g["cost_per_request_usd"]),
-                ]
-            )
-        lines += _table(header, rows)
-    knee = report.get("knee")
-    if knee:
-        lines.append("")
-        parts = []
-        for kv, rps in knee["knee_rps"].items():
-            parts.append(f"KV {kv}: {'none within the sweep' if rps is None else f'{rps:.1f} req/s'}")
-        lines.append("knee (highest load with p90 TTFT within the SLO): " + "; ".join(parts))
-    return "\n".join(lines)
-
-
-# --- JSON and plots ---------------------------------------------------------------------------
+# --- JSON and files ---------------------------------------------------------------------------
 
 
 def _clean(x: Any) -> Any:
@@ -374,115 +257,6 @@ def build_report(
 
 def to_json(report: dict[str, Any]) -> str:
     return json.dumps(report, indent=2, ensure_ascii=False)
-
-
-def write_plots(results: list[SimResult], report: dict[str, Any], out: Path) -> list[Path]:
-    """latency_cdf.png, knee.png (when the report has a load sweep) and world_map.png."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    out.mkdir(parents=True, exist_ok=True)
-    written = []
-
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
-    for ax, field, title in ((axes[0], "ttft_ms", "TTFT"), (axes[1], "e2e_ms", "end-to-end latency")):
-        for r in results:
-            vals = sorted(v for v in getattr(r, field) if not math.isnan(v))
-            if not vals:
-                continue
-            n = len(vals)
-            ax.plot([v / 1000 for v in vals], [(i + 1) / n for i in range(n)], label=f"KV {r.kv}")
-        ax.set_xscale("log")
-        ax.set_xlabel("seconds (log)")
-        ax.set_ylabel("fraction of served requests")
-        ax.set_title(title)
-        ax.grid(True, which="both", alpha=0.3)
-        ax.legend()
-    slo_s = results[0].slo.ttft_ms / 1000
-    axes[0].axvline(slo_s, color="grey", linestyle="--", linewidth=1)
-    fig.suptitle(f"{results[0].workload} on {results[0].model}: latency CDFs per KV dtype")
-    fig.tight_layout()
-    path = out / "latency_cdf.png"
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    written.append(path)
-
-    knee = report.get("knee")
-    fig, ax = plt.subplots(figsize=(8, 4.8))
-    if knee:
-        for kv, points in knee["series"].items():
-            x = [p["offered_rps"] for p in points]
-            (line,) = ax.plot(
-                x, [_s(p["p90_ttft_ms"]) for p in points], marker="o", label=f"p90 TTFT, KV {kv}"
-            )
-            ax.plot(
-                x, [_s(p["p90_e2e_ms"]) for p in points], marker="s", linestyle="--", color=line.get_color(),
-                label=f"p90 E2E, KV {kv}",
-            )  # fmt: skip
-            k = knee["knee_rps"].get(kv)
-            if k is not None:
-                kp = next(p for p in points if p["offered_rps"] == k)
-                ax.plot([k], [_s(kp["p90_ttft_ms"])], marker="*", markersize=18, color=line.get_color())
-                ax.annotate(f"knee {k:.1f} req/s", (k, _s(kp["p90_ttft_ms"])), textcoords="offset points",
-                            xytext=(6, 10), fontsize=8)  # fmt: skip
-        ax.axhline(results[0].slo.ttft_ms / 1000, color="grey", linestyle=":", linewidth=1, label="TTFT SLO")
-    else:
-        ax.text(0.5, 0.5, "no load sweep (--knee none)", ha="center", va="center", transform=ax.transAxes)
-    ax.set_yscale("log")
-    ax.set_xlabel("offered load (requests/s)")
-    ax.set_ylabel("seconds (log)")
-    ax.set_title("latency against offered load")
-    ax.grid(True, which="both", alpha=0.3)
-    if knee:
-        ax.legend(fontsize=8)
-    fig.tight_layout()
-    path = out / "knee.png"
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    written.append(path)
-
-    r = results[0]
-    fig, ax = plt.subplots(figsize=(11, 5.5))
-    run = report["runs"][0]
-    ingress = run["ingress_requests"]
-    ax.set_xlim(-180, 180)
-    ax.set_ylim(-60, 75)
-    ax.set_aspect("equal")
-    ax.grid(True, alpha=0.3)
-    coords = {p["code"]: (p["lon"], p["lat"]) for p in report["meta"]["pops"]}
-    places = r.places
-    biggest_in = max(ingress.values(), default=1)
-    for code, count in ingress.items():
-        if code in coords or code not in places:
-            continue
-        lon, lat = places[code]
-        ax.scatter([lon], [lat], s=10 + 300 * count / biggest_in, color="tab:blue", alpha=0.35)
-    served = {code: g["served"] for code, g in run["pops"].items()}
-    biggest = max(served.values(), default=1) or 1
-    for code, (lon, lat) in coords.items():
-        n = served.get(code, 0)
-        ax.scatter([lon], [lat], s=40 + 1500 * n / biggest, color="tab:red", alpha=0.6, edgecolors="black")
-        ax.annotate(f"{code} {n}", (lon, lat), textcoords="offset points", xytext=(5, 5), fontsize=8)
-    for p in r.skipped:
-        ax.scatter([p.lon], [p.lat], s=30, marker="x", color="grey")
-    ax.set_xlabel("longitude")
-    ax.set_ylabel("latitude")
-    ax.set_title(
-        f"GPU PoPs sized by requests served (red), ingress PoPs by requests received (blue); KV {r.kv}",
-        fontsize=10,
-    )
-    fig.tight_layout()
-    path = out / "world_map.png"
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    written.append(path)
-    return written
-
-
-def _s(ms: float | None) -> float:
-    return math.nan if ms is None else ms / 1000
 
 
 def write_outputs(

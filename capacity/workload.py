@@ -1,5 +1,5 @@
-"""Workloads for the capacity simulator: named profiles and a TOML/JSON workload file format,
-and the topology file `edge sim --topology FILE` reads.
+"""Workloads for the capacity simulator: named profiles, a TOML/JSON workload file format, and
+the sampling of requests from a workload (the topology file lives in capacity.topology_file).
 
 A workload file has the profile's fields (every one optional; a file can start from a profile
 with `profile = "chat"`):
@@ -40,19 +40,17 @@ Unknown keys are reported as warnings and ignored; a wrong type fails with the k
 
 from __future__ import annotations
 
-import json
 import math
 import random
-import tomllib
-import warnings
 from pathlib import Path
 from typing import Any, Literal
 
 import msgspec
 
-from edge_sim.network import NetworkModel
-from edge_sim.roofline import SimulationError, gpu_type
-from edge_sim.topology import Location, PoP, Topology, TopologyError
+from capacity.spec_files import convert_spec, read_spec_file
+from capacity.topology_file import TopologySetup, load_topology  # re-exported: callers import them here
+from edge_sim.roofline import SimulationError
+from edge_sim.topology import Location, Topology, TopologyError
 
 __all__ = [
     "PROFILES",
@@ -171,77 +169,7 @@ PROFILES: dict[str, Workload] = {
 }
 
 
-# --- decoding and checking --------------------------------------------------------------------
-
-
-def _read_file(path: Path) -> dict[str, Any]:
-    try:
-        text = path.read_bytes()
-    except FileNotFoundError:
-        raise SimulationError(f"{path}: file not found") from None
-    except OSError as exc:
-        raise SimulationError(f"{path}: cannot read: {exc.strerror}") from None
-    if path.suffix.lower() == ".json":
-        try:
-            data = json.loads(text)
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise SimulationError(f"{path}: invalid JSON: {exc}") from None
-    else:
-        try:
-            data = tomllib.loads(text.decode())
-        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-            raise SimulationError(f"{path}: invalid TOML: {exc}") from None
-    if not isinstance(data, dict):
-        raise SimulationError(f"{path}: expected a table/object at the top level")
-    return data
-
-
-def _unknown_keys(data: Any, info: Any, path: str, out: list[str]) -> None:
-    """Collect keys in `data` that the msgspec type `info` does not declare."""
-    mi = msgspec.inspect
-    if isinstance(info, mi.UnionType):
-        structs = [t for t in info.types if isinstance(t, mi.StructType)]
-        if len(structs) == 1:
-            _unknown_keys(data, structs[0], path, out)
-        return
-    if isinstance(info, mi.StructType) and isinstance(data, dict):
-        fields = {f.encode_name: f for f in info.fields}
-        for key, value in data.items():
-            sub = f"{path}.{key}" if path else str(key)
-            if key not in fields:
-                out.append(sub)
-            else:
-                _unknown_keys(value, fields[key].type, sub, out)
-    elif isinstance(info, mi.ListType) and isinstance(data, list):
-        for i, item in enumerate(data):
-            _unknown_keys(item, info.item_type, f"{path}[{i}]", out)
-    elif isinstance(info, mi.DictType) and isinstance(data, dict):
-        for key, value in data.items():
-            _unknown_keys(value, info.value_type, f"{path}.{key}", out)
-
-
-def _convert(data: dict[str, Any], typ: type, source: str) -> Any:
-    unknown: list[str] = []
-    _unknown_keys(data, msgspec.inspect.type_info(typ), "", unknown)
-    for key in unknown:
-        warnings.warn(f"{source}: unknown key {key!r} ignored", stacklevel=3)
-    try:
-        return msgspec.convert(data, typ)
-    except msgspec.ValidationError as exc:
-        raise SimulationError(f"{source}: {_validation_message(str(exc))}") from None
-
-
-def _validation_message(text: str) -> str:
-    """msgspec's "Expected `float`, got `str` - at `$.arrivals.rate`" becomes
-    "arrivals.rate: expected float, got str"."""
-    msg, sep, where = text.rpartition(" - at `")
-    if not sep:
-        return text.replace("`", "")
-    key = where.rstrip("`").removeprefix("$").removeprefix(".") or "(top level)"
-    msg = msg.replace("`", "")
-    if msg.split(" ", 1)[0] in ("Expected", "Object", "Invalid"):  # msgspec's own sentences
-        msg = msg[:1].lower() + msg[1:]
-    return f"{key}: {msg}"
+# --- checking and loading ---------------------------------------------------------------------
 
 
 def _check_lengths(x: Lengths, key: str, source: str) -> None:
@@ -301,7 +229,7 @@ def load_workload(spec: str | Path) -> Workload:
         raise SimulationError(
             f"workload {text!r} is neither a profile ({', '.join(PROFILES)}) nor an existing TOML/JSON file"
         )
-    data = _read_file(path)
+    data = read_spec_file(path)
     profile = data.get("profile")
     if profile is not None:
         if profile not in PROFILES:
@@ -312,7 +240,7 @@ def load_workload(spec: str | Path) -> Workload:
         data.setdefault("name", profile)
     elif "name" not in data:
         data["name"] = path.stem
-    return check_workload(_convert(data, Workload, str(path)), str(path))
+    return check_workload(convert_spec(data, Workload, str(path)), str(path))
 
 
 # --- sampling ---------------------------------------------------------------------------------
@@ -394,64 +322,3 @@ def sample_requests(
         cum.append(total)
     clients = rng.choices(range(len(locations)), cum_weights=cum, k=n)
     return WorkloadSample(times, prompts, outputs, clients, locations)
-
-
-# --- topology files ---------------------------------------------------------------------------
-
-
-class TopologyFile(msgspec.Struct, kw_only=True):
-    base: Literal["default", "empty"] = "default"
-    pops: list[PoP] = []  # added, or replacing a PoP with the same code
-    gpu_pops: dict[str, dict[str, int]] | None = None  # GPUs exactly at these PoPs
-    network: NetworkModel = msgspec.field(default_factory=NetworkModel)
-    prices: dict[str, float] = {}  # GPU type -> USD per GPU-hour
-
-
-class TopologySetup(msgspec.Struct):
-    topology: Topology
-    network: NetworkModel
-    prices: dict[str, float]
-
-
-def load_topology(path: str | Path | None) -> TopologySetup:
-    """The default world, or a TOML/JSON topology file:
-
-    ```toml
-    base = "default"                # or "empty" (only the PoPs listed below)
-    [gpu_pops]                      # GPUs exactly at these PoPs, none elsewhere
-    ICN = { H200 = 16 }
-    FRA = { H200 = 8 }
-    [[pops]]                        # extra PoPs (or replacements by code)
-    code = "WLG"
-    city = "Wellington"
-    country = "NZ"
-    continent = "OC"
-    lat = -41.29
-    lon = 174.78
-    timezone = "Pacific/Auckland"
-    gpus = { L40S = 8 }
-    [network]
-    base_ms = 2.0
-    [prices]
-    H200 = 3.20
-    ```
-    """
-    if path is None:
-        return TopologySetup(Topology.default(), NetworkModel(), {})
-    p = Path(path)
-    data = _read_file(p)
-    spec: TopologyFile = _convert(data, TopologyFile, str(p))  # NetworkModel checks its own ranges
-    for name, price in spec.prices.items():
-        gpu_type(name)
-        if not (price >= 0 and math.isfinite(price)):
-            raise SimulationError(f"{p}: prices.{name}: must be >= 0 USD per GPU-hour, got {price!r}")
-    try:
-        if spec.base == "default":
-            topo = Topology.default().with_overrides(gpu_pops=spec.gpu_pops, extra=spec.pops)
-        else:
-            topo = Topology(spec.pops)
-            if spec.gpu_pops is not None:
-                topo = topo.with_overrides(gpu_pops=spec.gpu_pops)
-    except TopologyError as exc:
-        raise SimulationError(f"{p}: {exc}") from None
-    return TopologySetup(topo, spec.network, {gpu_type(k).name: v for k, v in spec.prices.items()})

@@ -21,8 +21,8 @@ from engine.integrity import manifest_digest
 from engine.models import architecture
 from engine.weight_parts import COMPRESSIBLE_PARTS, apply_weight_format, parse_parts, part_of
 from engine.weights import SCALE_SUFFIX, load_tensors
-from kernels.formats import WEIGHT, WEIGHT_FORMATS
-from kernels.quant import FP8_BLOCK, INT4_GROUP, QuantizedWeight
+from kernels.formats import COMPRESSED_WEIGHT_FORMATS, DENSE_WEIGHT, WEIGHT
+from kernels.quant import QuantizedWeight
 
 _NOT_COPIED = ("model.safetensors", "model.safetensors.index.json", "config.json", "manifest.json")
 MAX_SHARD_BYTES = 2 * 1024**3
@@ -78,30 +78,7 @@ def _write_safetensors(out: Path, flat: dict[str, torch.Tensor], max_shard_bytes
 
 
 def quantization_config(weights: str, parts: tuple[str, ...]) -> dict:
-    if weights == "fp8":  # DeepSeek-V3 / Kimi K2's own block-FP8 description, which other tools read
-        config = {
-            "quant_method": "fp8",
-            "fmt": "e4m3",
-            "activation_scheme": "dynamic",
-            "weight_block_size": [FP8_BLOCK, FP8_BLOCK],
-        }
-    elif weights == "int8":
-        config = {
-            "quant_method": "edge",
-            "format": "int8",
-            "symmetric": True,
-            "granularity": "channel",
-            "scale_dtype": "float32",
-        }
-    else:
-        config = {
-            "quant_method": "edge",
-            "format": "int4",
-            "symmetric": True,
-            "group_size": INT4_GROUP,
-            "packing": "two per byte, low nibble first, offset 8",
-            "scale_dtype": "bfloat16",
-        }
+    config = dict(WEIGHT[weights].checkpoint_config)  # the format's own description
     config["parts"] = list(parts)
     config["not_quantized"] = [
         "embeddings",
@@ -123,8 +100,9 @@ def quantize_checkpoint(
 ) -> dict[str, int]:
     """Compress `parts` of SRC to `weights` and write DST; returns bytes before and after."""
     src, dst = Path(src), Path(dst)
-    if weights not in WEIGHT_FORMATS or weights == "bf16":
-        raise ModelLoadError(f"--weights {weights!r}: choose fp8, int8 or int4")
+    if weights not in COMPRESSED_WEIGHT_FORMATS:
+        *first, last = COMPRESSED_WEIGHT_FORMATS
+        raise ModelLoadError(f"--weights {weights!r}: choose {', '.join(first)} or {last}")
     if dst.resolve() == src.resolve():
         raise ModelLoadError(f"{dst}: the destination must differ from the source")
     chosen = parse_parts(parts)
@@ -187,13 +165,14 @@ def checkpoint_info(
         info = rows.setdefault(part, PartInfo(part, 0, 0, 0, 0, ""))
         info.tensors += 1
         info.parameters += params
-        info.bf16_bytes += params * 2
+        dense = int(params * WEIGHT[DENSE_WEIGHT].bytes_per_element)
+        info.bf16_bytes += dense
         info.stored_bytes += _nbytes(t)
         fmt = t.format if isinstance(t, QuantizedWeight) else str(t.dtype).removeprefix("torch.")
         if fmt not in info.stored_format.split("+"):
             info.stored_format = "+".join(filter(None, [info.stored_format, fmt]))
         if weights:
-            target = format_nbytes(weights, shape) if part in chosen and len(shape) == 2 else params * 2
+            target = format_nbytes(weights, shape) if part in chosen and len(shape) == 2 else dense
             info.target_bytes = (info.target_bytes or 0) + target
     order = ["embeddings", *COMPRESSIBLE_PARTS, "router", "norms", "other"]
     return [rows[p] for p in order if p in rows]

@@ -11,7 +11,7 @@ import re
 import torch
 
 from engine.errors import ModelLoadError
-from kernels.formats import WEIGHT_FORMATS
+from kernels.formats import DENSE_WEIGHT, WEIGHT, WEIGHT_FORMATS
 from kernels.quant import QuantizationError, QuantizedWeight, dequantize, quantize
 
 COMPRESSIBLE_PARTS = ("routed_experts", "shared_experts", "dense_mlp", "attention")
@@ -78,11 +78,12 @@ def apply_weight_format(
     """Bring loaded tensors to the asked format: 'auto' keeps what is stored, 'bf16' expands
     everything, a compressed format compresses `parts` (and leaves other parts as stored)."""
     check_format(weights)
+    spec = WEIGHT.get(weights)  # None: "auto"
     out = {}
     for name, t in tensors.items():
-        if weights == "bf16" and isinstance(t, QuantizedWeight):
+        if spec is not None and not spec.compressed and isinstance(t, QuantizedWeight):
             t = dequantize(t, dtype)
-        elif weights not in ("auto", "bf16") and part_of(name) in parts:
+        elif spec is not None and spec.compressed and part_of(name) in parts:
             if not (isinstance(t, QuantizedWeight) and t.format == weights):
                 dense = dequantize(t, torch.float32) if isinstance(t, QuantizedWeight) else t
                 try:
@@ -99,7 +100,7 @@ def formats_by_part(tensors: dict[str, torch.Tensor | QuantizedWeight]) -> dict[
     for name, t in tensors.items():
         part = part_of(name)
         if part in COMPRESSIBLE_PARTS:
-            seen.setdefault(part, set()).add(t.format if isinstance(t, QuantizedWeight) else "bf16")
+            seen.setdefault(part, set()).add(t.format if isinstance(t, QuantizedWeight) else DENSE_WEIGHT)
     return {p: "+".join(sorted(seen[p])) for p in COMPRESSIBLE_PARTS if p in seen}
 
 
@@ -107,8 +108,8 @@ def weights_label(by_part: dict[str, str]) -> str:
     """'bf16', 'int4', or 'int4 experts, bf16 rest' style summary for responses and the catalog."""
     formats = set(by_part.values())
     if len(formats) <= 1:
-        return formats.pop() if formats else "bf16"
-    compressed = {p: f for p, f in by_part.items() if f != "bf16"}
+        return formats.pop() if formats else DENSE_WEIGHT
+    compressed = {p: f for p, f in by_part.items() if f != DENSE_WEIGHT}
     groups: dict[str, list[str]] = {}
     for part, fmt in compressed.items():
         groups.setdefault(fmt, []).append(part)
@@ -117,4 +118,4 @@ def weights_label(by_part: dict[str, str]) -> str:
         if set(ps) == set(PART_ALIASES["experts"]):
             ps = ["experts"]
         pieces.append(f"{fmt} {'+'.join(ps)}")
-    return ", ".join(pieces) + (", bf16 rest" if "bf16" in formats else "")
+    return ", ".join(pieces) + (f", {DENSE_WEIGHT} rest" if DENSE_WEIGHT in formats else "")

@@ -1,8 +1,9 @@
 """Triton body of kernels.dequant_matmul: y = x @ dequant(W)^T, dequantizing in registers.
 
-W is [N, K] in one of kernels.quant's formats; x is [M, K] (bf16, fp16 or fp32); accumulation is
-fp32. With SPLIT_K > 1 each program covers one slice of K and writes a partial sum; the caller adds
-the partials (deterministic, no atomics).
+W is [N, K] in one of the format table's weight formats (a weight tuple of
+kernels._triton_dequant); x is [M, K] (bf16, fp16 or fp32); accumulation is fp32. With SPLIT_K > 1
+each program covers one slice of K and writes a partial sum; the caller adds the partials
+(deterministic, no atomics).
 """
 
 import triton
@@ -14,21 +15,13 @@ from kernels._triton_dequant import weight_tile
 @triton.jit
 def dequant_matmul_kernel(
     x_ptr,
-    w_ptr,
-    s_ptr,
+    w,  # (data, scale, data strides, scale strides): kernels._triton_dequant.weight_operand
     out_ptr,
     M,
     N,
     K,
-    stride_xm,
-    stride_xk,
-    stride_wn,
-    stride_wk,  # of the stored data (int4: bytes along K, two values each)
-    stride_sn,
-    stride_sk,  # of the scales
-    stride_os,
-    stride_om,
-    stride_on,  # out: [SPLIT_K, M, N]
+    sx,  # x strides (row, column)
+    so,  # out strides (split, row, column): out is [SPLIT_K, M, N]
     k_per_split,
     FMT: tl.constexpr,
     BLOCK_M: tl.constexpr,
@@ -46,16 +39,14 @@ def dequant_matmul_kernel(
     for k0 in range(k_start, k_end, BLOCK_K):
         rk = k0 + tl.arange(0, BLOCK_K)
         x = tl.load(
-            x_ptr + rm[:, None] * stride_xm + rk[None, :] * stride_xk,
+            x_ptr + rm[:, None] * sx[0] + rk[None, :] * sx[1],
             mask=(rm[:, None] < M) & (rk[None, :] < k_end),
             other=0.0,
         ).to(tl.float32)
-        w = weight_tile(
-            w_ptr, s_ptr, rn, k0, N, k_end, stride_wn, stride_wk, stride_sn, stride_sk, FMT, BLOCK_N, BLOCK_K
-        )
-        acc += tl.dot(x, tl.trans(w), input_precision="ieee")
+        wt = weight_tile(w, 0, rn, k0, N, k_end, FMT, BLOCK_N, BLOCK_K)
+        acc += tl.dot(x, tl.trans(wt), input_precision="ieee")
     tl.store(
-        out_ptr + pid_k * stride_os + rm[:, None] * stride_om + rn[None, :] * stride_on,
+        out_ptr + pid_k * so[0] + rm[:, None] * so[1] + rn[None, :] * so[2],
         acc,
         mask=(rm[:, None] < M) & (rn[None, :] < N),
     )

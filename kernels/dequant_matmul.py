@@ -12,7 +12,7 @@ import torch
 
 from kernels.dispatch import KernelShapeError
 from kernels.formats import COMPRESSED_WEIGHT_FORMATS, WEIGHT
-from kernels.quant import INT4_GROUP, QuantizedWeight, linear_ref
+from kernels.quant import QuantizedWeight, linear_ref
 
 _FORMATS = {n: WEIGHT[n].triton_code for n in COMPRESSED_WEIGHT_FORMATS}
 
@@ -40,15 +40,19 @@ def dequant_matmul_triton(
     block_n: int = 64,
     block_k: int = 64,
 ) -> torch.Tensor:
+    from kernels._triton_dequant import weight_operand
     from kernels._triton_dequant_matmul import dequant_matmul_kernel
 
     if w.format not in _FORMATS or len(w.shape) != 2:
-        raise KernelShapeError(f"dequant_matmul: a 2-D fp8/int8/int4 weight, got {w.format} {w.shape}")
+        raise KernelShapeError(f"dequant_matmul: a 2-D {'/'.join(_FORMATS)} weight, got {w.format} {w.shape}")
     n, k = w.shape
     if x.shape[-1] != k or x.dtype not in (torch.float32, torch.float16, torch.bfloat16):
         raise KernelShapeError(f"dequant_matmul: x {tuple(x.shape)} {x.dtype} does not fit W {w.shape}")
-    if w.format == "int4" and (k % INT4_GROUP or block_k % INT4_GROUP):
-        raise KernelShapeError(f"dequant_matmul: int4 needs K and BLOCK_K divisible by 32, got K={k}")
+    group = WEIGHT[w.format].cols_multiple  # a scale group must not straddle K blocks
+    if k % group or block_k % group:
+        raise KernelShapeError(
+            f"dequant_matmul: {w.format} needs K and BLOCK_K divisible by {group}, got K={k}"
+        )
     x2 = x.reshape(-1, k)
     m = x2.shape[0]
     split = split_k or pick_split_k(m, n, k, block_n, block_k)
@@ -56,28 +60,19 @@ def dequant_matmul_triton(
     per_split = -(-per_split // block_k) * block_k  # whole K blocks (and whole int4 groups) per split
     split = -(-k // per_split)
     partial = torch.full((split, m, n), float("nan"), dtype=torch.float32, device=x.device)
-    data, scale = w.data, w.scale
-    stride_sk = scale.stride(1) if scale.dim() == 2 else 0
+    operand, code = weight_operand(w)
     grid = (-(-m // block_m), -(-n // block_n), split)
     dequant_matmul_kernel[grid](
         x2,
-        data,
-        scale,
+        operand,
         partial,
         m,
         n,
         k,
-        x2.stride(0),
-        x2.stride(1),
-        data.stride(0),
-        data.stride(1),
-        scale.stride(0),
-        stride_sk,
-        partial.stride(0),
-        partial.stride(1),
-        partial.stride(2),
+        x2.stride(),
+        partial.stride(),
         per_split,
-        FMT=_FORMATS[w.format],
+        FMT=code,
         BLOCK_M=block_m,
         BLOCK_N=block_n,
         BLOCK_K=block_k,

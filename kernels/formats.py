@@ -2,28 +2,32 @@
 
 Checkpoint loading and sizing (engine.weights, engine.checkpoint), the KV cache (engine.kv_cache,
 kernels.paged_kv), the planner's roofline (edge_sim.roofline) and both families of Triton kernels
-(weights: kernels._triton_dequant via dequant_matmul / moe; KV: kernels.paged_kv_triton) take
-names, byte counts, scale shapes, reference functions and the Triton format code from here. The
-torch references themselves live in kernels.quant (weights) and kernels.kv_quant (KV cache).
+(weights: kernels._triton_dequant via dequant_matmul / moe; KV: kernels._triton_kv_format via
+paged_kv_triton) take names, byte counts, scale shapes, reference functions, checkpoint
+descriptions and the Triton format code from here. The torch references themselves live in
+kernels.weight_quant (weights) and kernels.kv_quant (KV cache); QuantizedWeight, a weight stored
+in one of these formats, is defined here.
 
-Adding a format (fp4, say): write its torch quantize / dequantize in kernels.quant (or
-kernels.kv_quant), add one entry to WEIGHT (or KV) below with a new FMT_* code, and add that
-code's branch to the Triton kernels: `weight_tile` in kernels._triton_dequant for a weight format;
-`_load_block` and `decode_write_kernel` in kernels.paged_kv_triton for a KV format. Byte counts,
-checkpoint checks, CLI choices and the planner follow from the entry; tests/unit/test_format_table.py
-checks the entry against what its quantize produces.
+Adding a format (fp4, say): write its torch encode / decode in kernels.weight_quant (or quantize /
+dequantize in kernels.kv_quant), add one entry to WEIGHT (or KV) below with a new FMT_* code, and
+add that code's branch to the Triton kernels: `weight_tile` in kernels._triton_dequant for a weight
+format; `load_block` and `store_token` / `store_block` in kernels._triton_kv_format for a KV
+format. Byte counts, checkpoint checks and descriptions, CLI choices and the planner follow from
+the entry; tests/unit/test_format_table.py checks the entry against what its quantize produces.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
 from kernels import kv_quant
-from kernels.quant import FP8_BLOCK, INT4_GROUP, dequantize, quantize
+from kernels import weight_quant as wq
+from kernels.weight_quant import FP8_BLOCK, INT4_GROUP, QuantizationError
 
 # The one integer coding of formats that every Triton kernel branches on (tl.constexpr arguments).
 FMT_DENSE, FMT_INT8, FMT_INT4, FMT_FP8 = 0, 1, 2, 3
@@ -36,6 +40,31 @@ def _ceil_div(a: int, b: int) -> int:
 
 
 # --- weights ------------------------------------------------------------------------------------
+
+
+@dataclass
+class QuantizedWeight:
+    """A compressed [out, in] weight (or a stack [E, out, in] of them, one per expert) in one of
+    the formats of WEIGHT below; its layout is that entry's."""
+
+    format: str  # a compressed name of WEIGHT: "fp8" | "int8" | "int4"
+    data: torch.Tensor  # WEIGHT[format].data_shape(shape), of WEIGHT[format].storage
+    scale: torch.Tensor  # WEIGHT[format].full_scale_shape(shape), of WEIGHT[format].scale_dtype
+    shape: tuple[int, ...]  # logical shape
+
+    def __getitem__(self, index: int) -> QuantizedWeight:
+        """One expert of a stacked weight."""
+        return QuantizedWeight(self.format, self.data[index], self.scale[index], self.shape[1:])
+
+    def nbytes(self) -> int:
+        return self.data.numel() * self.data.element_size() + self.scale.numel() * self.scale.element_size()
+
+    def dequantize(self, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        return WEIGHT[self.format].dequantize(self, dtype)
+
+
+Encode = Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]  # float32 w -> (data, scale)
+Decode = Callable[[torch.Tensor, torch.Tensor, torch.dtype], torch.Tensor]  # (data, scale, dtype) -> w
 
 
 @dataclass(frozen=True)
@@ -51,9 +80,11 @@ class WeightFormat:
     scale_suffix: str = ""  # checkpoint name of the scale: X.weight + suffix
     cols_multiple: int = 1  # the input dimension must be a multiple of this
     triton_code: int = FMT_DENSE
-    # torch references (kernels.quant): quantize(w, name) -> QuantizedWeight, dequantize(qw, dtype)
-    quantize: Callable | None = None
-    dequantize: Callable | None = None
+    # torch references (kernels.weight_quant) on plain tensors; None for the dense format
+    encode: Encode | None = None
+    decode: Decode | None = None
+    # what a checkpoint's config.json says about this format (engine.checkpoint), parts aside
+    checkpoint_config: Mapping[str, Any] = field(default_factory=dict, hash=False)
 
     @property
     def compressed(self) -> bool:
@@ -83,6 +114,26 @@ class WeightFormat:
             return data
         return data + math.prod(self.full_scale_shape(shape)) * self.scale_bytes
 
+    def quantize(self, w: torch.Tensor, name: str = "weight") -> QuantizedWeight:
+        """Compress a float [out, in] (or [E, out, in]) weight; raises QuantizationError naming `name`."""
+        if w.dim() not in (2, 3):
+            raise QuantizationError(
+                f"{name}: only 2-D weights (or stacks of them) compress, got {list(w.shape)}"
+            )
+        if self.encode is None:
+            raise QuantizationError(f"{name}: {self.name} is the dense format, nothing to compress")
+        cols = w.shape[-1]
+        if cols % self.cols_multiple:
+            raise QuantizationError(
+                f"{name}: input dimension {cols} is not a multiple of the {self.name} group size "
+                f"{self.cols_multiple}"
+            )
+        data, scale = self.encode(w.to(torch.float32))
+        return QuantizedWeight(self.name, data, scale, tuple(w.shape))
+
+    def dequantize(self, qw: QuantizedWeight, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        return self.decode(qw.data, qw.scale, dtype)
+
 
 def _no_scale(rows: int, cols: int) -> tuple[int, ...]:
     return ()
@@ -100,10 +151,11 @@ def _per_int4_group(rows: int, cols: int) -> tuple[int, ...]:
     return (rows, cols // INT4_GROUP)
 
 
+DENSE_WEIGHT = "bf16"  # the uncompressed format: what a compressed weight expands to
 WEIGHT: dict[str, WeightFormat] = {
     f.name: f
     for f in (
-        WeightFormat("bf16", torch.bfloat16, 16, None, (0, 0), _no_scale),
+        WeightFormat(DENSE_WEIGHT, torch.bfloat16, 16, None, (0, 0), _no_scale),
         # e4m3, one float32 scale per 128x128 block stored as its inverse (DeepSeek-V3 / Kimi K2)
         WeightFormat(
             "fp8",
@@ -115,8 +167,15 @@ WEIGHT: dict[str, WeightFormat] = {
             "_scale_inv",
             1,
             FMT_FP8,
-            quantize,
-            dequantize,
+            wq.fp8_encode,
+            wq.fp8_decode,
+            # DeepSeek-V3 / Kimi K2's own block-FP8 description, which other tools read
+            {
+                "quant_method": "fp8",
+                "fmt": "e4m3",
+                "activation_scheme": "dynamic",
+                "weight_block_size": [FP8_BLOCK, FP8_BLOCK],
+            },
         ),
         WeightFormat(
             "int8",
@@ -128,8 +187,15 @@ WEIGHT: dict[str, WeightFormat] = {
             "_scale",
             1,
             FMT_INT8,
-            quantize,
-            dequantize,
+            wq.int8_encode,
+            wq.int8_decode,
+            {
+                "quant_method": "edge",
+                "format": "int8",
+                "symmetric": True,
+                "granularity": "channel",
+                "scale_dtype": "float32",
+            },
         ),
         # two per byte, bf16 scale per 32 along the input (Kimi-K2-Thinking's routed experts)
         WeightFormat(
@@ -142,8 +208,16 @@ WEIGHT: dict[str, WeightFormat] = {
             "_scale",
             INT4_GROUP,
             FMT_INT4,
-            quantize,
-            dequantize,
+            wq.int4_encode,
+            wq.int4_decode,
+            {
+                "quant_method": "edge",
+                "format": "int4",
+                "symmetric": True,
+                "group_size": INT4_GROUP,
+                "packing": "two per byte, low nibble first, offset 8",
+                "scale_dtype": "bfloat16",
+            },
         ),
     )
 }

@@ -6,7 +6,7 @@ Shapes use the paged layout: a block holds BLOCK tokens, each with `heads` x `di
 - int8: symmetric, one float32 scale per token per head.
 - int4 (KIVI-style, symmetric): key-like parts per channel (one fp16 scale per channel per block,
   over its 16 tokens); value-like parts per token in groups of 32 channels (one fp16 scale each).
-  Two values per byte, low nibble first, offset 8.
+  Two values per byte, low nibble first, offset 8 (kernels.packing).
 
 Formats that need a whole block (fp8, int4 keys) keep the block being filled in full precision
 until it is complete; the cache does that, these functions only convert.
@@ -15,6 +15,8 @@ until it is complete; the cache does that, these functions only convert.
 from __future__ import annotations
 
 import torch
+
+from kernels.packing import dequantize_int4_groups, pack_int4, quantize_int4_groups, unpack_int4
 
 FP8_MAX = 448.0
 GROUP = 32
@@ -43,26 +45,15 @@ def int8_dequantize_token(q: torch.Tensor, scale: torch.Tensor, dtype: torch.dty
     return (q.to(torch.float32) * scale[..., None]).to(dtype)
 
 
-def _pack4(q: torch.Tensor) -> torch.Tensor:
-    q = q.to(torch.int16) + 8
-    return (q[..., 0::2] | (q[..., 1::2] << 4)).to(torch.uint8)
-
-
-def _unpack4(packed: torch.Tensor) -> torch.Tensor:
-    low = (packed & 0x0F).to(torch.int16) - 8
-    high = (packed >> 4).to(torch.int16) - 8
-    return torch.stack([low, high], dim=-1).flatten(-2).to(torch.float32)
-
-
 def int4_quantize_channel(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Key-like: x [..., T, H, D] -> (packed [..., T, H, D/2], fp16 scale [..., H, D]) per channel over T."""
     scale = (x.abs().amax(dim=-3).to(torch.float32).clamp(min=_TINY) / 7.0).to(torch.float16)
     q = torch.round(x.to(torch.float32) / scale.to(torch.float32)[..., None, :, :]).clamp(-8, 7)
-    return _pack4(q), scale
+    return pack_int4(q), scale
 
 
 def int4_dequantize_channel(packed: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    return (_unpack4(packed) * scale.to(torch.float32)[..., None, :, :]).to(dtype)
+    return (unpack_int4(packed) * scale.to(torch.float32)[..., None, :, :]).to(dtype)
 
 
 def int4_quantize_group(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -70,13 +61,8 @@ def int4_quantize_group(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     d = x.shape[-1]
     if d % GROUP:
         raise ValueError(f"int4 KV needs a head dimension divisible by {GROUP}, got {d}")
-    groups = x.to(torch.float32).unflatten(-1, (d // GROUP, GROUP))
-    scale = (groups.abs().amax(dim=-1).clamp(min=_TINY) / 7.0).to(torch.float16)
-    q = torch.round(groups / scale.to(torch.float32)[..., None]).clamp(-8, 7).flatten(-2)
-    return _pack4(q), scale
+    return quantize_int4_groups(x, GROUP, torch.float16, _TINY)
 
 
 def int4_dequantize_group(packed: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    q = _unpack4(packed)
-    groups = q.unflatten(-1, (q.shape[-1] // GROUP, GROUP)) * scale.to(torch.float32)[..., None]
-    return groups.flatten(-2).to(dtype)
+    return dequantize_int4_groups(packed, scale, GROUP, dtype)

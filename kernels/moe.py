@@ -14,7 +14,6 @@ import torch
 import torch.nn.functional as F
 
 from kernels.dispatch import KernelShapeError
-from kernels.formats import FMT_DENSE, WEIGHT
 from kernels.quant import QuantizedWeight, dequantize
 
 Weight = torch.Tensor | QuantizedWeight  # logical [E, out, in]
@@ -55,21 +54,6 @@ def align_slots(ids: torch.Tensor, num_experts: int, block_m: int) -> tuple[torc
     return slots, block_expert
 
 
-def _parts(w: Weight):
-    """(data, scale, strides of data [e, n, k], strides of scale [e, n, k], format)."""
-    if isinstance(w, QuantizedWeight):
-        s = w.scale
-        s_strides = (s.stride(0), s.stride(1), s.stride(2) if s.dim() == 3 else 0)
-        return (
-            w.data,
-            s,
-            (w.data.stride(0), w.data.stride(1), w.data.stride(2)),
-            s_strides,
-            WEIGHT[w.format].triton_code,
-        )
-    return w, w, (w.stride(0), w.stride(1), w.stride(2)), (0, 0, 0), FMT_DENSE
-
-
 def fused_moe_triton(
     x: torch.Tensor,
     weights: torch.Tensor,
@@ -81,11 +65,13 @@ def fused_moe_triton(
     block_n: int = 32,
     block_k: int = 32,
 ) -> torch.Tensor:
+    from kernels._triton_dequant import weight_operand
     from kernels._triton_fused_moe import moe_down_kernel, moe_gate_up_kernel
 
     t, h = x.shape
     e_count, i_size = w_gate.shape[0], w_gate.shape[1]
-    fmts = {_parts(w)[4] for w in (w_gate, w_up, w_down)}
+    (wg, gate_fmt), (wu, up_fmt), (wd, down_fmt) = (weight_operand(w) for w in (w_gate, w_up, w_down))
+    fmts = {gate_fmt, up_fmt, down_fmt}
     if len(fmts) != 1 or h % block_k or i_size % block_k:
         raise KernelShapeError(
             f"fused_moe: weights of one format and sizes divisible by {block_k}; "
@@ -98,51 +84,23 @@ def fused_moe_triton(
     inter = torch.full((slots.numel(), i_size), float("nan"), dtype=torch.float32, device=x.device)
     y = torch.full((t * k, h), float("nan"), dtype=torch.float32, device=x.device)
     if n_blocks:
-        gd, gs, gstr, gsstr, _ = _parts(w_gate)
-        ud, us, ustr, usstr, _ = _parts(w_up)
+        blocks = dict(FMT=fmt, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k)
         moe_gate_up_kernel[(n_blocks, -(-i_size // block_n))](
-            x,
-            slots,
-            block_expert,
-            inter,
-            gd,
-            gs,
-            ud,
-            us,
-            t * k,
-            k,
-            h,
-            i_size,
-            x.stride(0),
-            inter.stride(0),
-            *gstr,
-            *gsstr,
-            *ustr,
-            *usstr,
-            FMT=fmt,
-            BLOCK_M=block_m,
-            BLOCK_N=block_n,
-            BLOCK_K=block_k,
+            x, slots, block_expert, inter, wg, wu, t * k, k, h, i_size, x.stride(0), inter.stride(0), **blocks
         )
-        dd, ds, dstr, dsstr, _ = _parts(w_down)
+        routing = weights.reshape(-1).float().contiguous()
         moe_down_kernel[(n_blocks, -(-h // block_n))](
             inter,
             slots,
             block_expert,
-            weights.reshape(-1).float().contiguous(),
+            routing,
             y,
-            dd,
-            ds,
+            wd,
             t * k,
             h,
             i_size,
             inter.stride(0),
             y.stride(0),
-            *dstr,
-            *dsstr,
-            FMT=fmt,
-            BLOCK_M=block_m,
-            BLOCK_N=block_n,
-            BLOCK_K=block_k,
+            **blocks,
         )
     return y.view(t, k, h).sum(1).to(x.dtype)
