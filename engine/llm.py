@@ -198,15 +198,15 @@ class LLM:
                 "token_ids", f"{len(token_ids)} exceed the {self.context_window}-token window"
             )
         cache = self._new_cache(budget=None, max_seqs=1, tokens=len(token_ids))
-        seq = cache.new_sequence()
-        cache.grow(seq, len(token_ids))
+        seq = cache.pool.new_sequence()
+        cache.pool.grow(seq, len(token_ids))
         out = []
         for start in range(0, len(token_ids), chunk):
             ids = token_ids[start : start + chunk]
             hidden = self.model.forward(
                 torch.tensor(ids, dtype=torch.long, device=self.device),
                 torch.arange(start, start + len(ids), device=self.device),
-                StepBatch([SeqSlice(seq, 0, len(ids), start)], self.device),
+                StepBatch([SeqSlice(seq, 0, len(ids), start)], self.device, cache.layers),
             )
             seq.length = start + len(ids)
             out.append(self.model.logits(hidden).cpu())

@@ -145,14 +145,18 @@ class MLAttention:
 
         meta = batch.decode
         if batch.decode_only:  # the common case: no rows to gather or scatter
-            return self.w_out(self._decode(q_lat, q_rot, latent, k_rot, meta).view(n, heads * rank))
+            return self.w_out(
+                self._decode(q_lat, q_rot, latent, k_rot, meta, batch.kv(self.layer)).view(n, heads * rank)
+            )
         out = torch.empty(n, heads, rank, dtype=x.dtype, device=x.device)
         if meta is not None:  # one new token each: a single batched pass over the block tables
             rows = meta.rows
-            out[rows] = self._decode(q_lat[rows], q_rot[rows], latent[rows], k_rot[rows], meta)
+            out[rows] = self._decode(
+                q_lat[rows], q_rot[rows], latent[rows], k_rot[rows], meta, batch.kv(self.layer)
+            )
         for s in batch.prefilling:
             rows = slice(s.start, s.stop)
-            lat_all, rot_all = s.cache.write(self.layer, s.past, latent[rows], k_rot[rows])
+            lat_all, rot_all = batch.kv(self.layer).write_read(s.blocks, s.past, (latent[rows], k_rot[rows]))
             scores = torch.einsum("lhr,tr->hlt", q_lat[rows], lat_all)
             scores = (scores + torch.einsum("lhd,td->hlt", q_rot[rows], rot_all)) * self.scale
             q_pos = torch.arange(s.past, s.past + s.length, device=x.device)[:, None]
@@ -162,14 +166,13 @@ class MLAttention:
             out[rows] = torch.einsum("hlt,tr->lhr", probs, lat_all)
         return self.w_out(out.view(n, heads * rank))
 
-    def _decode(self, q_lat, q_rot, latent, k_rot, meta) -> torch.Tensor:
-        cache = meta.seqs[0].cache
-        cache.decode_write(meta, self.layer, (latent, k_rot))
+    def _decode(self, q_lat, q_rot, latent, k_rot, meta, kv) -> torch.Tensor:
+        kv.decode_write(meta, (latent, k_rot))
         return paged_kv.mla_decode(
             q_lat,
             q_rot,
-            cache.store(self.layer, 0),
-            cache.store(self.layer, 1),
+            kv.store(0),
+            kv.store(1),
             meta.tables,
             meta.lengths,
             meta.slots,

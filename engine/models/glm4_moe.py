@@ -98,14 +98,16 @@ class GQAttention:
 
         meta = batch.decode
         if batch.decode_only:  # the common case: no rows to gather or scatter
-            return self.o_proj(self._decode(q, k.reshape(n, -1), v, meta).view(n, self.heads * d))
+            return self.o_proj(
+                self._decode(q, k.reshape(n, -1), v, meta, batch.kv(self.layer)).view(n, self.heads * d)
+            )
         out = torch.empty(n, self.heads, d, dtype=x.dtype, device=x.device)
         if meta is not None:  # one new token each: a single batched pass over the block tables
             rows = meta.rows
-            out[rows] = self._decode(q[rows], k[rows].flatten(1), v[rows], meta)
+            out[rows] = self._decode(q[rows], k[rows].flatten(1), v[rows], meta, batch.kv(self.layer))
         for s in batch.prefilling:
             rows = slice(s.start, s.stop)
-            k_all, v_all = s.cache.write(self.layer, s.past, k[rows].flatten(1), v[rows])
+            k_all, v_all = batch.kv(self.layer).write_read(s.blocks, s.past, (k[rows].flatten(1), v[rows]))
             k_all = k_all.view(-1, self.kv_heads, self.dim)
             v_all = v_all.view(-1, self.kv_heads, self.dim)
             # [kv_heads, group, l, d] x [t, kv_heads, d]: each group of query heads reads its KV head.
@@ -118,13 +120,12 @@ class GQAttention:
             out[rows] = torch.einsum("kglt,tkd->lkgd", probs, v_all).reshape(s.length, self.heads, self.dim)
         return self.o_proj(out.reshape(n, self.heads * self.dim))
 
-    def _decode(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, meta) -> torch.Tensor:
-        cache = meta.seqs[0].cache
-        cache.decode_write(meta, self.layer, (k, v))
+    def _decode(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, meta, kv) -> torch.Tensor:
+        kv.decode_write(meta, (k, v))
         return paged_kv.gqa_decode(
             q,
-            cache.store(self.layer, 0),
-            cache.store(self.layer, 1),
+            kv.store(0),
+            kv.store(1),
             meta.tables,
             meta.lengths,
             meta.slots,
