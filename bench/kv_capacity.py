@@ -45,7 +45,7 @@ def measure(model: Path, kv: str, budget: int) -> dict:
     def settled() -> bool:  # everything that fits is admitted and prefilled
         if not sched.running or any(s.remaining > 1 for s in sched.running):
             return False
-        return not sched.waiting or not cache.can_grow(sched.waiting[0].kv, CONTEXT - OUTPUT)
+        return not sched.waiting or not cache.pool.can_grow(sched.waiting[0].kv, CONTEXT - OUTPUT)
 
     while not settled():
         eng.step()

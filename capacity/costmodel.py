@@ -31,13 +31,13 @@ from edge_sim.roofline import (
     GIB,
     Efficiency,
     SimulationError,
-    TargetModel,
     check_kv,
     check_weights,
     gpu_type,
-    target_model,
     weight_bytes,
 )
+from edge_sim.target_models import target_model
+from engine.architecture import Architecture
 
 __all__ = ["CostModel", "ProfileFit", "ProfiledCostModel", "ReplicaPlan", "RooflineCostModel"]
 
@@ -116,7 +116,7 @@ class RooflineCostModel:
 
     def __init__(
         self,
-        model: str | Path | TargetModel = "kimi-k2",
+        model: str | Path | Architecture = "kimi-k2",
         weights: str = "fp8",
         efficiency: Efficiency | None = None,
         usable_fraction: float = DEFAULT_USABLE_FRACTION,
@@ -124,7 +124,7 @@ class RooflineCostModel:
         max_batched_tokens: int = 8192,
         prices: dict[str, float] | None = None,
     ):
-        self.model = model if isinstance(model, TargetModel) else target_model(model)
+        self.model = model if isinstance(model, Architecture) else target_model(model)
         self.model_name = self.model.name
         self.weights = check_weights(weights)
         self.efficiency = efficiency or Efficiency()

@@ -20,13 +20,13 @@ from edge_sim.roofline import (
     Efficiency,
     RooflineModel,
     SimulationError,
-    TargetModel,
     active_params,
     check_kv,
     check_weights,
     gpu_type,
-    target_model,
 )
+from edge_sim.target_models import target_model
+from engine.architecture import Architecture
 
 __all__ = ["LayoutOption", "Plan", "SimulationError", "layout_sizes", "min_layout", "plan"]
 
@@ -58,7 +58,7 @@ def fits(r: RooflineModel, context: int, concurrency: int, usable_fraction: floa
 
 
 def min_layout(
-    model: TargetModel,
+    model: Architecture,
     gpu_name: str,
     weights: str,
     kv: str,
@@ -142,7 +142,7 @@ def _option(
 
 
 def plan(
-    model: str | Path | TargetModel,
+    model: str | Path | Architecture,
     gpu: str = "H200",
     weights: str = "fp8",
     kv: str = "auto",
@@ -156,7 +156,7 @@ def plan(
     alternatives: int = 3,
 ) -> Plan:
     """GPUs needed for weights plus KV, the layout, modeled decode speed and cost."""
-    m = model if isinstance(model, TargetModel) else target_model(model)
+    m = model if isinstance(model, Architecture) else target_model(model)
     g = gpu_type(gpu, prices)
     check_weights(weights)
     check_kv(kv)

@@ -1,9 +1,11 @@
-"""Target models at full size and a roofline cost model of serving them on a PoP's GPUs.
+"""A roofline cost model of serving a full-size model on a PoP's GPUs.
 
-Parameter counts are computed from the published architecture (every linear layer, with its
-shape), so weight bytes in each format include the format's scales exactly as our engine stores
-them. KV bytes per token come from the engine's own cache layout (`PagedKVCache.layout_bytes`),
-so the simulator, the planner and the engine agree on capacity.
+The model is an engine.architecture.Architecture, the description the engine builds its models
+from (the built-in full-size ones are in edge_sim.target_models). Parameter counts are computed
+from it (every linear layer, with its shape), so weight bytes in each format include the
+format's scales exactly as our engine stores them. KV bytes per token come from the engine's own
+cache layout (`PagedKVCache.layout_bytes` over the architecture's `kv_components`), so the
+simulator, the planner and the engine agree on capacity.
 
 Time model (one continuous-batching step that processes T tokens, on N GPUs):
 
@@ -36,25 +38,19 @@ from __future__ import annotations
 
 import functools
 import math
-from pathlib import Path
-from typing import Literal
 
 import msgspec
 
 from edge_sim.topology import GPU_TYPES, GPUType
+from engine.architecture import Architecture
 
 __all__ = [
-    "GLM_4_5",
-    "KIMI_K2",
-    "TARGET_MODELS",
     "WEIGHT_FORMATS",  # noqa: F822 (module __getattr__, from the format table)
     "Efficiency",
     "RooflineModel",
     "SimulationError",
-    "TargetModel",
     "gpu_type",
     "kv_layout",
-    "target_model",
 ]
 
 COMPRESSIBLE_PARTS = ("routed_experts", "shared_experts", "dense_mlp", "attention")
@@ -81,148 +77,6 @@ class SimulationError(ValueError):
     """Bad input to the simulator or the planner (unknown model, GPU, city; negative rates ...).
 
     The message names the entry and says what to change."""
-
-
-class TargetModel(msgspec.Struct, frozen=True, kw_only=True):
-    """The shape of a full-size MoE model (what the time and memory model needs)."""
-
-    name: str
-    attention: Literal["mla", "gqa"]
-    hidden_size: int
-    num_layers: int
-    num_heads: int
-    vocab_size: int
-    dense_intermediate: int
-    moe_intermediate: int
-    n_routed_experts: int
-    experts_per_token: int
-    n_shared_experts: int
-    first_dense_layers: int
-    max_context: int
-    # MLA
-    q_lora_rank: int | None = None
-    kv_lora_rank: int = 0
-    qk_nope_head_dim: int = 0
-    qk_rope_head_dim: int = 0
-    v_head_dim: int = 0
-    # GQA
-    num_kv_heads: int = 0
-    head_dim: int = 0
-    attention_bias: bool = False
-    tie_embeddings: bool = False
-
-    @property
-    def moe_layers(self) -> int:
-        return self.num_layers - self.first_dense_layers
-
-    @property
-    def kv_heads(self) -> int:
-        """How many ways the KV cache splits by head (MLA's latent is one shared head)."""
-        return 1 if self.attention == "mla" else self.num_kv_heads
-
-
-# Kimi K2 (moonshotai/Kimi-K2-Instruct config.json, DeepSeek-V3 architecture): hidden 7168,
-# 61 layers, 64 heads, MLA with q_lora_rank 1536, kv_lora_rank 512, qk_nope_head_dim 128,
-# qk_rope_head_dim 64, v_head_dim 128; 384 routed experts of 2048 with 8 active plus 1 shared;
-# first layer dense with intermediate_size 18432; vocab 163840; 131072-token context.
-KIMI_K2 = TargetModel(
-    name="kimi-k2",
-    attention="mla",
-    hidden_size=7168,
-    num_layers=61,
-    num_heads=64,
-    vocab_size=163840,
-    dense_intermediate=18432,
-    moe_intermediate=2048,
-    n_routed_experts=384,
-    experts_per_token=8,
-    n_shared_experts=1,
-    first_dense_layers=1,
-    max_context=131072,
-    q_lora_rank=1536,
-    kv_lora_rank=512,
-    qk_nope_head_dim=128,
-    qk_rope_head_dim=64,
-    v_head_dim=128,
-)
-
-# GLM-4.5 (zai-org/GLM-4.5 config.json): hidden 5120, 92 layers, 96 query and 8 KV heads of
-# head_dim 128 with attention bias; 160 routed experts of 1536 with 8 active plus 1 shared;
-# first 3 layers dense with intermediate_size 12288; vocab 151552; 131072-token context.
-# (The multi-token-prediction layer is not counted: serving without speculation skips it.)
-GLM_4_5 = TargetModel(
-    name="glm-4.5",
-    attention="gqa",
-    hidden_size=5120,
-    num_layers=92,
-    num_heads=96,
-    vocab_size=151552,
-    dense_intermediate=12288,
-    moe_intermediate=1536,
-    n_routed_experts=160,
-    experts_per_token=8,
-    n_shared_experts=1,
-    first_dense_layers=3,
-    max_context=131072,
-    num_kv_heads=8,
-    head_dim=128,
-    attention_bias=True,
-)
-
-TARGET_MODELS: dict[str, TargetModel] = {m.name: m for m in (KIMI_K2, GLM_4_5)}
-_ALIASES = {"kimi_k2": "kimi-k2", "kimik2": "kimi-k2", "glm4.5": "glm-4.5", "glm-4_5": "glm-4.5"}
-
-
-def target_model(name_or_dir: str | Path) -> TargetModel:
-    """A built-in target model by name (kimi-k2, glm-4.5) or one read from DIR/config.json."""
-    text = str(name_or_dir).strip()
-    key = _ALIASES.get(text.lower(), text.lower())
-    if key in TARGET_MODELS:
-        return TARGET_MODELS[key]
-    path = Path(text)
-    if path.is_dir():
-        return model_from_dir(path)
-    raise SimulationError(
-        f"unknown target model {text!r}; use one of {', '.join(TARGET_MODELS)} "
-        f"or a model directory with a config.json (deepseek_v3, kimi_k2 or glm4_moe)"
-    )
-
-
-def model_from_dir(path: Path) -> TargetModel:
-    from engine.config import load_config
-    from engine.errors import ModelLoadError
-
-    try:
-        c, _ = load_config(path)
-    except ModelLoadError as exc:
-        raise SimulationError(f"model {str(path)!r}: {exc}") from None
-    common = dict(
-        name=path.name,
-        hidden_size=c.hidden_size,
-        num_layers=c.num_hidden_layers,
-        num_heads=c.num_attention_heads,
-        vocab_size=c.vocab_size,
-        dense_intermediate=c.intermediate_size,
-        moe_intermediate=c.moe_intermediate_size,
-        n_routed_experts=c.n_routed_experts,
-        experts_per_token=c.num_experts_per_tok,
-        n_shared_experts=c.n_shared_experts,
-        first_dense_layers=min(c.first_k_dense_replace, c.num_hidden_layers),
-        max_context=c.max_position_embeddings,
-        tie_embeddings=c.tie_word_embeddings,
-        attention_bias=c.attention_bias,
-    )
-    if c.model_type == "glm4_moe":
-        return TargetModel(attention="gqa", num_kv_heads=c.kv_heads, head_dim=c.attn_head_dim, **common)
-    return TargetModel(
-        attention="mla",
-        q_lora_rank=c.q_lora_rank,
-        kv_lora_rank=c.kv_lora_rank,
-        qk_nope_head_dim=c.qk_nope_head_dim,
-        qk_rope_head_dim=c.qk_rope_head_dim,
-        v_head_dim=c.v_head_dim,
-        **common,
-    )
 
 
 def gpu_type(name: str, prices: dict[str, float] | None = None) -> GPUType:
@@ -257,7 +111,7 @@ def check_kv(kv: str) -> str:
 Matrix = tuple[int, int, int]  # (in_features, out_features, how many in the whole model)
 
 
-def linear_shapes(m: TargetModel) -> dict[str, list[Matrix]]:
+def linear_shapes(m: Architecture) -> dict[str, list[Matrix]]:
     """Every linear layer of the model by part: (in, out, count)."""
     h, L, moe = m.hidden_size, m.num_layers, m.moe_layers
     if m.attention == "mla":
@@ -313,7 +167,7 @@ class WeightBytes(msgspec.Struct, frozen=True):
 
 
 def weight_bytes(
-    m: TargetModel, fmt: str = "bf16", parts: tuple[str, ...] = COMPRESSIBLE_PARTS
+    m: Architecture, fmt: str = "bf16", parts: tuple[str, ...] = COMPRESSIBLE_PARTS
 ) -> WeightBytes:
     """Parameters and bytes per part; `fmt` applies to the linear weights of `parts`, everything
     else (embeddings, LM head, router, norms, biases) stays bf16."""
@@ -340,7 +194,7 @@ def weight_bytes(
     return WeightBytes(params, nbytes)
 
 
-def active_params(m: TargetModel) -> int:
+def active_params(m: Architecture) -> int:
     """Parameters one token multiplies by (k routed + shared experts; LM head included)."""
     p = weight_bytes(m).params
     per_expert = p["routed_experts"] / max(1, m.moe_layers * m.n_routed_experts)
@@ -348,22 +202,8 @@ def active_params(m: TargetModel) -> int:
     return int(p["attention"] + p["dense_mlp"] + p["shared_experts"] + routed + p["lm_head"] + p["router"])
 
 
-def kv_components(m: TargetModel):
-    from engine.kv_cache import KVComponent
-
-    if m.attention == "mla":
-        return [
-            KVComponent("latent", 1, m.kv_lora_rank, "value"),
-            KVComponent("rope", 1, m.qk_rope_head_dim, "key"),
-        ]
-    return [
-        KVComponent("k", m.num_kv_heads, m.head_dim, "key"),
-        KVComponent("v", m.num_kv_heads, m.head_dim, "value"),
-    ]
-
-
 @functools.lru_cache(maxsize=64)
-def kv_layout(m: TargetModel, kv: str) -> tuple[int, int]:
+def kv_layout(m: Architecture, kv: str) -> tuple[int, int]:
     """(bytes of one 16-token block over all layers, bytes of one sequence's staging slot), with
     bf16 as the dense dtype: exactly what engine.kv_cache.PagedKVCache allocates."""
     import torch
@@ -373,18 +213,18 @@ def kv_layout(m: TargetModel, kv: str) -> tuple[int, int]:
 
     check_kv(kv)
     try:
-        return PagedKVCache.layout_bytes(kv_components(m), m.num_layers, kv, torch.bfloat16)
+        return PagedKVCache.layout_bytes(m.kv_components, m.num_layers, kv, torch.bfloat16)
     except InvalidRequestError as exc:
         raise SimulationError(f"KV dtype {kv!r} does not fit model {m.name}: {exc}") from None
 
 
-def kv_bytes_per_token(m: TargetModel, kv: str) -> float:
+def kv_bytes_per_token(m: Architecture, kv: str) -> float:
     from engine.kv_cache import BLOCK_SIZE
 
     return kv_layout(m, kv)[0] / BLOCK_SIZE
 
 
-def staging_blocks(m: TargetModel, kv: str) -> int:
+def staging_blocks(m: Architecture, kv: str) -> int:
     block, staging = kv_layout(m, kv)
     return math.ceil(staging / block) if staging else 0
 
@@ -408,7 +248,7 @@ class RooflineModel:
 
     def __init__(
         self,
-        model: TargetModel,
+        model: Architecture,
         gpu: GPUType,
         gpus: int,
         weights: str,

@@ -18,8 +18,8 @@ from edge_sim.roofline import (
     check_kv,
     check_weights,
     gpu_type,
-    target_model,
 )
+from edge_sim.target_models import target_model
 from edge_sim.topology import PoP
 
 

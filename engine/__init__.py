@@ -1,22 +1,33 @@
-"""The inference engine: MoE models (MLA), KV cache, sampling, tokenizer. Knows nothing of PoPs."""
+"""The inference engine: MoE models (MLA), KV cache, sampling, tokenizer. Knows nothing of PoPs.
 
-from engine.engine import EngineStats, LLMEngine, StepStats
-from engine.errors import EngineError, InvalidRequestError, ModelLoadError, RequestTooLargeError
-from engine.llm import LLM, Generation
-from engine.sampling import SamplingParams
-from engine.sequence import RequestMetrics, SeqEvent
+The names below load on first use, so that engine.config and engine.architecture (torch-free)
+can be read by the planner and the roofline without bringing torch in.
+"""
 
-__all__ = [
-    "LLM",
-    "EngineError",
-    "EngineStats",
-    "Generation",
-    "InvalidRequestError",
-    "ModelLoadError",
-    "LLMEngine",
-    "RequestMetrics",
-    "RequestTooLargeError",
-    "SamplingParams",
-    "SeqEvent",
-    "StepStats",
-]
+from __future__ import annotations
+
+import importlib
+
+_EXPORTS = {
+    "LLM": "engine.llm",
+    "Generation": "engine.llm",
+    "EngineStats": "engine.engine",
+    "LLMEngine": "engine.engine",
+    "StepStats": "engine.engine",
+    "EngineError": "engine.errors",
+    "InvalidRequestError": "engine.errors",
+    "ModelLoadError": "engine.errors",
+    "RequestTooLargeError": "engine.errors",
+    "SamplingParams": "engine.sampling",
+    "RequestMetrics": "engine.sequence",
+    "SeqEvent": "engine.sequence",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)

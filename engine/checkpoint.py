@@ -18,7 +18,7 @@ from safetensors.torch import save_file
 from engine.config import load_config
 from engine.errors import ModelLoadError
 from engine.integrity import manifest_digest
-from engine.models import architecture
+from engine.models import expected_tensors
 from engine.weight_parts import COMPRESSIBLE_PARTS, apply_weight_format, parse_parts, part_of
 from engine.weights import SCALE_SUFFIX, load_tensors
 from kernels.formats import COMPRESSED_WEIGHT_FORMATS, DENSE_WEIGHT, WEIGHT
@@ -30,11 +30,10 @@ MAX_SHARD_BYTES = 2 * 1024**3
 
 def _load_as_stored(model_dir: Path) -> tuple[dict, dict[str, torch.Tensor | QuantizedWeight]]:
     config, raw = load_config(model_dir)
-    arch = architecture(config)
     layers = range(config.num_hidden_layers, config.num_hidden_layers + 8)
     tensors = load_tensors(
         model_dir,
-        arch.expected_tensors(config),
+        expected_tensors(config),
         None,
         torch.device("cpu"),
         ignore_prefixes=tuple(f"model.layers.{i}." for i in layers),

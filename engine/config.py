@@ -97,9 +97,6 @@ class ModelConfig(msgspec.Struct, frozen=True, kw_only=True):
             return (self.eos_token_id,)
         return tuple(self.eos_token_id)
 
-    def is_moe_layer(self, layer: int) -> bool:
-        return layer >= self.first_k_dense_replace
-
 
 def _rope_spec(raw: dict[str, Any]) -> RopeSpec:
     # transformers 5 writes `rope_parameters` (theta inside); published checkpoints carry

@@ -66,7 +66,7 @@ class LLMEngine:
         self.eos_ids = eos_ids
         self.context_window = context_window
         self.vocab_size = vocab_size
-        self.scheduler = Scheduler(cache, scheduler or SchedulerConfig())
+        self.scheduler = Scheduler(cache.pool, scheduler or SchedulerConfig())  # it counts blocks only
         self.device = cache.device
         self._ids = itertools.count()
         self._seqs: dict[str, Sequence] = {}
@@ -156,7 +156,7 @@ class LLMEngine:
         hidden = self.model.forward(
             torch.tensor(ids, dtype=torch.long, device=self.device),
             torch.tensor(positions, dtype=torch.long, device=self.device),
-            StepBatch(slices, self.device),
+            StepBatch(slices, self.device, self.cache.layers),
         )
         samplers = [
             (seq, sl)

@@ -17,7 +17,7 @@ from engine.config import ModelConfig, load_config
 from engine.engine import EngineStats, LLMEngine, StepStats, default_kv_budget
 from engine.errors import EngineError, InvalidRequestError, ModelLoadError
 from engine.kv_cache import BLOCK_SIZE, KV_CACHE_DTYPES, PagedKVCache
-from engine.models import architecture
+from engine.models import causal_lm, expected_tensors, float32_tensors
 from engine.sampling import SamplingParams
 from engine.scheduler import SchedulerConfig
 from engine.sequence import RequestMetrics, SeqEvent
@@ -87,13 +87,12 @@ class LLM:
         # files are proven before any of them (config.json included) is parsed
         self.verification, checkpoint = load_verified(self.path, trusted_keys, allow_unsigned)
         self.config, self.raw_config = load_config(self.path)
-        arch = architecture(self.config)
         tensors = load_tensors(
             self.path,
-            arch.expected_tensors(self.config),
+            expected_tensors(self.config),
             self.dtype,
             self.device,
-            keep_float32=arch.float32_tensors(self.config),
+            keep_float32=float32_tensors(self.config),
             ignore_prefixes=tuple(
                 f"model.layers.{i}."
                 for i in range(self.config.num_hidden_layers, self.config.num_hidden_layers + 8)
@@ -103,7 +102,7 @@ class LLM:
         tensors = apply_weight_format(tensors, weights, parts, self.dtype)
         self.weight_formats = formats_by_part(tensors)
         self.weights_label = weights_label(self.weight_formats)
-        self.model = arch.CausalLM(self.config, tensors)
+        self.model = causal_lm(self.config, tensors)
         self._tokenizer: TextTokenizer | None = None
         eos = set(self.config.eos_token_ids)
         if (self.path / "tokenizer.json").is_file():
@@ -198,15 +197,15 @@ class LLM:
                 "token_ids", f"{len(token_ids)} exceed the {self.context_window}-token window"
             )
         cache = self._new_cache(budget=None, max_seqs=1, tokens=len(token_ids))
-        seq = cache.new_sequence()
-        cache.grow(seq, len(token_ids))
+        seq = cache.pool.new_sequence()
+        cache.pool.grow(seq, len(token_ids))
         out = []
         for start in range(0, len(token_ids), chunk):
             ids = token_ids[start : start + chunk]
             hidden = self.model.forward(
                 torch.tensor(ids, dtype=torch.long, device=self.device),
                 torch.arange(start, start + len(ids), device=self.device),
-                StepBatch([SeqSlice(seq, 0, len(ids), start)], self.device),
+                StepBatch([SeqSlice(seq, 0, len(ids), start)], self.device, cache.layers),
             )
             seq.length = start + len(ids)
             out.append(self.model.logits(hidden).cpu())

@@ -7,7 +7,7 @@ import time
 
 import msgspec
 
-from engine.kv_cache import SeqKV
+from engine.block_pool import SeqBlocks
 from engine.sampling import Sampler, SamplingParams
 from engine.tokenizer import IncrementalDetokenizer
 
@@ -48,7 +48,7 @@ class Sequence:
         prompt_ids: list[int],
         params: SamplingParams,
         sampler: Sampler,
-        kv: SeqKV,
+        kv: SeqBlocks,
         detok: IncrementalDetokenizer | None,
         eos_ids: frozenset[int],
         tenant: str = "local",

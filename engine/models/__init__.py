@@ -1,19 +1,35 @@
-"""Model architectures the engine serves, by config.json `model_type`."""
+"""Model architectures the engine serves: one decoder (engine.models.decoder) with the attention
+the config's architecture names (MLA: engine.models.deepseek_v3, GQA: engine.models.glm4_moe)."""
 
 from __future__ import annotations
 
+from engine.architecture import describe
 from engine.config import ModelConfig
-from engine.errors import ModelLoadError
+from engine.models import decoder
+from engine.models.attention import PagedAttention
+from engine.models.layers import Tensors
 
 
-def architecture(config: ModelConfig):
-    """The module implementing `config.model_type` (expected_tensors + CausalLM)."""
-    if config.model_type in ("deepseek_v3", "kimi_k2"):
-        from engine.models import deepseek_v3
+def attention_for(config: ModelConfig) -> type[PagedAttention]:
+    """The attention implementing the architecture `config` describes."""
+    if describe(config).attention == "gqa":
+        from engine.models.glm4_moe import GQAttention
 
-        return deepseek_v3
-    if config.model_type == "glm4_moe":
-        from engine.models import glm4_moe
+        return GQAttention
+    from engine.models.deepseek_v3 import MLAttention
 
-        return glm4_moe
-    raise ModelLoadError(f"model_type {config.model_type!r} has no implementation")
+    return MLAttention
+
+
+def expected_tensors(config: ModelConfig) -> dict[str, tuple[int, ...]]:
+    """Every tensor the checkpoint must hold, with its shape."""
+    return decoder.expected_tensors(config, attention_for(config))
+
+
+def float32_tensors(config: ModelConfig) -> set[str]:
+    return decoder.float32_tensors(config)
+
+
+def causal_lm(config: ModelConfig, tensors: Tensors) -> decoder.DecoderLM:
+    """The model, built from its checkpoint tensors."""
+    return decoder.DecoderLM(config, tensors, attention_for(config))

@@ -1,28 +1,64 @@
 """The decoder both architectures share: pre-norm layers of attention then a dense MLP or MoE,
-a final norm and the LM head. An architecture supplies its attention and what that caches."""
+a final norm and the LM head, and the checkpoint tensors that make it up. An architecture
+supplies only its attention (an engine.models.attention.PagedAttention): what it projects,
+caches and scores, and its own checkpoint tensors."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import torch
 
+from engine.architecture import Architecture, KVComponent, describe
 from engine.batch import StepBatch
 from engine.config import ModelConfig
-from engine.kv_cache import KVComponent
-from engine.models.layers import MLP, MoE, RMSNorm, Rotary, Tensors
+from engine.models.attention import PagedAttention
+from engine.models.layers import MLP, MoE, RMSNorm, Rotary, Tensors, mlp_tensors, moe_tensors
 
-# (tensors, prefix, config, layer index, rotary) -> a callable (x, rope, batch) -> x
-AttentionFactory = Callable[[Tensors, str, ModelConfig, int, Rotary], Callable]
+
+def expected_tensors(c: ModelConfig, attention: type[PagedAttention]) -> dict[str, tuple[int, ...]]:
+    """Every tensor the checkpoint must hold, with its shape."""
+    arch, h = describe(c), c.hidden_size
+    specs: dict[str, tuple[int, ...]] = {"model.embed_tokens.weight": (c.vocab_size, h)}
+    for i in range(arch.num_layers):
+        p = f"model.layers.{i}"
+        specs[f"{p}.input_layernorm.weight"] = (h,)
+        specs[f"{p}.post_attention_layernorm.weight"] = (h,)
+        specs.update(attention.tensors(c, f"{p}.self_attn"))
+        if arch.is_moe_layer(i):
+            specs.update(moe_tensors(f"{p}.mlp", c))
+        else:
+            specs.update(mlp_tensors(f"{p}.mlp", h, c.intermediate_size))
+    specs["model.norm.weight"] = (h,)
+    if not c.tie_word_embeddings:
+        specs["lm_head.weight"] = (c.vocab_size, h)
+    return specs
+
+
+def float32_tensors(c: ModelConfig) -> set[str]:
+    """Tensors kept in float32 whatever the model dtype (the router, as in the reference)."""
+    arch = describe(c)
+    return {
+        f"model.layers.{i}.mlp.gate.{name}"
+        for i in range(arch.num_layers)
+        if arch.is_moe_layer(i)
+        for name in ("weight", "e_score_correction_bias")
+    }
 
 
 class DecoderLayer:
-    def __init__(self, t: Tensors, c: ModelConfig, i: int, attention: AttentionFactory, rotary: Rotary):
+    def __init__(
+        self,
+        t: Tensors,
+        c: ModelConfig,
+        arch: Architecture,
+        i: int,
+        attention: type[PagedAttention],
+        rotary: Rotary,
+    ):
         p = f"model.layers.{i}"
         self.input_norm = RMSNorm(t[f"{p}.input_layernorm.weight"], c.rms_norm_eps)
         self.post_attn_norm = RMSNorm(t[f"{p}.post_attention_layernorm.weight"], c.rms_norm_eps)
         self.attn = attention(t, f"{p}.self_attn", c, i, rotary)
-        self.mlp = MoE(t, f"{p}.mlp", c) if c.is_moe_layer(i) else MLP(t, f"{p}.mlp")
+        self.mlp = MoE(t, f"{p}.mlp", c) if arch.is_moe_layer(i) else MLP(t, f"{p}.mlp")
 
     def __call__(self, x, rope, batch):
         x = x + self.attn(self.input_norm(x), rope, batch)
@@ -32,26 +68,24 @@ class DecoderLayer:
 class DecoderLM:
     """The full model: forward over a flat token batch, then logits for the rows asked for."""
 
-    def __init__(
-        self,
-        c: ModelConfig,
-        t: Tensors,
-        attention: AttentionFactory,
-        rotary_dim: int,
-        interleaved: bool,
-    ):
+    def __init__(self, c: ModelConfig, t: Tensors, attention: type[PagedAttention]):
         self.config = c
+        self.arch = describe(c)
         self.embed = t["model.embed_tokens.weight"]
         self.device = self.embed.device
         self.dtype = self.embed.dtype
+        rotary_dim, interleaved = attention.rotary_spec(c)
         self.rotary = Rotary(rotary_dim, c.rope, interleaved, self.device)
-        self.layers = [DecoderLayer(t, c, i, attention, self.rotary) for i in range(c.num_hidden_layers)]
+        self.layers = [
+            DecoderLayer(t, c, self.arch, i, attention, self.rotary) for i in range(self.arch.num_layers)
+        ]
         self.norm = RMSNorm(t["model.norm.weight"], c.rms_norm_eps)
         # [hidden, vocab], contiguous: the largest matmul of a decode step, on its fast layout
         self.lm_head_t = (self.embed if c.tie_word_embeddings else t["lm_head.weight"]).t().contiguous()
 
     def kv_components(self) -> list[KVComponent]:
-        raise NotImplementedError
+        """What each layer caches per token (the architecture's description says)."""
+        return self.arch.kv_components
 
     def moe_layers(self) -> list[MoE]:
         return [layer.mlp for layer in self.layers if isinstance(layer.mlp, MoE)]

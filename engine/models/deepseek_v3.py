@@ -1,4 +1,4 @@
-"""DeepSeek-V3 / Kimi K2 architecture: MLA attention, dense then sigmoid-routed MoE layers.
+"""DeepSeek-V3 / Kimi K2 attention: MLA (the decoder around it is engine.models.decoder's).
 
 Checkpoint names follow the hub layout that transformers' `save_pretrained` writes.
 Attention runs in the absorbed form (queries projected into the latent space, W_UK and W_UV
@@ -11,31 +11,26 @@ import torch
 
 from engine.batch import StepBatch
 from engine.config import ModelConfig
-from engine.kv_cache import KVComponent
-from engine.models.decoder import DecoderLM
-from engine.models.layers import (
-    Linear,
-    RMSNorm,
-    RopeTables,
-    Rotary,
-    Tensors,
-    dense,
-    mlp_tensors,
-    moe_tensors,
-    softmax_scale,
-)
+from engine.models.attention import PagedAttention
+from engine.models.layers import Linear, RMSNorm, RopeTables, Rotary, Tensors, dense, softmax_scale
 from kernels import paged_kv
 
 
-def expected_tensors(c: ModelConfig) -> dict[str, tuple[int, ...]]:
-    """Every tensor the checkpoint must hold, with its shape."""
-    h, heads = c.hidden_size, c.num_attention_heads
-    specs: dict[str, tuple[int, ...]] = {"model.embed_tokens.weight": (c.vocab_size, h)}
-    for i in range(c.num_hidden_layers):
-        p = f"model.layers.{i}"
-        a = f"{p}.self_attn"
-        specs[f"{p}.input_layernorm.weight"] = (h,)
-        specs[f"{p}.post_attention_layernorm.weight"] = (h,)
+class MLAttention(PagedAttention):
+    """MLA in absorbed form with its projections folded together at load:
+
+    - one input matmul yields [q_lat | q_rot | latent | k_rot] (no q-LoRA), or [q_a | latent | k_rot]
+      followed by one q_b matmul yielding [q_lat | q_rot]; W_UK is folded into the query weights;
+    - W_UV is folded into o_proj, so attention output in latent space goes straight to the hidden size.
+    Compressed attention weights are expanded for the fold (MLA then serves them dense).
+    """
+
+    decode_kernel = staticmethod(paged_kv.mla_decode)
+
+    @staticmethod
+    def tensors(c: ModelConfig, a: str) -> dict[str, tuple[int, ...]]:
+        h, heads = c.hidden_size, c.num_attention_heads
+        specs: dict[str, tuple[int, ...]] = {}
         if c.q_lora_rank is None:
             specs[f"{a}.q_proj.weight"] = (heads * c.qk_head_dim, h)
         else:
@@ -51,42 +46,17 @@ def expected_tensors(c: ModelConfig) -> dict[str, tuple[int, ...]]:
         specs[f"{a}.kv_a_layernorm.weight"] = (c.kv_lora_rank,)
         specs[f"{a}.kv_b_proj.weight"] = (heads * (c.qk_nope_head_dim + c.v_head_dim), c.kv_lora_rank)
         specs[f"{a}.o_proj.weight"] = (h, heads * c.v_head_dim)
-        if c.is_moe_layer(i):
-            specs.update(moe_tensors(f"{p}.mlp", c))
-        else:
-            specs.update(mlp_tensors(f"{p}.mlp", h, c.intermediate_size))
-    specs["model.norm.weight"] = (h,)
-    if not c.tie_word_embeddings:
-        specs["lm_head.weight"] = (c.vocab_size, h)
-    return specs
+        return specs
 
-
-def float32_tensors(c: ModelConfig) -> set[str]:
-    """Tensors kept in float32 whatever the model dtype (the router, as in the reference)."""
-    return {
-        name
-        for i in range(c.first_k_dense_replace, c.num_hidden_layers)
-        for name in (
-            f"model.layers.{i}.mlp.gate.weight",
-            f"model.layers.{i}.mlp.gate.e_score_correction_bias",
-        )
-    }
-
-
-class MLAttention:
-    """MLA in absorbed form with its projections folded together at load:
-
-    - one input matmul yields [q_lat | q_rot | latent | k_rot] (no q-LoRA), or [q_a | latent | k_rot]
-      followed by one q_b matmul yielding [q_lat | q_rot]; W_UK is folded into the query weights;
-    - W_UV is folded into o_proj, so attention output in latent space goes straight to the hidden size.
-    Compressed attention weights are expanded for the fold (MLA then serves them dense).
-    """
+    @staticmethod
+    def rotary_spec(c: ModelConfig) -> tuple[int, bool]:
+        return c.qk_rope_head_dim, c.rope_interleave
 
     def __init__(self, t: Tensors, prefix: str, c: ModelConfig, layer: int, rotary: Rotary):
         self.layer = layer
         h, self.heads = c.hidden_size, c.num_attention_heads
         self.nope, self.rope_dim, self.v_dim = c.qk_nope_head_dim, c.qk_rope_head_dim, c.v_head_dim
-        self.rank = c.kv_lora_rank
+        self.rank = self.out_dim = c.kv_lora_rank
         self.rotary = rotary
         self.scale = softmax_scale(c.qk_head_dim, c.rope)
         dtype = t[f"{prefix}.kv_a_layernorm.weight"].dtype
@@ -143,47 +113,12 @@ class MLAttention:
         )
         q_rot, k_rot = rotated[:, :heads], rotated[:, heads]
 
-        meta = batch.decode
-        if batch.decode_only:  # the common case: no rows to gather or scatter
-            return self.w_out(self._decode(q_lat, q_rot, latent, k_rot, meta).view(n, heads * rank))
-        out = torch.empty(n, heads, rank, dtype=x.dtype, device=x.device)
-        if meta is not None:  # one new token each: a single batched pass over the block tables
-            rows = meta.rows
-            out[rows] = self._decode(q_lat[rows], q_rot[rows], latent[rows], k_rot[rows], meta)
-        for s in batch.prefilling:
-            rows = slice(s.start, s.stop)
-            lat_all, rot_all = s.cache.write(self.layer, s.past, latent[rows], k_rot[rows])
-            scores = torch.einsum("lhr,tr->hlt", q_lat[rows], lat_all)
-            scores = (scores + torch.einsum("lhd,td->hlt", q_rot[rows], rot_all)) * self.scale
-            q_pos = torch.arange(s.past, s.past + s.length, device=x.device)[:, None]
-            visible = torch.arange(s.past + s.length, device=x.device)[None, :] <= q_pos
-            scores = scores.masked_fill(~visible, float("-inf"))
-            probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(x.dtype)
-            out[rows] = torch.einsum("hlt,tr->lhr", probs, lat_all)
-        return self.w_out(out.view(n, heads * rank))
+        out = self.attend(batch, (q_lat, q_rot), (latent, k_rot))
+        return self.w_out(out.reshape(n, heads * rank))
 
-    def _decode(self, q_lat, q_rot, latent, k_rot, meta) -> torch.Tensor:
-        cache = meta.seqs[0].cache
-        cache.decode_write(meta, self.layer, (latent, k_rot))
-        return paged_kv.mla_decode(
-            q_lat,
-            q_rot,
-            cache.store(self.layer, 0),
-            cache.store(self.layer, 1),
-            meta.tables,
-            meta.lengths,
-            meta.slots,
-            self.scale,
-        )
+    def scores(self, queries, cached) -> torch.Tensor:
+        (q_lat, q_rot), (lat_all, rot_all) = queries, cached
+        return torch.einsum("lhr,tr->hlt", q_lat, lat_all) + torch.einsum("lhd,td->hlt", q_rot, rot_all)
 
-
-class CausalLM(DecoderLM):
-    def __init__(self, c: ModelConfig, t: Tensors):
-        super().__init__(c, t, MLAttention, c.qk_rope_head_dim, interleaved=c.rope_interleave)
-
-    def kv_components(self) -> list[KVComponent]:
-        """MLA caches the normalised latent (read like values) and the shared roped key."""
-        return [
-            KVComponent("latent", 1, self.config.kv_lora_rank, "value"),
-            KVComponent("rope", 1, self.config.qk_rope_head_dim, "key"),
-        ]
+    def mix(self, probs, cached) -> torch.Tensor:
+        return torch.einsum("hlt,tr->lhr", probs, cached[0])

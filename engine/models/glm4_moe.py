@@ -1,5 +1,6 @@
-"""GLM-4.5 / 4.5-Air / 4.6 architecture: GQA attention (bias, optional QK-norm, partial rotary),
-dense then sigmoid-routed MoE layers (the DeepSeek-V3 router family).
+"""GLM-4.5 / 4.5-Air / 4.6 attention: GQA (bias, optional QK-norm, partial rotary); the decoder
+around it (dense then sigmoid-routed MoE layers, the DeepSeek-V3 router family) is
+engine.models.decoder's.
 
 The cache holds K and V per KV head; queries of a group share them.
 """
@@ -10,30 +11,19 @@ import torch
 
 from engine.batch import StepBatch
 from engine.config import ModelConfig
-from engine.kv_cache import KVComponent
-from engine.models.decoder import DecoderLM
-from engine.models.layers import (
-    Linear,
-    RMSNorm,
-    RopeTables,
-    Rotary,
-    Tensors,
-    linear,
-    mlp_tensors,
-    moe_tensors,
-)
+from engine.models.attention import PagedAttention
+from engine.models.layers import Linear, RMSNorm, RopeTables, Rotary, Tensors, linear
 from kernels import paged_kv
 
 
-def expected_tensors(c: ModelConfig) -> dict[str, tuple[int, ...]]:
-    h, d = c.hidden_size, c.attn_head_dim
-    q_out, kv_out = c.num_attention_heads * d, c.kv_heads * d
-    specs: dict[str, tuple[int, ...]] = {"model.embed_tokens.weight": (c.vocab_size, h)}
-    for i in range(c.num_hidden_layers):
-        p = f"model.layers.{i}"
-        a = f"{p}.self_attn"
-        specs[f"{p}.input_layernorm.weight"] = (h,)
-        specs[f"{p}.post_attention_layernorm.weight"] = (h,)
+class GQAttention(PagedAttention):
+    decode_kernel = staticmethod(paged_kv.gqa_decode)
+
+    @staticmethod
+    def tensors(c: ModelConfig, a: str) -> dict[str, tuple[int, ...]]:
+        h, d = c.hidden_size, c.attn_head_dim
+        q_out, kv_out = c.num_attention_heads * d, c.kv_heads * d
+        specs: dict[str, tuple[int, ...]] = {}
         for proj, out in (("q_proj", q_out), ("k_proj", kv_out), ("v_proj", kv_out)):
             specs[f"{a}.{proj}.weight"] = (out, h)
             if c.attention_bias:
@@ -42,28 +32,16 @@ def expected_tensors(c: ModelConfig) -> dict[str, tuple[int, ...]]:
         if c.use_qk_norm:
             specs[f"{a}.q_norm.weight"] = (d,)
             specs[f"{a}.k_norm.weight"] = (d,)
-        if c.is_moe_layer(i):
-            specs.update(moe_tensors(f"{p}.mlp", c))
-        else:
-            specs.update(mlp_tensors(f"{p}.mlp", h, c.intermediate_size))
-    specs["model.norm.weight"] = (h,)
-    if not c.tie_word_embeddings:
-        specs["lm_head.weight"] = (c.vocab_size, h)
-    return specs
+        return specs
 
+    @staticmethod
+    def rotary_spec(c: ModelConfig) -> tuple[int, bool]:
+        return c.rotary_dim, False
 
-def float32_tensors(c: ModelConfig) -> set[str]:
-    return {
-        f"model.layers.{i}.mlp.gate.{name}"
-        for i in range(c.first_k_dense_replace, c.num_hidden_layers)
-        for name in ("weight", "e_score_correction_bias")
-    }
-
-
-class GQAttention:
     def __init__(self, t: Tensors, prefix: str, c: ModelConfig, layer: int, rotary: Rotary):
         self.layer = layer
         self.heads, self.kv_heads, self.dim = c.num_attention_heads, c.kv_heads, c.attn_head_dim
+        self.out_dim = self.dim
         self.group = self.heads // self.kv_heads
         projs = [linear(t, f"{prefix}.{p}_proj", bias=c.attention_bias) for p in "qkv"]
         # one matmul for q, k and v when they are dense (compressed weights keep their own)
@@ -96,50 +74,15 @@ class GQAttention:
             q, k = self.q_norm(q), self.k_norm(k)
         q, k = self._rope(q, rope), self._rope(k, rope)
 
-        meta = batch.decode
-        if batch.decode_only:  # the common case: no rows to gather or scatter
-            return self.o_proj(self._decode(q, k.reshape(n, -1), v, meta).view(n, self.heads * d))
-        out = torch.empty(n, self.heads, d, dtype=x.dtype, device=x.device)
-        if meta is not None:  # one new token each: a single batched pass over the block tables
-            rows = meta.rows
-            out[rows] = self._decode(q[rows], k[rows].flatten(1), v[rows], meta)
-        for s in batch.prefilling:
-            rows = slice(s.start, s.stop)
-            k_all, v_all = s.cache.write(self.layer, s.past, k[rows].flatten(1), v[rows])
-            k_all = k_all.view(-1, self.kv_heads, self.dim)
-            v_all = v_all.view(-1, self.kv_heads, self.dim)
-            # [kv_heads, group, l, d] x [t, kv_heads, d]: each group of query heads reads its KV head.
-            q_g = q[rows].view(s.length, self.kv_heads, self.group, self.dim).permute(1, 2, 0, 3)
-            scores = torch.einsum("kgld,tkd->kglt", q_g, k_all) * self.scale
-            q_pos = torch.arange(s.past, s.past + s.length, device=x.device)[:, None]
-            visible = torch.arange(s.past + s.length, device=x.device)[None, :] <= q_pos
-            scores = scores.masked_fill(~visible, float("-inf"))
-            probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(x.dtype)
-            out[rows] = torch.einsum("kglt,tkd->lkgd", probs, v_all).reshape(s.length, self.heads, self.dim)
-        return self.o_proj(out.reshape(n, self.heads * self.dim))
+        out = self.attend(batch, (q,), (k.reshape(n, -1), v))
+        return self.o_proj(out.reshape(n, self.heads * d))
 
-    def _decode(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, meta) -> torch.Tensor:
-        cache = meta.seqs[0].cache
-        cache.decode_write(meta, self.layer, (k, v))
-        return paged_kv.gqa_decode(
-            q,
-            cache.store(self.layer, 0),
-            cache.store(self.layer, 1),
-            meta.tables,
-            meta.lengths,
-            meta.slots,
-            self.scale,
-        )
+    def scores(self, queries, cached) -> torch.Tensor:
+        # [kv_heads, group, l, d] x [t, kv_heads, d]: each group of query heads reads its KV head.
+        q = queries[0]
+        q_g = q.view(q.shape[0], self.kv_heads, self.group, self.dim).permute(1, 2, 0, 3)
+        return torch.einsum("kgld,tkd->kglt", q_g, cached[0].view(-1, self.kv_heads, self.dim))
 
-
-class CausalLM(DecoderLM):
-    def __init__(self, c: ModelConfig, t: Tensors):
-        super().__init__(c, t, GQAttention, c.rotary_dim, interleaved=False)
-
-    def kv_components(self) -> list[KVComponent]:
-        """GQA caches K and V per KV head."""
-        c = self.config
-        return [
-            KVComponent("k", c.kv_heads, c.attn_head_dim, "key"),
-            KVComponent("v", c.kv_heads, c.attn_head_dim, "value"),
-        ]
+    def mix(self, probs, cached) -> torch.Tensor:
+        v_all = cached[1].view(-1, self.kv_heads, self.dim)
+        return torch.einsum("kglt,tkd->lkgd", probs, v_all).reshape(probs.shape[2], self.heads, self.dim)

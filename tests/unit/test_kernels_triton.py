@@ -67,9 +67,9 @@ def filled_cache(components, kv):
     seqs = []
     for n in LENGTHS:
         seq = cache.new_sequence()
-        cache.grow(seq, n + 20)
+        cache.pool.grow(seq, n + 20)
         scale = torch.rand(1, 1) * 3 + 0.1
-        seq.write(0, 0, *[torch.randn(n, c.width) * scale for c in components])
+        cache.write(seq, 0, 0, *[torch.randn(n, c.width) * scale for c in components])
         seq.length = n
         seqs.append(seq)
     meta = StepBatch([SeqSlice(s, i, 1, s.length) for i, s in enumerate(seqs)], torch.device("cpu")).decode

@@ -86,16 +86,16 @@ def test_round_trip_within_bounds_and_independent_of_chunking(kv, components):
     xs = [fresh(n, comp) for comp in components]
     c = cache(components, kv)
     whole = c.new_sequence()
-    c.grow(whole, n)
-    out_whole = whole.write(0, 0, *xs)
+    c.pool.grow(whole, n)
+    out_whole = c.write(whole, 0, 0, *xs)
     chunked = c.new_sequence()
-    c.grow(chunked, n)
+    c.pool.grow(chunked, n)
     start = 0
     for size in (1, 7, 16, 9, 20, n):  # ragged chunks straddling block boundaries
         size = min(size, n - start)
         if size <= 0:
             break
-        out_chunked = chunked.write(0, start, *(x[start : start + size] for x in xs))
+        out_chunked = c.write(chunked, 0, start, *(x[start : start + size] for x in xs))
         start += size
     for comp, x, a, b in zip(components, xs, out_whole, out_chunked, strict=True):
         assert a.shape == x.shape
@@ -117,8 +117,8 @@ def test_batched_decode_reads_what_single_sequence_writes_read(kv, components):
         xs = [fresh(n, comp) for comp in components]
         for cc, bucket in ((c, seqs), (ref, refs)):
             s = cc.new_sequence()
-            cc.grow(s, n + 20)
-            s.write(0, 0, *xs)
+            cc.pool.grow(s, n + 20)
+            cc.write(s, 0, 0, *xs)
             s.length = n
             bucket.append(s)
     for _ in range(20):  # 20 decode steps, crossing block boundaries
@@ -126,13 +126,13 @@ def test_batched_decode_reads_what_single_sequence_writes_read(kv, components):
         meta = StepBatch(
             [SeqSlice(kv, row, 1, kv.length) for row, kv in enumerate(seqs)], torch.device("cpu")
         ).decode
-        c.decode_write(meta, 0, tuple(new))
+        c.layers[0].decode_write(meta, tuple(new))
         dense = [
             paged_kv.read_sequences_ref(c.store(0, i), meta.tables, meta.lengths, meta.slots).flatten(2)
             for i in range(len(components))
         ]
         for row, (s, r) in enumerate(zip(seqs, refs, strict=True)):
-            want = r.write(0, r.length, *(x[row : row + 1] for x in new))
+            want = ref.write(r, 0, r.length, *(x[row : row + 1] for x in new))
             for d, w in zip(dense, want, strict=True):
                 torch.testing.assert_close(d[row, : int(meta.lengths[row])], w, atol=0, rtol=0)
                 assert (
@@ -147,11 +147,11 @@ def test_allocator_grows_releases_and_reserves_staging():
     c = cache(MLA, "int4", tokens=64, seqs=2)
     total = c.free_blocks
     s = c.new_sequence()
-    assert c.grow(s, 20)
+    assert c.pool.grow(s, 20)
     assert len(s.block_table) == 2 and c.free_blocks == total - 2 - c.staging_blocks
-    assert not c.grow(s, 10_000)  # refused without change
+    assert not c.pool.grow(s, 10_000)  # refused without change
     assert len(s.block_table) == 2
-    c.release(s)
+    c.pool.release(s)
     assert c.free_blocks == total and s.block_table == [] and s.slot is None
 
 

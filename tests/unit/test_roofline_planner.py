@@ -10,16 +10,14 @@ from capacity import cli as capacity_cli
 from capacity.planner import layout_sizes, min_layout, plan
 from edge_sim.roofline import (
     GIB,
-    GLM_4_5,
-    KIMI_K2,
     RooflineModel,
     SimulationError,
     active_params,
     gpu_type,
     kv_bytes_per_token,
-    target_model,
     weight_bytes,
 )
+from edge_sim.target_models import GLM_4_5, KIMI_K2, target_model
 from tests.conftest import SHIPPED_KIMI
 
 
