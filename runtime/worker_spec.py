@@ -15,7 +15,7 @@ import msgspec
 from edge_sim.accounting import LatencyAccount
 from edge_sim.topology import Location, PoP
 from runtime.bindings import BindingRef
-from runtime.isolate import IsolateLimits
+from runtime.isolate_types import IsolateLimits
 
 
 class DurableObjectRef(msgspec.Struct, frozen=True):
