@@ -15,7 +15,7 @@ import json
 import logging
 import time
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import msgspec
 from starlette.requests import Request
@@ -30,7 +30,10 @@ from runtime.validation import describe
 from workers import AIError
 
 if TYPE_CHECKING:
-    from runtime.app import Runtime
+    from runtime.ai import AIService
+    from runtime.metrics import Metrics
+    from runtime.state import State
+    from runtime.worker_spec import RequestContext
 
 log = logging.getLogger("edge.api")
 
@@ -138,8 +141,20 @@ def authenticate(state, request: Request) -> str:
     return account
 
 
+class AIApiHost(Protocol):
+    """What the AI APIs use of the runtime (runtime.app.ApiServices)."""
+
+    state: State
+    ai: AIService
+    metrics: Metrics
+
+    def locate(self, request: Request) -> RequestContext: ...
+
+    def catalog_view(self) -> list[dict[str, Any]]: ...
+
+
 class AIApi:
-    def __init__(self, runtime: Runtime):
+    def __init__(self, runtime: AIApiHost):
         self.runtime = runtime
 
     def routes(self) -> list[Route]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import tomllib
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import msgspec
 
@@ -18,6 +18,9 @@ from edge_sim.pop import ModelSpec
 from edge_sim.roofline import SimulationError
 from edge_sim.target import TargetSpec
 from runtime.config import MODELS_DIR_ENV, ConfigError
+
+if TYPE_CHECKING:
+    from edge_sim.edge import Edge
 
 Schema = Literal["text-generation", "chat-completions"]
 
@@ -141,3 +144,43 @@ def quality_view(folder: Path) -> list[dict]:
         }
         for r in json.loads(path.read_text())
     ]
+
+
+def catalog_view(catalog: dict[str, tuple[CatalogEntry, Path]], edge: Edge) -> list[dict[str, Any]]:
+    """The catalog as the models search API shows it: formats that serve each model, always;
+    then each alias (another provider's name, `@cf/...`) with the miniature that stands in."""
+    out = []
+    for name, (entry, folder) in catalog.items():
+        formats = next((n.formats(name) for n in edge.nodes.values() if name in n.models()), None)
+        weights, kv, by_part = formats if formats else (entry.weights, entry.kv_cache_dtype, {})
+        out.append(
+            {
+                "id": name,
+                "name": name,
+                "description": entry.description,
+                "task": {"name": "Text Generation"},  # Cloudflare's task for its Kimi and GLM too
+                "schema": entry.schema,
+                "properties": [{"property_id": "context_window", "value": str(entry.context_window or "")}],
+                "quantization": {"weights": weights, "weights_by_part": by_part, "kv_cache": kv},
+                "quality": quality_view(folder),
+                "served": name in edge.models(),
+                "served_by": {"model": name, "stand_in": False, "weights": weights, "kv_cache": kv},
+                "aliases": [a.name for a in entry.aliases],
+            }
+        )
+    views = {view["name"]: view for view in out}
+    for alias, (target, entry) in alias_map(catalog).items():
+        view = views[target]
+        out.append(
+            {
+                **view,
+                "id": alias,
+                "name": alias,
+                "description": f"{entry.description} Served here by the miniature {target}.".strip(),
+                "schema": entry.schema or view["schema"],
+                "served_by": {**view["served_by"], "stand_in": True},
+                "aliases": [],
+                "source": entry.source,
+            }
+        )
+    return out

@@ -21,7 +21,8 @@ import json
 import shutil
 import unicodedata
 import uuid
-from typing import TYPE_CHECKING
+from collections.abc import Awaitable, Callable
+from pathlib import Path
 
 import msgspec
 from starlette.requests import Request
@@ -32,11 +33,9 @@ from runtime import limits as worker_limits
 from runtime.api import AUTH_ERROR, AuthError, authenticate, cf_error, envelope
 from runtime.bindings import BindingRef, binding_refs, check_binding_names
 from runtime.isolate import Isolate, WorkerLoadError
-from runtime.state import private_dir, write_bundle
+from runtime.state import State, private_dir, write_bundle
+from runtime.tail import TailHub
 from runtime.validation import describe
-
-if TYPE_CHECKING:
-    from runtime.app import Runtime
 
 PREFIX = "/client/v4/accounts/{account}/workers/scripts/{name}"
 SCRIPT_INVALID = 10021  # Cloudflare's "script content failed validation"
@@ -210,8 +209,17 @@ async def _no_ai(call):  # validation isolates never get as far as calling the m
 
 
 class ControlApi:
-    def __init__(self, runtime: Runtime):
-        self.runtime = runtime
+    """`restart_worker(account, name)` stops a worker's running isolates (its env changed)."""
+
+    def __init__(
+        self,
+        state: State,
+        state_dir: Path,
+        tail: TailHub,
+        restart_worker: Callable[[str, str], Awaitable[None]],
+    ):
+        self.state, self.state_dir, self.tail = state, state_dir, tail
+        self.restart_worker = restart_worker
 
     def routes(self) -> list[Route]:
         return [
@@ -225,7 +233,7 @@ class ControlApi:
         ]
 
     def _auth(self, request: Request) -> tuple[str, str]:
-        return authenticate(self.runtime.state, request), request.path_params["name"]
+        return authenticate(self.state, request), request.path_params["name"]
 
     async def _decode(self, request: Request, kind: type):
         return decode(await self._read(request, 1024 * 1024), kind)
@@ -253,8 +261,8 @@ class ControlApi:
             return cf_error(SCRIPT_TOO_LARGE, f"{exc}; the active version is unchanged", 413)
         except ValueError as exc:  # nothing has been written yet
             return cf_error(BAD_REQUEST, f"{exc}; the active version is unchanged")
-        state, cfg = self.runtime.state, upload.config
-        state_dir = private_dir(self.runtime.config.state_dir)
+        state, cfg = self.state, upload.config
+        state_dir = private_dir(self.state_dir)
         staging = private_dir(state_dir / "staging") / uuid.uuid4().hex
         try:  # whatever happens, the staging folder goes (renamed to the version's, or removed)
             write_bundle(staging, upload.files)
@@ -287,14 +295,14 @@ class ControlApi:
             account, name = self._auth(request)
         except AuthError as exc:
             return cf_error(AUTH_ERROR, str(exc), exc.status)
-        return envelope({"items": self.runtime.state.versions(account, name)})
+        return envelope({"items": self.state.versions(account, name)})
 
     async def deployments(self, request: Request) -> Response:
         try:
             account, name = self._auth(request)
         except AuthError as exc:
             return cf_error(AUTH_ERROR, str(exc), exc.status)
-        state = self.runtime.state
+        state = self.state
         if request.method == "GET":
             return envelope({"deployments": state.deployments(account, name)})
         try:
@@ -320,7 +328,7 @@ class ControlApi:
             return cf_error(AUTH_ERROR, str(exc), exc.status)
         except ValueError as exc:
             return cf_error(BAD_REQUEST, str(exc))
-        state = self.runtime.state
+        state = self.state
         version = body.version_id
         if version is None:  # the version active before the current deployment
             deployments = state.deployments(account, name)
@@ -346,7 +354,7 @@ class ControlApi:
             account, name = self._auth(request)
         except AuthError as exc:
             return cf_error(AUTH_ERROR, str(exc), exc.status)
-        state = self.runtime.state
+        state = self.state
         if request.method == "GET":
             return envelope([{"name": n, "type": "secret_text"} for n in state.secret_names(account, name)])
         try:
@@ -356,7 +364,7 @@ class ControlApi:
         if not body.name.isidentifier():
             return cf_error(BAD_REQUEST, f"secret name {body.name!r} must be a valid identifier")
         state.put_secret(account, name, body.name, body.text)
-        await self.runtime.restart_worker(account, name)  # the next request sees the new env
+        await self.restart_worker(account, name)  # the next request sees the new env
         return envelope({"name": body.name, "type": "secret_text"})
 
     async def delete_secret(self, request: Request) -> Response:
@@ -364,9 +372,9 @@ class ControlApi:
             account, name = self._auth(request)
         except AuthError as exc:
             return cf_error(AUTH_ERROR, str(exc), exc.status)
-        if not self.runtime.state.delete_secret(account, name, request.path_params["secret"]):
+        if not self.state.delete_secret(account, name, request.path_params["secret"]):
             return cf_error(NOT_FOUND, f"no secret {request.path_params['secret']!r}", 404)
-        await self.runtime.restart_worker(account, name)
+        await self.restart_worker(account, name)
         return envelope(None)
 
     async def tail_events(self, request: Request) -> Response:
@@ -375,7 +383,7 @@ class ControlApi:
         except AuthError as exc:
             return cf_error(AUTH_ERROR, str(exc), exc.status)
         wanted = request.query_params.get("status")
-        queue = self.runtime.tail.subscribe(account, name)
+        queue = self.tail.subscribe(account, name)
 
         async def events():
             try:
@@ -391,6 +399,6 @@ class ControlApi:
                         continue
                     yield (json.dumps(event) + "\n").encode()
             finally:
-                self.runtime.tail.unsubscribe(account, name, queue)
+                self.tail.unsubscribe(account, name, queue)
 
         return StreamingResponse(events(), media_type="application/x-ndjson")

@@ -27,8 +27,21 @@ from typing import Any
 import msgspec
 
 from runtime import ipc, isolate_view, proctree
+from runtime.isolate_output import OutputPump
+from runtime.isolate_types import ExceededResources, IsolateCrashed, IsolateLimits, WorkerLoadError
 
 log = logging.getLogger("edge.isolate")
+
+__all__ = [  # the errors and limits live in runtime.isolate_types; imported from here too
+    "ExceededResources",
+    "Isolate",
+    "IsolateCrashed",
+    "IsolateLimits",
+    "WorkerLoadError",
+    "insecure_isolation",
+    "isolation_problem",
+    "use_insecure_isolation",
+]
 
 # An AI call is answered with an AIReply, or (stream: true) with AIChunks ending in an AIReply.
 AIHandler = Callable[[ipc.AICall], Awaitable[ipc.AIReply | AsyncIterator[ipc.AIChunk | ipc.AIReply]]]
@@ -38,8 +51,6 @@ RESPONSE_WALL_S = 300.0  # from the request to its response's first byte
 WAIT_UNTIL_S = 30.0  # work after the response (waitUntil), as on Workers
 GRACE_S = 5.0  # a cancelled request that has not ended by then gets its isolate killed
 MAX_CALLS = 64  # AI, fetch and binding calls one isolate may have outstanding at once
-OUTPUT_LINE = 4096  # stdout/stderr: characters kept of one line
-OUTPUT_BYTES = 256 * 1024  # stdout/stderr bytes kept per isolate between two requests' starts
 # CPU burnt while no request runs (forked children, threads) may reach cpu_ms, and at most
 # BACKGROUND_MS, within any BACKGROUND_WINDOW_S
 BACKGROUND_WINDOW_S, BACKGROUND_MS = 10.0, 5_000
@@ -74,36 +85,6 @@ def isolation_problem() -> str | None:
 
 async def _single(msg):
     yield msg
-
-
-class WorkerLoadError(Exception):
-    """The worker script failed to import or has no usable entry point."""
-
-    def __init__(self, message: str, traceback: str = ""):
-        super().__init__(message)
-        self.traceback = traceback
-
-
-class IsolateCrashed(Exception):
-    """The isolate process ended while a request was in flight."""
-
-
-class IsolateLimits(msgspec.Struct):
-    """Per isolate, enforced by the OS and the runtime's watchdog over the whole process tree."""
-
-    cpu_ms: int = 30_000  # CPU time per request, its streamed body and waitUntil work included
-    memory_mb: int = 128  # memory of the whole tree on top of the loaded worker
-    sandbox: bool = True  # jail (or, insecure, Landlock only); False only in the runtime's own tests
-    processes: int = 16  # tasks (processes and threads) in the isolate's namespace
-    file_bytes: int = 16 * 1024 * 1024  # largest file it may write, and the size of its /tmp
-
-
-class ExceededResources(IsolateCrashed):
-    """The isolate went past one of its limits (Workers error 1102)."""
-
-    def __init__(self, outcome: str, message: str):
-        super().__init__(message)
-        self.outcome = outcome  # "exceededCpu" | "exceededMemory" | "exceededWallTime"
 
 
 async def _no_fetch(call: ipc.FetchCall) -> ipc.FetchReply:
@@ -199,9 +180,7 @@ class Isolate:
         self._served_since_look = False  # a request ran at some point since that look
         self._background: collections.deque[tuple[float, float]] = collections.deque()  # (when, ms)
         self._memory_base = 0  # tree memory once the worker had loaded
-        self._output_left = OUTPUT_BYTES
-        self._output_dropped = 0
-        self.stderr_tail: collections.deque[str] = collections.deque(maxlen=20)
+        self.output = OutputPump(name)  # stdout and stderr, bounded, into the log
         self.entry: str | None = None
         self.jailed = False
 
@@ -283,14 +262,14 @@ class Isolate:
         )
         writer.write(ipc.encode(init))
         await writer.drain()
-        self._spawn(self._pump_output(self._proc.stdout, logging.INFO))
-        self._spawn(self._pump_output(self._proc.stderr, logging.WARNING))
+        self._spawn(self.output.pump(self._proc.stdout, logging.INFO))
+        self._spawn(self.output.pump(self._proc.stderr, logging.WARNING))
         try:
             first = await asyncio.wait_for(ipc.read_message(reader, ipc.FROM_ISOLATE), timeout)
         except (asyncio.IncompleteReadError, ConnectionError, TimeoutError, ValueError) as exc:
             await asyncio.sleep(0.05)  # let the pumps take the jail's last words
             await self.stop()
-            said = " ".join(line for line in self.stderr_tail if line.startswith("edge:"))
+            said = " ".join(line for line in self.output.stderr_tail if line.startswith("edge:"))
             raise WorkerLoadError(
                 f"{self.script.name}: the isolate did not start ({said or type(exc).__name__})"
             ) from None
@@ -342,7 +321,7 @@ class Isolate:
         self._pending[rid] = future
         self._inflight[rid] = _InFlight(self._last_cpu, time.monotonic() + RESPONSE_WALL_S)
         self._served_since_look = True
-        self._output_left = OUTPUT_BYTES
+        self.output.reset()
         try:
             self._send(message(rid))
             if after_send is not None:
@@ -680,37 +659,6 @@ class Isolate:
                 await self._writer.drain()
         finally:
             self._calls -= 1
-
-    async def _pump_output(self, stream: asyncio.StreamReader | None, level: int) -> None:
-        """stdout/stderr of the tree, read in bounded pieces: lines cut at OUTPUT_LINE characters,
-        at most OUTPUT_BYTES between two requests' starts; the rest is read and dropped, so a
-        flood can neither wedge the worker on a full pipe nor fill the runtime's log."""
-        if stream is None:
-            return
-        partial = b""
-        while data := await stream.read(ipc.CHUNK):
-            lines = (partial + data).split(b"\n")
-            partial = lines.pop()[: OUTPUT_LINE + 1]
-            if len(partial) > OUTPUT_LINE:
-                lines.append(partial)
-                partial = b""
-            for line in lines:
-                self._emit_output(level, line)
-        if partial:
-            self._emit_output(level, partial)
-
-    def _emit_output(self, level: int, line: bytes) -> None:
-        text = line[:OUTPUT_LINE].decode("utf-8", "replace").rstrip()
-        if level == logging.WARNING:
-            self.stderr_tail.append(text)
-        if self._output_left <= 0:
-            self._output_dropped += len(line)
-            return
-        self._output_left -= len(line)
-        log.log(level, "[%s] %s", self.name, text)
-        if self._output_left <= 0:
-            log.warning("[%s] output over %d bytes: the rest is dropped until its next request",
-                        self.name, OUTPUT_BYTES)  # fmt: skip
 
     # --- ending -----------------------------------------------------------------------------------
 

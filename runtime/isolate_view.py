@@ -23,7 +23,14 @@ BUNDLE = "/bundle"
 LIB = "/edge/lib"  # the SDK, msgspec and the shims: the isolate's sys.path beside the standard library
 DEPS = "/edge/deps"  # the project's own dependencies (runtime.deps), after LIB on sys.path
 # the isolate process imports exactly these of the runtime (checked by a test)
-ISOLATE_MODULES = ("__init__.py", "ipc.py", "isolate_main.py", "sandbox.py")
+ISOLATE_MODULES = (
+    "__init__.py",
+    "ipc.py",
+    "isolate_main.py",
+    "isolate_channel.py",
+    "isolate_entry.py",
+    "sandbox.py",
+)
 SHIMS = ("pyodide", "js", "asgi")  # top-level packages of this project that Cloudflare provides
 # unprivileged uids for isolates when the runtime is root: one per isolate, far from real users
 UID_BASE, UID_SPAN = 1_100_000_000, 1 << 20

@@ -1,8 +1,9 @@
 """The isolate's jail: Linux namespaces, a minimal read-only file view, no capabilities, seccomp.
 
 Run by the runtime as `python -S -B -m runtime.jail SPEC_JSON`; it builds the sandbox, then
-execs the isolate's own interpreter inside it. Standard library only, and nothing else runs
-before the exec, so the runtime's threads never meet a fork.
+execs the isolate's own interpreter inside it. Standard library only (its seccomp filter is
+runtime.jail_seccomp), and nothing else runs before the exec, so the runtime's threads never
+meet a fork.
 
     launcher (outside)  --unshare(user, mount, pid, net, ipc, uts, cgroup)-->  fork
        |  waits, exits with the child's status               child: PID 1 of the new PID namespace
@@ -20,7 +21,6 @@ the kernel kills every process the worker forked.
 from __future__ import annotations
 
 import ctypes
-import errno
 import json
 import os
 import platform
@@ -28,6 +28,8 @@ import resource
 import signal
 import stat
 import sys
+
+from runtime.jail_seccomp import install_seccomp, load_seccomp_library
 
 INSIDE_ID = 1000  # the uid and gid a worker sees
 SETUP_FAILED = 111  # exit status: the jail could not be built (the message is on stderr)
@@ -50,22 +52,6 @@ PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_CAPBSET_DROP = 1, 4, 24
 PR_SET_NO_NEW_PRIVS, PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL = 38, 47, 4
 
 _SYSCALLS = {"x86_64": {"pivot_root": 155, "capset": 126}, "aarch64": {"pivot_root": 41, "capset": 91}}
-
-# What a worker never needs; each answers EPERM (clone3: ENOSYS, so libc falls back to clone,
-# whose namespace flags are checked below).
-DENIED_SYSCALLS = (
-    "ptrace", "process_vm_readv", "process_vm_writev", "mount", "umount2", "pivot_root", "chroot",
-    "unshare", "setns", "kexec_load", "kexec_file_load", "bpf", "keyctl", "add_key", "request_key",
-    "perf_event_open", "init_module", "finit_module", "delete_module", "reboot", "swapon", "swapoff",
-    "open_by_handle_at", "name_to_handle_at", "userfaultfd", "io_uring_setup", "io_uring_enter",
-    "io_uring_register", "acct", "quotactl", "sethostname", "setdomainname", "settimeofday",
-    "clock_settime", "clock_adjtime", "adjtimex", "iopl", "ioperm", "fsopen", "fsconfig", "fsmount",
-    "fspick", "move_mount", "open_tree", "mount_setattr", "syslog", "vhangup", "personality",
-    "kcmp", "pidfd_getfd", "lookup_dcookie", "nfsservctl", "uselib",
-)  # fmt: skip
-AF_UNIX = 1
-_SCMP_ACT_ALLOW, _SCMP_CMP_NE, _SCMP_CMP_MASKED_EQ = 0x7FFF0000, 1, 7
-_SCMP_FLTATR_CTL_OPTIMIZE = 8
 
 
 class JailError(Exception):
@@ -234,7 +220,7 @@ def _syscall(name: str) -> int:
         raise JailError(f"the jail does not know {name} on {platform.machine()}") from None
 
 
-# --- identity, capabilities, seccomp ---------------------------------------------------------------
+# --- identity and capabilities (the seccomp filter: runtime.jail_seccomp) ------------------------
 
 
 def _become_worker() -> None:
@@ -256,63 +242,6 @@ def _drop_privileges(libc) -> None:
     _check(libc.syscall(_syscall("capset"), header, data), "capset")
     _check(libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
     libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)  # no core dumps, no /proc/self/mem from a sibling
-
-
-class _ArgCmp(ctypes.Structure):
-    _fields_ = [("arg", ctypes.c_uint), ("op", ctypes.c_int), ("a", ctypes.c_uint64), ("b", ctypes.c_uint64)]
-
-
-def load_seccomp_library():
-    """libseccomp, opened before the old root goes away."""
-    for name in ("libseccomp.so.2", "libseccomp.so"):
-        try:
-            return ctypes.CDLL(name, use_errno=True)
-        except OSError:
-            continue
-    raise JailError("libseccomp is not installed (Debian/Ubuntu: apt-get install libseccomp2)")
-
-
-def _install_seccomp(lib) -> None:
-    lib.seccomp_init.restype = ctypes.c_void_p
-    lib.seccomp_init.argtypes = [ctypes.c_uint32]
-    lib.seccomp_syscall_resolve_name.argtypes = [ctypes.c_char_p]
-    lib.seccomp_rule_add_array.argtypes = [
-        ctypes.c_void_p, ctypes.c_uint32, ctypes.c_int, ctypes.c_uint, ctypes.POINTER(_ArgCmp),
-    ]  # fmt: skip
-    lib.seccomp_load.argtypes = [ctypes.c_void_p]
-    lib.seccomp_release.argtypes = [ctypes.c_void_p]
-    ctx = lib.seccomp_init(_SCMP_ACT_ALLOW)
-    if not ctx:
-        raise JailError("seccomp_init failed")
-    # a binary tree of syscall numbers (libseccomp 2.5+): an allowed call passes a handful of
-    # comparisons, not every denied one in turn; older libraries keep the linear filter
-    lib.seccomp_attr_set.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_uint32]
-    lib.seccomp_attr_set(ctypes.c_void_p(ctx), _SCMP_FLTATR_CTL_OPTIMIZE, 2)
-
-    def rule(action: int, name: str, *cmps: _ArgCmp) -> None:
-        nr = lib.seccomp_syscall_resolve_name(name.encode())
-        if nr < 0:
-            return  # not on this architecture
-        arr = (_ArgCmp * len(cmps))(*cmps) if cmps else None
-        if lib.seccomp_rule_add_array(ctx, action, nr, len(cmps), arr) < 0:
-            raise JailError(f"seccomp rule for {name} failed")
-
-    eperm = 0x00050000 | errno.EPERM
-    for name in DENIED_SYSCALLS:
-        rule(eperm, name)
-    rule(0x00050000 | errno.ENOSYS, "clone3")
-    ns_flags = NAMESPACES | 0x80  # and CLONE_NEWTIME
-    for flag in (1 << b for b in range(32) if ns_flags & (1 << b)):
-        rule(eperm, "clone", _ArgCmp(0, _SCMP_CMP_MASKED_EQ, flag, flag))
-    # only Unix sockets (the IPC channel, asyncio's self-pipe): no packet, raw, UDP or TCP socket
-    eaf = 0x00050000 | errno.EAFNOSUPPORT
-    rule(eaf, "socket", _ArgCmp(0, _SCMP_CMP_NE, AF_UNIX, 0))
-    rule(eaf, "socketpair", _ArgCmp(0, _SCMP_CMP_NE, AF_UNIX, 0))
-    try:
-        if lib.seccomp_load(ctypes.c_void_p(ctx)) < 0:
-            raise JailError("seccomp_load failed")
-    finally:
-        lib.seccomp_release(ctypes.c_void_p(ctx))
 
 
 def _set_limits(spec: dict) -> None:
@@ -395,7 +324,7 @@ def run(spec: dict) -> None:
     _drop_privileges(libc)
     _set_limits(spec)
     if seccomp_lib is not None:
-        _install_seccomp(seccomp_lib)
+        install_seccomp(seccomp_lib, NAMESPACES)
     argv = spec["argv"]
     os.execve(argv[0], argv, spec["env"])
 

@@ -13,7 +13,7 @@ from typing import Any, NamedTuple
 
 import msgspec
 
-from runtime.isolate import IsolateLimits
+from runtime.isolate_types import IsolateLimits
 
 
 class Bound(NamedTuple):

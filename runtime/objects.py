@@ -18,17 +18,18 @@ import asyncio
 import hashlib
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 import msgspec
+from starlette.responses import Response
 
 from runtime import ipc
+from runtime.isolate import IsolateCrashed, WorkerLoadError
+from runtime.responses import InternalRequest
+from runtime.worker_spec import ObjectAddress, RequestContext, WorkerSpec
 from workers.durable_objects import check_rpc_value, valid_id
-
-if TYPE_CHECKING:
-    from runtime.app import Runtime
-    from runtime.worker_host import RequestContext, WorkerHandle
 
 log = logging.getLogger("edge.objects")
 
@@ -51,9 +52,21 @@ def _refuse(call: ipc.ObjectCall, error_type: str, message: str) -> ipc.ObjectRe
     return ipc.ObjectReply(call.call, error_type=error_type, error_message=message)
 
 
+class ObjectHandle(Protocol):
+    """The running worker that serves one object (runtime.worker_host.WorkerHandle)."""
+
+    async def serve(self, request: Any, body: bytes, ctx: RequestContext, headers_out: dict) -> Response: ...
+
+    async def call_object(
+        self, method: str, args: list, kwargs: dict, ctx: RequestContext
+    ) -> ipc.ObjectResult | ipc.InvokeError: ...
+
+    async def stop(self) -> None: ...
+
+
 @dataclass
 class _Instance:
-    handle: WorkerHandle
+    handle: ObjectHandle
     turn: asyncio.Lock = field(default_factory=asyncio.Lock)  # FIFO: calls in arrival order
     waiting: int = 0  # calls holding or waiting for the turn
     last_used: float = field(default_factory=time.monotonic)
@@ -62,8 +75,8 @@ class _Instance:
 class DurableObjects:
     """Every running Durable Object instance, keyed by (account, script, version, class, id)."""
 
-    def __init__(self, runtime: Runtime, idle_s: float = IDLE_S):
-        self.runtime = runtime
+    def __init__(self, start: Callable[[WorkerSpec], ObjectHandle], idle_s: float = IDLE_S):
+        self.start = start  # a handle for an object's spec (its isolate starts on the first call)
         self.idle_s = idle_s
         self._instances: dict[tuple, _Instance] = {}
         self._reaper: asyncio.Task | None = None
@@ -71,8 +84,8 @@ class DurableObjects:
 
     # --- a call ---------------------------------------------------------------------------------
 
-    async def call(self, caller: WorkerHandle, call: ipc.ObjectCall, ctx: RequestContext) -> ipc.ObjectReply:
-        spec = caller.spec
+    async def call(self, spec: WorkerSpec, call: ipc.ObjectCall, ctx: RequestContext) -> ipc.ObjectReply:
+        """`spec`'s worker calls an object of one of its namespaces."""
         ref = spec.durable_objects.get(call.binding) if isinstance(call.binding, str) else None
         if ref is None:
             return _refuse(call, "TypeError", f"no Durable Object binding named {call.binding!r}")
@@ -108,7 +121,7 @@ class DurableObjects:
                 f"{ref.class_name} called itself through a stub: calls to one object run one at a time, "
                 "so it would wait for itself; call the method directly",
             )
-        instance = self._instance(caller, ref.class_name, call.object_id)
+        instance = self._instance(spec, ref.class_name, call.object_id)
         if instance is None:
             return _refuse(
                 call,
@@ -128,11 +141,9 @@ class DurableObjects:
             instance.last_used = time.monotonic()
 
     async def _rpc(
-        self, handle: WorkerHandle, class_name: str, call: ipc.ObjectCall, ctx: RequestContext
+        self, handle: ObjectHandle, class_name: str, call: ipc.ObjectCall, ctx: RequestContext
     ) -> ipc.ObjectReply:
-        from runtime.isolate import IsolateCrashed, WorkerLoadError
-
-        sub = _sub_context(ctx, "RPC", f"{class_name}.{call.method}")
+        sub = ctx.sub("RPC", f"{class_name}.{call.method}")
         try:
             outcome = await handle.call_object(call.method, call.args, call.kwargs, sub)
         except (WorkerLoadError, IsolateCrashed) as exc:
@@ -149,13 +160,10 @@ class DurableObjects:
         return ipc.ObjectReply(call.call, result=outcome.result)
 
     async def _fetch(
-        self, handle: WorkerHandle, call: ipc.ObjectCall, request: tuple, ctx: RequestContext
+        self, handle: ObjectHandle, call: ipc.ObjectCall, request: tuple, ctx: RequestContext
     ) -> ipc.ObjectReply:
-        from runtime.app import _InternalRequest
-
         method, url, headers, body = request
-        sub = _sub_context(ctx, method, url)
-        response = await handle.serve(_InternalRequest(method, url, headers), body, sub, {})
+        response = await handle.serve(InternalRequest(method, url, headers), body, ctx.sub(method, url), {})
         if hasattr(response, "body_iterator"):
             chunks, size = [], 0
             async for chunk in response.body_iterator:
@@ -170,13 +178,10 @@ class DurableObjects:
             data = bytes(response.body)
         return ipc.ObjectReply(call.call, result=[response.status_code, list(response.headers.items()), data])
 
-    def _instance(self, caller: WorkerHandle, class_name: str, object_id: str) -> _Instance | None:
+    def _instance(self, spec: WorkerSpec, class_name: str, object_id: str) -> _Instance | None:
         """The running instance for the id, started if needed; past MAX_RUNNING_PER_ACCOUNT the
         account's least recently used idle instance is stopped first (its storage stays), and
         None when all of them are busy."""
-        from runtime.worker_host import ObjectAddress, WorkerHandle
-
-        spec = caller.spec
         key = (spec.account, spec.name, spec.version, class_name, object_id)
         instance = self._instances.get(key)
         if instance is None:
@@ -190,7 +195,7 @@ class DurableObjects:
                 self._stopping.add(asyncio.ensure_future(evicted.handle.stop()))
                 self._stopping = {t for t in self._stopping if not t.done()}
             object_spec = msgspec.structs.replace(spec, durable_object=ObjectAddress(class_name, object_id))
-            instance = self._instances[key] = _Instance(WorkerHandle(object_spec, self.runtime))
+            instance = self._instances[key] = _Instance(self.start(object_spec))
             if self._reaper is None or self._reaper.done():
                 self._reaper = asyncio.create_task(self._reap())
         return instance
@@ -222,14 +227,6 @@ class DurableObjects:
 
     def running(self) -> int:
         return len(self._instances)
-
-
-def _sub_context(ctx: RequestContext, method: str, url: str) -> RequestContext:
-    from runtime.worker_host import RequestContext
-
-    return RequestContext(
-        ctx.location, ctx.ingress, ctx.client_rtt_ms, method=method, url=url, origin=ctx.origin
-    )
 
 
 def _fetch_parts(args: list) -> tuple[str, str, list[tuple[str, str]], bytes]:

@@ -1,166 +1,42 @@
 """One running worker (an account's script at one version) and the requests it is handling.
 
-A WorkerHandle owns the worker's isolate and answers what the isolate asks of the runtime: AI
-calls (to the edge), outbound fetches (through httpx, limited and checked), calls to its service
-bindings, and log lines; when a request ends it records the outcome for `edge tail` and /metrics.
+A WorkerHandle owns the worker's isolate: it sends it requests, cron runs and queue batches, and
+when one ends records the outcome for `edge tail` and /metrics. What the isolate asks of the
+runtime meanwhile is answered by runtime.worker_calls, with the services the runtime handed in.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import secrets as pysecrets
 import time
-import traceback
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit
+from typing import Any
 
-import msgspec
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import Response, StreamingResponse
 
-from edge_sim.accounting import LatencyAccount
-from edge_sim.topology import Location, PoP
 from runtime import ipc
-from runtime.ai import workers_ai_sse
-from runtime.bindings import BindingError, BindingRef
-from runtime.fetch_guard import FetchError
-from runtime.isolate import ExceededResources, Isolate, IsolateCrashed, IsolateLimits, WorkerLoadError
-from runtime.objects import OBJECT_STORAGE, namespace_key
-from workers import AIError
-
-if TYPE_CHECKING:
-    from runtime.app import Runtime
+from runtime.addressing import LOCATION_HEADER
+from runtime.isolate import ExceededResources, Isolate, IsolateCrashed, WorkerLoadError
+from runtime.objects import namespace_key
+from runtime.responses import WORKER_EXCEPTION, WORKER_LIMITS, WORKER_UNAVAILABLE, error_response
+from runtime.tail import log_event
+from runtime.worker_calls import LOG_BYTES, LOG_LINES, WorkerCalls
+from runtime.worker_services import WorkerServices
+from runtime.worker_spec import RequestContext, WorkerSpec, cf_properties
 
 log = logging.getLogger("edge.worker")
 
-LOCATION_HEADER = "x-edge-client-location"
-WORKER_EXCEPTION = 1101
-WORKER_LIMITS = 1102
-WORKER_UNAVAILABLE = 1103
-LOG_LINES, LOG_BYTES, LOG_LINE_CHARS = 256, 256 * 1024, 16 * 1024  # kept per request for the tail
-BINDING_CALLS = (
-    1000  # KV, D1, R2 and Durable Object calls per request (Workers KV's per-invocation operation limit)
-)
-
-
-class LogBudget:
-    """Lines a worker may log outside any request: `rate` a second, bursts of up to `burst`."""
-
-    def __init__(self, rate: float = 20.0, burst: int = 200):
-        self.rate, self.burst = rate, burst
-        self.tokens, self.at = float(burst), time.monotonic()
-
-    def take(self) -> bool:
-        now = time.monotonic()
-        self.tokens = min(self.burst, self.tokens + (now - self.at) * self.rate)
-        self.at = now
-        if self.tokens < 1:
-            return False
-        self.tokens -= 1
-        return True
-
-
-class DurableObjectRef(msgspec.Struct, frozen=True):
-    """A durable_objects.bindings entry: the class, and the worker that defines it (None: this one)."""
-
-    class_name: str
-    script_name: str | None = None
-
-
-class ObjectAddress(msgspec.Struct, frozen=True):
-    """The one Durable Object an isolate serves: its class and id (set by the runtime)."""
-
-    class_name: str
-    id: str
-
-
-class WorkerSpec(msgspec.Struct, frozen=True):
-    account: str
-    name: str
-    version: str | None  # None: the worker `edge dev` serves from the working tree
-    script: str
-    vars: dict[str, Any]
-    ai_binding: str | None
-    services: dict[str, str]  # binding -> worker of the same account
-    limits: IsolateLimits
-    subrequests: int = 50
-    bindings: dict[str, BindingRef] = {}  # KV / D1 / R2: env name -> (kind, id), under `account`
-    durable_objects: dict[str, DurableObjectRef] = {}  # env name -> the namespace it stands for
-    durable_object: ObjectAddress | None = None  # set: this handle runs that object, not Default
-    deps: str | None = None  # the project's installed dependencies (runtime.deps): /edge/deps inside
-
-
-@dataclass
-class RequestContext:
-    location: Location
-    ingress: PoP
-    client_rtt_ms: float
-    method: str = "GET"
-    url: str = ""
-    origin: str = ""  # scheme://host:port the runtime was reached at (fetches back to it are refused)
-    accounts: list[LatencyAccount] = field(default_factory=list)
-    quantization: list[str] = field(default_factory=list)  # per AI call, for x-edge-quantization
-    logs: list[dict[str, Any]] = field(default_factory=list)
-    subrequests: int = 0
-    binding_calls: int = 0
-    log_bytes: int = 0
-    logs_dropped: int = 0
-    started: float = field(default_factory=time.time)
-
-
-class BodyTooLarge(Exception):
-    pass
-
-
-class ClientBody:
-    """A client's request body as it arrives, passed on chunk by chunk; past `limit` bytes it
-    stops with BodyTooLarge (the worker's read fails and the client gets 413)."""
-
-    def __init__(self, stream: AsyncIterator[bytes], limit: int):
-        self._stream, self.limit = stream, limit
-        self.size, self.exceeded = 0, False
-
-    async def __aiter__(self) -> AsyncIterator[bytes]:
-        async for chunk in self._stream:
-            self.size += len(chunk)
-            if self.size > self.limit:
-                self.exceeded = True
-                raise BodyTooLarge(f"the request body is over {self.limit // (1024 * 1024)} MB")
-            if chunk:
-                yield chunk
-
-
-def error_response(
-    status: int, code: int, message: str, headers: dict[str, str] | None = None
-) -> JSONResponse:
-    return JSONResponse({"error": {"code": code, "message": message}}, status_code=status, headers=headers)
-
-
-def cf_properties(location: Location, ingress: PoP, client_rtt_ms: float) -> dict[str, Any]:
-    """request.cf as Cloudflare fills it (coordinates as strings, RTT in ms)."""
-    return {
-        "colo": ingress.code,
-        "city": location.city or ingress.city,
-        "country": location.country or ingress.country,
-        "continent": location.continent or ingress.continent,
-        "latitude": f"{location.lat:.5f}",
-        "longitude": f"{location.lon:.5f}",
-        "timezone": location.timezone or ingress.timezone,
-        "clientTcpRtt": round(client_rtt_ms),
-    }
-
 
 class WorkerHandle:
-    def __init__(self, spec: WorkerSpec, runtime: Runtime):
+    def __init__(self, spec: WorkerSpec, services: WorkerServices):
         self.spec = spec
-        self.runtime = runtime
+        self.services = services
         self.requests: dict[int, RequestContext] = {}
-        self._background_logs = LogBudget()
-        env = {**spec.vars, **runtime.state.secrets(spec.account, spec.name)}  # secrets never logged
+        self.calls = WorkerCalls(spec, self.requests, services)
+        env = {**spec.vars, **services.secrets.secrets(spec.account, spec.name)}  # secrets never logged
         label = f"{spec.name}@{spec.version[:8]}" if spec.version else spec.name
         obj = spec.durable_object
         self.isolate = Isolate(
@@ -168,18 +44,18 @@ class WorkerHandle:
             Path(spec.script),
             env,
             spec.ai_binding,
-            self._on_ai_call,
+            self.calls.ai,
             services=list(spec.services),
             limits=spec.limits,
-            on_fetch=self._on_fetch,
-            on_log=self._on_log,
+            on_fetch=self.calls.fetch,
+            on_log=self.calls.log,
             bindings={name: ref.kind for name, ref in spec.bindings.items()},
-            on_binding=self._on_binding,
+            on_binding=self.calls.binding,
             durable_objects={
                 name: namespace_key(spec.account, ref.script_name or spec.name, ref.class_name)
                 for name, ref in spec.durable_objects.items()
             },
-            on_object=self._on_object,
+            on_object=self.calls.object,
             durable_object=(obj.class_name, obj.id) if obj else None,
             deps=Path(spec.deps) if spec.deps else None,
         )
@@ -187,162 +63,6 @@ class WorkerHandle:
     @property
     def label(self) -> str:
         return self.spec.name
-
-    # --- what the isolate asks of the runtime -------------------------------------------------------
-
-    async def _on_ai_call(self, call: ipc.AICall):
-        ctx = self.requests.get(call.request)
-        if ctx is None:
-            return ipc.AIReply(
-                call.call, error_code=5004, error_message="the request that made this call has ended"
-            )
-        ai = self.runtime.ai
-        try:
-            if isinstance(call.inputs, dict) and call.inputs.get("stream") is True:
-                req, _ = ai.prepare(call.model, call.inputs, self.spec.account)
-                return self._ai_stream(call, req, ctx)
-            result, account = await ai.run(
-                call.model,
-                call.inputs,
-                ingress=ctx.ingress,
-                client_rtt_ms=ctx.client_rtt_ms,
-                account=self.spec.account,
-            )
-        except AIError as exc:
-            return ipc.AIReply(call.call, error_code=exc.code, error_message=exc.detail)
-        except Exception as exc:  # an engine bug must not take the runtime down with it
-            log.exception("AI call failed")
-            return ipc.AIReply(
-                call.call, error_code=3007, error_message=f"internal error: {type(exc).__name__}"
-            )
-        ctx.accounts.append(account)
-        q = result["quantization"]
-        ctx.quantization.append(
-            ", ".join([*(f"{p}={f}" for p, f in q["weights_by_part"].items()), f"kv_cache={q['kv_cache']}"])
-        )
-        self.runtime.metrics.ai_tokens(call.model, result["usage"])
-        return ipc.AIReply(call.call, result=result)
-
-    async def _ai_stream(self, call: ipc.AICall, req, ctx: RequestContext):
-        """env.AI.run(..., {stream: true}): SSE bytes as AIChunk messages, then the closing AIReply."""
-        async for data in workers_ai_sse(
-            self.runtime.ai, req, call.model, ingress=ctx.ingress, client_rtt_ms=ctx.client_rtt_ms
-        ):
-            yield ipc.AIChunk(call.call, data)
-        yield ipc.AIReply(call.call)
-
-    def _on_log(self, msg: ipc.Log) -> None:
-        """A line the worker logged. Each request keeps at most LOG_LINES lines and LOG_BYTES
-        (the rest is counted and noted once in its tail event); lines outside any request share
-        a budget that refills over time. The isolate's own counting is not trusted."""
-        ctx = self.requests.get(msg.request)
-        text = msg.message[:LOG_LINE_CHARS]
-        entry = {"level": msg.level[:16], "message": text, "timestamp": int(time.time() * 1000)}  # ms
-        if ctx is not None:
-            if len(ctx.logs) >= LOG_LINES or ctx.log_bytes + len(text) > LOG_BYTES:
-                ctx.logs_dropped += 1
-                return
-            ctx.log_bytes += len(text)
-            ctx.logs.append(entry)
-            return
-        if not self._background_logs.take():  # module-level output, waitUntil after the response
-            return
-        self.runtime.tail.publish(
-            self.spec.account,
-            self.spec.name,
-            {
-                "outcome": "log",
-                "scriptName": self.spec.name,
-                "logs": [entry],
-                "eventTimestamp": int(time.time() * 1000),  # milliseconds, as Cloudflare's tail
-            },
-        )
-
-    async def _on_fetch(self, call: ipc.FetchCall) -> ipc.FetchReply:
-        ctx = self.requests.get(call.request)
-        if ctx is None:
-            return ipc.FetchReply(call.call, error="fetch outside a request is not allowed")
-        ctx.subrequests += 1
-        if ctx.subrequests > self.spec.subrequests:
-            return ipc.FetchReply(
-                call.call, error=f"Too many subrequests: the limit is {self.spec.subrequests} per request"
-            )
-        if call.service is not None:
-            return await self.runtime.call_service(self, call, ctx)
-        try:  # checked by address on every hop, pinned to the checked address, body capped
-            r = await self.runtime.fetch_guard.fetch(
-                call.method,
-                call.url,
-                call.headers,
-                call.body,
-                runtime_origin=ctx.origin,
-                refuse_host=lambda host: self.runtime.refuse_worker_host(self.spec.account, host),
-            )
-        except FetchError as exc:
-            return ipc.FetchReply(call.call, error=str(exc))
-        return ipc.FetchReply(call.call, r.status, r.headers, r.body)
-
-    async def _on_binding(self, call: ipc.BindingCall) -> ipc.BindingReply:
-        """env.NAME.method(...) on a KV, D1 or R2 binding: the name is looked up in this worker's
-        own spec (the isolate cannot pick an id) and the store is this worker's account's."""
-        ctx = self.requests.get(call.request)
-        if ctx is None:
-            return ipc.BindingReply(
-                call.call, error_type="Error", error_message="the request that made this call has ended"
-            )
-        obj = self.spec.durable_object
-        ref = self.spec.bindings.get(call.binding)
-        if obj is not None and call.binding == OBJECT_STORAGE:
-            ref = BindingRef("do", obj.id)  # this object's own storage: the isolate cannot name another
-        if ref is None:
-            return ipc.BindingReply(
-                call.call,
-                error_type="TypeError",
-                error_message=f"no KV, D1 or R2 binding named {call.binding!r}",
-            )
-        ctx.binding_calls += 1
-        if ctx.binding_calls > BINDING_CALLS:
-            return ipc.BindingReply(
-                call.call,
-                error_type="Error",
-                error_message=f"Too many API requests by single worker invocation: at most {BINDING_CALLS} "
-                "KV, D1 and R2 calls per request",
-            )
-        try:
-            if ref.kind == "do" and obj is not None:
-                result = await self.runtime.bindings.call_object_storage(
-                    self.spec.account,
-                    self.spec.name,
-                    obj.class_name,
-                    obj.id,
-                    call.method,
-                    call.args,
-                    call.kwargs,
-                )
-            else:
-                result = await self.runtime.bindings.call(
-                    self.spec.account, ref, call.method, call.args, call.kwargs
-                )
-        except BindingError as exc:
-            return ipc.BindingReply(call.call, error_type=exc.type, error_message=str(exc))
-        return ipc.BindingReply(call.call, result=result)
-
-    async def _on_object(self, call: ipc.ObjectCall) -> ipc.ObjectReply:
-        """`env.NS.get(id).method(...)`: the runtime's Durable Objects run it in that object."""
-        ctx = self.requests.get(call.request)
-        if ctx is None:
-            return ipc.ObjectReply(
-                call.call, error_type="Error", error_message="the request that made this call has ended"
-            )
-        ctx.binding_calls += 1
-        if ctx.binding_calls > BINDING_CALLS:
-            return ipc.ObjectReply(
-                call.call,
-                error_type="Error",
-                error_message=f"Too many API requests by single worker invocation: at most {BINDING_CALLS} "
-                "KV, D1, R2 and Durable Object calls per request",
-            )
-        return await self.runtime.objects.call(self, call, ctx)
 
     async def call_object(
         self, method: str, args: list, kwargs: dict, ctx: RequestContext
@@ -407,7 +127,7 @@ class WorkerHandle:
             log.warning("worker %s threw: %s\n%s", self.spec.name, outcome.message, outcome.traceback)
             self._finish(rid, ctx, "exception", exception, 500)
             return error_response(500, WORKER_EXCEPTION, f"Worker threw exception: {outcome.message}", timing)
-        if self.runtime.edge.emulate:  # the response's half of the client round trip
+        if self.services.emulate():  # the response's half of the client round trip
             await asyncio.sleep(ctx.client_rtt_ms / 2000)
         response = Response(outcome.body, status_code=outcome.status)
         for name, value in outcome.headers:
@@ -459,8 +179,8 @@ class WorkerHandle:
                 }
             )
         seconds = time.time() - ctx.started
-        self.runtime.metrics.request(self.spec.name, outcome, seconds)
-        self.runtime.tail.publish(
+        self.services.metrics.request(self.spec.name, outcome, seconds)
+        self.services.tail.publish(
             self.spec.account,
             self.spec.name,
             {
@@ -481,8 +201,7 @@ class WorkerHandle:
         other thing, None when the isolate broke the protocol), and tails it as Cloudflare shows
         such events (`event` carries their fields). AI calls made in it start at the PoP the
         config's client_location lands on."""
-        location = self.runtime.default_location
-        ingress, _ = self.runtime.edge.ingress(location)
+        location, ingress = self.services.event_origin()
         ctx = RequestContext(location, ingress, 0.0, method="", url="")
         rid = self.isolate.next_request_id()
         self.requests[rid] = ctx
@@ -550,50 +269,8 @@ class WorkerHandle:
 
     def note(self, level: str, message: str) -> None:
         """A line of the runtime's own about this worker for edge tail (a queue message dropped)."""
-        now_ms = int(time.time() * 1000)
-        self.runtime.tail.publish(
-            self.spec.account,
-            self.spec.name,
-            {
-                "outcome": "log",
-                "scriptName": self.spec.name,
-                "logs": [{"level": level, "message": message, "timestamp": now_ms}],
-                "eventTimestamp": now_ms,
-            },
-        )
+        entry = {"level": level, "message": message, "timestamp": int(time.time() * 1000)}
+        self.services.tail.publish(self.spec.account, self.spec.name, log_event(self.spec.name, [entry]))
 
     async def stop(self) -> None:
         await self.isolate.stop()
-
-
-class TailHub:
-    """Live events per worker for `edge tail`: every subscriber gets every event after it joined."""
-
-    def __init__(self) -> None:
-        self._subscribers: dict[tuple[str, str], set[asyncio.Queue]] = {}
-
-    def subscribe(self, account: str, worker: str) -> asyncio.Queue:
-        queue: asyncio.Queue = asyncio.Queue(maxsize=10_000)
-        self._subscribers.setdefault((account, worker), set()).add(queue)
-        return queue
-
-    def unsubscribe(self, account: str, worker: str, queue: asyncio.Queue) -> None:
-        self._subscribers.get((account, worker), set()).discard(queue)
-
-    def publish(self, account: str, worker: str, event: dict[str, Any]) -> None:
-        for queue in self._subscribers.get((account, worker), ()):
-            if not queue.full():  # a subscriber that cannot keep up loses events, not the runtime
-                queue.put_nowait(event)
-
-
-def ray_id() -> str:
-    return pysecrets.token_hex(8)
-
-
-def format_exception(exc: BaseException) -> str:
-    return "".join(traceback.format_exception_only(type(exc), exc)).strip()
-
-
-def urlhost(url: str) -> tuple[str, int | None, str]:
-    parts = urlsplit(url)
-    return (parts.hostname or "").lower(), parts.port, parts.path or "/"

@@ -253,7 +253,7 @@ class SqlCursor:
         return self._loaded()["rowsWritten"]
 
     def _row(self, values: list) -> Any:
-        from workers.bindings import JsObject
+        from workers.binding_values import JsObject
 
         return JsObject(zip(self._loaded()["columns"], values, strict=False))
 

@@ -117,9 +117,9 @@ def cmd_dev(args: argparse.Namespace) -> int:
     state = State(config.state_dir / "state.db")
     token, created = bootstrap_token(config, state)
     admin_token, admin_created = bootstrap_admin_token(config.state_dir)
-    runtime = Runtime(config, edge, state, catalog_if_any(config), deps=deps)
-    runtime.admin_token = admin_token
-    runtime.watch = args.reload
+    runtime = Runtime(
+        config, edge, state, catalog_if_any(config), deps=deps, admin_token=admin_token, watch=args.reload
+    )
     print(f"edge dev: worker {config.name!r} ({config.main}) on http://{args.host}:{args.port}", flush=True)
     if deps:
         print(f"  its dependencies: {deps} (read-only at /edge/deps in its isolate)", flush=True)

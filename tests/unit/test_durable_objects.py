@@ -14,7 +14,8 @@ from runtime.bindings import BindingStores
 from runtime.bindings.common import BindingError
 from runtime.isolate import IsolateLimits
 from runtime.objects import DurableObjects, namespace_key
-from runtime.worker_host import DurableObjectRef, RequestContext, WorkerHandle, WorkerSpec
+from runtime.worker_host import WorkerHandle
+from runtime.worker_spec import DurableObjectRef, RequestContext, WorkerSpec
 from workers.durable_objects import (
     DurableObjectId,
     DurableObjectNamespace,
@@ -155,8 +156,8 @@ class _State:
 def objects(tmp_path):
     script = tmp_path / "worker.py"
     script.write_text(textwrap.dedent(SCRIPT))
-    fake = SimpleNamespace(state=_State(), bindings=BindingStores(tmp_path / ".edge"))
-    fake.objects = DurableObjects(fake)
+    fake = SimpleNamespace(secrets=_State(), bindings=BindingStores(tmp_path / ".edge"))
+    fake.objects = DurableObjects(lambda spec: WorkerHandle(spec, fake))
     spec = WorkerSpec(
         account="acct",
         name="w",
@@ -178,7 +179,7 @@ def objects(tmp_path):
     async def call(name, method, *args, binding="COUNTER", **kwargs):
         oid = id_from_name(key, name) if len(name) != 64 else name
         reply = await fake.objects.call(
-            caller, ipc.ObjectCall(1, 1, binding, oid, method, list(args), kwargs), caller.requests[1]
+            caller.spec, ipc.ObjectCall(1, 1, binding, oid, method, list(args), kwargs), caller.requests[1]
         )
         if reply.error_type is not None:
             raise RuntimeError(f"{reply.error_type}: {reply.error_message}")
@@ -269,7 +270,7 @@ def test_an_object_cannot_reach_another_objects_storage(objects):
         except RuntimeError as exc:
             forged = str(exc)
         # a worker (not an object) naming the storage binding reaches nothing
-        plain = await objects.caller._on_binding(ipc.BindingCall(1, 1, "ctx.storage", "get", ["n"]))
+        plain = await objects.caller.calls.binding(ipc.BindingCall(1, 1, "ctx.storage", "get", ["n"]))
         return forged, plain, await objects.call("a", "increment")
 
     forged, plain, a = run(objects, go())

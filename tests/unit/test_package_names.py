@@ -83,3 +83,79 @@ def test_dependency_scan_sees_function_level_and_dotted_imports(tmp_path):
     )
     names = {name for _, name in _imported_top_levels(module)}
     assert names == {"os", "runtime", "capacity"}
+
+
+def _runtime_import_graph(root: Path, package: str = "runtime") -> dict[str, set[str]]:
+    """module -> the modules of `package` it imports, from the AST: module level, inside functions
+    and under TYPE_CHECKING alike (a cycle through any of them is still a cycle to a reader)."""
+    modules = {}
+    for path in sorted((root / package).rglob("*.py")):
+        parts = list(path.relative_to(root).with_suffix("").parts)
+        modules[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        here = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+        edges = set()
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if isinstance(node, ast.Import):
+                edges |= {a.name for a in node.names if a.name in modules}
+            elif isinstance(node, ast.ImportFrom):
+                base = here[: len(here) - node.level + 1] if node.level else []
+                module = ".".join([*base, *([node.module] if node.module else [])])
+                for alias in node.names:  # `from runtime import ipc` names a module; else the package
+                    sub = f"{module}.{alias.name}"
+                    if sub in modules:
+                        edges.add(sub)
+                    elif module in modules:
+                        edges.add(module)
+        graph[name] = edges - {name}
+    return graph
+
+
+def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import cycle of `graph` (as the path that closes it), or None."""
+    done: set[str] = set()
+    for start in graph:
+        stack, path, on_path = [(start, iter(sorted(graph[start])))], [start], {start}
+        while stack:
+            node, children = stack[-1]
+            child = next(children, None)
+            if child is None:
+                stack.pop()
+                path.pop()
+                on_path.discard(node)
+                done.add(node)
+            elif child in on_path:
+                return path[path.index(child) :] + [child]
+            elif child not in done:
+                stack.append((child, iter(sorted(graph[child]))))
+                path.append(child)
+                on_path.add(child)
+    return None
+
+
+def test_runtime_modules_import_each_other_without_a_cycle():
+    graph = _runtime_import_graph(Path(__file__).resolve().parents[2])
+    assert "runtime.worker_host" in graph and graph["runtime.app"], "the scan found no runtime imports"
+    assert _cycle(graph) is None, " -> ".join(_cycle(graph))
+
+
+def test_the_cycle_scan_sees_type_checking_function_level_and_relative_imports(tmp_path):
+    package = tmp_path / "runtime"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "a.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from runtime.b import B\n"
+    )
+    (package / "b.py").write_text("def f():\n    from . import c\n")
+    (package / "c.py").write_text("import runtime.a\n")
+    graph = _runtime_import_graph(tmp_path)
+    assert graph == {
+        "runtime": set(),
+        "runtime.a": {"runtime.b"},
+        "runtime.b": {"runtime.c"},
+        "runtime.c": {"runtime.a"},
+    }
+    assert _cycle(graph) == ["runtime.a", "runtime.b", "runtime.c", "runtime.a"]
+    (package / "c.py").write_text("import runtime\n")
+    assert _cycle(_runtime_import_graph(tmp_path)) is None

@@ -14,9 +14,10 @@ from edge_sim.edge import Edge
 from edge_sim.network import NetworkModel
 from edge_sim.topology import Topology
 from runtime import ipc
+from runtime.addressing import Locator
 from runtime.api import AIApi
-from runtime.app import Runtime
 from runtime.fetch_guard import FetchGuard
+from runtime.worker_calls import WorkerCalls
 from runtime.worker_host import WorkerHandle
 
 
@@ -42,8 +43,8 @@ def _request(headers: list[tuple[bytes, bytes]]) -> Request:
 
 
 def _locate(edge, value: bytes):
-    fake = types.SimpleNamespace(edge=edge, default_location=edge.locate("Seoul"), fetch_guard=FetchGuard())
-    return Runtime.locate(fake, _request([(b"x-edge-client-location", value)]))
+    locator = Locator(edge, edge.locate("Seoul"), FetchGuard())
+    return locator.locate(_request([(b"x-edge-client-location", value)]))
 
 
 def test_a_utf8_location_header_is_read_as_utf8(edge):
@@ -57,22 +58,20 @@ def _handle(requests=None):
     published = []
     tail = types.SimpleNamespace(publish=lambda account, worker, event: published.append(event))
     metrics = types.SimpleNamespace(request=lambda *a: None)
-    fake = types.SimpleNamespace(
-        requests=requests or {},
-        runtime=types.SimpleNamespace(tail=tail, metrics=metrics),
-        spec=types.SimpleNamespace(account="local", name="w", version=None),
-        _background_logs=types.SimpleNamespace(take=lambda: True),
-    )
+    services = types.SimpleNamespace(tail=tail, metrics=metrics)
+    spec = types.SimpleNamespace(account="local", name="w", version=None)
+    requests = requests or {}
+    fake = types.SimpleNamespace(requests=requests, services=services, spec=spec)
     fake._publish = lambda *args: WorkerHandle._publish(fake, *args)
-    return fake, published
+    return WorkerCalls(spec, requests, services), fake, published
 
 
 def test_tail_timestamps_are_integer_milliseconds(edge):
-    from runtime.worker_host import RequestContext
+    from runtime.worker_spec import RequestContext
 
     before = int(time.time() * 1000)
-    fake, published = _handle()
-    WorkerHandle._on_log(fake, ipc.Log(0, "log", "outside any request"))
+    calls, _, published = _handle()
+    calls.log(ipc.Log(0, "log", "outside any request"))
     event = published[0]
     assert isinstance(event["eventTimestamp"], int) and before <= event["eventTimestamp"] <= before + 60_000
     assert isinstance(event["logs"][0]["timestamp"], int) and event["logs"][0]["timestamp"] >= before
@@ -80,8 +79,8 @@ def test_tail_timestamps_are_integer_milliseconds(edge):
     location = edge.locate("Seoul")
     ingress, _ = edge.ingress(location)
     ctx = RequestContext(location, ingress, 0.0, method="GET", url="http://x/")
-    fake, published = _handle({7: ctx})
-    WorkerHandle._on_log(fake, ipc.Log(7, "log", "inside"))
+    calls, fake, published = _handle({7: ctx})
+    calls.log(ipc.Log(7, "log", "inside"))
     WorkerHandle._finish(fake, 7, ctx, "ok", None, 200)
     event = published[0]
     assert event["eventTimestamp"] == int(ctx.started * 1000) and isinstance(event["eventTimestamp"], int)

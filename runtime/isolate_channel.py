@@ -1,0 +1,286 @@
+"""Inside the isolate: its end of the runtime's socket. Every call a worker makes of the runtime
+(env.AI.run, fetch, a service binding, KV / D1 / R2, a Durable Object stub, a log line) crosses
+here, tagged with the request it belongs to; replies are matched to their calls.
+
+Imported only inside the isolate (runtime.isolate_view binds it into the jail)."""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+import contextvars
+import itertools
+import logging
+import socket
+import struct
+import sys
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import msgspec
+
+from runtime import ipc
+from workers import AIError, Response
+from workers.bindings import binding_error
+from workers.durable_objects import remote_error
+
+LOG_LINES, LOG_BYTES, LOG_LINE_CHARS = 256, 256 * 1024, 16 * 1024  # per request, as the runtime keeps
+FETCH_BODY_BYTES = 1024 * 1024  # an outbound request body crosses to the runtime in one frame
+
+current_request: contextvars.ContextVar[int | None] = contextvars.ContextVar("edge_request", default=None)
+# the request's ctx, for the SDK's module-level wait_until (workers.context)
+current_ctx: contextvars.ContextVar[Any] = contextvars.ContextVar("edge_ctx", default=None)
+
+
+def _recv_exactly(sock: socket.socket, n: int) -> bytes:
+    data = bytearray()
+    while len(data) < n:
+        chunk = sock.recv(n - len(data))
+        if not chunk:
+            raise ConnectionError("the runtime has gone")
+        data += chunk
+    return bytes(data)
+
+
+class Channel:
+    """This process's end of the socket: sends frames, matches AI replies to their calls."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
+        self.reader, self.writer = reader, writer
+        self.sync: socket.socket | None = None  # the synchronous channel (blocking), if given
+        self._calls = itertools.count(1)
+        self._pending: dict[int, asyncio.Future] = {}
+        self.request_bodies: dict[int, asyncio.Queue] = {}  # streamed request bodies arriving
+        self.credits: dict[int, asyncio.Semaphore] = {}  # response chunks we may still send
+        self.tasks: dict[int, asyncio.Task] = {}  # request id -> the task serving it
+        self._log_budget: dict[int, list[int]] = {}  # request -> [lines left, bytes left]
+
+    def send(self, msg: ipc.Message) -> None:
+        frame = ipc.encode(msg)
+        if len(frame) > ipc.FROM_ISOLATE:  # the runtime would take a bigger one as an attack
+            raise ValueError(f"message of {len(frame)} bytes is over the {ipc.FROM_ISOLATE}-byte limit")
+        self.writer.write(frame)
+
+    async def request_body(self, rid: int) -> AsyncIterator[bytes]:
+        """A streamed request body, chunk by chunk; each chunk taken gives the runtime credit."""
+        queue = self.request_bodies[rid]
+        try:
+            while True:
+                msg = await queue.get()
+                if isinstance(msg, ipc.RequestEnd):
+                    if msg.error:
+                        raise OSError(f"the request body could not be read: {msg.error}")
+                    return
+                self.send(ipc.RequestAck(rid))
+                yield msg.data
+        finally:
+            self.request_bodies.pop(rid, None)
+
+    async def call_ai(self, model: str, inputs: Any, options: Any) -> Any:
+        request = current_request.get()
+        if request is None:
+            raise AIError(5004, "env.AI.run can only be called while handling a request")
+        call = next(self._calls)
+        # every message for this call lands here: AIChunk(s) of a stream, then the AIReply
+        queue: asyncio.Queue = asyncio.Queue()
+        self._pending[call] = queue
+        try:
+            self.send(ipc.AICall(call, request, model, inputs, options))
+        except (TypeError, msgspec.EncodeError) as exc:
+            del self._pending[call]
+            raise AIError(5004, f"inputs must be JSON-like (dicts, lists, strings, numbers): {exc}") from None
+        except ValueError:
+            del self._pending[call]
+            raise AIError(3006, f"inputs are larger than {ipc.FROM_ISOLATE // 2**20} MB; send less") from None
+        first = await queue.get()
+        if isinstance(first, ipc.AIReply):
+            self._pending.pop(call, None)
+            if first.error_code is not None:
+                raise AIError(first.error_code, first.error_message or "AI request failed")
+            return first.result
+        return self._stream(call, first, queue)  # stream: True -> an async iterator of SSE bytes
+
+    async def _stream(self, call: int, first: ipc.AIChunk, queue: asyncio.Queue):
+        try:
+            msg = first
+            while isinstance(msg, ipc.AIChunk):
+                yield msg.data
+                msg = await queue.get()
+            if msg.error_code is not None:
+                raise AIError(msg.error_code, msg.error_message or "AI request failed")
+        finally:
+            self._pending.pop(call, None)
+
+    def resolve(
+        self, msg: ipc.AIReply | ipc.AIChunk | ipc.FetchReply | ipc.BindingReply | ipc.ObjectReply
+    ) -> None:
+        queue = self._pending.get(msg.call)
+        if queue is not None:
+            queue.put_nowait(msg)
+
+    async def fetch(
+        self, method: str, url: str, headers: list[tuple[str, str]], body: bytes, service: str | None = None
+    ) -> Response:
+        """Outbound HTTP (or a service binding call) carried by the runtime."""
+        request = current_request.get()
+        if request is None:
+            raise RuntimeError("fetch can only be called while handling a request")
+        if len(body) > FETCH_BODY_BYTES:
+            raise ValueError(f"fetch body of {len(body)} bytes is over the {FETCH_BODY_BYTES}-byte limit")
+        call = next(self._calls)
+        queue: asyncio.Queue = asyncio.Queue()
+        self._pending[call] = queue
+        try:
+            self.send(ipc.FetchCall(call, request, method, url, headers, body, service))
+        except ValueError:
+            del self._pending[call]
+            raise
+        try:
+            reply: ipc.FetchReply = await queue.get()
+        finally:
+            self._pending.pop(call, None)
+        if reply.error:
+            raise RuntimeError(reply.error)
+        return Response(reply.body, status=reply.status, headers=reply.headers)
+
+    def call_binding_sync(self, binding: str, method: str, args: list, kwargs: dict) -> Any:
+        """The same call, blocking on the synchronous channel (for the API Cloudflare makes
+        synchronous: a Durable Object's storage.sql.exec); the event loop waits meanwhile."""
+        request = current_request.get()
+        if request is None or self.sync is None:
+            raise RuntimeError(f"{binding}.{method} can only be called while handling a request")
+        frame = ipc.encode(ipc.BindingCall(next(self._calls), request, binding, method, list(args), kwargs))
+        if len(frame) > ipc.FROM_ISOLATE:
+            raise ValueError(
+                f"{binding}.{method}: the call is over the {ipc.FROM_ISOLATE // 2**20} MiB limit"
+            )
+        self.sync.sendall(frame)
+        (length,) = struct.unpack(">I", _recv_exactly(self.sync, 4))
+        if length > ipc.TO_ISOLATE:
+            raise ConnectionError("the runtime's reply is over the frame limit")
+        reply = ipc.decode(_recv_exactly(self.sync, length))
+        if not isinstance(reply, ipc.BindingReply):
+            raise ConnectionError("the synchronous channel answered out of turn")
+        if reply.error_type is not None:
+            raise binding_error(reply.error_type, reply.error_message or f"{binding}.{method} failed")
+        return reply.result
+
+    async def _round_trip(self, what: str, message: Callable[[int, int], ipc.Message]) -> Any:
+        """Send one call (built from its call id and the current request) and wait for the
+        runtime's reply; what cannot be sent says why in the worker's terms."""
+        request = current_request.get()
+        if request is None:
+            raise RuntimeError(f"{what} can only be called while handling a request")
+        call = next(self._calls)
+        queue: asyncio.Queue = asyncio.Queue()
+        self._pending[call] = queue
+        try:
+            self.send(message(call, request))
+        except (TypeError, msgspec.EncodeError) as exc:
+            del self._pending[call]
+            raise TypeError(
+                f"{what}: arguments must be str, bytes, numbers, None, lists or dicts: {exc}"
+            ) from None
+        except ValueError:
+            del self._pending[call]
+            raise ValueError(
+                f"{what}: the call is over the {ipc.FROM_ISOLATE // 2**20} MiB one call may carry to the "
+                "runtime; send less per call"
+            ) from None
+        try:
+            return await queue.get()
+        finally:
+            self._pending.pop(call, None)
+
+    async def call_binding(self, binding: str, method: str, args: list, kwargs: dict) -> Any:
+        """env.BINDING.method(...) on a KV, D1 or R2 binding, answered by the runtime's store."""
+        if not all(isinstance(k, str) for k in kwargs):
+            raise TypeError(f"env.{binding}.{method}: option names must be strings")
+        reply: ipc.BindingReply = await self._round_trip(
+            f"env.{binding}.{method}",
+            lambda call, request: ipc.BindingCall(call, request, binding, method, list(args), dict(kwargs)),
+        )
+        if reply.error_type is not None:
+            raise binding_error(reply.error_type, reply.error_message or f"env.{binding}.{method} failed")
+        return reply.result
+
+    async def call_object(self, binding: str, object_id: str, method: str, args: list, kwargs: dict) -> Any:
+        """`await env.NS.get(id).method(...)`: the runtime runs it in that object's isolate."""
+        reply: ipc.ObjectReply = await self._round_trip(
+            f"env.{binding} {method}",
+            lambda call, request: ipc.ObjectCall(call, request, binding, object_id, method, args, kwargs),
+        )
+        if reply.error_type is not None:
+            raise remote_error(reply.error_type, reply.error_message or f"env.{binding} {method} failed")
+        return reply.result
+
+    def log(self, level: str, message: str) -> None:
+        """A line for the tail; past the per-request budget lines are dropped here (the runtime
+        enforces the same budget, since it trusts nothing an isolate sends)."""
+        rid = current_request.get() or 0
+        budget = self._log_budget.setdefault(rid, [LOG_LINES, LOG_BYTES])
+        if budget[0] <= 0 or budget[1] <= 0:
+            return
+        message = message[:LOG_LINE_CHARS]
+        budget[0] -= 1
+        budget[1] -= len(message)
+        self.send(ipc.Log(rid, level, message))
+
+    def forget(self, rid: int) -> None:
+        self._log_budget.pop(rid, None)
+        self.credits.pop(rid, None)
+        self.tasks.pop(rid, None)
+
+
+class AIBinding:
+    """`env.AI`: `await env.AI.run(model, inputs, options=None)` crosses to the runtime's AI service."""
+
+    def __init__(self, channel: Channel):
+        self._channel = channel
+
+    async def run(self, model: str, inputs: dict[str, Any], options: dict[str, Any] | None = None) -> Any:
+        if not isinstance(model, str):
+            raise AIError(
+                5004, f"model must be a string such as '@edge/moonshotai/kimi-k2-mini', got {model!r}"
+            )
+        return await self._channel.call_ai(model, inputs, options)
+
+
+class ServiceBinding:
+    """`env.NAME` for a [[services]] binding: `await env.NAME.fetch(url_or_request)` calls that worker."""
+
+    def __init__(self, channel: Channel, name: str):
+        self._channel, self._name = channel, name
+
+    async def fetch(self, resource: Any, method: str | None = None, headers: Any = None, body: Any = None):
+        from workers.fetch import _as_parts
+
+        url, verb, hdrs, data = _as_parts(resource, method, headers, body)
+        return await self._channel.fetch(verb, url, hdrs, data, service=self._name)
+
+
+class _LogToRuntime(logging.Handler):
+    def __init__(self, channel: Channel):
+        super().__init__()
+        self.channel = channel
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            self.channel.log(record.levelname.lower(), self.format(record))
+        except Exception:  # a log line must never break the request
+            pass
+
+
+def capture_logs(channel: Channel) -> None:
+    """print() and logging inside the worker reach the runtime (edge tail), tagged by request."""
+    real_print = builtins.print
+
+    def worker_print(*args, sep=" ", end="\n", file=None, flush=False):
+        if file not in (None, sys.stdout, sys.stderr):
+            return real_print(*args, sep=sep, end=end, file=file, flush=flush)
+        channel.log("error" if file is sys.stderr else "log", sep.join(str(a) for a in args))
+
+    builtins.print = worker_print
+    root = logging.getLogger()
+    root.handlers = [_LogToRuntime(channel)]
+    root.setLevel(logging.INFO)
