@@ -106,13 +106,20 @@ class BlockPool:
     def new_sequence(self) -> SeqBlocks:
         return SeqBlocks()
 
-    def can_grow(self, seq: SeqBlocks, tokens: int) -> bool:
+    def held(self, seq: SeqBlocks) -> int:
+        return len(seq.block_table)
+
+    def blocks_needed(self, seq: SeqBlocks, tokens: int) -> int:
+        """Free blocks grow(seq, tokens) takes; more than the pool holds without a staging slot."""
         need = max(0, self.blocks_for(tokens) - len(seq.block_table))
-        if seq.slot is None and self.staging_blocks:
+        if seq.slot is None:
+            if not self._free_slots:
+                return self.num_blocks + 1
             need += self.staging_blocks
-        if seq.slot is None and not self._free_slots:
-            return False
-        return need <= self.free_blocks
+        return need
+
+    def can_grow(self, seq: SeqBlocks, tokens: int) -> bool:
+        return self.blocks_needed(seq, tokens) <= self.free_blocks
 
     def grow(self, seq: SeqBlocks, tokens: int) -> bool:
         """Make room for `tokens` tokens in total; False (and no change) when blocks run out."""

@@ -1,6 +1,7 @@
 """LLMEngine: requests in, token events out, one `step()` at a time (synchronous, single thread).
 
-A step asks the scheduler what to run, runs one forward pass over the flat token batch (decodes
+The executor half of serving: a step asks the scheduling policy (engine.policy, shared with the
+capacity simulator) what to run, runs one forward pass over the flat token batch (decodes
 batched together, prefill chunks alongside), samples where a sequence has consumed all its known
 tokens, and reports per-request events and per-step statistics.
 """
@@ -18,8 +19,8 @@ import torch
 from engine.batch import SeqSlice, StepBatch
 from engine.errors import InvalidRequestError, RequestTooLargeError
 from engine.kv_cache import BLOCK_SIZE, PagedKVCache
+from engine.policy import SchedulerConfig, SchedulingPolicy
 from engine.sampling import Sampler, SamplingParams
-from engine.scheduler import Scheduler, SchedulerConfig
 from engine.sequence import SeqEvent, SeqStatus, Sequence
 from engine.tokenizer import IncrementalDetokenizer, TextTokenizer
 
@@ -66,7 +67,7 @@ class LLMEngine:
         self.eos_ids = eos_ids
         self.context_window = context_window
         self.vocab_size = vocab_size
-        self.scheduler = Scheduler(cache.pool, scheduler or SchedulerConfig())  # it counts blocks only
+        self.scheduler = SchedulingPolicy(cache.pool, scheduler or SchedulerConfig())  # it counts blocks only
         self.device = cache.device
         self._ids = itertools.count()
         self._seqs: dict[str, Sequence] = {}
@@ -139,9 +140,10 @@ class LLMEngine:
     def step(self) -> list[SeqEvent]:
         started = time.perf_counter()
         preempted_before = self.scheduler.preemptions
-        plan = self.scheduler.schedule()
-        if not plan:
+        policy_plan = self.scheduler.schedule()
+        if not policy_plan:
             return []
+        plan = policy_plan.entries()  # decoders first, their num_computed up to date
         ids: list[int] = []
         positions: list[int] = []
         slices: list[SeqSlice] = []
@@ -165,15 +167,16 @@ class LLMEngine:
         ]
         logits = self.model.logits(hidden[[sl.stop - 1 for _, sl in samplers]]) if samplers else None
         events: list[SeqEvent] = []
-        for seq, n in plan:
-            seq.num_computed += n
+        self.scheduler.completed(policy_plan)
+        for seq, _ in plan:
+            seq.num_computed = self.scheduler.computed(seq)
             seq.kv.length = seq.num_computed
         if samplers:
             finite = torch.isfinite(logits.sum(dim=-1)).tolist()  # any nan/inf in a row poisons its sum
             best = logits.argmax(dim=-1).tolist()  # one reduction for every greedy sequence
             for row, (seq, _) in enumerate(samplers):
                 events.append(self._sample(seq, logits, row, finite[row], best[row]))
-        prefill = sum(n for seq, n in plan if n > 1 or seq.first_token is None)
+        prefill = sum(n for _, n in policy_plan.chunks)  # the decoders' tokens are the rest
         self.steps.append(
             StepStats(
                 batch_size=len(plan),

@@ -18,8 +18,8 @@ from engine.engine import EngineStats, LLMEngine, StepStats, default_kv_budget
 from engine.errors import EngineError, InvalidRequestError, ModelLoadError
 from engine.kv_cache import BLOCK_SIZE, KV_CACHE_DTYPES, PagedKVCache
 from engine.models import causal_lm, expected_tensors, float32_tensors
+from engine.policy import SchedulerConfig
 from engine.sampling import SamplingParams
-from engine.scheduler import SchedulerConfig
 from engine.sequence import RequestMetrics, SeqEvent
 from engine.tokenizer import TextTokenizer
 from engine.verified_load import load_verified

@@ -2,20 +2,14 @@
 
 from __future__ import annotations
 
-import enum
 import time
 
 import msgspec
 
 from engine.block_pool import SeqBlocks
+from engine.policy import SeqStatus
 from engine.sampling import Sampler, SamplingParams
 from engine.tokenizer import IncrementalDetokenizer
-
-
-class SeqStatus(enum.Enum):
-    WAITING = "waiting"
-    RUNNING = "running"
-    FINISHED = "finished"
 
 
 class RequestMetrics(msgspec.Struct):
@@ -65,6 +59,7 @@ class Sequence:
         self.status = SeqStatus.WAITING
         self.num_computed = 0  # tokens whose KV is in the cache
         self.preemptions = 0
+        self.order = 0  # arrival order at the scheduling policy (set when it is added)
         self.finish_reason: str | None = None
         self.error: str | None = None
         self.arrival = time.perf_counter()

@@ -177,8 +177,10 @@ def test_int4_kv_admits_more_sequences_when_kv_bound():
     assert int4["goodput_rps"] > bf16["goodput_rps"]
 
 
-def test_merged_prefill_runs_match_step_by_step(monkeypatch):
-    import capacity.simulator as sim
+def test_merged_runs_match_step_by_step(monkeypatch):
+    """Steady runs (decode stretches, a long prompt's full chunks) advanced as one event give
+    exactly what the policy decides step by step."""
+    import capacity.replica as replica
 
     one_pop = TopologySetup(
         Topology.default().with_overrides(gpu_pops={"FRA": {"H200": 8}}), KIMI_NETWORK, {}
@@ -192,7 +194,7 @@ def test_merged_prefill_runs_match_step_by_step(monkeypatch):
     )
     runs = []
     for merged in (True, False):
-        monkeypatch.setattr(sim, "_MERGE_RUNS", merged)
+        monkeypatch.setattr(replica, "MERGE_RUNS", merged)
         runs.append(simulate(w, KIMI, "bf16", duration_s=300, seed=1, setup=one_pop, max_queue_ms=1e12))
     a, b = runs
     assert a.status == b.status and a.preempted == b.preempted and sum(a.preempted) > 0

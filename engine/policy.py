@@ -1,0 +1,485 @@
+"""The scheduling policy: continuous batching with chunked prefill and preemption by recompute.
+
+One policy object serves both the live engine (engine.engine.LLMEngine, which runs the model on
+what the policy plans) and the capacity simulator (capacity.replica, which charges modelled step
+times instead), so a scheduling change is made once and the simulator cannot drift from the engine.
+It decides on sequence and block counts only: it never sees tensors, tokens or clocks.
+
+Each step: running sequences that are decoding go first (one token each), then sequences still
+prefilling continue their prompt in chunks, then waiting sequences are admitted first come, first
+served, all under a per-step token budget and a cap on sequences. When the cache runs out of blocks
+the newest running sequence is preempted: its blocks are freed and it goes back to the front of
+the queue to be recomputed later, so no request starves and the oldest always make progress.
+
+What the policy needs of a sequence (`SeqLike`) and of the block accounting (`BlockAccounting`) is
+declared below; the engine's KV block pool and the simulator's `BlockCounts` both provide it.
+"""
+
+from __future__ import annotations
+
+import bisect
+import enum
+import itertools
+from collections import deque
+from collections.abc import Callable
+from typing import Any, NamedTuple, Protocol
+
+import msgspec
+
+__all__ = [
+    "BlockAccounting",
+    "BlockCounts",
+    "SchedulerConfig",
+    "SchedulingPolicy",
+    "SeqLike",
+    "SeqStatus",
+    "SteadyRun",
+]
+
+BLOCK_TOKENS = 16  # tokens per KV block (engine.kv_cache.BLOCK_SIZE; checked by a test)
+
+
+class SeqStatus(enum.Enum):
+    WAITING = "waiting"
+    RUNNING = "running"
+    FINISHED = "finished"
+
+
+class SchedulerConfig(msgspec.Struct):
+    max_num_batched_tokens: int = 512
+    max_num_seqs: int = 64
+
+    @property
+    def seat_limit(self) -> int:
+        """Running sequences at most: never more than can all decode in one step."""
+        return min(self.max_num_seqs, self.max_num_batched_tokens)
+
+
+class SeqLike(Protocol):
+    """What the policy reads and writes of a sequence."""
+
+    status: SeqStatus
+    num_computed: int  # tokens whose KV is in the cache (see SchedulingPolicy on decoders)
+    preemptions: int
+    order: int  # arrival order at this policy (set by `add`)
+    decode_base: int | None  # set by the policy while the sequence decodes
+    kv: Any  # the block accounting's handle for this sequence
+
+    @property
+    def remaining(self) -> int:
+        """Tokens to run through the model before the next one can be sampled."""
+        ...
+
+
+class BlockAccounting(Protocol):
+    """Blocks as counts: the engine's KV block pool and `BlockCounts` both answer this."""
+
+    staging_blocks: int
+
+    @property
+    def free_blocks(self) -> int: ...
+
+    def blocks_for(self, tokens: int) -> int: ...
+
+    def can_grow(self, handle: Any, tokens: int) -> bool: ...
+
+    def grow(self, handle: Any, tokens: int) -> bool:
+        """Room for `tokens` tokens in total; False (and no change) when blocks run out."""
+        ...
+
+    def release(self, handle: Any) -> None: ...
+
+    def held(self, handle: Any) -> int:
+        """Blocks in the handle's block table."""
+        ...
+
+    def blocks_needed(self, handle: Any, tokens: int) -> int:
+        """Free blocks `grow(handle, tokens)` would take (staging reservation included); more than
+        there are when it cannot succeed at any number of free blocks (no staging slot left)."""
+        ...
+
+
+class CountHandle:
+    """One sequence's blocks in `BlockCounts`: how many, and whether it holds a staging slot."""
+
+    __slots__ = ("blocks", "slot")
+
+    def __init__(self) -> None:
+        self.blocks = 0
+        self.slot = False
+
+
+class BlockCounts:
+    """The engine's block accounting without block ids or tensors, for the simulator: the same
+    number of blocks, the same staging reservation and slot limit, so grow/release succeed and fail
+    exactly when the engine's do."""
+
+    __slots__ = ("num_blocks", "staging_blocks", "max_slots", "_free", "_slots", "_reserved")
+
+    def __init__(self, num_blocks: int, staging_blocks: int = 0, max_slots: int = 256):
+        self.num_blocks, self.staging_blocks, self.max_slots = num_blocks, staging_blocks, max_slots
+        self._free = num_blocks  # blocks not in any block table
+        self._slots = max_slots
+        self._reserved = 0  # blocks held back for staging slots
+
+    @property
+    def free_blocks(self) -> int:
+        return self._free - self._reserved
+
+    @property
+    def used_blocks(self) -> int:
+        return self.num_blocks - self._free
+
+    def blocks_for(self, tokens: int) -> int:
+        return -(-tokens // BLOCK_TOKENS)
+
+    def new_sequence(self) -> CountHandle:
+        return CountHandle()
+
+    def held(self, handle: CountHandle) -> int:
+        return handle.blocks
+
+    def blocks_needed(self, handle: CountHandle, tokens: int) -> int:
+        need = -(-tokens // BLOCK_TOKENS) - handle.blocks
+        if need < 0:
+            need = 0
+        if not handle.slot:
+            if not self._slots:
+                return self.num_blocks + 1
+            need += self.staging_blocks
+        return need
+
+    def can_grow(self, handle: CountHandle, tokens: int) -> bool:
+        return self.blocks_needed(handle, tokens) <= self._free - self._reserved
+
+    def grow(self, handle: CountHandle, tokens: int) -> bool:
+        want = -(-tokens // BLOCK_TOKENS)
+        more = want - handle.blocks if want > handle.blocks else 0
+        if handle.slot:  # the common case, kept short: the simulator calls this per block crossed
+            if more > self._free - self._reserved:
+                return False
+        else:
+            if not self._slots or more + self.staging_blocks > self._free - self._reserved:
+                return False
+            handle.slot = True
+            self._slots -= 1
+            self._reserved += self.staging_blocks
+        if more:
+            self._free -= more
+            handle.blocks = want
+        return True
+
+    def release(self, handle: CountHandle) -> None:
+        self._free += handle.blocks
+        handle.blocks = 0
+        if handle.slot:
+            handle.slot = False
+            self._slots += 1
+            self._reserved -= self.staging_blocks
+
+
+class Plan:
+    """One step: every decoding sequence runs one token, then `chunks` run (sequence, tokens)."""
+
+    __slots__ = ("policy", "decode_count", "decode_context", "chunks")
+
+    def __init__(self, policy: SchedulingPolicy, chunks: list[tuple[SeqLike, int]]):
+        self.policy = policy
+        n = self.decode_count = policy.decode_count
+        # the tokens the decoders attend to, their new ones included
+        self.decode_context = policy._base_sum + n * (policy.clock + 1)
+        self.chunks = chunks
+
+    def __bool__(self) -> bool:
+        return bool(self.decode_count or self.chunks)
+
+    def decoders(self) -> list[SeqLike]:
+        """The decoding sequences in arrival order, their `num_computed` brought up to date."""
+        return self.policy.decoders()
+
+    def entries(self) -> list[tuple[SeqLike, int]]:
+        return [(seq, 1) for seq in self.decoders()] + self.chunks
+
+
+class SchedulingPolicy:
+    """Who runs each step and how many tokens each, over a `BlockAccounting`.
+
+    Decoding sequences (one token to run, then one to sample) advance together, one token a step,
+    so the policy keeps them as a group on one clock: a decoder's tokens in the cache are its
+    `decode_base` plus the clock, and only the decoders whose last block is full touch the block
+    accounting in a step. Their `num_computed` attribute is brought up to date when asked for
+    (`Plan.decoders()`, which the engine calls every step; the simulator never needs to). This is
+    what lets the simulator advance a replica by a whole run of steps in time independent of its
+    batch size.
+
+    `on_event(kind, seq)` (optional) hears every decision: "admit", "preempt", "finish"."""
+
+    def __init__(
+        self,
+        blocks: BlockAccounting,
+        config: SchedulerConfig,
+        on_event: Callable[[str, Any], None] | None = None,
+    ):
+        self.blocks = blocks
+        self.config = config
+        self.waiting: deque[SeqLike] = deque()
+        self.running: list[SeqLike] = []  # in arrival order
+        self.prefilling: list[SeqLike] = []  # the running ones not decoding, in arrival order
+        self.preemptions = 0
+        self.on_event = on_event
+        self.clock = 0  # steps the decode group has taken
+        # decoders by (decode_base % BLOCK_TOKENS): the ones whose last block is full at clock c are
+        # in phase[-c % BLOCK_TOKENS]
+        self.phase: list[dict[int, SeqLike]] = [{} for _ in range(BLOCK_TOKENS)]
+        self._phase_sizes = [0] * BLOCK_TOKENS
+        self._seats = config.seat_limit
+        self.decode_count = 0
+        self._base_sum = 0
+        self._order = itertools.count()
+
+    # --- membership -------------------------------------------------------------------------------
+
+    def add(self, seq: SeqLike) -> None:
+        seq.order = next(self._order)
+        seq.decode_base = None
+        self.waiting.append(seq)
+
+    def has_work(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    def computed(self, seq: SeqLike) -> int:
+        """Tokens of `seq` in the cache now."""
+        base = seq.decode_base
+        return seq.num_computed if base is None else base + self.clock
+
+    def decode_context(self) -> int:
+        """Sum over decoders of the tokens they attend to in their next step (the new one included)."""
+        return self._base_sum + self.decode_count * (self.clock + 1)
+
+    def decoders(self) -> list[SeqLike]:
+        clock = self.clock
+        out = []
+        for seq in self.running:
+            if seq.decode_base is not None:
+                seq.num_computed = seq.decode_base + clock
+                out.append(seq)
+        return out
+
+    def _join(self, seq: SeqLike) -> None:
+        base = seq.num_computed - self.clock
+        seq.decode_base = base
+        self.phase[base % BLOCK_TOKENS][seq.order] = seq
+        self._phase_sizes[base % BLOCK_TOKENS] += 1
+        self.decode_count += 1
+        self._base_sum += base
+
+    def _leave(self, seq: SeqLike) -> None:
+        base = seq.decode_base
+        if base is None:
+            if seq in self.prefilling:
+                self.prefilling.remove(seq)
+            return
+        seq.num_computed = base + self.clock
+        del self.phase[base % BLOCK_TOKENS][seq.order]
+        self._phase_sizes[base % BLOCK_TOKENS] -= 1
+        self.decode_count -= 1
+        self._base_sum -= base
+        seq.decode_base = None
+
+    def _preempt(self, seq: SeqLike) -> None:
+        """Free `seq`'s blocks and queue it first, to be recomputed. `on_event("preempt")` hears it
+        before its tokens in the cache are reset to 0 (`num_computed` is up to date then)."""
+        self._leave(seq)
+        self.running.remove(seq)
+        self.blocks.release(seq.kv)
+        if self.on_event is not None:
+            self.on_event("preempt", seq)
+        seq.num_computed = 0
+        seq.status = SeqStatus.WAITING
+        seq.preemptions += 1
+        self.preemptions += 1
+        self.waiting.appendleft(seq)
+
+    def finish(self, seq: SeqLike) -> None:
+        self._leave(seq)
+        if seq in self.running:
+            self.running.remove(seq)
+        elif seq in self.waiting:
+            self.waiting.remove(seq)
+        self.blocks.release(seq.kv)
+        if self.on_event is not None:
+            self.on_event("finish", seq)
+
+    # --- one step ---------------------------------------------------------------------------------
+
+    def schedule(self) -> Plan:
+        """The sequences to run this step and how many of their tokens each."""
+        limit = self.config.max_num_batched_tokens
+        running, prefilling, waiting = self.running, self.prefilling, self.waiting
+        preempted_before = self.preemptions
+        # a prefill with one prompt token left runs it as a decoder (and samples)
+        for seq in [s for s in prefilling if s.remaining == 1]:
+            prefilling.remove(seq)
+            self._join(seq)
+        # decoders first, one token each; only those whose last block is full need a block
+        clock = self.clock
+        full = self.phase[-clock % BLOCK_TOKENS]
+        if full:
+            for _, seq in sorted(full.items()):
+                if seq.status == SeqStatus.RUNNING:  # not preempted earlier in this loop
+                    self._grow_or_preempt(seq, seq.decode_base + clock + 1)
+        budget = limit - self.decode_count
+        chunks: list[tuple[SeqLike, int]] = []
+        for seq in list(prefilling):
+            if budget == 0:
+                break
+            if seq.status != SeqStatus.RUNNING:
+                continue
+            want = min(seq.remaining, budget)
+            if self._grow_or_preempt(seq, seq.num_computed + want):
+                chunks.append((seq, want))
+                budget -= want
+        if self.preemptions != preempted_before:  # drop the chunks of sequences preempted since
+            chunks = [(s, n) for s, n in chunks if s.status == SeqStatus.RUNNING]
+            budget = limit - self.decode_count - sum(n for _, n in chunks)
+        readmitted = False
+        blocks = self.blocks
+        while waiting and budget > 0 and len(running) < self._seats:
+            seq = waiting[0]
+            want = min(seq.remaining, budget)
+            if not blocks.grow(seq.kv, seq.num_computed + want):
+                break  # first come, first served: nobody overtakes the head of the queue
+            waiting.popleft()
+            seq.status = SeqStatus.RUNNING
+            readmitted = readmitted or seq.preemptions > 0
+            running.append(seq)
+            prefilling.append(seq)
+            chunks.append((seq, want))
+            budget -= want
+            if self.on_event is not None:
+                self.on_event("admit", seq)
+        if readmitted:  # keep arrival order, so a re-admitted sequence is not the next victim
+            running.sort(key=_arrival)
+            prefilling.sort(key=_arrival)
+        return Plan(self, chunks)
+
+    def _grow_or_preempt(self, seq: SeqLike, tokens: int) -> bool:
+        """Room for `tokens` tokens of `seq`, preempting the newest running sequences as needed;
+        False when `seq` itself was preempted."""
+        while not self.blocks.grow(seq.kv, tokens):
+            victim = self.running[-1]
+            self._preempt(victim)
+            if victim is seq:
+                return False
+        return True
+
+    def completed(self, plan: Plan) -> None:
+        """The executor ran `plan`: the decoders' clock and the chunks' tokens advance, and a chunk
+        that completes its prompt (it samples now) decodes from the next step on."""
+        if plan.decode_count:
+            self.clock += 1
+        for seq, n in plan.chunks:
+            seq.num_computed += n
+            if seq.remaining == 0 and seq.status == SeqStatus.RUNNING:
+                self.prefilling.remove(seq)
+                self._join(seq)
+
+    # --- steady runs (the simulator advances each as one event) -----------------------------------
+
+    def _rooms(self) -> list[int]:
+        """How many decoders have r free token slots in their last block, for r in 0..15."""
+        full = -self.clock % BLOCK_TOKENS  # the phase whose decoders have 0 free slots, then 1, ...
+        sizes = self._phase_sizes
+        return sizes[full::-1] + sizes[:full:-1]
+
+    def steady_run(self, limit: int) -> SteadyRun | None:
+        """The next steps (at most `limit`) that are certain to repeat one plan, with nothing
+        arriving and nothing finishing: every running sequence decodes one token, beside at most one
+        that prefills a full chunk of the budget; nobody admitted, nobody preempted. None when the
+        next step is not such a step.
+
+        Exact, not an estimate: free blocks only shrink during such a run, so a waiting head that
+        cannot be admitted at the run's first step cannot be admitted later in it."""
+        if not self.running or limit < 1:
+            return None
+        prefill = None
+        for seq in self.prefilling:
+            if seq.remaining != 1:
+                if prefill is not None:
+                    return None  # two prefill chunks share this step
+                prefill = seq
+        if len(self.prefilling) != (prefill is not None):
+            return None  # a prefill with one prompt token left joins the decoders at schedule()
+        blocks, budget = self.blocks, self.config.max_num_batched_tokens
+        # below_room[s]: decoders with fewer than s free slots, i.e. the blocks steps 1..s take
+        below_room = list(itertools.accumulate(self._rooms(), initial=0))
+        n = self.decode_count
+
+        def decode_need(k: int) -> int:  # every decoder takes one block per 16 steps
+            q, s = divmod(k, BLOCK_TOKENS)
+            return q * n + below_room[s]
+
+        free = blocks.free_blocks
+        if prefill is None:
+            if decode_need(1) > free:
+                return None
+            if self.waiting and len(self.running) < self._seats:
+                head = self.waiting[0]
+                want = min(head.remaining, budget - n)
+                # admitted at the next step if it fits beside the decoders' step-1 blocks
+                if want > 0 and blocks.blocks_needed(head.kv, head.num_computed + want) <= free - decode_need(
+                    1
+                ):
+                    return None
+            q = free // n
+            s = bisect.bisect_right(below_room, free - q * n, 0, BLOCK_TOKENS) - 1
+            return SteadyRun(min(limit, q * BLOCK_TOKENS + s), None, 0)
+        chunk = budget - n
+        if chunk <= 0:
+            return None
+        limit = min(limit, (prefill.remaining - 1) // chunk)  # full chunks, none sampling
+        if limit < 1:
+            return None
+        p_start, p_held = prefill.num_computed, blocks.held(prefill.kv)
+
+        def need(k: int) -> int:  # new blocks the run takes over k steps
+            return decode_need(k) + max(0, blocks.blocks_for(p_start + k * chunk) - p_held)
+
+        if need(1) > free:
+            return None  # no admission is possible: the chunk takes the whole budget
+        lo, hi = 1, limit
+        while lo < hi:  # the largest k with need(k) <= free
+            mid = (lo + hi + 1) // 2
+            if need(mid) <= free:
+                lo = mid
+            else:
+                hi = mid - 1
+        return SteadyRun(lo, prefill, chunk)
+
+    def advance(self, run: SteadyRun, steps: int) -> None:
+        """Take `steps` steps of `run` (at most `run.steps`) as that many schedule() + completed()
+        calls would; the caller advances the sequences' sampled tokens."""
+        grow, clock, phase = self.blocks.grow, self.clock, self.phase
+        end = clock + steps
+        for j in range(min(steps, BLOCK_TOKENS)):  # decoders whose last block fills at step j + 1
+            group = phase[-(clock + j) % BLOCK_TOKENS]
+            if group:
+                for seq in group.values():
+                    grow(seq.kv, seq.decode_base + end)
+        self.clock = clock + steps
+        if run.prefill is not None:
+            seq = run.prefill
+            grow(seq.kv, seq.num_computed + run.chunk * steps)
+            seq.num_computed += run.chunk * steps
+
+
+class SteadyRun(NamedTuple):
+    """`steps` steps of one plan: every running sequence decodes, but `prefill` takes `chunk` tokens."""
+
+    steps: int
+    prefill: Any  # the sequence prefilling a full chunk each step, or None
+    chunk: int
+
+
+def _arrival(seq: SeqLike) -> int:
+    return seq.order
