@@ -18,12 +18,11 @@ import heapq
 import math
 
 from capacity.costmodel import BLOCK_TOKENS, ReplicaPlan
-from edge_sim.router import PopLoad
+from edge_sim.load import FinishRate, PopLoad, pop_load
 from engine.policy import BlockCounts, SchedulerConfig, SchedulingPolicy, SeqStatus
 
 IDLE, STEP, RUN = 0, 1, 2
 MERGE_RUNS = True  # advance steady runs as one event (tests compare with step by step)
-FINISH_RATE_TAU_MS = 5000.0  # time constant of the finish-rate estimate the router reads
 
 
 class SimSeq:
@@ -85,7 +84,7 @@ class Replica:
         self.pending = 0  # prompt tokens still to prefill, waiting and prefilling
         self.busy_ms = self.kv_int = self.kv_peak = self.run_int = 0.0
         self.steps = self.preempts = self.served = self.max_run = 0
-        self.fin_rate, self.fin_t = 0.0, 0.0
+        self.finish_rate = FinishRate()
         self.step_est = 0.0  # duration of the step in progress (0 when idle)
 
     def _hear(self, kind: str, seq: SimSeq) -> None:
@@ -104,16 +103,11 @@ class Replica:
     # --- what the router sees ---------------------------------------------------------------------
 
     def load(self) -> PopLoad:
-        running = len(self.policy.running)
-        seats = float(self.max_seqs - running)
-        if running:
-            used = self.used_blocks()
-            kv_seats = (self.nb - used) * running / used
-            if kv_seats < seats:
-                seats = kv_seats
-        return PopLoad(
-            self.step_est, self.pending, self.pf_tok, len(self.policy.waiting), seats,
-            self.fin_rate if self.fin_rate > 0 else 1.0 / FINISH_RATE_TAU_MS,
+        used = self.used_blocks()
+        return pop_load(
+            step_ms=self.step_est, pending_tokens=self.pending, prefill_ms_per_token=self.pf_tok,
+            waiting=len(self.policy.waiting), running=len(self.policy.running), seat_limit=self.max_seqs,
+            kv_blocks_free=self.nb - used, kv_blocks_used=used, finish_per_ms=self.finish_rate.rate,
         )  # fmt: skip
 
     def used_blocks(self) -> int:
@@ -297,10 +291,7 @@ class Replica:
             seq.tf = t
         self.policy.finish(seq)
         self.served += 1
-        self.fin_rate = (
-            self.fin_rate * math.exp((self.fin_t - t) / FINISH_RATE_TAU_MS) + 1.0 / FINISH_RATE_TAU_MS
-        )
-        self.fin_t = t
+        self.finish_rate.tick(t)
 
     def _account(self, dur: float, used0: float, used1: float, steps: int) -> None:
         running = len(self.policy.running)

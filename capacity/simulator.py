@@ -37,9 +37,9 @@ import msgspec
 from capacity.costmodel import CostModel, ReplicaPlan
 from capacity.replica import Replica, SimSeq
 from capacity.workload import SLO, TopologySetup, Workload, WorkloadSample, sample_requests
+from edge_sim.load import expected_wait_ms, route_score
 from edge_sim.network import NetworkModel
 from edge_sim.roofline import SimulationError, check_kv
-from edge_sim.router import expected_wait_ms, route_score
 from edge_sim.topology import Topology
 
 __all__ = ["PopInfo", "SimResult", "SimulationError", "simulate", "simulate_kv"]

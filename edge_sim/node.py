@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
+from edge_sim.load import PopLoad
 from edge_sim.request import Formats, GenerateRequest, GenerateResult, collect
 from engine import SeqEvent
 
@@ -38,7 +39,9 @@ class PopNodeLike(Protocol):
 
     def has_room(self) -> bool: ...
 
-    def expected_ttft_ms(self, model: str, prompt_tokens: int) -> float: ...
+    def route_load(self, model: str) -> PopLoad:
+        """What the router ranks the node by for `model` (edge_sim.load.route_score)."""
+        ...
 
     def formats(self, model: str) -> Formats:
         """The formats `model` is served in here (Formats.unknown() if it is not)."""

@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator
 import msgspec
 
 from edge_sim.errors import EdgeError, PopDown, from_engine
+from edge_sim.load import FinishRate, PopLoad, pop_load
 from edge_sim.node import NodeBase
 from edge_sim.request import Formats, GenerateRequest
 from edge_sim.status import ModelStatus, PopStatus
@@ -52,6 +53,7 @@ class PopNode(NodeBase):
         }
         self._ids = itertools.count()
         self._waiting = 0
+        self._finishes: dict[str, FinishRate] = {}  # per model: what the router reads as seats free up
         # requests submitted that have not produced a token yet: request id -> (model, prompt
         # tokens, their event queue); a PoP taken down hands these back to be re-routed
         self._pending: dict[str, tuple[str, int, asyncio.Queue]] = {}
@@ -122,10 +124,16 @@ class PopNode(NodeBase):
         tokens = sum(s.prefill_tokens for s in steps)
         return sum(s.duration_ms for s in steps) / tokens if tokens else 0.05
 
-    def expected_ttft_ms(self, model: str, prompt_tokens: int) -> float:
-        """Queue wait (prompt tokens ahead of this one) plus this prompt's prefill, at the
-        measured prefill rate: what the router ranks PoPs by, beside the backbone RTT."""
-        return (self.pending_tokens(model) + prompt_tokens) * self.prefill_ms_per_token(model)
+    def route_load(self, model: str) -> PopLoad:
+        """What the router ranks this PoP by for `model` (edge_sim.load.route_score)."""
+        stats = self.engines[model].stats()
+        return pop_load(
+            step_ms=stats.last_step_ms if stats.running else 0.0,
+            pending_tokens=self.pending_tokens(model), prefill_ms_per_token=self.prefill_ms_per_token(model),
+            waiting=stats.waiting, running=stats.running, seat_limit=stats.seat_limit,
+            kv_blocks_free=stats.kv_blocks_free, kv_blocks_used=stats.kv_blocks_used,
+            finish_per_ms=self._finishes[model].rate if model in self._finishes else 0.0,
+        )  # fmt: skip
 
     def pending_tokens(self, model: str) -> int:
         """Prompt tokens submitted for `model` here that have not started yet."""
@@ -194,6 +202,7 @@ class PopNode(NodeBase):
                 self._pending.pop(request_id, None)
                 if event.finish_reason is not None:
                     finished = True
+                    self._finishes.setdefault(req.model, FinishRate()).tick(time.perf_counter() * 1000.0)
                 yield event
                 if finished:
                     return
@@ -242,6 +251,9 @@ class PopNode(NodeBase):
             generated_tokens=stats.generated_tokens,
             prefill_ms_per_token=self.prefill_ms_per_token(name),
             pending_tokens=self.pending_tokens(name),
+            step_ms=stats.last_step_ms if stats.running else 0.0,
+            seat_limit=stats.seat_limit,
+            finish_per_s=self._finishes[name].rate * 1000.0 if name in self._finishes else 0.0,
             recent_steps=llm.recent_steps(32),
             expert_load=llm.expert_load(),
         )

@@ -30,6 +30,7 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
 from edge_sim.errors import EdgeError, PopDown
+from edge_sim.load import PopLoad
 from edge_sim.node import NodeBase
 from edge_sim.pop import PopNode
 from edge_sim.request import Formats, GenerateRequest
@@ -220,8 +221,8 @@ class RemotePopNode(NodeBase):
     def has_room(self) -> bool:
         return self.up and self._status.in_flight < self._status.max_in_flight
 
-    def expected_ttft_ms(self, model: str, prompt_tokens: int) -> float:
-        return self._status.models[model].expected_ttft_ms(prompt_tokens)
+    def route_load(self, model: str) -> PopLoad:
+        return self._status.models[model].load()  # as of the last health check
 
     async def stream(self, req: GenerateRequest) -> AsyncIterator[SeqEvent]:
         try:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import msgspec
 
+from edge_sim.load import PopLoad, pop_load
 from edge_sim.request import Formats
 from engine import StepStats
 from engine.verified_load import VerificationRecord
@@ -27,15 +28,23 @@ class ModelStatus(msgspec.Struct, kw_only=True):
     generated_tokens: int
     prefill_ms_per_token: float  # measured over recent steps (a default before any)
     pending_tokens: int  # prompt tokens submitted at the PoP that have not started yet
+    step_ms: float = 0.0  # the step in progress (the last step's time while it runs anything)
+    seat_limit: int = 0  # running sequences at most
+    finish_per_s: float = 0.0  # recent rate of finished requests
     recent_steps: list[StepStats] = []
     expert_load: list[list[int]] = []
 
     def formats(self) -> Formats:
         return Formats(self.weights, self.kv_cache_dtype, self.weights_by_part)
 
-    def expected_ttft_ms(self, prompt_tokens: int) -> float:
-        """Queue wait (prompt tokens ahead) plus this prompt's prefill, at the measured rate."""
-        return (self.pending_tokens + prompt_tokens) * self.prefill_ms_per_token
+    def load(self) -> PopLoad:
+        """What the router ranks this engine by (edge_sim.router.route_score)."""
+        return pop_load(
+            step_ms=self.step_ms, pending_tokens=self.pending_tokens,
+            prefill_ms_per_token=self.prefill_ms_per_token, waiting=self.waiting, running=self.running,
+            seat_limit=self.seat_limit, kv_blocks_free=self.kv_blocks_free,
+            kv_blocks_used=self.kv_blocks_used, finish_per_ms=self.finish_per_s / 1000.0,
+        )  # fmt: skip
 
 
 class PopStatus(msgspec.Struct, kw_only=True, omit_defaults=True):

@@ -48,6 +48,8 @@ class EngineStats(msgspec.Struct):
     preemptions: int
     prompt_tokens: int
     generated_tokens: int
+    seat_limit: int = 0  # running sequences at most (the policy's sequence cap)
+    last_step_ms: float = 0.0  # the latest step's duration (0 before any)
 
 
 class LLMEngine:
@@ -227,6 +229,8 @@ class LLMEngine:
             preemptions=sched.preemptions,
             prompt_tokens=self.total_prompt_tokens,
             generated_tokens=self.total_generated_tokens,
+            seat_limit=sched.config.seat_limit,
+            last_step_ms=self.steps[-1].duration_ms if self.steps else 0.0,
         )
 
     def recent_steps(self, n: int) -> list[StepStats]:
