@@ -51,7 +51,8 @@ def _multipliers(text: str) -> list[float]:
 
 
 def _cost_model(args: argparse.Namespace, kvs: list[str], log):
-    from capacity.costmodel import ProfiledCostModel, RooflineCostModel
+    from capacity.costmodel import RooflineCostModel
+    from capacity.profile import ProfiledCostModel
     from edge_sim.roofline import Efficiency
 
     if args.cost == "roofline":

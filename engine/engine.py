@@ -34,6 +34,8 @@ class StepStats(msgspec.Struct):
     duration_ms: float
     preempted: int
     started: float = 0.0  # time.perf_counter() at the step's start (gaps between steps = idle)
+    prefill_pairs: float = 0.0  # query-key pairs the prefill chunks' attention covers
+    decode_context: int = 0  # tokens the decoders attend to, their new ones included
 
 
 class EngineStats(msgspec.Struct):
@@ -146,6 +148,7 @@ class LLMEngine:
         if not policy_plan:
             return []
         plan = policy_plan.entries()  # decoders first, their num_computed up to date
+        chunk_past = [seq.num_computed for seq, _ in policy_plan.chunks]
         ids: list[int] = []
         positions: list[int] = []
         slices: list[SeqSlice] = []
@@ -179,6 +182,9 @@ class LLMEngine:
             for row, (seq, _) in enumerate(samplers):
                 events.append(self._sample(seq, logits, row, finite[row], best[row]))
         prefill = sum(n for _, n in policy_plan.chunks)  # the decoders' tokens are the rest
+        pairs = sum(
+            n * (past + (n + 1) / 2) for (_, n), past in zip(policy_plan.chunks, chunk_past, strict=True)
+        )
         self.steps.append(
             StepStats(
                 batch_size=len(plan),
@@ -189,6 +195,8 @@ class LLMEngine:
                 duration_ms=(time.perf_counter() - started) * 1000,
                 preempted=self.scheduler.preemptions - preempted_before,
                 started=started,
+                prefill_pairs=pairs,
+                decode_context=policy_plan.decode_context,
             )
         )
         self.total_prompt_tokens += prefill

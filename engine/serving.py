@@ -6,10 +6,12 @@ at the next step (continuous batching).
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from collections import deque
 from collections.abc import Callable
 
+import msgspec
 import torch
 
 from engine.engine import LLMEngine
@@ -19,6 +21,10 @@ from engine.sequence import SeqEvent
 log = logging.getLogger("edge.engine")
 
 EventCallback = Callable[[SeqEvent], None]
+
+# EDGE_STEP_LOG=path: every engine appends each step's StepStats there, one JSON line with its name
+# (what `capacity.profile.fit_serving_steps` fits step times to).
+STEP_LOG_ENV = "EDGE_STEP_LOG"
 
 
 class EngineLoop:
@@ -30,6 +36,11 @@ class EngineLoop:
         self._callbacks: dict[str, EventCallback] = {}
         self._stopped = False
         self._retiring = False  # stop once the requests already running have finished
+        self._name = name
+        log_path = os.environ.get(STEP_LOG_ENV)
+        # unbuffered: one append per step, so nothing is lost when the process is killed
+        self._step_log = open(log_path, "ab", buffering=0) if log_path else None  # noqa: SIM115
+        self._logged = None
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 
@@ -95,9 +106,17 @@ class EngineLoop:
         while True:
             self._drain()
             if self._stopped:
+                if self._step_log is not None:
+                    self._step_log.close()
                 return
             try:
                 events = self.engine.step()
+                if (
+                    self._step_log is not None
+                    and self.engine.steps
+                    and self.engine.steps[-1] is not self._logged
+                ):
+                    self._log_step()
             except Exception:  # an engine bug: fail what is running, keep the loop alive
                 log.exception("engine step failed")
                 events = [e for rid in list(self._callbacks) if (e := self.engine.abort(rid)) is not None]
@@ -109,6 +128,11 @@ class EngineLoop:
                     self._callbacks.pop(event.request_id, None)
                 if callback is not None:
                     self._deliver(callback, event)
+
+    def _log_step(self) -> None:
+        self._logged = self.engine.steps[-1]
+        step = msgspec.structs.asdict(self._logged)
+        self._step_log.write(msgspec.json.encode({"engine": self._name, **step}) + b"\n")
 
     @staticmethod
     def _deliver(callback: EventCallback, event: SeqEvent) -> None:

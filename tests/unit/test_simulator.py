@@ -10,7 +10,8 @@ import msgspec
 import pytest
 
 from capacity import cli as capacity_cli
-from capacity.costmodel import BLOCK_TOKENS, ProfiledCostModel, RooflineCostModel
+from capacity.costmodel import BLOCK_TOKENS, RooflineCostModel
+from capacity.profile import ProfiledCostModel
 from capacity.report import build_report, summarize
 from capacity.simulator import REJECTED_CAPACITY, SERVED, simulate
 from capacity.workload import (
@@ -301,7 +302,7 @@ def test_cli_writes_report_and_plots(tmp_path, capsys):
 
 
 def test_profiled_decode_follows_the_measured_batch_curve():
-    from capacity.costmodel import ProfileFit
+    from capacity.profile import ProfileFit
 
     common = dict(
         kv="auto", prefill_fixed_ms=4.0, prefill_token_ms=0.1, prefill_pair_ms_per_1m=0.0,

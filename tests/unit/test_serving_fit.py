@@ -1,0 +1,78 @@
+"""Step times fitted to what the engine did while serving (EDGE_STEP_LOG): the log is written, the
+fit recovers the step-time formula and each step's pause before the next one, and a simulator run
+on it charges those times."""
+
+from __future__ import annotations
+
+import random
+import threading
+
+import msgspec
+import pytest
+
+from capacity.profile import ProfiledCostModel, ProfileFit
+from capacity.serving_fit import fit_serving_steps, load_step_log
+from engine import LLM, SamplingParams
+from engine.serving import STEP_LOG_ENV, EngineLoop
+
+FIXED = {1: 3.0, 2: 3.5, 4: 4.4, 8: 6.0}  # decode step ms with nothing cached, per batch size
+KV_MS_PER_1K, MIXED_FIXED, TOKEN_MS, PAIR_MS_PER_1M, PREFILL_FIXED = 0.2, 1.5, 0.03, 2.0, 2.5
+
+
+def true_ms(b: int, context: int, prefill: int, pairs: float) -> float:
+    base = FIXED[b] if b else PREFILL_FIXED
+    mixed = MIXED_FIXED if b and prefill else 0.0
+    return base + KV_MS_PER_1K * context / 1e3 + mixed + TOKEN_MS * prefill + PAIR_MS_PER_1M * pairs / 1e6
+
+
+def base_profile() -> ProfiledCostModel:
+    fit = ProfileFit(
+        kv="auto", decode_fixed_ms=1.0, decode_seq_ms=0.1, decode_kv_ms_per_1k=0.0, prefill_fixed_ms=1.0,
+        prefill_token_ms=0.01, prefill_pair_ms_per_1m=0.0, kv_bytes_per_token=100.0, block_bytes=1600,
+        num_blocks=1000, staging_blocks=0, max_num_seqs=8, max_batched_tokens=512, context_window=4096,
+    )  # fmt: skip
+    return ProfiledCostModel("tiny", "cpu", {"auto": fit})
+
+
+def test_the_fit_recovers_step_times_and_charges_the_pause_before_the_next_step():
+    rng = random.Random(5)
+    steps, t = [], 100.0
+    pause_ms = 0.7  # the serving loop's share of every step
+    for i in range(600):
+        b = rng.choice([0, 1, 2, 4, 8]) if i % 7 else 0
+        prefill = rng.choice([0, 0, 64, 200]) if b else rng.choice([64, 300])
+        context = b * rng.randrange(50, 900)
+        pairs = prefill * (rng.randrange(0, 400) + (prefill + 1) / 2) if prefill else 0.0
+        ms = true_ms(b, context, prefill, pairs)
+        steps.append(
+            {"engine": "e", "batch_size": b + bool(prefill), "prefill_tokens": prefill, "decode_tokens": b,
+             "duration_ms": ms - pause_ms, "started": t, "prefill_pairs": pairs, "decode_context": context}
+        )  # fmt: skip
+        idle = 50.0 if i % 40 == 39 else 0.0  # now and then the engine waits for requests
+        t += (ms + idle) / 1000.0
+    fitted = fit_serving_steps(steps, base_profile()).fits["auto"]
+    for b in (1, 2, 4, 8):
+        assert fitted.decode_ms(b, 3000) == pytest.approx(FIXED[b] + KV_MS_PER_1K * 3, rel=0.02)
+    assert fitted.step_ms(200, 60000.0, 0, 4, 1000) == pytest.approx(true_ms(4, 1000, 200, 60000.0), rel=0.02)
+    assert fitted.step_ms(300, 90000.0, 0, 0, 0) == pytest.approx(true_ms(0, 0, 300, 90000.0), rel=0.02)
+    assert fitted.num_blocks == 1000 and fitted.serving_steps == 600  # the cache is the base profile's
+
+
+def test_an_engine_loop_logs_every_step_when_asked(tiny_model_dir, tmp_path, monkeypatch):
+    log = tmp_path / "steps.jsonl"
+    monkeypatch.setenv(STEP_LOG_ENV, str(log))
+    llm = LLM(tiny_model_dir, device="cpu", allow_unsigned=True)
+    loop = EngineLoop(llm.engine, name="tiny")
+    done = threading.Event()
+    loop.submit(
+        "r1", list(range(10, 50)), SamplingParams(max_tokens=6, temperature=0, ignore_eos=True),
+        lambda e: done.set() if e.finish_reason else None,
+    )  # fmt: skip
+    assert done.wait(60)
+    loop.stop()
+    steps = load_step_log(log)
+    assert [s["engine"] for s in steps] == ["tiny"] * len(steps)
+    assert [s["prefill_tokens"] for s in steps] == [40] + [0] * 5  # one prefill, then 5 decodes
+    assert steps[0]["prefill_pairs"] == pytest.approx(40 * 41 / 2)
+    assert [s["decode_context"] for s in steps[1:]] == [41, 42, 43, 44, 45]
+    assert all(msgspec.json.decode(msgspec.json.encode(s)) == s for s in steps)
