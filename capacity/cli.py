@@ -55,6 +55,8 @@ def _cost_model(args: argparse.Namespace, kvs: list[str], log):
     from capacity.profile import ProfiledCostModel
     from edge_sim.roofline import Efficiency
 
+    if args.serving_steps and args.cost != "profiled":
+        raise ValueError("--serving-steps fits the profiled cost model: add --cost profiled")
     if args.cost == "roofline":
         return RooflineCostModel(
             args.model or "kimi-k2",
@@ -77,6 +79,15 @@ def _cost_model(args: argparse.Namespace, kvs: list[str], log):
             path, model, kvs, existing=cost, threads=args.profile_threads or None, log=log
         )
     cost.prices = dict(args.prices)
+    if args.serving_steps:
+        from capacity.serving_fit import fit_serving_steps, load_step_log
+
+        steps = load_step_log(args.serving_steps)
+        cost = ProfiledCostModel(
+            cost.model_name, cost.device, {kv: fit_serving_steps(steps, cost, kv).fits[kv] for kv in kvs},
+            cost.threads, cost.prices,
+        )  # fmt: skip
+        log(f"step times fitted to {len(steps)} serving steps from {args.serving_steps}")
     return cost
 
 
@@ -246,6 +257,11 @@ def register(subparsers) -> None:
     )
     sim.add_argument(
         "--profile-threads", type=int, default=1, help="torch CPU threads while profiling (0: as is)"
+    )
+    sim.add_argument(
+        "--serving-steps",
+        metavar="FILE",
+        help="--cost profiled: fit step times to the steps edge dev recorded (EDGE_STEP_LOG=FILE)",
     )
     _add_model_args(sim, None)
     sim.add_argument("--max-seqs", type=int, default=256, help="running sequences per replica (roofline)")

@@ -112,7 +112,10 @@ class LLMEngine:
         params: SamplingParams,
         request_id: str | None = None,
         tenant: str = "local",
+        arrival: float | None = None,
     ) -> str:
+        """Queue a request; `arrival` (time.perf_counter()) is when it reached this engine's host,
+        if earlier than now (it waited for the step in progress): its queue time starts there."""
         self.check_request(prompt_ids, params)
         request_id = request_id or f"req-{next(self._ids)}"
         if request_id in self._seqs:
@@ -122,6 +125,8 @@ class LLMEngine:
         seq = Sequence(
             request_id, prompt_ids, params, sampler, self.cache.new_sequence(), detok, self.eos_ids, tenant
         )
+        if arrival is not None:
+            seq.arrival = min(seq.arrival, arrival)
         self._seqs[request_id] = seq
         self.scheduler.add(seq)
         return request_id

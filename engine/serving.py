@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from collections import deque
 from collections.abc import Callable
 
@@ -31,7 +32,7 @@ class EngineLoop:
     def __init__(self, engine: LLMEngine, name: str = "engine"):
         self.engine = engine
         self._lock = threading.Condition()
-        self._incoming: deque[tuple[str, list[int], SamplingParams, str, EventCallback]] = deque()
+        self._incoming: deque[tuple[str, list[int], SamplingParams, str, EventCallback, float]] = deque()
         self._cancelled: deque[str] = deque()
         self._callbacks: dict[str, EventCallback] = {}
         self._stopped = False
@@ -55,7 +56,8 @@ class EngineLoop:
         """Queue a request (validate it first with engine.check_request); events go to `on_event`,
         called from the engine thread."""
         with self._lock:
-            self._incoming.append((request_id, prompt_ids, params, tenant, on_event))
+            # its queue time starts now, not when the step in progress ends and it is picked up
+            self._incoming.append((request_id, prompt_ids, params, tenant, on_event, time.perf_counter()))
             self._lock.notify()
 
     def cancel(self, request_id: str) -> None:
@@ -89,9 +91,9 @@ class EngineLoop:
                 self._lock.wait()
             incoming, self._incoming = list(self._incoming), deque()
             cancelled, self._cancelled = list(self._cancelled), deque()
-        for request_id, prompt_ids, params, tenant, on_event in incoming:
+        for request_id, prompt_ids, params, tenant, on_event, arrival in incoming:
             try:
-                self.engine.add_request(prompt_ids, params, request_id, tenant)
+                self.engine.add_request(prompt_ids, params, request_id, tenant, arrival)
                 self._callbacks[request_id] = on_event
             except Exception as exc:  # validated before submit; anything left is reported, not raised
                 self._deliver(on_event, SeqEvent(request_id, None, "", "error", error=str(exc)))

@@ -143,3 +143,19 @@ def test_kv_requests_that_can_never_fit_are_refused_up_front(tiny_model_dir):
         llm.generate("x " * 40, SamplingParams(max_tokens=40))
     with pytest.raises(ModelLoadError, match="kv_cache_dtype='int2' is unknown"):
         LLM(tiny_model_dir, kv_cache_dtype="int2", device="cpu", allow_unsigned=True)
+
+
+def test_queue_time_starts_when_the_request_reached_the_engine_host(tiny_model_dir):
+    """A request that waited in the engine loop's inbox for the step in progress has waited."""
+    import time
+
+    llm = LLM(tiny_model_dir, device="cpu", allow_unsigned=True)
+    eng = llm.engine
+    rid = eng.add_request(
+        [5, 6, 7], SamplingParams(max_tokens=2, temperature=0), arrival=time.perf_counter() - 0.25
+    )
+    done = {}
+    while eng.has_unfinished():
+        done.update({e.request_id: e for e in eng.step() if e.finish_reason})
+    metrics = done[rid].metrics
+    assert metrics.queue_ms >= 250 and metrics.ttft_ms >= metrics.queue_ms

@@ -4,18 +4,21 @@ on it charges those times."""
 
 from __future__ import annotations
 
+import json
 import random
 import threading
 
 import msgspec
 import pytest
 
+from capacity import cli as capacity_cli
 from capacity.profile import ProfiledCostModel, ProfileFit
 from capacity.serving_fit import fit_serving_steps, load_step_log
 from engine import LLM, SamplingParams
 from engine.serving import STEP_LOG_ENV, EngineLoop
 
 FIXED = {1: 3.0, 2: 3.5, 4: 4.4, 8: 6.0}  # decode step ms with nothing cached, per batch size
+PAUSE_MS = 0.7  # the serving loop's share of every step
 KV_MS_PER_1K, MIXED_FIXED, TOKEN_MS, PAIR_MS_PER_1M, PREFILL_FIXED = 0.2, 1.5, 0.03, 2.0, 2.5
 
 
@@ -34,10 +37,10 @@ def base_profile() -> ProfiledCostModel:
     return ProfiledCostModel("tiny", "cpu", {"auto": fit})
 
 
-def test_the_fit_recovers_step_times_and_charges_the_pause_before_the_next_step():
-    rng = random.Random(5)
+def synthetic_steps(seed: int = 5) -> list[dict]:
+    rng = random.Random(seed)
     steps, t = [], 100.0
-    pause_ms = 0.7  # the serving loop's share of every step
+    pause_ms = PAUSE_MS
     for i in range(600):
         b = rng.choice([0, 1, 2, 4, 8]) if i % 7 else 0
         prefill = rng.choice([0, 0, 64, 200]) if b else rng.choice([64, 300])
@@ -50,7 +53,11 @@ def test_the_fit_recovers_step_times_and_charges_the_pause_before_the_next_step(
         )  # fmt: skip
         idle = 50.0 if i % 40 == 39 else 0.0  # now and then the engine waits for requests
         t += (ms + idle) / 1000.0
-    fitted = fit_serving_steps(steps, base_profile()).fits["auto"]
+    return steps
+
+
+def test_the_fit_recovers_step_times_and_charges_the_pause_before_the_next_step():
+    fitted = fit_serving_steps(synthetic_steps(), base_profile()).fits["auto"]
     for b in (1, 2, 4, 8):
         assert fitted.decode_ms(b, 3000) == pytest.approx(FIXED[b] + KV_MS_PER_1K * 3, rel=0.02)
     assert fitted.step_ms(200, 60000.0, 0, 4, 1000) == pytest.approx(true_ms(4, 1000, 200, 60000.0), rel=0.02)
@@ -76,3 +83,21 @@ def test_an_engine_loop_logs_every_step_when_asked(tiny_model_dir, tmp_path, mon
     assert steps[0]["prefill_pairs"] == pytest.approx(40 * 41 / 2)
     assert [s["decode_context"] for s in steps[1:]] == [41, 42, 43, 44, 45]
     assert all(msgspec.json.decode(msgspec.json.encode(s)) == s for s in steps)
+
+
+def test_edge_sim_fits_a_profile_to_serving_steps(tmp_path, capsys):
+    profile = base_profile().save(tmp_path / "profile.json")
+    log = tmp_path / "steps.jsonl"
+    log.write_bytes(b"".join(msgspec.json.encode(s) + b"\n" for s in synthetic_steps()))
+    argv = ["sim", "--cost", "profiled", "--model", "tiny", "--profile", str(profile), "--duration", "20"]
+    argv += ["--knee", "none", "--json", "--quiet", "--no-plots", "--out", str(tmp_path / "out")]
+    assert capacity_cli.main([*argv, "--serving-steps", str(log)]) == 0
+    fitted = json.loads(capsys.readouterr().out)
+    assert capacity_cli.main(argv) == 0
+    plain = json.loads(capsys.readouterr().out)
+    assert "fitted to 600 serving steps" in fitted["runs"][0]["cost_model"]
+    # the serving fit's steps are the longer ones (the base profile's are made up and short)
+    assert fitted["runs"][0]["tpot_ms"]["p50"] > plain["runs"][0]["tpot_ms"]["p50"]
+    argv[argv.index("profiled")] = "roofline"
+    assert capacity_cli.main([*argv, "--serving-steps", str(log)]) == 2
+    assert "add --cost profiled" in capsys.readouterr().err
