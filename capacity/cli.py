@@ -83,10 +83,11 @@ def _cost_model(args: argparse.Namespace, kvs: list[str], log):
         from capacity.serving_fit import fit_serving_steps, load_step_log
 
         steps = load_step_log(args.serving_steps)
+        fitted = {kv: fit_serving_steps(steps, cost, kv) for kv in kvs}
+        device = next(iter(fitted.values())).device
         cost = ProfiledCostModel(
-            cost.model_name, cost.device, {kv: fit_serving_steps(steps, cost, kv).fits[kv] for kv in kvs},
-            cost.threads, cost.prices,
-        )  # fmt: skip
+            cost.model_name, device, {kv: f.fits[kv] for kv, f in fitted.items()}, cost.threads, cost.prices
+        )
         log(f"step times fitted to {len(steps)} serving steps from {args.serving_steps}")
     return cost
 

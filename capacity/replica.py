@@ -246,15 +246,19 @@ class Replica:
                 seq.pend -= n
                 self.pending -= n
             if seq.num_computed == seq.prompt + seq.generated:  # its prompt is in: it sampled a token
-                seq.generated += 1
-                if seq.tf < 0:
-                    seq.tf = t
-                if seq.generated >= seq.output:
-                    done.append(seq)
-                else:
-                    self._expect_finish(seq)
+                self._sampled(seq, t, done)
         for seq in done:
             self._finish(seq, t)
+
+    def _sampled(self, seq: SimSeq, t: float, done: list[SimSeq]) -> None:
+        """`seq` sampled a token at t, its prompt (or its recomputed tokens) all in: done, or decoding."""
+        seq.generated += 1
+        if seq.tf < 0:
+            seq.tf = t
+        if seq.generated >= seq.output:
+            done.append(seq)
+        else:
+            self._expect_finish(seq)
 
     def _expect_finish(self, seq: SimSeq) -> None:
         """`seq` decodes from now on: it samples its last token `output - generated` group steps on."""
@@ -271,13 +275,7 @@ class Replica:
             if epoch == seq.epoch and seq.decoding:
                 done.append(seq)
         for seq in sampled:
-            seq.generated += 1  # its first token
-            if seq.tf < 0:
-                seq.tf = t
-            if seq.generated >= seq.output:
-                done.append(seq)
-            else:
-                self._expect_finish(seq)
+            self._sampled(seq, t, done)
         if len(done) > 1:
             done.sort(key=_order)
         for seq in done:

@@ -95,9 +95,10 @@ def test_edge_sim_fits_a_profile_to_serving_steps(tmp_path, capsys):
     fitted = json.loads(capsys.readouterr().out)
     assert capacity_cli.main(argv) == 0
     plain = json.loads(capsys.readouterr().out)
-    assert "fitted to 600 serving steps" in fitted["runs"][0]["cost_model"]
+    assert "fitted to 600 serving steps" in fitted["meta"]["cost_model"]
     # the serving fit's steps are the longer ones (the base profile's are made up and short)
-    assert fitted["runs"][0]["tpot_ms"]["p50"] > plain["runs"][0]["tpot_ms"]["p50"]
+    tpot = [r["runs"][0]["overall"]["tpot_ms"]["p50"] for r in (fitted, plain)]
+    assert tpot[0] > tpot[1]
     argv[argv.index("profiled")] = "roofline"
     assert capacity_cli.main([*argv, "--serving-steps", str(log)]) == 2
     assert "add --cost profiled" in capsys.readouterr().err
