@@ -103,11 +103,12 @@ class Replica:
     # --- what the router sees ---------------------------------------------------------------------
 
     def load(self) -> PopLoad:
-        used = self.used_blocks()
+        used = self.nb - self.blocks.free_blocks
+        policy = self.policy
+        # positional: the router's hot path (pop_load's parameters, in order)
         return pop_load(
-            step_ms=self.step_est, pending_tokens=self.pending, prefill_ms_per_token=self.pf_tok,
-            waiting=len(self.policy.waiting), running=len(self.policy.running), seat_limit=self.max_seqs,
-            kv_blocks_free=self.nb - used, kv_blocks_used=used, finish_per_ms=self.finish_rate.rate,
+            self.step_est, self.pending, self.pf_tok, len(policy.waiting), len(policy.running),
+            self.max_seqs, self.nb - used, used, self.finish_rate.rate,
         )  # fmt: skip
 
     def used_blocks(self) -> int:

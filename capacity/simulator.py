@@ -284,9 +284,10 @@ def _choose(
         if total > r.fit_tokens:
             continue
         load = r.load()
-        if expected_wait_ms(load) > max_queue_ms:
+        wait = expected_wait_ms(load)
+        if wait > max_queue_ms:
             continue  # over the admission limit
-        score = route_score(bb, load, prompt)
+        score = route_score(bb, load, prompt, wait)
         if score < best_score:
             best_score, best, best_bb = score, r, bb
     return best, best_bb

@@ -24,7 +24,6 @@ class PopLoad(NamedTuple):
 
 
 def pop_load(
-    *,
     step_ms: float,
     pending_tokens: float,
     prefill_ms_per_token: float,
@@ -73,6 +72,11 @@ def expected_wait_ms(load: PopLoad) -> float:
     return wait
 
 
-def route_score(backbone_rtt_ms: float, load: PopLoad, prompt_tokens: int) -> float:
-    """Expected time to the first token through this PoP, network included (lower is better)."""
-    return backbone_rtt_ms + expected_wait_ms(load) + prompt_tokens * load.prefill_ms_per_token
+def route_score(
+    backbone_rtt_ms: float, load: PopLoad, prompt_tokens: int, wait_ms: float | None = None
+) -> float:
+    """Expected time to the first token through this PoP, network included (lower is better);
+    `wait_ms`: expected_wait_ms(load), when the caller has it already."""
+    if wait_ms is None:
+        wait_ms = expected_wait_ms(load)
+    return backbone_rtt_ms + wait_ms + prompt_tokens * load.prefill_ms_per_token

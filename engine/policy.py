@@ -302,10 +302,11 @@ class SchedulingPolicy:
 
     def finish(self, seq: SeqLike) -> None:
         self._leave(seq)
-        if seq in self.running:
+        try:
             self.running.remove(seq)
-        elif seq in self.waiting:
-            self.waiting.remove(seq)
+        except ValueError:  # not running: still waiting (or finished already)
+            if seq in self.waiting:
+                self.waiting.remove(seq)
         self.blocks.release(seq.kv)
         if self.on_event is not None:
             self.on_event("finish", seq)
@@ -410,30 +411,31 @@ class SchedulingPolicy:
                 prefill = seq
         if len(self.prefilling) != (prefill is not None):
             return None  # a prefill with one prompt token left joins the decoders at schedule()
-        blocks, budget = self.blocks, self.config.max_num_batched_tokens
-        # below_room[s]: decoders with fewer than s free slots, i.e. the blocks steps 1..s take
+        blocks, budget, n = self.blocks, self.config.max_num_batched_tokens, self.decode_count
+        free = blocks.free_blocks
+        if prefill is None:
+            full = self._phase_sizes[-self.clock % BLOCK_TOKENS]  # the step-1 blocks: 0 free slots
+            if full > free:
+                return None
+            waiting = self.waiting
+            if waiting and len(self.running) < self._seats:
+                head = waiting[0]
+                want = min(head.remaining, budget - n)
+                # admitted at the next step if it fits beside the decoders' step-1 blocks
+                if want > 0 and blocks.blocks_needed(head.kv, head.num_computed + want) <= free - full:
+                    return None
+            # every decoder takes one block per 16 steps; below_room[s]: the blocks of steps 1..s
+            q = free // n
+            below_room = list(itertools.accumulate(self._rooms(), initial=0))
+            s = bisect.bisect_right(below_room, free - q * n, 0, BLOCK_TOKENS) - 1
+            steps = q * BLOCK_TOKENS + s
+            return SteadyRun(steps if steps < limit else limit, None, 0)
         below_room = list(itertools.accumulate(self._rooms(), initial=0))
-        n = self.decode_count
 
-        def decode_need(k: int) -> int:  # every decoder takes one block per 16 steps
+        def decode_need(k: int) -> int:
             q, s = divmod(k, BLOCK_TOKENS)
             return q * n + below_room[s]
 
-        free = blocks.free_blocks
-        if prefill is None:
-            if decode_need(1) > free:
-                return None
-            if self.waiting and len(self.running) < self._seats:
-                head = self.waiting[0]
-                want = min(head.remaining, budget - n)
-                # admitted at the next step if it fits beside the decoders' step-1 blocks
-                if want > 0 and blocks.blocks_needed(head.kv, head.num_computed + want) <= free - decode_need(
-                    1
-                ):
-                    return None
-            q = free // n
-            s = bisect.bisect_right(below_room, free - q * n, 0, BLOCK_TOKENS) - 1
-            return SteadyRun(min(limit, q * BLOCK_TOKENS + s), None, 0)
         chunk = budget - n
         if chunk <= 0:
             return None
