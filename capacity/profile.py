@@ -379,7 +379,7 @@ class ProfiledCostModel:
             staging_blocks=fit.staging_blocks,
             block_bytes=fit.block_bytes,
             max_num_seqs=fit.max_num_seqs,
-            max_batched_tokens=max(fit.max_batched_tokens, fit.max_num_seqs),
+            max_batched_tokens=fit.max_batched_tokens,  # the policy caps seats at it, as live
             max_context=fit.context_window,
             price_per_hour=gpu.price_per_hour,
             step_ms=fit.step_ms,
