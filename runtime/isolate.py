@@ -17,7 +17,6 @@ import logging
 import os
 import signal
 import socket
-import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
@@ -27,6 +26,12 @@ from typing import Any
 import msgspec
 
 from runtime import ipc, isolate_view, proctree
+from runtime.isolate_launch import (
+    insecure_isolation,
+    isolation_problem,
+    launch_command,
+    use_insecure_isolation,
+)
 from runtime.isolate_output import OutputPump
 from runtime.isolate_types import ExceededResources, IsolateCrashed, IsolateLimits, WorkerLoadError
 
@@ -45,7 +50,6 @@ __all__ = [  # the errors and limits live in runtime.isolate_types; imported fro
 
 # An AI call is answered with an AIReply, or (stream: true) with AIChunks ending in an AIReply.
 AIHandler = Callable[[ipc.AICall], Awaitable[ipc.AIReply | AsyncIterator[ipc.AIChunk | ipc.AIReply]]]
-_PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
 RESPONSE_WALL_S = 300.0  # from the request to its response's first byte
 WAIT_UNTIL_S = 30.0  # work after the response (waitUntil), as on Workers
@@ -54,33 +58,6 @@ MAX_CALLS = 64  # AI, fetch and binding calls one isolate may have outstanding a
 # CPU burnt while no request runs (forked children, threads) may reach cpu_ms, and at most
 # BACKGROUND_MS, within any BACKGROUND_WINDOW_S
 BACKGROUND_WINDOW_S, BACKGROUND_MS = 10.0, 5_000
-
-_insecure = False
-
-
-def use_insecure_isolation(on: bool = True) -> None:
-    """`edge dev --insecure-isolation`: no namespaces (for kernels that refuse user namespaces)."""
-    global _insecure
-    _insecure = on
-
-
-def insecure_isolation() -> bool:
-    return _insecure
-
-
-def isolation_problem() -> str | None:
-    """Why isolates cannot be jailed on this machine (the kernel refuses user namespaces, no
-    libseccomp), or None when they can."""
-    import subprocess
-
-    cmd = [sys.executable, "-S", "-s", "-B", "-m", "runtime.jail", "--probe"]
-    try:
-        done = subprocess.run(
-            cmd, env=isolate_view.launcher_env(), capture_output=True, text=True, timeout=30, check=False
-        )
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return f"edge: cannot start the isolate launcher: {exc}"
-    return None if done.returncode == 0 else (done.stderr.strip() or f"exit status {done.returncode}")
 
 
 async def _single(msg):
@@ -99,15 +76,6 @@ async def _no_object(call: ipc.ObjectCall) -> ipc.ObjectReply:
 
 async def _no_binding(call: ipc.BindingCall) -> ipc.BindingReply:
     return ipc.BindingReply(call.call, error_type="Error", error_message="bindings are not available here")
-
-
-def _child_env() -> dict[str, str]:
-    keep = ("PATH", "LANG", "LC_ALL", "TZ", "SYSTEMROOT")
-    env = {k: os.environ[k] for k in keep if k in os.environ}
-    env["PYTHONPATH"] = str(_PROJECT_ROOT)
-    env["PYTHONUNBUFFERED"] = "1"
-    env["PYTHONDONTWRITEBYTECODE"] = "1"
-    return env
 
 
 @dataclass
@@ -195,29 +163,6 @@ class Isolate:
 
     # --- starting ---------------------------------------------------------------------------------
 
-    def _command(self, fd: int, sync_fd: int) -> tuple[list[str], dict[str, str], str, bool]:
-        if not self.limits.sandbox or _insecure:
-            if self.limits.sandbox:
-                log.warning(
-                    "isolate for %s runs WITHOUT namespaces (--insecure-isolation): it shares the "
-                    "runtime's uid, PID space and network; only Landlock confines it",
-                    self.name,
-                )
-            cmd = [sys.executable, "-m", "runtime.isolate_main", "--fd", str(fd), "--sync-fd", str(sync_fd)]
-            env = _child_env()
-            if self.deps:
-                env["PYTHONPATH"] += os.pathsep + str(self.deps)
-            return cmd, env, str(self.script.parent), False
-        rlimits = {
-            "nproc": self.limits.processes,
-            "fsize": self.limits.file_bytes,
-            "core": 0,
-            "nofile": 256,
-        }
-        deps = str(self.deps) if self.deps else None
-        spec = isolate_view.view_spec(self.script, fd, rlimits, self.limits.file_bytes, deps, sync_fd)
-        return isolate_view.jail_command(spec), isolate_view.launcher_env(), "/", True
-
     async def start(self, timeout: float = 30.0) -> None:
         parent, child = socket.socketpair()
         # a second channel for the few calls Cloudflare's API makes synchronous (a Durable
@@ -225,7 +170,9 @@ class Isolate:
         sync_parent, sync_child = socket.socketpair()
         try:
             try:
-                cmd, env, cwd, self.jailed = self._command(child.fileno(), sync_child.fileno())
+                cmd, env, cwd, self.jailed = launch_command(
+                    self.name, self.script, self.limits, self.deps, child.fileno(), sync_child.fileno()
+                )
             except OSError as exc:
                 sync_parent.close()
                 raise WorkerLoadError(f"{self.script.name}: cannot build its isolate: {exc}") from None
