@@ -18,7 +18,7 @@ import os
 import signal
 import socket
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,6 +26,18 @@ from typing import Any
 import msgspec
 
 from runtime import ipc, isolate_view, proctree
+from runtime.isolate_calls import (
+    AIHandler,
+    BindingHandler,
+    CallDesk,
+    FetchHandler,
+    ObjectHandler,
+    ProtocolError,
+    no_binding,
+    no_fetch,
+    no_object,
+    serve_sync,
+)
 from runtime.isolate_launch import (
     insecure_isolation,
     isolation_problem,
@@ -48,34 +60,12 @@ __all__ = [  # the errors and limits live in runtime.isolate_types; imported fro
     "use_insecure_isolation",
 ]
 
-# An AI call is answered with an AIReply, or (stream: true) with AIChunks ending in an AIReply.
-AIHandler = Callable[[ipc.AICall], Awaitable[ipc.AIReply | AsyncIterator[ipc.AIChunk | ipc.AIReply]]]
-
 RESPONSE_WALL_S = 300.0  # from the request to its response's first byte
 WAIT_UNTIL_S = 30.0  # work after the response (waitUntil), as on Workers
 GRACE_S = 5.0  # a cancelled request that has not ended by then gets its isolate killed
-MAX_CALLS = 64  # AI, fetch and binding calls one isolate may have outstanding at once
 # CPU burnt while no request runs (forked children, threads) may reach cpu_ms, and at most
 # BACKGROUND_MS, within any BACKGROUND_WINDOW_S
 BACKGROUND_WINDOW_S, BACKGROUND_MS = 10.0, 5_000
-
-
-async def _single(msg):
-    yield msg
-
-
-async def _no_fetch(call: ipc.FetchCall) -> ipc.FetchReply:
-    return ipc.FetchReply(call.call, error="outbound fetch is not available here")
-
-
-async def _no_object(call: ipc.ObjectCall) -> ipc.ObjectReply:
-    return ipc.ObjectReply(
-        call.call, error_type="Error", error_message="Durable Objects are not available here"
-    )
-
-
-async def _no_binding(call: ipc.BindingCall) -> ipc.BindingReply:
-    return ipc.BindingReply(call.call, error_type="Error", error_message="bindings are not available here")
 
 
 @dataclass
@@ -106,12 +96,12 @@ class Isolate:
         *,
         services: list[str] = (),
         limits: IsolateLimits | None = None,
-        on_fetch: Callable[[ipc.FetchCall], Awaitable[ipc.FetchReply]] = _no_fetch,
+        on_fetch: FetchHandler = no_fetch,
         on_log: Callable[[ipc.Log], None] | None = None,
         bindings: dict[str, str] | None = None,
-        on_binding: Callable[[ipc.BindingCall], Awaitable[ipc.BindingReply]] = _no_binding,
+        on_binding: BindingHandler = no_binding,
         durable_objects: dict[str, str] | None = None,
-        on_object: Callable[[ipc.ObjectCall], Awaitable[ipc.ObjectReply]] = _no_object,
+        on_object: ObjectHandler = no_object,
         durable_object: tuple[str, str] | None = None,
         deps: Path | None = None,
     ):
@@ -121,16 +111,13 @@ class Isolate:
         self.ai_binding = ai_binding
         self.services = list(services)
         self.limits = limits or IsolateLimits()
-        self._on_fetch = on_fetch
         self._on_log = on_log
         self.bindings = dict(bindings or {})  # KV / D1 / R2: env name -> kind
         self._on_binding = on_binding
         self.durable_objects = dict(durable_objects or {})  # env name -> namespace key
-        self._on_object = on_object
         self.durable_object = durable_object  # (class, id): this isolate serves that one object
         self._object_calls: set[int] = set()  # requests that are RPC calls (answered by ObjectResult)
         self.deps = deps  # the project's installed dependencies (runtime.deps), on its sys.path
-        self._ai = ai
         self._ids = itertools.count(1)
         self._pending: dict[int, asyncio.Future] = {}  # request -> its outcome
         # queue deliveries in flight -> what the isolate said became of their messages
@@ -138,7 +125,10 @@ class Isolate:
         self._inflight: dict[int, _InFlight] = {}  # request -> until RequestDone
         self._bodies: dict[int, _Body] = {}  # streamed response bodies in flight
         self._upload_credit: dict[int, asyncio.Semaphore] = {}  # streamed request bodies
-        self._calls = 0  # AI and fetch calls being answered
+        # AI, fetch, binding and Durable Object calls from the isolate
+        self._calls = CallDesk(
+            ai, on_fetch, on_binding, on_object, send=self._send, deliver=self._deliver, spawn=self._spawn
+        )
         self._proc: asyncio.subprocess.Process | None = None
         self._writer: asyncio.StreamWriter | None = None
         self._tasks: set[asyncio.Task] = set()
@@ -191,7 +181,7 @@ class Isolate:
             sync_child.close()
         self._stopping = None
         reader, writer = await asyncio.open_unix_connection(sock=parent, limit=ipc.CHUNK)
-        self._spawn(self._serve_sync(sync_parent))
+        self._spawn(serve_sync(self.name, sync_parent, self._on_binding, self.stop))
         script = f"{isolate_view.BUNDLE}/{self.script.name}" if self.jailed else str(self.script)
         init = ipc.Init(
             script,
@@ -464,6 +454,14 @@ class Isolate:
         if self._writer is not None:
             self._writer.write(ipc.encode(msg))
 
+    async def _deliver(self, msg: ipc.Message) -> bool:
+        """Send msg and wait until the socket takes it; False when the isolate is gone."""
+        if self._writer is None:
+            return False
+        self._send(msg)
+        await self._writer.drain()
+        return True
+
     async def _read_loop(self, reader: asyncio.StreamReader) -> None:
         try:
             while True:
@@ -471,7 +469,7 @@ class Isolate:
         except (asyncio.IncompleteReadError, ConnectionError):
             self._fail_pending(self._stopping or IsolateCrashed(f"the isolate for {self.name} ended"))
             self._writer = None
-        except (ValueError, msgspec.DecodeError, _ProtocolError) as exc:  # hostile or broken: gone
+        except (ValueError, msgspec.DecodeError, ProtocolError) as exc:  # hostile or broken: gone
             log.warning("isolate for %s broke the protocol: %s", self.name, exc)
             self._fail_pending(IsolateCrashed(f"the isolate for {self.name} broke the IPC protocol"))
             await self.stop()
@@ -482,7 +480,7 @@ class Isolate:
             and msg.id in self._pending
             and isinstance(msg, ipc.ObjectResult) != (msg.id in self._object_calls)
         ):  # an RPC call answered as a fetch, or the other way round
-            raise _ProtocolError(f"{type(msg).__name__} does not answer request {msg.id}")
+            raise ProtocolError(f"{type(msg).__name__} does not answer request {msg.id}")
         if isinstance(msg, (ipc.InvokeResult, ipc.InvokeError, ipc.InvokeStart, ipc.ObjectResult)):
             if isinstance(msg, ipc.InvokeStart):
                 self._bodies.setdefault(msg.id, _Body())
@@ -495,7 +493,7 @@ class Isolate:
                 if isinstance(msg, ipc.BodyChunk):
                     body.unacked += 1
                     if body.unacked > ipc.WINDOW:
-                        raise _ProtocolError(f"more than {ipc.WINDOW} body chunks sent ahead of the client")
+                        raise ProtocolError(f"more than {ipc.WINDOW} body chunks sent ahead of the client")
                 body.queue.put_nowait(msg)
         elif isinstance(msg, ipc.RequestAck):
             credit = self._upload_credit.get(msg.id)
@@ -507,105 +505,9 @@ class Isolate:
         elif isinstance(msg, ipc.RequestDone):
             self._end(msg.id)
         elif isinstance(msg, (ipc.AICall, ipc.FetchCall, ipc.BindingCall, ipc.ObjectCall)):
-            if self._calls >= MAX_CALLS:
-                self._refuse_call(msg)
-            else:
-                self._calls += 1
-                if isinstance(msg, ipc.ObjectCall):
-                    self._spawn(self._answer_object(msg))
-                elif isinstance(msg, ipc.BindingCall):
-                    self._spawn(self._answer_binding(msg))
-                elif isinstance(msg, ipc.AICall):
-                    self._spawn(self._answer_ai(msg))
-                else:
-                    self._spawn(self._answer_fetch(msg))
+            self._calls.take(msg)
         elif isinstance(msg, ipc.Log) and self._on_log is not None:
             self._on_log(msg)
-
-    async def _serve_sync(self, sock: socket.socket) -> None:
-        """The synchronous channel: one BindingCall at a time, each answered before the next (the
-        isolate is blocked meanwhile); anything else on it, or a frame over the limit, ends it."""
-        reader, writer = await asyncio.open_unix_connection(sock=sock, limit=ipc.CHUNK)
-        try:
-            while True:
-                msg = await ipc.read_message(reader, ipc.FROM_ISOLATE)
-                if not isinstance(msg, ipc.BindingCall):
-                    raise _ProtocolError(f"{type(msg).__name__} on the synchronous channel")
-                reply = await self._on_binding(msg)
-                frame = ipc.encode(reply)
-                if len(frame) > ipc.TO_ISOLATE:
-                    frame = ipc.encode(
-                        ipc.BindingReply(
-                            msg.call, error_type="Error", error_message="the result is too large"
-                        )
-                    )
-                writer.write(frame)
-                await writer.drain()
-        except (asyncio.IncompleteReadError, ConnectionError):
-            pass
-        except (ValueError, msgspec.DecodeError, _ProtocolError) as exc:
-            log.warning("isolate for %s broke the synchronous channel: %s", self.name, exc)
-            await self.stop()
-        finally:
-            writer.close()
-
-    def _refuse_call(self, msg: ipc.AICall | ipc.FetchCall | ipc.BindingCall | ipc.ObjectCall) -> None:
-        why = f"more than {MAX_CALLS} AI, fetch, binding and Durable Object calls at once from one isolate"
-        if isinstance(msg, ipc.ObjectCall):
-            self._send(ipc.ObjectReply(msg.call, error_type="Error", error_message=why))
-        elif isinstance(msg, ipc.BindingCall):
-            self._send(ipc.BindingReply(msg.call, error_type="Error", error_message=why))
-        elif isinstance(msg, ipc.AICall):
-            self._send(ipc.AIReply(msg.call, error_code=3040, error_message=why))
-        else:
-            self._send(ipc.FetchReply(msg.call, error=why))
-
-    async def _answer_ai(self, call: ipc.AICall) -> None:
-        try:
-            reply = await self._ai(call)
-            messages = reply if hasattr(reply, "__aiter__") else _single(reply)
-            async for msg in messages:
-                if self._writer is None:
-                    return
-                self._send(msg)
-                await self._writer.drain()
-        finally:
-            self._calls -= 1
-
-    async def _answer_fetch(self, call: ipc.FetchCall) -> None:
-        try:
-            try:
-                reply = await self._on_fetch(call)
-            except Exception as exc:  # the runtime's side failed: tell the worker, keep serving
-                reply = ipc.FetchReply(call.call, error=f"fetch failed: {type(exc).__name__}: {exc}")
-            if self._writer is not None:
-                self._send(reply)
-                await self._writer.drain()
-        finally:
-            self._calls -= 1
-
-    async def _answer_binding(self, call: ipc.BindingCall) -> None:
-        await self._answer_call(call, self._on_binding, _binding_error, "binding call")
-
-    async def _answer_object(self, call: ipc.ObjectCall) -> None:
-        await self._answer_call(call, self._on_object, _object_error, "Durable Object call")
-
-    async def _answer_call(self, call, handler, error: Callable[[int, str], ipc.Message], what: str) -> None:
-        """A binding or Durable Object call answered by the runtime: a failure on its side, or a
-        reply too large for the isolate to take, comes back as an error message."""
-        try:
-            try:
-                reply = await handler(call)
-                if len(ipc.encode(reply)) > ipc.TO_ISOLATE:  # the isolate would take it as an attack
-                    reply = error(call.call, "the result is too large to return")
-            except Exception as exc:  # the runtime's side failed: tell the worker, keep serving
-                log.exception("%s failed", what)
-                reply = error(call.call, f"internal error: {type(exc).__name__}")
-            if self._writer is not None:
-                self._send(reply)
-                await self._writer.drain()
-        finally:
-            self._calls -= 1
 
     # --- ending -----------------------------------------------------------------------------------
 
@@ -640,18 +542,6 @@ class Isolate:
                 pass
             await proc.wait()
         self._fail_pending(self._stopping or IsolateCrashed(f"the isolate for {self.name} was stopped"))
-
-
-class _ProtocolError(Exception):
-    pass
-
-
-def _binding_error(call: int, message: str) -> ipc.BindingReply:
-    return ipc.BindingReply(call, error_type="Error", error_message=message)
-
-
-def _object_error(call: int, message: str) -> ipc.ObjectReply:
-    return ipc.ObjectReply(call, error_type="Error", error_message=message)
 
 
 async def _pieces(body: bytes | AsyncIterator[bytes]) -> AsyncIterator[bytes]:
