@@ -11,15 +11,12 @@ when a request goes past its budget, and every pipe between the two is bounded.
 from __future__ import annotations
 
 import asyncio
-import collections
 import itertools
 import logging
 import os
 import signal
 import socket
-import time
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +43,7 @@ from runtime.isolate_launch import (
 )
 from runtime.isolate_output import OutputPump
 from runtime.isolate_types import ExceededResources, IsolateCrashed, IsolateLimits, WorkerLoadError
+from runtime.isolate_watchdog import Watchdog
 
 log = logging.getLogger("edge.isolate")
 
@@ -59,20 +57,6 @@ __all__ = [  # the errors and limits live in runtime.isolate_types; imported fro
     "isolation_problem",
     "use_insecure_isolation",
 ]
-
-RESPONSE_WALL_S = 300.0  # from the request to its response's first byte
-WAIT_UNTIL_S = 30.0  # work after the response (waitUntil), as on Workers
-GRACE_S = 5.0  # a cancelled request that has not ended by then gets its isolate killed
-# CPU burnt while no request runs (forked children, threads) may reach cpu_ms, and at most
-# BACKGROUND_MS, within any BACKGROUND_WINDOW_S
-BACKGROUND_WINDOW_S, BACKGROUND_MS = 10.0, 5_000
-
-
-@dataclass
-class _InFlight:
-    cpu_at_start: float
-    deadline: float | None  # monotonic; None while a streamed body is being read by its client
-    cancelled: bool = False
 
 
 class _Body:
@@ -122,7 +106,7 @@ class Isolate:
         self._pending: dict[int, asyncio.Future] = {}  # request -> its outcome
         # queue deliveries in flight -> what the isolate said became of their messages
         self._queue_outcomes: dict[int, ipc.QueueOutcome | None] = {}
-        self._inflight: dict[int, _InFlight] = {}  # request -> until RequestDone
+        self._watchdog = Watchdog()  # the requests in flight, until RequestDone, and CPU outside them
         self._bodies: dict[int, _Body] = {}  # streamed response bodies in flight
         self._upload_credit: dict[int, asyncio.Semaphore] = {}  # streamed request bodies
         # AI, fetch, binding and Durable Object calls from the isolate
@@ -134,10 +118,6 @@ class Isolate:
         self._tasks: set[asyncio.Task] = set()
         self._start_lock = asyncio.Lock()
         self._stopping: ExceededResources | None = None
-        self._last_cpu = 0.0  # tree CPU at the watchdog's last look
-        self._served_since_look = False  # a request ran at some point since that look
-        self._background: collections.deque[tuple[float, float]] = collections.deque()  # (when, ms)
-        self._memory_base = 0  # tree memory once the worker had loaded
         self.output = OutputPump(name)  # stdout and stderr, bounded, into the log
         self.entry: str | None = None
         self.jailed = False
@@ -218,10 +198,7 @@ class Isolate:
             raise WorkerLoadError(f"{self.script.name}: the isolate broke the protocol at start")
         self.entry = first.entry
         self._writer = writer
-        base = proctree.usage(self._proc.pid)
-        self._memory_base = base.memory_bytes if base else 0
-        self._last_cpu = base.cpu_ms if base else 0.0
-        self._background.clear()
+        self._watchdog.started(proctree.usage(self._proc.pid))
         self._spawn(self._read_loop(reader))
         self._spawn(self._watch())
         self._spawn(self._wait_exit(self._proc))
@@ -256,8 +233,7 @@ class Isolate:
         rid = request_id if request_id is not None else next(self._ids)
         future = asyncio.get_running_loop().create_future()
         self._pending[rid] = future
-        self._inflight[rid] = _InFlight(self._last_cpu, time.monotonic() + RESPONSE_WALL_S)
-        self._served_since_look = True
+        self._watchdog.begin(rid)
         self.output.reset()
         try:
             self._send(message(rid))
@@ -269,9 +245,7 @@ class Isolate:
             raise
         finally:
             self._pending.pop(rid, None)
-        entry = self._inflight.get(rid)
-        if entry is not None:  # a streamed body has no deadline while its client reads it
-            entry.deadline = None if isinstance(outcome, ipc.InvokeStart) else time.monotonic() + WAIT_UNTIL_S
+        self._watchdog.answered(rid, streaming=isinstance(outcome, ipc.InvokeStart))
         return rid, outcome
 
     async def invoke(
@@ -342,7 +316,7 @@ class Isolate:
         try:
             async for piece in _pieces(body):
                 await credit.acquire()
-                if rid not in self._inflight or self._writer is None:
+                if not self._watchdog.running(rid) or self._writer is None:
                     return  # the request ended: the rest of the body is not wanted
                 self._send(ipc.RequestChunk(rid, piece))
                 await self._writer.drain()
@@ -350,7 +324,7 @@ class Isolate:
             error = str(exc) or type(exc).__name__
         finally:
             self._upload_credit.pop(rid, None)
-        if rid in self._inflight and self._writer is not None:
+        if self._watchdog.running(rid) and self._writer is not None:
             self._send(ipc.RequestEnd(rid, error))
 
     async def body(self, request_id: int) -> AsyncIterator[bytes]:
@@ -374,62 +348,36 @@ class Isolate:
                 yield msg.data
         finally:
             self._bodies.pop(request_id, None)
-            entry = self._inflight.get(request_id)
-            if entry is not None:
-                entry.deadline = time.monotonic() + WAIT_UNTIL_S
+            self._watchdog.answered(request_id, streaming=False)  # waitUntil work's time starts
             if not ended and self._writer is not None:
                 self._send(ipc.Cancel(request_id))
 
     def _end(self, rid: int) -> None:
         """The request and everything it started are over."""
-        self._inflight.pop(rid, None)
+        self._watchdog.end(rid)
         self._upload_credit.pop(rid, None)
 
     # --- the watchdog -----------------------------------------------------------------------------
 
     async def _watch(self) -> None:
-        """Read the tree's CPU time and memory from the kernel: a request that used more than
-        cpu_ms since it began (its body and waitUntil included), more than min(cpu_ms,
-        BACKGROUND_MS) burnt while no request runs (forked children, threads) within
-        BACKGROUND_WINDOW_S, or memory past the cap, and the whole tree is killed (1102),
+        """Read the tree's CPU time and memory from the kernel, and act on the watchdog's look
+        (runtime.isolate_watchdog): a request past its wall-clock limit is failed and the isolate
+        asked to stop it; past a CPU, memory or wall-clock limit, the whole tree is killed (1102),
         whatever it does."""
-        cpu_ms, memory = self.limits.cpu_ms, self._memory_base + self.limits.memory_mb * 1024 * 1024
+        memory = self._watchdog.memory_base + self.limits.memory_mb * 1024 * 1024
         while self._proc is not None and self._proc.returncode is None:
             usage = proctree.usage(self._proc.pid)
             if usage is None:
                 return
-            if any(usage.cpu_ms - e.cpu_at_start > cpu_ms for e in self._inflight.values()):
-                await self._kill("exceededCpu", f"more than {cpu_ms} ms of CPU time in one request")
+            look = self._watchdog.look(usage, self.limits, memory)
+            for rid in look.cancel:
+                self._fail(rid, ExceededResources("exceededWallTime", "the request ran out of wall time"))
+                if self._writer is not None:
+                    self._send(ipc.Cancel(rid))
+            if look.kill is not None:
+                await self._kill(*look.kill)
                 return
-            now = time.monotonic()
-            if not self._inflight and not self._served_since_look:  # nobody's: background work
-                self._background.append((now, usage.cpu_ms - self._last_cpu))
-            self._last_cpu, self._served_since_look = usage.cpu_ms, bool(self._inflight)
-            while self._background and self._background[0][0] < now - BACKGROUND_WINDOW_S:
-                self._background.popleft()
-            background = min(cpu_ms, BACKGROUND_MS)
-            if sum(ms for _, ms in self._background) > background:
-                await self._kill(
-                    "exceededCpu",
-                    f"more than {background} ms of CPU time outside any request "
-                    f"within {BACKGROUND_WINDOW_S:.0f} s",
-                )
-                return
-            if usage.memory_bytes > memory:
-                await self._kill("exceededMemory", f"more than {self.limits.memory_mb} MB of memory")
-                return
-            for rid, entry in list(self._inflight.items()):
-                if entry.deadline is None or now < entry.deadline:
-                    continue
-                if not entry.cancelled:  # past its wall-clock limit: ask the isolate to stop it
-                    entry.cancelled, entry.deadline = True, now + GRACE_S
-                    self._fail(rid, ExceededResources("exceededWallTime", "the request ran out of wall time"))
-                    if self._writer is not None:
-                        self._send(ipc.Cancel(rid))
-                else:
-                    await self._kill("exceededWallTime", "a cancelled request did not stop")
-                    return
-            await asyncio.sleep(0.01 if self._inflight else 0.05)
+            await asyncio.sleep(0.01 if self._watchdog.busy else 0.05)
 
     async def _kill(self, outcome: str, message: str) -> None:
         reason = ExceededResources(outcome, f"Worker exceeded resource limits: {message}")
@@ -528,7 +476,7 @@ class Isolate:
     def _fail_pending(self, exc: Exception) -> None:
         for rid in list(self._pending) + list(self._bodies):
             self._fail(rid, exc)
-        self._inflight.clear()
+        self._watchdog.end_all()
 
     async def stop(self) -> None:
         if self._writer is not None:
