@@ -42,6 +42,7 @@ from runtime.isolate_launch import (
     use_insecure_isolation,
 )
 from runtime.isolate_output import OutputPump
+from runtime.isolate_streams import Streams
 from runtime.isolate_types import ExceededResources, IsolateCrashed, IsolateLimits, WorkerLoadError
 from runtime.isolate_watchdog import Watchdog
 
@@ -57,16 +58,6 @@ __all__ = [  # the errors and limits live in runtime.isolate_types; imported fro
     "isolation_problem",
     "use_insecure_isolation",
 ]
-
-
-class _Body:
-    """A streamed response body on its way to the client: the chunks the isolate sent that the
-    client has not taken. The isolate may send at most ipc.WINDOW of them."""
-
-    def __init__(self) -> None:
-        self.queue: asyncio.Queue = asyncio.Queue()
-        self.unacked = 0
-        self.failure: Exception | None = None  # why the runtime ended it (a limit, a crash)
 
 
 class Isolate:
@@ -107,8 +98,10 @@ class Isolate:
         # queue deliveries in flight -> what the isolate said became of their messages
         self._queue_outcomes: dict[int, ipc.QueueOutcome | None] = {}
         self._watchdog = Watchdog()  # the requests in flight, until RequestDone, and CPU outside them
-        self._bodies: dict[int, _Body] = {}  # streamed response bodies in flight
-        self._upload_credit: dict[int, asyncio.Semaphore] = {}  # streamed request bodies
+        # streamed request and response bodies, each way held to ipc.WINDOW chunks in flight
+        self._streams = Streams(
+            name, self._watchdog, send=self._send, deliver=self._deliver, spawn=self._spawn
+        )
         # AI, fetch, binding and Durable Object calls from the isolate
         self._calls = CallDesk(
             ai, on_fetch, on_binding, on_object, send=self._send, deliver=self._deliver, spawn=self._spawn
@@ -263,8 +256,7 @@ class Isolate:
 
         def upload(rid: int) -> None:
             if inline is None:
-                self._upload_credit[rid] = asyncio.Semaphore(ipc.WINDOW)
-                self._spawn(self._upload(rid, body))
+                self._streams.upload(rid, body)
 
         _, outcome = await self._event(
             lambda rid: ipc.Invoke(rid, method, url, headers, bytes(inline or b""), cf, inline is None),
@@ -310,52 +302,16 @@ class Isolate:
             self._object_calls.discard(rid)
         return outcome
 
-    async def _upload(self, rid: int, body: bytes | AsyncIterator[bytes]) -> None:
-        credit = self._upload_credit[rid]
-        error = None
-        try:
-            async for piece in _pieces(body):
-                await credit.acquire()
-                if not self._watchdog.running(rid) or self._writer is None:
-                    return  # the request ended: the rest of the body is not wanted
-                self._send(ipc.RequestChunk(rid, piece))
-                await self._writer.drain()
-        except Exception as exc:  # the client's body failed or was too large: the worker hears why
-            error = str(exc) or type(exc).__name__
-        finally:
-            self._upload_credit.pop(rid, None)
-        if self._watchdog.running(rid) and self._writer is not None:
-            self._send(ipc.RequestEnd(rid, error))
-
-    async def body(self, request_id: int) -> AsyncIterator[bytes]:
+    def body(self, request_id: int) -> AsyncIterator[bytes]:
         """The streamed body of a response that began with InvokeStart, taken at the client's pace;
         if the client goes away first, the isolate's stream is cancelled. A stream that fails
         raises IsolateCrashed, so that the HTTP connection is cut rather than the body ended."""
-        body = self._bodies.setdefault(request_id, _Body())
-        ended = False
-        try:
-            while True:
-                msg = await body.queue.get()
-                if isinstance(msg, ipc.BodyEnd):
-                    ended = True
-                    if msg.error:  # the client must not take a cut-off body for a whole one
-                        log.warning("[%s] streamed body failed: %s", self.name, msg.error)
-                        raise body.failure or IsolateCrashed(f"the response stream failed: {msg.error}")
-                    return
-                body.unacked -= 1
-                if self._writer is not None:
-                    self._send(ipc.BodyAck(request_id))
-                yield msg.data
-        finally:
-            self._bodies.pop(request_id, None)
-            self._watchdog.answered(request_id, streaming=False)  # waitUntil work's time starts
-            if not ended and self._writer is not None:
-                self._send(ipc.Cancel(request_id))
+        return self._streams.read(request_id)
 
     def _end(self, rid: int) -> None:
         """The request and everything it started are over."""
         self._watchdog.end(rid)
-        self._upload_credit.pop(rid, None)
+        self._streams.end(rid)
 
     # --- the watchdog -----------------------------------------------------------------------------
 
@@ -431,22 +387,14 @@ class Isolate:
             raise ProtocolError(f"{type(msg).__name__} does not answer request {msg.id}")
         if isinstance(msg, (ipc.InvokeResult, ipc.InvokeError, ipc.InvokeStart, ipc.ObjectResult)):
             if isinstance(msg, ipc.InvokeStart):
-                self._bodies.setdefault(msg.id, _Body())
+                self._streams.started(msg.id)
             future = self._pending.get(msg.id)
             if future is not None and not future.done():
                 future.set_result(msg)
         elif isinstance(msg, (ipc.BodyChunk, ipc.BodyEnd)):
-            body = self._bodies.get(msg.id)
-            if body is not None:
-                if isinstance(msg, ipc.BodyChunk):
-                    body.unacked += 1
-                    if body.unacked > ipc.WINDOW:
-                        raise ProtocolError(f"more than {ipc.WINDOW} body chunks sent ahead of the client")
-                body.queue.put_nowait(msg)
+            self._streams.received(msg)
         elif isinstance(msg, ipc.RequestAck):
-            credit = self._upload_credit.get(msg.id)
-            if credit is not None:
-                credit.release()
+            self._streams.acked(msg.id)
         elif isinstance(msg, ipc.QueueOutcome):
             if msg.id in self._queue_outcomes:  # only a delivery still waiting for its result
                 self._queue_outcomes[msg.id] = msg
@@ -468,13 +416,10 @@ class Isolate:
         future = self._pending.get(rid)
         if future is not None and not future.done():
             future.set_exception(exc)
-        body = self._bodies.get(rid)
-        if body is not None:
-            body.failure = exc
-            body.queue.put_nowait(ipc.BodyEnd(rid, str(exc)))
+        self._streams.fail(rid, exc)
 
     def _fail_pending(self, exc: Exception) -> None:
-        for rid in list(self._pending) + list(self._bodies):
+        for rid in list(self._pending) + self._streams.streaming():
             self._fail(rid, exc)
         self._watchdog.end_all()
 
@@ -490,16 +435,3 @@ class Isolate:
                 pass
             await proc.wait()
         self._fail_pending(self._stopping or IsolateCrashed(f"the isolate for {self.name} was stopped"))
-
-
-async def _pieces(body: bytes | AsyncIterator[bytes]) -> AsyncIterator[bytes]:
-    """A body in frames of at most ipc.CHUNK bytes."""
-    if isinstance(body, (bytes, bytearray, memoryview)):
-        view = memoryview(body)
-        for start in range(0, len(view), ipc.CHUNK):
-            yield bytes(view[start : start + ipc.CHUNK])
-        return
-    async for chunk in body:
-        view = memoryview(chunk)
-        for start in range(0, len(view), ipc.CHUNK):
-            yield bytes(view[start : start + ipc.CHUNK])
