@@ -6,6 +6,10 @@ namespaces, no capabilities, seccomp) with Landlock inside; `edge dev --insecure
 the namespaces and keeps process separation and Landlock. Nothing the script does can lift a
 limit: the runtime reads the whole tree's CPU time and memory from the kernel and kills the tree
 when a request goes past its budget, and every pipe between the two is bounded.
+
+Its parts, all on the runtime's side: runtime.isolate_launch (the process and its jail),
+isolate_calls (answering the isolate's calls), isolate_streams (bodies, in windows),
+isolate_watchdog (the limits' books), isolate_output (stdout and stderr).
 """
 
 from __future__ import annotations
@@ -15,7 +19,6 @@ import itertools
 import logging
 import os
 import signal
-import socket
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -38,7 +41,7 @@ from runtime.isolate_calls import (
 from runtime.isolate_launch import (
     insecure_isolation,
     isolation_problem,
-    launch_command,
+    spawn_process,
     use_insecure_isolation,
 )
 from runtime.isolate_output import OutputPump
@@ -127,31 +130,9 @@ class Isolate:
     # --- starting ---------------------------------------------------------------------------------
 
     async def start(self, timeout: float = 30.0) -> None:
-        parent, child = socket.socketpair()
-        # a second channel for the few calls Cloudflare's API makes synchronous (a Durable
-        # Object's storage.sql.exec): the isolate blocks on it while the runtime answers
-        sync_parent, sync_child = socket.socketpair()
-        try:
-            try:
-                cmd, env, cwd, self.jailed = launch_command(
-                    self.name, self.script, self.limits, self.deps, child.fileno(), sync_child.fileno()
-                )
-            except OSError as exc:
-                sync_parent.close()
-                raise WorkerLoadError(f"{self.script.name}: cannot build its isolate: {exc}") from None
-            self._proc = await asyncio.create_subprocess_exec(
-                *cmd,
-                pass_fds=[child.fileno(), sync_child.fileno()],
-                stdin=asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE,
-                cwd=cwd,
-                env=env,
-                start_new_session=True,  # its own process group: a kill reaches everything it forked
-            )
-        finally:
-            child.close()
-            sync_child.close()
+        self._proc, parent, sync_parent, self.jailed = await spawn_process(
+            self.name, self.script, self.limits, self.deps
+        )
         self._stopping = None
         reader, writer = await asyncio.open_unix_connection(sock=parent, limit=ipc.CHUNK)
         self._spawn(serve_sync(self.name, sync_parent, self._on_binding, self.stop))

@@ -4,13 +4,15 @@ machine can jail isolates at all."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
+import socket
 import sys
 from pathlib import Path
 
 from runtime import isolate_view
-from runtime.isolate_types import IsolateLimits
+from runtime.isolate_types import IsolateLimits, WorkerLoadError
 
 log = logging.getLogger("edge.isolate")
 
@@ -80,3 +82,36 @@ def launch_command(
         script, fd, rlimits, limits.file_bytes, str(deps) if deps else None, sync_fd
     )
     return isolate_view.jail_command(spec), isolate_view.launcher_env(), "/", True
+
+
+async def spawn_process(
+    name: str, script: Path, limits: IsolateLimits, deps: Path | None
+) -> tuple[asyncio.subprocess.Process, socket.socket, socket.socket, bool]:
+    """Start the isolate's process tree: (its root, the runtime's end of the main channel, the
+    runtime's end of the synchronous one, jailed)."""
+    parent, child = socket.socketpair()
+    # a second channel for the few calls Cloudflare's API makes synchronous (a Durable
+    # Object's storage.sql.exec): the isolate blocks on it while the runtime answers
+    sync_parent, sync_child = socket.socketpair()
+    try:
+        try:
+            cmd, env, cwd, jailed = launch_command(
+                name, script, limits, deps, child.fileno(), sync_child.fileno()
+            )
+        except OSError as exc:
+            sync_parent.close()
+            raise WorkerLoadError(f"{script.name}: cannot build its isolate: {exc}") from None
+        proc = await asyncio.create_subprocess_exec(
+            *cmd,
+            pass_fds=[child.fileno(), sync_child.fileno()],
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            cwd=cwd,
+            env=env,
+            start_new_session=True,  # its own process group: a kill reaches everything it forked
+        )
+    finally:
+        child.close()
+        sync_child.close()
+    return proc, parent, sync_parent, jailed
