@@ -31,6 +31,7 @@ from runtime.isolate_calls import (
     BindingHandler,
     CallDesk,
     FetchHandler,
+    Link,
     ObjectHandler,
     ProtocolError,
     no_binding,
@@ -102,13 +103,10 @@ class Isolate:
         self._queue_outcomes: dict[int, ipc.QueueOutcome | None] = {}
         self._watchdog = Watchdog()  # the requests in flight, until RequestDone, and CPU outside them
         # streamed request and response bodies, each way held to ipc.WINDOW chunks in flight
-        self._streams = Streams(
-            name, self._watchdog, send=self._send, deliver=self._deliver, spawn=self._spawn
-        )
+        link = Link(self._send, self._deliver, self._spawn)
+        self._streams = Streams(name, self._watchdog, link)
         # AI, fetch, binding and Durable Object calls from the isolate
-        self._calls = CallDesk(
-            ai, on_fetch, on_binding, on_object, send=self._send, deliver=self._deliver, spawn=self._spawn
-        )
+        self._calls = CallDesk(ai, on_fetch, on_binding, on_object, link)
         self._proc: asyncio.subprocess.Process | None = None
         self._writer: asyncio.StreamWriter | None = None
         self._tasks: set[asyncio.Task] = set()

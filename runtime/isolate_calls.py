@@ -8,6 +8,7 @@ import asyncio
 import logging
 import socket
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from dataclasses import dataclass
 from typing import Any
 
 import msgspec
@@ -30,6 +31,17 @@ class ProtocolError(Exception):
     """The isolate sent what the protocol does not allow: the runtime stops it."""
 
 
+@dataclass(frozen=True)
+class Link:
+    """How the isolate's parts reach its process: `send` writes a message if the isolate is
+    still connected; `deliver` does so and waits for the socket to take it, False when the
+    isolate is gone; `spawn` runs a task the isolate holds on to."""
+
+    send: Callable[[ipc.Message], None]
+    deliver: Callable[[ipc.Message], Awaitable[bool]]
+    spawn: Callable[[Coroutine[Any, Any, None]], None]
+
+
 async def no_fetch(call: ipc.FetchCall) -> ipc.FetchReply:
     return ipc.FetchReply(call.call, error="outbound fetch is not available here")
 
@@ -45,9 +57,7 @@ async def no_binding(call: ipc.BindingCall) -> ipc.BindingReply:
 
 
 class CallDesk:
-    """Answers one isolate's calls on its main channel, each in a task of its own. `send` writes
-    a message if the isolate is still connected; `deliver` does so and waits for the socket to
-    take it, False when the isolate is gone; `spawn` runs a task the isolate keeps track of."""
+    """Answers one isolate's calls on its main channel, each in a task of its own."""
 
     def __init__(
         self,
@@ -55,18 +65,13 @@ class CallDesk:
         on_fetch: FetchHandler,
         on_binding: BindingHandler,
         on_object: ObjectHandler,
-        *,
-        send: Callable[[ipc.Message], None],
-        deliver: Callable[[ipc.Message], Awaitable[bool]],
-        spawn: Callable[[Coroutine[Any, Any, None]], None],
+        link: Link,
     ):
         self._ai = ai
         self._on_fetch = on_fetch
         self._on_binding = on_binding
         self._on_object = on_object
-        self._send = send
-        self._deliver = deliver
-        self._spawn = spawn
+        self._send, self._deliver, self._spawn = link.send, link.deliver, link.spawn
         self._calls = 0  # calls being answered
 
     def take(self, msg: Call) -> None:

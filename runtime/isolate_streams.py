@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
-from typing import Any
+from collections.abc import AsyncIterator
 
 from runtime import ipc
-from runtime.isolate_calls import ProtocolError
+from runtime.isolate_calls import Link, ProtocolError
 from runtime.isolate_types import IsolateCrashed
 from runtime.isolate_watchdog import Watchdog
 
@@ -29,24 +28,13 @@ class _Body:
 
 
 class Streams:
-    """One isolate's streamed bodies. `send`, `deliver` and `spawn` are the isolate's (see
-    runtime.isolate_calls.CallDesk); the watchdog says which requests still run, and hears when
+    """One isolate's streamed bodies; the watchdog says which requests still run, and hears when
     a response body has been read (its waitUntil time starts)."""
 
-    def __init__(
-        self,
-        name: str,
-        watchdog: Watchdog,
-        *,
-        send: Callable[[ipc.Message], None],
-        deliver: Callable[[ipc.Message], Awaitable[bool]],
-        spawn: Callable[[Coroutine[Any, Any, None]], None],
-    ):
+    def __init__(self, name: str, watchdog: Watchdog, link: Link):
         self._name = name
         self._watchdog = watchdog
-        self._send = send
-        self._deliver = deliver
-        self._spawn = spawn
+        self._send, self._deliver, self._spawn = link.send, link.deliver, link.spawn
         self._bodies: dict[int, _Body] = {}  # streamed response bodies in flight
         self._upload_credit: dict[int, asyncio.Semaphore] = {}  # streamed request bodies
 
