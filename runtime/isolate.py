@@ -6,29 +6,49 @@ namespaces, no capabilities, seccomp) with Landlock inside; `edge dev --insecure
 the namespaces and keeps process separation and Landlock. Nothing the script does can lift a
 limit: the runtime reads the whole tree's CPU time and memory from the kernel and kills the tree
 when a request goes past its budget, and every pipe between the two is bounded.
+
+Its parts, all on the runtime's side: runtime.isolate_launch (the process and its jail),
+isolate_calls (answering the isolate's calls), isolate_streams (bodies, in windows),
+isolate_watchdog (the limits' books), isolate_output (stdout and stderr).
 """
 
 from __future__ import annotations
 
 import asyncio
-import collections
 import itertools
 import logging
 import os
 import signal
-import socket
-import sys
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
 import msgspec
 
 from runtime import ipc, isolate_view, proctree
+from runtime.isolate_calls import (
+    AIHandler,
+    BindingHandler,
+    CallDesk,
+    FetchHandler,
+    Link,
+    ObjectHandler,
+    ProtocolError,
+    no_binding,
+    no_fetch,
+    no_object,
+    serve_sync,
+)
+from runtime.isolate_launch import (
+    insecure_isolation,
+    isolation_problem,
+    spawn_process,
+    use_insecure_isolation,
+)
 from runtime.isolate_output import OutputPump
+from runtime.isolate_streams import Streams
 from runtime.isolate_types import ExceededResources, IsolateCrashed, IsolateLimits, WorkerLoadError
+from runtime.isolate_watchdog import Watchdog
 
 log = logging.getLogger("edge.isolate")
 
@@ -43,89 +63,6 @@ __all__ = [  # the errors and limits live in runtime.isolate_types; imported fro
     "use_insecure_isolation",
 ]
 
-# An AI call is answered with an AIReply, or (stream: true) with AIChunks ending in an AIReply.
-AIHandler = Callable[[ipc.AICall], Awaitable[ipc.AIReply | AsyncIterator[ipc.AIChunk | ipc.AIReply]]]
-_PROJECT_ROOT = Path(__file__).resolve().parent.parent
-
-RESPONSE_WALL_S = 300.0  # from the request to its response's first byte
-WAIT_UNTIL_S = 30.0  # work after the response (waitUntil), as on Workers
-GRACE_S = 5.0  # a cancelled request that has not ended by then gets its isolate killed
-MAX_CALLS = 64  # AI, fetch and binding calls one isolate may have outstanding at once
-# CPU burnt while no request runs (forked children, threads) may reach cpu_ms, and at most
-# BACKGROUND_MS, within any BACKGROUND_WINDOW_S
-BACKGROUND_WINDOW_S, BACKGROUND_MS = 10.0, 5_000
-
-_insecure = False
-
-
-def use_insecure_isolation(on: bool = True) -> None:
-    """`edge dev --insecure-isolation`: no namespaces (for kernels that refuse user namespaces)."""
-    global _insecure
-    _insecure = on
-
-
-def insecure_isolation() -> bool:
-    return _insecure
-
-
-def isolation_problem() -> str | None:
-    """Why isolates cannot be jailed on this machine (the kernel refuses user namespaces, no
-    libseccomp), or None when they can."""
-    import subprocess
-
-    cmd = [sys.executable, "-S", "-s", "-B", "-m", "runtime.jail", "--probe"]
-    try:
-        done = subprocess.run(
-            cmd, env=isolate_view.launcher_env(), capture_output=True, text=True, timeout=30, check=False
-        )
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return f"edge: cannot start the isolate launcher: {exc}"
-    return None if done.returncode == 0 else (done.stderr.strip() or f"exit status {done.returncode}")
-
-
-async def _single(msg):
-    yield msg
-
-
-async def _no_fetch(call: ipc.FetchCall) -> ipc.FetchReply:
-    return ipc.FetchReply(call.call, error="outbound fetch is not available here")
-
-
-async def _no_object(call: ipc.ObjectCall) -> ipc.ObjectReply:
-    return ipc.ObjectReply(
-        call.call, error_type="Error", error_message="Durable Objects are not available here"
-    )
-
-
-async def _no_binding(call: ipc.BindingCall) -> ipc.BindingReply:
-    return ipc.BindingReply(call.call, error_type="Error", error_message="bindings are not available here")
-
-
-def _child_env() -> dict[str, str]:
-    keep = ("PATH", "LANG", "LC_ALL", "TZ", "SYSTEMROOT")
-    env = {k: os.environ[k] for k in keep if k in os.environ}
-    env["PYTHONPATH"] = str(_PROJECT_ROOT)
-    env["PYTHONUNBUFFERED"] = "1"
-    env["PYTHONDONTWRITEBYTECODE"] = "1"
-    return env
-
-
-@dataclass
-class _InFlight:
-    cpu_at_start: float
-    deadline: float | None  # monotonic; None while a streamed body is being read by its client
-    cancelled: bool = False
-
-
-class _Body:
-    """A streamed response body on its way to the client: the chunks the isolate sent that the
-    client has not taken. The isolate may send at most ipc.WINDOW of them."""
-
-    def __init__(self) -> None:
-        self.queue: asyncio.Queue = asyncio.Queue()
-        self.unacked = 0
-        self.failure: Exception | None = None  # why the runtime ended it (a limit, a crash)
-
 
 class Isolate:
     def __init__(
@@ -138,12 +75,12 @@ class Isolate:
         *,
         services: list[str] = (),
         limits: IsolateLimits | None = None,
-        on_fetch: Callable[[ipc.FetchCall], Awaitable[ipc.FetchReply]] = _no_fetch,
+        on_fetch: FetchHandler = no_fetch,
         on_log: Callable[[ipc.Log], None] | None = None,
         bindings: dict[str, str] | None = None,
-        on_binding: Callable[[ipc.BindingCall], Awaitable[ipc.BindingReply]] = _no_binding,
+        on_binding: BindingHandler = no_binding,
         durable_objects: dict[str, str] | None = None,
-        on_object: Callable[[ipc.ObjectCall], Awaitable[ipc.ObjectReply]] = _no_object,
+        on_object: ObjectHandler = no_object,
         durable_object: tuple[str, str] | None = None,
         deps: Path | None = None,
     ):
@@ -153,33 +90,28 @@ class Isolate:
         self.ai_binding = ai_binding
         self.services = list(services)
         self.limits = limits or IsolateLimits()
-        self._on_fetch = on_fetch
         self._on_log = on_log
         self.bindings = dict(bindings or {})  # KV / D1 / R2: env name -> kind
         self._on_binding = on_binding
         self.durable_objects = dict(durable_objects or {})  # env name -> namespace key
-        self._on_object = on_object
         self.durable_object = durable_object  # (class, id): this isolate serves that one object
         self._object_calls: set[int] = set()  # requests that are RPC calls (answered by ObjectResult)
         self.deps = deps  # the project's installed dependencies (runtime.deps), on its sys.path
-        self._ai = ai
         self._ids = itertools.count(1)
         self._pending: dict[int, asyncio.Future] = {}  # request -> its outcome
         # queue deliveries in flight -> what the isolate said became of their messages
         self._queue_outcomes: dict[int, ipc.QueueOutcome | None] = {}
-        self._inflight: dict[int, _InFlight] = {}  # request -> until RequestDone
-        self._bodies: dict[int, _Body] = {}  # streamed response bodies in flight
-        self._upload_credit: dict[int, asyncio.Semaphore] = {}  # streamed request bodies
-        self._calls = 0  # AI and fetch calls being answered
+        self._watchdog = Watchdog()  # the requests in flight, until RequestDone, and CPU outside them
+        # streamed request and response bodies, each way held to ipc.WINDOW chunks in flight
+        link = Link(self._send, self._deliver, self._spawn)
+        self._streams = Streams(name, self._watchdog, link)
+        # AI, fetch, binding and Durable Object calls from the isolate
+        self._calls = CallDesk(ai, on_fetch, on_binding, on_object, link)
         self._proc: asyncio.subprocess.Process | None = None
         self._writer: asyncio.StreamWriter | None = None
         self._tasks: set[asyncio.Task] = set()
         self._start_lock = asyncio.Lock()
         self._stopping: ExceededResources | None = None
-        self._last_cpu = 0.0  # tree CPU at the watchdog's last look
-        self._served_since_look = False  # a request ran at some point since that look
-        self._background: collections.deque[tuple[float, float]] = collections.deque()  # (when, ms)
-        self._memory_base = 0  # tree memory once the worker had loaded
         self.output = OutputPump(name)  # stdout and stderr, bounded, into the log
         self.entry: str | None = None
         self.jailed = False
@@ -195,56 +127,13 @@ class Isolate:
 
     # --- starting ---------------------------------------------------------------------------------
 
-    def _command(self, fd: int, sync_fd: int) -> tuple[list[str], dict[str, str], str, bool]:
-        if not self.limits.sandbox or _insecure:
-            if self.limits.sandbox:
-                log.warning(
-                    "isolate for %s runs WITHOUT namespaces (--insecure-isolation): it shares the "
-                    "runtime's uid, PID space and network; only Landlock confines it",
-                    self.name,
-                )
-            cmd = [sys.executable, "-m", "runtime.isolate_main", "--fd", str(fd), "--sync-fd", str(sync_fd)]
-            env = _child_env()
-            if self.deps:
-                env["PYTHONPATH"] += os.pathsep + str(self.deps)
-            return cmd, env, str(self.script.parent), False
-        rlimits = {
-            "nproc": self.limits.processes,
-            "fsize": self.limits.file_bytes,
-            "core": 0,
-            "nofile": 256,
-        }
-        deps = str(self.deps) if self.deps else None
-        spec = isolate_view.view_spec(self.script, fd, rlimits, self.limits.file_bytes, deps, sync_fd)
-        return isolate_view.jail_command(spec), isolate_view.launcher_env(), "/", True
-
     async def start(self, timeout: float = 30.0) -> None:
-        parent, child = socket.socketpair()
-        # a second channel for the few calls Cloudflare's API makes synchronous (a Durable
-        # Object's storage.sql.exec): the isolate blocks on it while the runtime answers
-        sync_parent, sync_child = socket.socketpair()
-        try:
-            try:
-                cmd, env, cwd, self.jailed = self._command(child.fileno(), sync_child.fileno())
-            except OSError as exc:
-                sync_parent.close()
-                raise WorkerLoadError(f"{self.script.name}: cannot build its isolate: {exc}") from None
-            self._proc = await asyncio.create_subprocess_exec(
-                *cmd,
-                pass_fds=[child.fileno(), sync_child.fileno()],
-                stdin=asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE,
-                cwd=cwd,
-                env=env,
-                start_new_session=True,  # its own process group: a kill reaches everything it forked
-            )
-        finally:
-            child.close()
-            sync_child.close()
+        self._proc, parent, sync_parent, self.jailed = await spawn_process(
+            self.name, self.script, self.limits, self.deps
+        )
         self._stopping = None
         reader, writer = await asyncio.open_unix_connection(sock=parent, limit=ipc.CHUNK)
-        self._spawn(self._serve_sync(sync_parent))
+        self._spawn(serve_sync(self.name, sync_parent, self._on_binding, self.stop))
         script = f"{isolate_view.BUNDLE}/{self.script.name}" if self.jailed else str(self.script)
         init = ipc.Init(
             script,
@@ -281,10 +170,7 @@ class Isolate:
             raise WorkerLoadError(f"{self.script.name}: the isolate broke the protocol at start")
         self.entry = first.entry
         self._writer = writer
-        base = proctree.usage(self._proc.pid)
-        self._memory_base = base.memory_bytes if base else 0
-        self._last_cpu = base.cpu_ms if base else 0.0
-        self._background.clear()
+        self._watchdog.started(proctree.usage(self._proc.pid))
         self._spawn(self._read_loop(reader))
         self._spawn(self._watch())
         self._spawn(self._wait_exit(self._proc))
@@ -319,8 +205,7 @@ class Isolate:
         rid = request_id if request_id is not None else next(self._ids)
         future = asyncio.get_running_loop().create_future()
         self._pending[rid] = future
-        self._inflight[rid] = _InFlight(self._last_cpu, time.monotonic() + RESPONSE_WALL_S)
-        self._served_since_look = True
+        self._watchdog.begin(rid)
         self.output.reset()
         try:
             self._send(message(rid))
@@ -332,9 +217,7 @@ class Isolate:
             raise
         finally:
             self._pending.pop(rid, None)
-        entry = self._inflight.get(rid)
-        if entry is not None:  # a streamed body has no deadline while its client reads it
-            entry.deadline = None if isinstance(outcome, ipc.InvokeStart) else time.monotonic() + WAIT_UNTIL_S
+        self._watchdog.answered(rid, streaming=isinstance(outcome, ipc.InvokeStart))
         return rid, outcome
 
     async def invoke(
@@ -352,8 +235,7 @@ class Isolate:
 
         def upload(rid: int) -> None:
             if inline is None:
-                self._upload_credit[rid] = asyncio.Semaphore(ipc.WINDOW)
-                self._spawn(self._upload(rid, body))
+                self._streams.upload(rid, body)
 
         _, outcome = await self._event(
             lambda rid: ipc.Invoke(rid, method, url, headers, bytes(inline or b""), cf, inline is None),
@@ -399,100 +281,38 @@ class Isolate:
             self._object_calls.discard(rid)
         return outcome
 
-    async def _upload(self, rid: int, body: bytes | AsyncIterator[bytes]) -> None:
-        credit = self._upload_credit[rid]
-        error = None
-        try:
-            async for piece in _pieces(body):
-                await credit.acquire()
-                if rid not in self._inflight or self._writer is None:
-                    return  # the request ended: the rest of the body is not wanted
-                self._send(ipc.RequestChunk(rid, piece))
-                await self._writer.drain()
-        except Exception as exc:  # the client's body failed or was too large: the worker hears why
-            error = str(exc) or type(exc).__name__
-        finally:
-            self._upload_credit.pop(rid, None)
-        if rid in self._inflight and self._writer is not None:
-            self._send(ipc.RequestEnd(rid, error))
-
-    async def body(self, request_id: int) -> AsyncIterator[bytes]:
+    def body(self, request_id: int) -> AsyncIterator[bytes]:
         """The streamed body of a response that began with InvokeStart, taken at the client's pace;
         if the client goes away first, the isolate's stream is cancelled. A stream that fails
         raises IsolateCrashed, so that the HTTP connection is cut rather than the body ended."""
-        body = self._bodies.setdefault(request_id, _Body())
-        ended = False
-        try:
-            while True:
-                msg = await body.queue.get()
-                if isinstance(msg, ipc.BodyEnd):
-                    ended = True
-                    if msg.error:  # the client must not take a cut-off body for a whole one
-                        log.warning("[%s] streamed body failed: %s", self.name, msg.error)
-                        raise body.failure or IsolateCrashed(f"the response stream failed: {msg.error}")
-                    return
-                body.unacked -= 1
-                if self._writer is not None:
-                    self._send(ipc.BodyAck(request_id))
-                yield msg.data
-        finally:
-            self._bodies.pop(request_id, None)
-            entry = self._inflight.get(request_id)
-            if entry is not None:
-                entry.deadline = time.monotonic() + WAIT_UNTIL_S
-            if not ended and self._writer is not None:
-                self._send(ipc.Cancel(request_id))
+        return self._streams.read(request_id)
 
     def _end(self, rid: int) -> None:
         """The request and everything it started are over."""
-        self._inflight.pop(rid, None)
-        self._upload_credit.pop(rid, None)
+        self._watchdog.end(rid)
+        self._streams.end(rid)
 
     # --- the watchdog -----------------------------------------------------------------------------
 
     async def _watch(self) -> None:
-        """Read the tree's CPU time and memory from the kernel: a request that used more than
-        cpu_ms since it began (its body and waitUntil included), more than min(cpu_ms,
-        BACKGROUND_MS) burnt while no request runs (forked children, threads) within
-        BACKGROUND_WINDOW_S, or memory past the cap, and the whole tree is killed (1102),
+        """Read the tree's CPU time and memory from the kernel, and act on the watchdog's look
+        (runtime.isolate_watchdog): a request past its wall-clock limit is failed and the isolate
+        asked to stop it; past a CPU, memory or wall-clock limit, the whole tree is killed (1102),
         whatever it does."""
-        cpu_ms, memory = self.limits.cpu_ms, self._memory_base + self.limits.memory_mb * 1024 * 1024
+        memory = self._watchdog.memory_base + self.limits.memory_mb * 1024 * 1024
         while self._proc is not None and self._proc.returncode is None:
             usage = proctree.usage(self._proc.pid)
             if usage is None:
                 return
-            if any(usage.cpu_ms - e.cpu_at_start > cpu_ms for e in self._inflight.values()):
-                await self._kill("exceededCpu", f"more than {cpu_ms} ms of CPU time in one request")
+            look = self._watchdog.look(usage, self.limits, memory)
+            for rid in look.cancel:
+                self._fail(rid, ExceededResources("exceededWallTime", "the request ran out of wall time"))
+                if self._writer is not None:
+                    self._send(ipc.Cancel(rid))
+            if look.kill is not None:
+                await self._kill(*look.kill)
                 return
-            now = time.monotonic()
-            if not self._inflight and not self._served_since_look:  # nobody's: background work
-                self._background.append((now, usage.cpu_ms - self._last_cpu))
-            self._last_cpu, self._served_since_look = usage.cpu_ms, bool(self._inflight)
-            while self._background and self._background[0][0] < now - BACKGROUND_WINDOW_S:
-                self._background.popleft()
-            background = min(cpu_ms, BACKGROUND_MS)
-            if sum(ms for _, ms in self._background) > background:
-                await self._kill(
-                    "exceededCpu",
-                    f"more than {background} ms of CPU time outside any request "
-                    f"within {BACKGROUND_WINDOW_S:.0f} s",
-                )
-                return
-            if usage.memory_bytes > memory:
-                await self._kill("exceededMemory", f"more than {self.limits.memory_mb} MB of memory")
-                return
-            for rid, entry in list(self._inflight.items()):
-                if entry.deadline is None or now < entry.deadline:
-                    continue
-                if not entry.cancelled:  # past its wall-clock limit: ask the isolate to stop it
-                    entry.cancelled, entry.deadline = True, now + GRACE_S
-                    self._fail(rid, ExceededResources("exceededWallTime", "the request ran out of wall time"))
-                    if self._writer is not None:
-                        self._send(ipc.Cancel(rid))
-                else:
-                    await self._kill("exceededWallTime", "a cancelled request did not stop")
-                    return
-            await asyncio.sleep(0.01 if self._inflight else 0.05)
+            await asyncio.sleep(0.01 if self._watchdog.busy else 0.05)
 
     async def _kill(self, outcome: str, message: str) -> None:
         reason = ExceededResources(outcome, f"Worker exceeded resource limits: {message}")
@@ -517,6 +337,14 @@ class Isolate:
         if self._writer is not None:
             self._writer.write(ipc.encode(msg))
 
+    async def _deliver(self, msg: ipc.Message) -> bool:
+        """Send msg and wait until the socket takes it; False when the isolate is gone."""
+        if self._writer is None:
+            return False
+        self._send(msg)
+        await self._writer.drain()
+        return True
+
     async def _read_loop(self, reader: asyncio.StreamReader) -> None:
         try:
             while True:
@@ -524,7 +352,7 @@ class Isolate:
         except (asyncio.IncompleteReadError, ConnectionError):
             self._fail_pending(self._stopping or IsolateCrashed(f"the isolate for {self.name} ended"))
             self._writer = None
-        except (ValueError, msgspec.DecodeError, _ProtocolError) as exc:  # hostile or broken: gone
+        except (ValueError, msgspec.DecodeError, ProtocolError) as exc:  # hostile or broken: gone
             log.warning("isolate for %s broke the protocol: %s", self.name, exc)
             self._fail_pending(IsolateCrashed(f"the isolate for {self.name} broke the IPC protocol"))
             await self.stop()
@@ -535,130 +363,26 @@ class Isolate:
             and msg.id in self._pending
             and isinstance(msg, ipc.ObjectResult) != (msg.id in self._object_calls)
         ):  # an RPC call answered as a fetch, or the other way round
-            raise _ProtocolError(f"{type(msg).__name__} does not answer request {msg.id}")
+            raise ProtocolError(f"{type(msg).__name__} does not answer request {msg.id}")
         if isinstance(msg, (ipc.InvokeResult, ipc.InvokeError, ipc.InvokeStart, ipc.ObjectResult)):
             if isinstance(msg, ipc.InvokeStart):
-                self._bodies.setdefault(msg.id, _Body())
+                self._streams.started(msg.id)
             future = self._pending.get(msg.id)
             if future is not None and not future.done():
                 future.set_result(msg)
         elif isinstance(msg, (ipc.BodyChunk, ipc.BodyEnd)):
-            body = self._bodies.get(msg.id)
-            if body is not None:
-                if isinstance(msg, ipc.BodyChunk):
-                    body.unacked += 1
-                    if body.unacked > ipc.WINDOW:
-                        raise _ProtocolError(f"more than {ipc.WINDOW} body chunks sent ahead of the client")
-                body.queue.put_nowait(msg)
+            self._streams.received(msg)
         elif isinstance(msg, ipc.RequestAck):
-            credit = self._upload_credit.get(msg.id)
-            if credit is not None:
-                credit.release()
+            self._streams.acked(msg.id)
         elif isinstance(msg, ipc.QueueOutcome):
             if msg.id in self._queue_outcomes:  # only a delivery still waiting for its result
                 self._queue_outcomes[msg.id] = msg
         elif isinstance(msg, ipc.RequestDone):
             self._end(msg.id)
         elif isinstance(msg, (ipc.AICall, ipc.FetchCall, ipc.BindingCall, ipc.ObjectCall)):
-            if self._calls >= MAX_CALLS:
-                self._refuse_call(msg)
-            else:
-                self._calls += 1
-                if isinstance(msg, ipc.ObjectCall):
-                    self._spawn(self._answer_object(msg))
-                elif isinstance(msg, ipc.BindingCall):
-                    self._spawn(self._answer_binding(msg))
-                elif isinstance(msg, ipc.AICall):
-                    self._spawn(self._answer_ai(msg))
-                else:
-                    self._spawn(self._answer_fetch(msg))
+            self._calls.take(msg)
         elif isinstance(msg, ipc.Log) and self._on_log is not None:
             self._on_log(msg)
-
-    async def _serve_sync(self, sock: socket.socket) -> None:
-        """The synchronous channel: one BindingCall at a time, each answered before the next (the
-        isolate is blocked meanwhile); anything else on it, or a frame over the limit, ends it."""
-        reader, writer = await asyncio.open_unix_connection(sock=sock, limit=ipc.CHUNK)
-        try:
-            while True:
-                msg = await ipc.read_message(reader, ipc.FROM_ISOLATE)
-                if not isinstance(msg, ipc.BindingCall):
-                    raise _ProtocolError(f"{type(msg).__name__} on the synchronous channel")
-                reply = await self._on_binding(msg)
-                frame = ipc.encode(reply)
-                if len(frame) > ipc.TO_ISOLATE:
-                    frame = ipc.encode(
-                        ipc.BindingReply(
-                            msg.call, error_type="Error", error_message="the result is too large"
-                        )
-                    )
-                writer.write(frame)
-                await writer.drain()
-        except (asyncio.IncompleteReadError, ConnectionError):
-            pass
-        except (ValueError, msgspec.DecodeError, _ProtocolError) as exc:
-            log.warning("isolate for %s broke the synchronous channel: %s", self.name, exc)
-            await self.stop()
-        finally:
-            writer.close()
-
-    def _refuse_call(self, msg: ipc.AICall | ipc.FetchCall | ipc.BindingCall | ipc.ObjectCall) -> None:
-        why = f"more than {MAX_CALLS} AI, fetch, binding and Durable Object calls at once from one isolate"
-        if isinstance(msg, ipc.ObjectCall):
-            self._send(ipc.ObjectReply(msg.call, error_type="Error", error_message=why))
-        elif isinstance(msg, ipc.BindingCall):
-            self._send(ipc.BindingReply(msg.call, error_type="Error", error_message=why))
-        elif isinstance(msg, ipc.AICall):
-            self._send(ipc.AIReply(msg.call, error_code=3040, error_message=why))
-        else:
-            self._send(ipc.FetchReply(msg.call, error=why))
-
-    async def _answer_ai(self, call: ipc.AICall) -> None:
-        try:
-            reply = await self._ai(call)
-            messages = reply if hasattr(reply, "__aiter__") else _single(reply)
-            async for msg in messages:
-                if self._writer is None:
-                    return
-                self._send(msg)
-                await self._writer.drain()
-        finally:
-            self._calls -= 1
-
-    async def _answer_fetch(self, call: ipc.FetchCall) -> None:
-        try:
-            try:
-                reply = await self._on_fetch(call)
-            except Exception as exc:  # the runtime's side failed: tell the worker, keep serving
-                reply = ipc.FetchReply(call.call, error=f"fetch failed: {type(exc).__name__}: {exc}")
-            if self._writer is not None:
-                self._send(reply)
-                await self._writer.drain()
-        finally:
-            self._calls -= 1
-
-    async def _answer_binding(self, call: ipc.BindingCall) -> None:
-        await self._answer_call(call, self._on_binding, _binding_error, "binding call")
-
-    async def _answer_object(self, call: ipc.ObjectCall) -> None:
-        await self._answer_call(call, self._on_object, _object_error, "Durable Object call")
-
-    async def _answer_call(self, call, handler, error: Callable[[int, str], ipc.Message], what: str) -> None:
-        """A binding or Durable Object call answered by the runtime: a failure on its side, or a
-        reply too large for the isolate to take, comes back as an error message."""
-        try:
-            try:
-                reply = await handler(call)
-                if len(ipc.encode(reply)) > ipc.TO_ISOLATE:  # the isolate would take it as an attack
-                    reply = error(call.call, "the result is too large to return")
-            except Exception as exc:  # the runtime's side failed: tell the worker, keep serving
-                log.exception("%s failed", what)
-                reply = error(call.call, f"internal error: {type(exc).__name__}")
-            if self._writer is not None:
-                self._send(reply)
-                await self._writer.drain()
-        finally:
-            self._calls -= 1
 
     # --- ending -----------------------------------------------------------------------------------
 
@@ -671,15 +395,12 @@ class Isolate:
         future = self._pending.get(rid)
         if future is not None and not future.done():
             future.set_exception(exc)
-        body = self._bodies.get(rid)
-        if body is not None:
-            body.failure = exc
-            body.queue.put_nowait(ipc.BodyEnd(rid, str(exc)))
+        self._streams.fail(rid, exc)
 
     def _fail_pending(self, exc: Exception) -> None:
-        for rid in list(self._pending) + list(self._bodies):
+        for rid in list(self._pending) + self._streams.streaming():
             self._fail(rid, exc)
-        self._inflight.clear()
+        self._watchdog.end_all()
 
     async def stop(self) -> None:
         if self._writer is not None:
@@ -693,28 +414,3 @@ class Isolate:
                 pass
             await proc.wait()
         self._fail_pending(self._stopping or IsolateCrashed(f"the isolate for {self.name} was stopped"))
-
-
-class _ProtocolError(Exception):
-    pass
-
-
-def _binding_error(call: int, message: str) -> ipc.BindingReply:
-    return ipc.BindingReply(call, error_type="Error", error_message=message)
-
-
-def _object_error(call: int, message: str) -> ipc.ObjectReply:
-    return ipc.ObjectReply(call, error_type="Error", error_message=message)
-
-
-async def _pieces(body: bytes | AsyncIterator[bytes]) -> AsyncIterator[bytes]:
-    """A body in frames of at most ipc.CHUNK bytes."""
-    if isinstance(body, (bytes, bytearray, memoryview)):
-        view = memoryview(body)
-        for start in range(0, len(view), ipc.CHUNK):
-            yield bytes(view[start : start + ipc.CHUNK])
-        return
-    async for chunk in body:
-        view = memoryview(chunk)
-        for start in range(0, len(view), ipc.CHUNK):
-            yield bytes(view[start : start + ipc.CHUNK])
