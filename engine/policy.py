@@ -17,7 +17,6 @@ declared below; the engine's KV block pool and the simulator's `BlockCounts` bot
 
 from __future__ import annotations
 
-import bisect
 import enum
 import itertools
 from collections import deque
@@ -403,33 +402,47 @@ class SchedulingPolicy:
         cannot be admitted at the run's first step cannot be admitted later in it."""
         if not self.running or limit < 1:
             return None
-        prefill = None
-        for seq in self.prefilling:
-            if seq.remaining != 1:
-                if prefill is not None:
-                    return None  # two prefill chunks share this step
-                prefill = seq
-        if len(self.prefilling) != (prefill is not None):
-            return None  # a prefill with one prompt token left joins the decoders at schedule()
+        prefilling = self.prefilling
+        if prefilling:
+            if len(prefilling) > 1:
+                return None  # two prefill chunks share this step (or one joins the decoders)
+            prefill = prefilling[0]
+            if prefill.remaining == 1:
+                return None  # a prefill with one prompt token left joins the decoders at schedule()
+            return self._prefill_run(prefill, limit)
+        blocks, n = self.blocks, self.decode_count
+        free = blocks.free_blocks
+        sizes, f = self._phase_sizes, -self.clock % BLOCK_TOKENS
+        full = sizes[f]  # the step-1 blocks: decoders with 0 free slots
+        if full > free:
+            return None
+        waiting = self.waiting
+        if waiting and len(self.running) < self._seats:
+            head = waiting[0]
+            want = min(head.remaining, self.config.max_num_batched_tokens - n)
+            # admitted at the next step if it fits beside the decoders' step-1 blocks
+            if want > 0 and blocks.blocks_needed(head.kv, head.num_computed + want) <= free - full:
+                return None
+        # every decoder takes one block per 16 steps, so k steps take at most ceil(k / 16) * n
+        if ((limit + BLOCK_TOKENS - 1) // BLOCK_TOKENS) * n <= free:
+            return _new_run(SteadyRun, (limit, None, 0))
+        # the blocks run out first: q whole rounds of 16 steps, then s more steps, where step j + 1
+        # of a round takes a block for each decoder with j free slots (phase f - j)
+        q = free // n
+        left = free - q * n
+        s = 0
+        while s < BLOCK_TOKENS - 1:
+            left -= sizes[(f - s) % BLOCK_TOKENS]
+            if left < 0:
+                break
+            s += 1
+        steps = q * BLOCK_TOKENS + s
+        return _new_run(SteadyRun, (steps if steps < limit else limit, None, 0))
+
+    def _prefill_run(self, prefill: SeqLike, limit: int) -> SteadyRun | None:
+        """The steady run of the decoders beside one prefill taking a full chunk each step."""
         blocks, budget, n = self.blocks, self.config.max_num_batched_tokens, self.decode_count
         free = blocks.free_blocks
-        if prefill is None:
-            full = self._phase_sizes[-self.clock % BLOCK_TOKENS]  # the step-1 blocks: 0 free slots
-            if full > free:
-                return None
-            waiting = self.waiting
-            if waiting and len(self.running) < self._seats:
-                head = waiting[0]
-                want = min(head.remaining, budget - n)
-                # admitted at the next step if it fits beside the decoders' step-1 blocks
-                if want > 0 and blocks.blocks_needed(head.kv, head.num_computed + want) <= free - full:
-                    return None
-            # every decoder takes one block per 16 steps; below_room[s]: the blocks of steps 1..s
-            q = free // n
-            below_room = list(itertools.accumulate(self._rooms(), initial=0))
-            s = bisect.bisect_right(below_room, free - q * n, 0, BLOCK_TOKENS) - 1
-            steps = q * BLOCK_TOKENS + s
-            return SteadyRun(steps if steps < limit else limit, None, 0)
         below_room = list(itertools.accumulate(self._rooms(), initial=0))
 
         def decode_need(k: int) -> int:
@@ -481,6 +494,9 @@ class SteadyRun(NamedTuple):
     steps: int
     prefill: Any  # the sequence prefilling a full chunk each step, or None
     chunk: int
+
+
+_new_run = tuple.__new__  # SteadyRun without its Python-level __new__ (the simulator's hot path)
 
 
 def _arrival(seq: SeqLike) -> int:
