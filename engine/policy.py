@@ -20,7 +20,7 @@ from __future__ import annotations
 import enum
 import itertools
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, NamedTuple, Protocol
 
 import msgspec
@@ -97,6 +97,17 @@ class BlockAccounting(Protocol):
         there are when it cannot succeed at any number of free blocks (no staging slot left)."""
         ...
 
+    def grow_decoders(self, targets: Iterable[tuple[Any, int]], blocks: int) -> None:
+        """Grow decoding sequences, (handle, tokens) each, that the policy knows fit: `blocks`
+        new blocks in all. An accounting may take the total and leave the handles' counts lazy
+        until `settle`; it must not rely on `targets` being consumed."""
+        ...
+
+    def settle(self, handle: Any, tokens: int) -> None:
+        """The handle of a decoding sequence that holds room for `tokens` tokens is about to be
+        grown or released on its own: bring its count up to date after `grow_decoders`."""
+        ...
+
 
 class CountHandle:
     """One sequence's blocks in `BlockCounts`: how many, and whether it holds a staging slot."""
@@ -111,7 +122,8 @@ class CountHandle:
 class BlockCounts:
     """The engine's block accounting without block ids or tensors, for the simulator: the same
     number of blocks, the same staging reservation and slot limit, so grow/release succeed and fail
-    exactly when the engine's do."""
+    exactly when the engine's do. A decoding sequence's count is lazy between `grow_decoders` and
+    `settle` (the policy settles it before it grows alone or leaves the decode group)."""
 
     __slots__ = ("num_blocks", "staging_blocks", "max_slots", "_free", "_slots", "_reserved")
 
@@ -167,6 +179,14 @@ class BlockCounts:
             self._free -= more
             handle.blocks = want
         return True
+
+    def grow_decoders(self, targets: Iterable[tuple[CountHandle, int]], blocks: int) -> None:
+        self._free -= blocks  # the handles' counts follow at settle(): a run costs O(1), not O(batch)
+
+    def settle(self, handle: CountHandle, tokens: int) -> None:
+        want = -(-tokens // BLOCK_TOKENS)
+        if want > handle.blocks:
+            handle.blocks = want
 
     def release(self, handle: CountHandle) -> None:
         self._free += handle.blocks
@@ -227,6 +247,9 @@ class SchedulingPolicy:
         self.preemptions = 0
         self.on_event = on_event
         self.clock = 0  # steps the decode group has taken
+        # decoders' blocks hold their tokens at this clock: the clock, or one ahead once a step's
+        # full-block decoders have grown together (until the step completes)
+        self._held_clock = 0
         # decoders by (decode_base % BLOCK_TOKENS): the ones whose last block is full at clock c are
         # in phase[-c % BLOCK_TOKENS]
         self.phase: list[dict[int, SeqLike]] = [{} for _ in range(BLOCK_TOKENS)]
@@ -279,6 +302,7 @@ class SchedulingPolicy:
                 self.prefilling.remove(seq)
             return
         seq.num_computed = base + self.clock
+        self.blocks.settle(seq.kv, base + self._held_clock)
         del self.phase[base % BLOCK_TOKENS][seq.order]
         self._phase_sizes[base % BLOCK_TOKENS] -= 1
         self.decode_count -= 1
@@ -325,9 +349,15 @@ class SchedulingPolicy:
         clock = self.clock
         full = self.phase[-clock % BLOCK_TOKENS]
         if full:
-            for _, seq in sorted(full.items()):
-                if seq.status == SeqStatus.RUNNING:  # not preempted earlier in this loop
-                    self._grow_or_preempt(seq, seq.decode_base + clock + 1)
+            blocks = self.blocks
+            if len(full) <= blocks.free_blocks:  # one block each, and there are enough: together
+                blocks.grow_decoders(_targets([full], clock + 1), len(full))
+                self._held_clock = clock + 1
+            else:
+                for _, seq in sorted(full.items()):
+                    if seq.status == SeqStatus.RUNNING:  # not preempted earlier in this loop
+                        blocks.settle(seq.kv, seq.decode_base + clock)
+                        self._grow_or_preempt(seq, seq.decode_base + clock + 1)
         budget = limit - self.decode_count
         chunks: list[tuple[SeqLike, int]] = []
         for seq in list(prefilling):
@@ -378,6 +408,7 @@ class SchedulingPolicy:
         that completes its prompt (it samples now) decodes from the next step on."""
         if plan.decode_count:
             self.clock += 1
+        self._held_clock = self.clock
         for seq, n in plan.chunks:
             seq.num_computed += n
             if seq.remaining == 0 and seq.status == SeqStatus.RUNNING:
@@ -474,17 +505,23 @@ class SchedulingPolicy:
     def advance(self, run: SteadyRun, steps: int) -> None:
         """Take `steps` steps of `run` (at most `run.steps`) as that many schedule() + completed()
         calls would; the caller advances the sequences' sampled tokens."""
-        grow, clock, phase = self.blocks.grow, self.clock, self.phase
+        clock, n = self.clock, self.decode_count
         end = clock + steps
-        for j in range(min(steps, BLOCK_TOKENS)):  # decoders whose last block fills at step j + 1
-            group = phase[-(clock + j) % BLOCK_TOKENS]
-            if group:
-                for seq in group.values():
-                    grow(seq.kv, seq.decode_base + end)
-        self.clock = clock + steps
+        if n:
+            # each decoder takes a block in every round of 16 steps, and in the s steps left over
+            # those with fewer than s free slots: the phases of steps 1..s (see steady_run)
+            rounds, s = divmod(steps, BLOCK_TOKENS)
+            sizes, f = self._phase_sizes, -clock % BLOCK_TOKENS
+            new = rounds * n
+            for j in range(s):
+                new += sizes[(f - j) % BLOCK_TOKENS]
+            phase = self.phase
+            groups = [phase[-(clock + j) % BLOCK_TOKENS] for j in range(min(steps, BLOCK_TOKENS))]
+            self.blocks.grow_decoders(_targets(groups, end), new)
+        self.clock = self._held_clock = end
         if run.prefill is not None:
             seq = run.prefill
-            grow(seq.kv, seq.num_computed + run.chunk * steps)
+            self.blocks.grow(seq.kv, seq.num_computed + run.chunk * steps)
             seq.num_computed += run.chunk * steps
 
 
@@ -494,6 +531,14 @@ class SteadyRun(NamedTuple):
     steps: int
     prefill: Any  # the sequence prefilling a full chunk each step, or None
     chunk: int
+
+
+def _targets(groups: list[dict[int, SeqLike]], clock: int) -> Iterator[tuple[Any, int]]:
+    """The decoders of `groups` in arrival order within each, with their tokens at `clock`: a
+    generator, so an accounting that takes only the total (BlockCounts) never walks the batch."""
+    for group in groups:
+        for _, seq in sorted(group.items()):
+            yield seq.kv, seq.decode_base + clock
 
 
 _new_run = tuple.__new__  # SteadyRun without its Python-level __new__ (the simulator's hot path)
