@@ -103,12 +103,12 @@ class Replica:
     # --- what the router sees ---------------------------------------------------------------------
 
     def load(self) -> PopLoad:
-        used = self.nb - self.blocks.free_blocks
+        free = self.blocks.free_blocks
         policy = self.policy
         # positional: the router's hot path (pop_load's parameters, in order)
         return pop_load(
             self.step_est, self.pending, self.pf_tok, len(policy.waiting), len(policy.running),
-            self.max_seqs, self.nb - used, used, self.finish_rate.rate,
+            self.max_seqs, free, self.nb - free, self.finish_rate.rate,
         )  # fmt: skip
 
     def used_blocks(self) -> int:
@@ -148,7 +148,8 @@ class Replica:
             if run is not None:
                 return self._start_run(t, run)
         # prefills with one prompt token left: they join the decoders and sample in this step
-        self.joining = [s for s in policy.prefilling if s.remaining == 1 and not s.decoding]
+        prefilling = policy.prefilling
+        self.joining = [s for s in prefilling if s.remaining == 1 and not s.decoding] if prefilling else []
         plan = policy.schedule()
         if not plan:
             self.kind, self.step_est = IDLE, 0.0

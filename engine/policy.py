@@ -342,9 +342,10 @@ class SchedulingPolicy:
         running, prefilling, waiting = self.running, self.prefilling, self.waiting
         preempted_before = self.preemptions
         # a prefill with one prompt token left runs it as a decoder (and samples)
-        for seq in [s for s in prefilling if s.remaining == 1]:
-            prefilling.remove(seq)
-            self._join(seq)
+        if prefilling:
+            for seq in [s for s in prefilling if s.remaining == 1]:
+                prefilling.remove(seq)
+                self._join(seq)
         # decoders first, one token each; only those whose last block is full need a block
         clock = self.clock
         full = self.phase[-clock % BLOCK_TOKENS]
@@ -515,9 +516,7 @@ class SchedulingPolicy:
             new = rounds * n
             for j in range(s):
                 new += sizes[(f - j) % BLOCK_TOKENS]
-            phase = self.phase
-            groups = [phase[-(clock + j) % BLOCK_TOKENS] for j in range(min(steps, BLOCK_TOKENS))]
-            self.blocks.grow_decoders(_targets(groups, end), new)
+            self.blocks.grow_decoders(_run_targets(self.phase, clock, steps), new)
         self.clock = self._held_clock = end
         if run.prefill is not None:
             seq = run.prefill
@@ -531,6 +530,12 @@ class SteadyRun(NamedTuple):
     steps: int
     prefill: Any  # the sequence prefilling a full chunk each step, or None
     chunk: int
+
+
+def _run_targets(phase: list[dict[int, SeqLike]], clock: int, steps: int) -> Iterator[tuple[Any, int]]:
+    """`_targets` of the decoders whose last block fills in a run of `steps` steps from `clock`."""
+    groups = [phase[-(clock + j) % BLOCK_TOKENS] for j in range(min(steps, BLOCK_TOKENS))]
+    yield from _targets(groups, clock + steps)
 
 
 def _targets(groups: list[dict[int, SeqLike]], clock: int) -> Iterator[tuple[Any, int]]:
