@@ -13,7 +13,7 @@ sequence a staging slot; its bytes are charged as `staging_blocks` reserved bloc
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from kernels.formats import KV_BLOCK
@@ -133,9 +133,9 @@ class BlockPool:
             seq.block_table.append(self.allocate())
         return True
 
-    def grow_decoders(self, targets: Iterable[tuple[SeqBlocks, int]], blocks: int) -> None:
-        """Grow each (sequence, tokens) in turn: block ids are handed out in that order."""
-        for seq, tokens in targets:
+    def grow_decoders(self, targets: Callable[[], Iterable[tuple[SeqBlocks, int]]], blocks: int) -> None:
+        """Grow each (sequence, tokens) of `targets()` in turn: block ids are handed out in that order."""
+        for seq, tokens in targets():
             if not self.grow(seq, tokens):
                 raise RuntimeError(f"the policy's decode growth ({blocks} blocks) did not fit")
 

@@ -21,6 +21,7 @@ import enum
 import itertools
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
+from functools import partial
 from typing import Any, NamedTuple, Protocol
 
 import msgspec
@@ -97,10 +98,10 @@ class BlockAccounting(Protocol):
         there are when it cannot succeed at any number of free blocks (no staging slot left)."""
         ...
 
-    def grow_decoders(self, targets: Iterable[tuple[Any, int]], blocks: int) -> None:
-        """Grow decoding sequences, (handle, tokens) each, that the policy knows fit: `blocks`
-        new blocks in all. An accounting may take the total and leave the handles' counts lazy
-        until `settle`; it must not rely on `targets` being consumed."""
+    def grow_decoders(self, targets: Callable[[], Iterable[tuple[Any, int]]], blocks: int) -> None:
+        """Grow decoding sequences that the policy knows fit, `targets()` giving (handle, tokens)
+        each: `blocks` new blocks in all. An accounting may take the total without calling
+        `targets` and leave the handles' counts lazy until `settle`."""
         ...
 
     def settle(self, handle: Any, tokens: int) -> None:
@@ -180,7 +181,7 @@ class BlockCounts:
             handle.blocks = want
         return True
 
-    def grow_decoders(self, targets: Iterable[tuple[CountHandle, int]], blocks: int) -> None:
+    def grow_decoders(self, targets: Callable[[], Iterable[tuple[Any, int]]], blocks: int) -> None:
         self._free -= blocks  # the handles' counts follow at settle(): a run costs O(1), not O(batch)
 
     def settle(self, handle: CountHandle, tokens: int) -> None:
@@ -352,7 +353,7 @@ class SchedulingPolicy:
         if full:
             blocks = self.blocks
             if len(full) <= blocks.free_blocks:  # one block each, and there are enough: together
-                blocks.grow_decoders(_targets([full], clock + 1), len(full))
+                blocks.grow_decoders(partial(_targets, [full], clock + 1), len(full))
                 self._held_clock = clock + 1
             else:
                 for _, seq in sorted(full.items()):
@@ -516,7 +517,7 @@ class SchedulingPolicy:
             new = rounds * n
             for j in range(s):
                 new += sizes[(f - j) % BLOCK_TOKENS]
-            self.blocks.grow_decoders(_run_targets(self.phase, clock, steps), new)
+            self.blocks.grow_decoders(partial(_run_targets, self.phase, clock, steps), new)
         self.clock = self._held_clock = end
         if run.prefill is not None:
             seq = run.prefill
@@ -535,12 +536,12 @@ class SteadyRun(NamedTuple):
 def _run_targets(phase: list[dict[int, SeqLike]], clock: int, steps: int) -> Iterator[tuple[Any, int]]:
     """`_targets` of the decoders whose last block fills in a run of `steps` steps from `clock`."""
     groups = [phase[-(clock + j) % BLOCK_TOKENS] for j in range(min(steps, BLOCK_TOKENS))]
-    yield from _targets(groups, clock + steps)
+    return _targets(groups, clock + steps)
 
 
 def _targets(groups: list[dict[int, SeqLike]], clock: int) -> Iterator[tuple[Any, int]]:
-    """The decoders of `groups` in arrival order within each, with their tokens at `clock`: a
-    generator, so an accounting that takes only the total (BlockCounts) never walks the batch."""
+    """The decoders of `groups` in arrival order within each, with their tokens at `clock` (handed
+    to grow_decoders unevaluated: an accounting that takes only the total never walks the batch)."""
     for group in groups:
         for _, seq in sorted(group.items()):
             yield seq.kv, seq.decode_base + clock
