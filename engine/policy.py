@@ -126,21 +126,19 @@ class BlockCounts:
     exactly when the engine's do. A decoding sequence's count is lazy between `grow_decoders` and
     `settle` (the policy settles it before it grows alone or leaves the decode group)."""
 
-    __slots__ = ("num_blocks", "staging_blocks", "max_slots", "_free", "_slots", "_reserved")
+    __slots__ = ("num_blocks", "staging_blocks", "max_slots", "free_blocks", "_slots", "_reserved")
 
     def __init__(self, num_blocks: int, staging_blocks: int = 0, max_slots: int = 256):
         self.num_blocks, self.staging_blocks, self.max_slots = num_blocks, staging_blocks, max_slots
-        self._free = num_blocks  # blocks not in any block table
+        # blocks neither in a block table nor reserved for staging: a plain attribute, since the
+        # policy and the router read it on every step
+        self.free_blocks = num_blocks
         self._slots = max_slots
         self._reserved = 0  # blocks held back for staging slots
 
     @property
-    def free_blocks(self) -> int:
-        return self._free - self._reserved
-
-    @property
     def used_blocks(self) -> int:
-        return self.num_blocks - self._free
+        return self.num_blocks - self.free_blocks - self._reserved
 
     def blocks_for(self, tokens: int) -> int:
         return -(-tokens // BLOCK_TOKENS)
@@ -162,27 +160,29 @@ class BlockCounts:
         return need
 
     def can_grow(self, handle: CountHandle, tokens: int) -> bool:
-        return self.blocks_needed(handle, tokens) <= self._free - self._reserved
+        return self.blocks_needed(handle, tokens) <= self.free_blocks
 
     def grow(self, handle: CountHandle, tokens: int) -> bool:
         want = -(-tokens // BLOCK_TOKENS)
         more = want - handle.blocks if want > handle.blocks else 0
-        if handle.slot:  # the common case, kept short: the simulator calls this per block crossed
-            if more > self._free - self._reserved:
+        if handle.slot:  # the common case, kept short
+            if more > self.free_blocks:
                 return False
         else:
-            if not self._slots or more + self.staging_blocks > self._free - self._reserved:
+            staging = self.staging_blocks
+            if not self._slots or more + staging > self.free_blocks:
                 return False
             handle.slot = True
             self._slots -= 1
-            self._reserved += self.staging_blocks
+            self._reserved += staging
+            self.free_blocks -= staging
         if more:
-            self._free -= more
+            self.free_blocks -= more
             handle.blocks = want
         return True
 
     def grow_decoders(self, targets: Callable[[], Iterable[tuple[Any, int]]], blocks: int) -> None:
-        self._free -= blocks  # the handles' counts follow at settle(): a run costs O(1), not O(batch)
+        self.free_blocks -= blocks  # the handles' counts follow at settle(): O(1), not O(batch)
 
     def settle(self, handle: CountHandle, tokens: int) -> None:
         want = -(-tokens // BLOCK_TOKENS)
@@ -190,12 +190,13 @@ class BlockCounts:
             handle.blocks = want
 
     def release(self, handle: CountHandle) -> None:
-        self._free += handle.blocks
+        self.free_blocks += handle.blocks
         handle.blocks = 0
         if handle.slot:
             handle.slot = False
             self._slots += 1
             self._reserved -= self.staging_blocks
+            self.free_blocks += self.staging_blocks
 
 
 class Plan:
