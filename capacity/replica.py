@@ -167,7 +167,7 @@ class Replica:
                 seq.ts = t
         dur = self.step_fn(prefill, pairs, pkv, plan.decode_count, plan.decode_context)
         self.plan = plan
-        used = self.used_blocks()
+        used = self.nb - self.blocks.free_blocks
         self._account(dur, used, used, 1)
         self.kind, self.t0, self.t_end, self.step_est = STEP, t, t + dur, dur
         self.ver += 1
@@ -222,14 +222,16 @@ class Replica:
         policy = self.policy
         self.now = t
         if self.kind == RUN:
-            run, k = self.run, self.run_k
-            u0 = self.used_blocks()
+            run, k, blocks = self.run, self.run_k, self.blocks
+            u0 = self.nb - blocks.free_blocks
             policy.advance(run, k)
-            self._account(t - self.t0, u0, self.used_blocks(), k)
+            self._account(t - self.t0, u0, self.nb - blocks.free_blocks, k)
             if run.prefill is not None:
                 run.prefill.pend -= k * run.chunk
                 self.pending -= k * run.chunk
-            self._finish_decoders(t, [])
+            heap = self.finishes
+            if heap and heap[0][0] <= policy.clock:
+                self._finish_decoders(t, [])
             return
         plan = self.plan
         self.plan = None

@@ -45,6 +45,9 @@ class SeqStatus(enum.Enum):
     FINISHED = "finished"
 
 
+RUNNING = SeqStatus.RUNNING  # read in the hot loops
+
+
 class SchedulerConfig(msgspec.Struct):
     max_num_batched_tokens: int = 512
     max_num_seqs: int = 64
@@ -358,32 +361,33 @@ class SchedulingPolicy:
                 self._held_clock = clock + 1
             else:
                 for _, seq in sorted(full.items()):
-                    if seq.status == SeqStatus.RUNNING:  # not preempted earlier in this loop
+                    if seq.status is RUNNING:  # not preempted earlier in this loop
                         blocks.settle(seq.kv, seq.decode_base + clock)
                         self._grow_or_preempt(seq, seq.decode_base + clock + 1)
         budget = limit - self.decode_count
         chunks: list[tuple[SeqLike, int]] = []
-        for seq in list(prefilling):
+        blocks = self.blocks
+        for seq in list(prefilling) if prefilling else ():
             if budget == 0:
                 break
-            if seq.status != SeqStatus.RUNNING:
+            if seq.status is not RUNNING:
                 continue
             want = min(seq.remaining, budget)
-            if self._grow_or_preempt(seq, seq.num_computed + want):
+            tokens = seq.num_computed + want
+            if blocks.grow(seq.kv, tokens) or self._grow_or_preempt(seq, tokens):
                 chunks.append((seq, want))
                 budget -= want
         if self.preemptions != preempted_before:  # drop the chunks of sequences preempted since
-            chunks = [(s, n) for s, n in chunks if s.status == SeqStatus.RUNNING]
+            chunks = [(s, n) for s, n in chunks if s.status is RUNNING]
             budget = limit - self.decode_count - sum(n for _, n in chunks)
         readmitted = False
-        blocks = self.blocks
         while waiting and budget > 0 and len(running) < self._seats:
             seq = waiting[0]
             want = min(seq.remaining, budget)
             if not blocks.grow(seq.kv, seq.num_computed + want):
                 break  # first come, first served: nobody overtakes the head of the queue
             waiting.popleft()
-            seq.status = SeqStatus.RUNNING
+            seq.status = RUNNING
             readmitted = readmitted or seq.preemptions > 0
             running.append(seq)
             prefilling.append(seq)
@@ -414,7 +418,7 @@ class SchedulingPolicy:
         self._held_clock = self.clock
         for seq, n in plan.chunks:
             seq.num_computed += n
-            if seq.remaining == 0 and seq.status == SeqStatus.RUNNING:
+            if seq.remaining == 0 and seq.status is RUNNING:
                 self.prefilling.remove(seq)
                 self._join(seq)
 
