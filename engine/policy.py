@@ -17,8 +17,10 @@ declared below; the engine's KV block pool and the simulator's `BlockCounts` bot
 
 from __future__ import annotations
 
+import bisect
 import enum
 import itertools
+import operator
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from functools import partial
@@ -318,7 +320,7 @@ class SchedulingPolicy:
         """Free `seq`'s blocks and queue it first, to be recomputed. `on_event("preempt")` hears it
         before its tokens in the cache are reset to 0 (`num_computed` is up to date then)."""
         self._leave(seq)
-        self.running.remove(seq)
+        self._remove_running(seq)
         self.blocks.release(seq.kv)
         if self.on_event is not None:
             self.on_event("preempt", seq)
@@ -330,14 +332,22 @@ class SchedulingPolicy:
 
     def finish(self, seq: SeqLike) -> None:
         self._leave(seq)
-        try:
-            self.running.remove(seq)
-        except ValueError:  # not running: still waiting (or finished already)
+        if not self._remove_running(seq):  # not running: still waiting (or finished already)
             if seq in self.waiting:
                 self.waiting.remove(seq)
         self.blocks.release(seq.kv)
         if self.on_event is not None:
             self.on_event("finish", seq)
+
+    def _remove_running(self, seq: SeqLike) -> bool:
+        """Take `seq` out of `running` (kept in arrival order, so found by bisection: a batch holds
+        hundreds); False when it is not there."""
+        running = self.running
+        i = bisect.bisect_left(running, seq.order, key=_ORDER)
+        if i < len(running) and running[i] is seq:
+            del running[i]
+            return True
+        return False
 
     # --- one step ---------------------------------------------------------------------------------
 
@@ -552,6 +562,7 @@ def _targets(groups: list[dict[int, SeqLike]], clock: int) -> Iterator[tuple[Any
             yield seq.kv, seq.decode_base + clock
 
 
+_ORDER = operator.attrgetter("order")
 _new_run = tuple.__new__  # SteadyRun without its Python-level __new__ (the simulator's hot path)
 
 
