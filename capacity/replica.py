@@ -103,12 +103,12 @@ class Replica:
     # --- what the router sees ---------------------------------------------------------------------
 
     def load(self) -> PopLoad:
-        used = self.nb - self.blocks.free_blocks
+        free = self.blocks.free_blocks
         policy = self.policy
         # positional: the router's hot path (pop_load's parameters, in order)
         return pop_load(
             self.step_est, self.pending, self.pf_tok, len(policy.waiting), len(policy.running),
-            self.max_seqs, self.nb - used, used, self.finish_rate.rate,
+            self.max_seqs, free, self.nb - free, self.finish_rate.rate,
         )  # fmt: skip
 
     def used_blocks(self) -> int:
@@ -148,7 +148,8 @@ class Replica:
             if run is not None:
                 return self._start_run(t, run)
         # prefills with one prompt token left: they join the decoders and sample in this step
-        self.joining = [s for s in policy.prefilling if s.remaining == 1 and not s.decoding]
+        prefilling = policy.prefilling
+        self.joining = [s for s in prefilling if s.remaining == 1 and not s.decoding] if prefilling else []
         plan = policy.schedule()
         if not plan:
             self.kind, self.step_est = IDLE, 0.0
@@ -166,7 +167,7 @@ class Replica:
                 seq.ts = t
         dur = self.step_fn(prefill, pairs, pkv, plan.decode_count, plan.decode_context)
         self.plan = plan
-        used = self.used_blocks()
+        used = self.nb - self.blocks.free_blocks
         self._account(dur, used, used, 1)
         self.kind, self.t0, self.t_end, self.step_est = STEP, t, t + dur, dur
         self.ver += 1
@@ -221,14 +222,16 @@ class Replica:
         policy = self.policy
         self.now = t
         if self.kind == RUN:
-            run, k = self.run, self.run_k
-            u0 = self.used_blocks()
+            run, k, blocks = self.run, self.run_k, self.blocks
+            u0 = self.nb - blocks.free_blocks
             policy.advance(run, k)
-            self._account(t - self.t0, u0, self.used_blocks(), k)
+            self._account(t - self.t0, u0, self.nb - blocks.free_blocks, k)
             if run.prefill is not None:
                 run.prefill.pend -= k * run.chunk
                 self.pending -= k * run.chunk
-            self._finish_decoders(t, [])
+            heap = self.finishes
+            if heap and heap[0][0] <= policy.clock:
+                self._finish_decoders(t, [])
             return
         plan = self.plan
         self.plan = None

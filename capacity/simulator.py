@@ -199,6 +199,7 @@ def simulate(
     ingress_counts: dict[str, int] = {}
     heap: list = []  # (time, kind, id, version): kind 0 = arrival at the PoP, 1 = replica step end
     push, pop_ = heapq.heappush, heapq.heappop
+    net_ms, placed, seqs = trace.net_ms, trace.placed, trace.seqs
     ai = 0
     while True:
         if ai < n and (not heap or send[ai] <= heap[0][0]):  # the next event is a request sent
@@ -211,24 +212,24 @@ def simulate(
             if best is None:
                 fits_any = any(total <= r.fit_tokens for _, r in route.candidates)
                 trace.status[rid] = REJECTED_CAPACITY if fits_any else REJECTED_TOO_LONG
-                trace.net_ms[rid] = route.client_rtt
+                net_ms[rid] = route.client_rtt
                 continue
             net = route.client_rtt + best_bb
             if jitter:  # on each path's propagation part; never below the fixed costs
                 floor = network.base_ms + (network.backbone_base_ms if best_bb else 0.0)
                 net = max(floor, net + jitter_rng.gauss(0.0, jitter))
-            trace.net_ms[rid] = net
-            trace.placed[rid] = best.idx
+            net_ms[rid] = net
+            placed[rid] = best.idx
             at = send[rid] + net * 0.5  # it reaches the PoP half its RTTs later
-            trace.seqs[rid] = SimSeq(rid, prompts[rid], outputs[rid], at, best.blocks.new_sequence())
+            seqs[rid] = SimSeq(rid, prompts[rid], outputs[rid], at, best.blocks.new_sequence())
             push(heap, (at, 0, rid, 0))
             continue
         if not heap:
             break
         t, kind, x, ver = pop_(heap)
         if kind == 0:
-            r = reps[trace.placed[x]]
-            end = r.arrive(trace.seqs[x], t)
+            r = reps[placed[x]]
+            end = r.arrive(seqs[x], t)
         else:
             r = reps[x]
             if ver != r.ver:

@@ -13,6 +13,7 @@ sequence a staging slot; its bytes are charged as `staging_blocks` reserved bloc
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from kernels.formats import KV_BLOCK
@@ -131,6 +132,15 @@ class BlockPool:
         while len(seq.block_table) < self.blocks_for(tokens):
             seq.block_table.append(self.allocate())
         return True
+
+    def grow_decoders(self, targets: Callable[[], Iterable[tuple[SeqBlocks, int]]], blocks: int) -> None:
+        """Grow each (sequence, tokens) of `targets()` in turn: block ids are handed out in that order."""
+        for seq, tokens in targets():
+            if not self.grow(seq, tokens):
+                raise RuntimeError(f"the policy's decode growth ({blocks} blocks) did not fit")
+
+    def settle(self, seq: SeqBlocks, tokens: int) -> None:
+        """Nothing to settle: grow_decoders keeps every block table up to date."""
 
     def release(self, seq: SeqBlocks) -> None:
         """Drop the sequence's references (last block first) and its staging slot."""

@@ -20,8 +20,10 @@ from __future__ import annotations
 import bisect
 import enum
 import itertools
+import operator
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
+from functools import partial
 from typing import Any, NamedTuple, Protocol
 
 import msgspec
@@ -43,6 +45,9 @@ class SeqStatus(enum.Enum):
     WAITING = "waiting"
     RUNNING = "running"
     FINISHED = "finished"
+
+
+RUNNING = SeqStatus.RUNNING  # read in the hot loops
 
 
 class SchedulerConfig(msgspec.Struct):
@@ -98,6 +103,17 @@ class BlockAccounting(Protocol):
         there are when it cannot succeed at any number of free blocks (no staging slot left)."""
         ...
 
+    def grow_decoders(self, targets: Callable[[], Iterable[tuple[Any, int]]], blocks: int) -> None:
+        """Grow decoding sequences that the policy knows fit, `targets()` giving (handle, tokens)
+        each: `blocks` new blocks in all. An accounting may take the total without calling
+        `targets` and leave the handles' counts lazy until `settle`."""
+        ...
+
+    def settle(self, handle: Any, tokens: int) -> None:
+        """The handle of a decoding sequence that holds room for `tokens` tokens is about to be
+        grown or released on its own: bring its count up to date after `grow_decoders`."""
+        ...
+
 
 class CountHandle:
     """One sequence's blocks in `BlockCounts`: how many, and whether it holds a staging slot."""
@@ -112,23 +128,22 @@ class CountHandle:
 class BlockCounts:
     """The engine's block accounting without block ids or tensors, for the simulator: the same
     number of blocks, the same staging reservation and slot limit, so grow/release succeed and fail
-    exactly when the engine's do."""
+    exactly when the engine's do. A decoding sequence's count is lazy between `grow_decoders` and
+    `settle` (the policy settles it before it grows alone or leaves the decode group)."""
 
-    __slots__ = ("num_blocks", "staging_blocks", "max_slots", "_free", "_slots", "_reserved")
+    __slots__ = ("num_blocks", "staging_blocks", "max_slots", "free_blocks", "_slots", "_reserved")
 
     def __init__(self, num_blocks: int, staging_blocks: int = 0, max_slots: int = 256):
         self.num_blocks, self.staging_blocks, self.max_slots = num_blocks, staging_blocks, max_slots
-        self._free = num_blocks  # blocks not in any block table
+        # blocks neither in a block table nor reserved for staging: a plain attribute, since the
+        # policy and the router read it on every step
+        self.free_blocks = num_blocks
         self._slots = max_slots
         self._reserved = 0  # blocks held back for staging slots
 
     @property
-    def free_blocks(self) -> int:
-        return self._free - self._reserved
-
-    @property
     def used_blocks(self) -> int:
-        return self.num_blocks - self._free
+        return self.num_blocks - self.free_blocks - self._reserved
 
     def blocks_for(self, tokens: int) -> int:
         return -(-tokens // BLOCK_TOKENS)
@@ -150,32 +165,43 @@ class BlockCounts:
         return need
 
     def can_grow(self, handle: CountHandle, tokens: int) -> bool:
-        return self.blocks_needed(handle, tokens) <= self._free - self._reserved
+        return self.blocks_needed(handle, tokens) <= self.free_blocks
 
     def grow(self, handle: CountHandle, tokens: int) -> bool:
         want = -(-tokens // BLOCK_TOKENS)
         more = want - handle.blocks if want > handle.blocks else 0
-        if handle.slot:  # the common case, kept short: the simulator calls this per block crossed
-            if more > self._free - self._reserved:
+        if handle.slot:  # the common case, kept short
+            if more > self.free_blocks:
                 return False
         else:
-            if not self._slots or more + self.staging_blocks > self._free - self._reserved:
+            staging = self.staging_blocks
+            if not self._slots or more + staging > self.free_blocks:
                 return False
             handle.slot = True
             self._slots -= 1
-            self._reserved += self.staging_blocks
+            self._reserved += staging
+            self.free_blocks -= staging
         if more:
-            self._free -= more
+            self.free_blocks -= more
             handle.blocks = want
         return True
 
+    def grow_decoders(self, targets: Callable[[], Iterable[tuple[Any, int]]], blocks: int) -> None:
+        self.free_blocks -= blocks  # the handles' counts follow at settle(): O(1), not O(batch)
+
+    def settle(self, handle: CountHandle, tokens: int) -> None:
+        want = -(-tokens // BLOCK_TOKENS)
+        if want > handle.blocks:
+            handle.blocks = want
+
     def release(self, handle: CountHandle) -> None:
-        self._free += handle.blocks
+        self.free_blocks += handle.blocks
         handle.blocks = 0
         if handle.slot:
             handle.slot = False
             self._slots += 1
             self._reserved -= self.staging_blocks
+            self.free_blocks += self.staging_blocks
 
 
 class Plan:
@@ -228,6 +254,9 @@ class SchedulingPolicy:
         self.preemptions = 0
         self.on_event = on_event
         self.clock = 0  # steps the decode group has taken
+        # decoders' blocks hold their tokens at this clock: the clock, or one ahead once a step's
+        # full-block decoders have grown together (until the step completes)
+        self._held_clock = 0
         # decoders by (decode_base % BLOCK_TOKENS): the ones whose last block is full at clock c are
         # in phase[-c % BLOCK_TOKENS]
         self.phase: list[dict[int, SeqLike]] = [{} for _ in range(BLOCK_TOKENS)]
@@ -280,6 +309,7 @@ class SchedulingPolicy:
                 self.prefilling.remove(seq)
             return
         seq.num_computed = base + self.clock
+        self.blocks.settle(seq.kv, base + self._held_clock)
         del self.phase[base % BLOCK_TOKENS][seq.order]
         self._phase_sizes[base % BLOCK_TOKENS] -= 1
         self.decode_count -= 1
@@ -290,7 +320,7 @@ class SchedulingPolicy:
         """Free `seq`'s blocks and queue it first, to be recomputed. `on_event("preempt")` hears it
         before its tokens in the cache are reset to 0 (`num_computed` is up to date then)."""
         self._leave(seq)
-        self.running.remove(seq)
+        self._remove_running(seq)
         self.blocks.release(seq.kv)
         if self.on_event is not None:
             self.on_event("preempt", seq)
@@ -302,14 +332,22 @@ class SchedulingPolicy:
 
     def finish(self, seq: SeqLike) -> None:
         self._leave(seq)
-        try:
-            self.running.remove(seq)
-        except ValueError:  # not running: still waiting (or finished already)
+        if not self._remove_running(seq):  # not running: still waiting (or finished already)
             if seq in self.waiting:
                 self.waiting.remove(seq)
         self.blocks.release(seq.kv)
         if self.on_event is not None:
             self.on_event("finish", seq)
+
+    def _remove_running(self, seq: SeqLike) -> bool:
+        """Take `seq` out of `running` (kept in arrival order, so found by bisection: a batch holds
+        hundreds); False when it is not there."""
+        running = self.running
+        i = bisect.bisect_left(running, seq.order, key=_ORDER)
+        if i < len(running) and running[i] is seq:
+            del running[i]
+            return True
+        return False
 
     # --- one step ---------------------------------------------------------------------------------
 
@@ -319,39 +357,47 @@ class SchedulingPolicy:
         running, prefilling, waiting = self.running, self.prefilling, self.waiting
         preempted_before = self.preemptions
         # a prefill with one prompt token left runs it as a decoder (and samples)
-        for seq in [s for s in prefilling if s.remaining == 1]:
-            prefilling.remove(seq)
-            self._join(seq)
+        if prefilling:
+            for seq in [s for s in prefilling if s.remaining == 1]:
+                prefilling.remove(seq)
+                self._join(seq)
         # decoders first, one token each; only those whose last block is full need a block
         clock = self.clock
         full = self.phase[-clock % BLOCK_TOKENS]
         if full:
-            for _, seq in sorted(full.items()):
-                if seq.status == SeqStatus.RUNNING:  # not preempted earlier in this loop
-                    self._grow_or_preempt(seq, seq.decode_base + clock + 1)
+            blocks = self.blocks
+            if len(full) <= blocks.free_blocks:  # one block each, and there are enough: together
+                blocks.grow_decoders(partial(_targets, [full], clock + 1), len(full))
+                self._held_clock = clock + 1
+            else:
+                for _, seq in sorted(full.items()):
+                    if seq.status is RUNNING:  # not preempted earlier in this loop
+                        blocks.settle(seq.kv, seq.decode_base + clock)
+                        self._grow_or_preempt(seq, seq.decode_base + clock + 1)
         budget = limit - self.decode_count
         chunks: list[tuple[SeqLike, int]] = []
-        for seq in list(prefilling):
+        blocks = self.blocks
+        for seq in list(prefilling) if prefilling else ():
             if budget == 0:
                 break
-            if seq.status != SeqStatus.RUNNING:
+            if seq.status is not RUNNING:
                 continue
             want = min(seq.remaining, budget)
-            if self._grow_or_preempt(seq, seq.num_computed + want):
+            tokens = seq.num_computed + want
+            if blocks.grow(seq.kv, tokens) or self._grow_or_preempt(seq, tokens):
                 chunks.append((seq, want))
                 budget -= want
         if self.preemptions != preempted_before:  # drop the chunks of sequences preempted since
-            chunks = [(s, n) for s, n in chunks if s.status == SeqStatus.RUNNING]
+            chunks = [(s, n) for s, n in chunks if s.status is RUNNING]
             budget = limit - self.decode_count - sum(n for _, n in chunks)
         readmitted = False
-        blocks = self.blocks
         while waiting and budget > 0 and len(running) < self._seats:
             seq = waiting[0]
             want = min(seq.remaining, budget)
             if not blocks.grow(seq.kv, seq.num_computed + want):
                 break  # first come, first served: nobody overtakes the head of the queue
             waiting.popleft()
-            seq.status = SeqStatus.RUNNING
+            seq.status = RUNNING
             readmitted = readmitted or seq.preemptions > 0
             running.append(seq)
             prefilling.append(seq)
@@ -379,9 +425,10 @@ class SchedulingPolicy:
         that completes its prompt (it samples now) decodes from the next step on."""
         if plan.decode_count:
             self.clock += 1
+        self._held_clock = self.clock
         for seq, n in plan.chunks:
             seq.num_computed += n
-            if seq.remaining == 0 and seq.status == SeqStatus.RUNNING:
+            if seq.remaining == 0 and seq.status is RUNNING:
                 self.prefilling.remove(seq)
                 self._join(seq)
 
@@ -403,33 +450,47 @@ class SchedulingPolicy:
         cannot be admitted at the run's first step cannot be admitted later in it."""
         if not self.running or limit < 1:
             return None
-        prefill = None
-        for seq in self.prefilling:
-            if seq.remaining != 1:
-                if prefill is not None:
-                    return None  # two prefill chunks share this step
-                prefill = seq
-        if len(self.prefilling) != (prefill is not None):
-            return None  # a prefill with one prompt token left joins the decoders at schedule()
+        prefilling = self.prefilling
+        if prefilling:
+            if len(prefilling) > 1:
+                return None  # two prefill chunks share this step (or one joins the decoders)
+            prefill = prefilling[0]
+            if prefill.remaining == 1:
+                return None  # a prefill with one prompt token left joins the decoders at schedule()
+            return self._prefill_run(prefill, limit)
+        blocks, n = self.blocks, self.decode_count
+        free = blocks.free_blocks
+        sizes, f = self._phase_sizes, -self.clock % BLOCK_TOKENS
+        full = sizes[f]  # the step-1 blocks: decoders with 0 free slots
+        if full > free:
+            return None
+        waiting = self.waiting
+        if waiting and len(self.running) < self._seats:
+            head = waiting[0]
+            want = min(head.remaining, self.config.max_num_batched_tokens - n)
+            # admitted at the next step if it fits beside the decoders' step-1 blocks
+            if want > 0 and blocks.blocks_needed(head.kv, head.num_computed + want) <= free - full:
+                return None
+        # every decoder takes one block per 16 steps, so k steps take at most ceil(k / 16) * n
+        if ((limit + BLOCK_TOKENS - 1) // BLOCK_TOKENS) * n <= free:
+            return _new_run(SteadyRun, (limit, None, 0))
+        # the blocks run out first: q whole rounds of 16 steps, then s more steps, where step j + 1
+        # of a round takes a block for each decoder with j free slots (phase f - j)
+        q = free // n
+        left = free - q * n
+        s = 0
+        while s < BLOCK_TOKENS - 1:
+            left -= sizes[(f - s) % BLOCK_TOKENS]
+            if left < 0:
+                break
+            s += 1
+        steps = q * BLOCK_TOKENS + s
+        return _new_run(SteadyRun, (steps if steps < limit else limit, None, 0))
+
+    def _prefill_run(self, prefill: SeqLike, limit: int) -> SteadyRun | None:
+        """The steady run of the decoders beside one prefill taking a full chunk each step."""
         blocks, budget, n = self.blocks, self.config.max_num_batched_tokens, self.decode_count
         free = blocks.free_blocks
-        if prefill is None:
-            full = self._phase_sizes[-self.clock % BLOCK_TOKENS]  # the step-1 blocks: 0 free slots
-            if full > free:
-                return None
-            waiting = self.waiting
-            if waiting and len(self.running) < self._seats:
-                head = waiting[0]
-                want = min(head.remaining, budget - n)
-                # admitted at the next step if it fits beside the decoders' step-1 blocks
-                if want > 0 and blocks.blocks_needed(head.kv, head.num_computed + want) <= free - full:
-                    return None
-            # every decoder takes one block per 16 steps; below_room[s]: the blocks of steps 1..s
-            q = free // n
-            below_room = list(itertools.accumulate(self._rooms(), initial=0))
-            s = bisect.bisect_right(below_room, free - q * n, 0, BLOCK_TOKENS) - 1
-            steps = q * BLOCK_TOKENS + s
-            return SteadyRun(steps if steps < limit else limit, None, 0)
         below_room = list(itertools.accumulate(self._rooms(), initial=0))
 
         def decode_need(k: int) -> int:
@@ -461,17 +522,21 @@ class SchedulingPolicy:
     def advance(self, run: SteadyRun, steps: int) -> None:
         """Take `steps` steps of `run` (at most `run.steps`) as that many schedule() + completed()
         calls would; the caller advances the sequences' sampled tokens."""
-        grow, clock, phase = self.blocks.grow, self.clock, self.phase
+        clock, n = self.clock, self.decode_count
         end = clock + steps
-        for j in range(min(steps, BLOCK_TOKENS)):  # decoders whose last block fills at step j + 1
-            group = phase[-(clock + j) % BLOCK_TOKENS]
-            if group:
-                for seq in group.values():
-                    grow(seq.kv, seq.decode_base + end)
-        self.clock = clock + steps
+        if n:
+            # each decoder takes a block in every round of 16 steps, and in the s steps left over
+            # those with fewer than s free slots: the phases of steps 1..s (see steady_run)
+            rounds, s = divmod(steps, BLOCK_TOKENS)
+            sizes, f = self._phase_sizes, -clock % BLOCK_TOKENS
+            new = rounds * n
+            for j in range(s):
+                new += sizes[(f - j) % BLOCK_TOKENS]
+            self.blocks.grow_decoders(partial(_run_targets, self.phase, clock, steps), new)
+        self.clock = self._held_clock = end
         if run.prefill is not None:
             seq = run.prefill
-            grow(seq.kv, seq.num_computed + run.chunk * steps)
+            self.blocks.grow(seq.kv, seq.num_computed + run.chunk * steps)
             seq.num_computed += run.chunk * steps
 
 
@@ -481,6 +546,24 @@ class SteadyRun(NamedTuple):
     steps: int
     prefill: Any  # the sequence prefilling a full chunk each step, or None
     chunk: int
+
+
+def _run_targets(phase: list[dict[int, SeqLike]], clock: int, steps: int) -> Iterator[tuple[Any, int]]:
+    """`_targets` of the decoders whose last block fills in a run of `steps` steps from `clock`."""
+    groups = [phase[-(clock + j) % BLOCK_TOKENS] for j in range(min(steps, BLOCK_TOKENS))]
+    return _targets(groups, clock + steps)
+
+
+def _targets(groups: list[dict[int, SeqLike]], clock: int) -> Iterator[tuple[Any, int]]:
+    """The decoders of `groups` in arrival order within each, with their tokens at `clock` (handed
+    to grow_decoders unevaluated: an accounting that takes only the total never walks the batch)."""
+    for group in groups:
+        for _, seq in sorted(group.items()):
+            yield seq.kv, seq.decode_base + clock
+
+
+_ORDER = operator.attrgetter("order")
+_new_run = tuple.__new__  # SteadyRun without its Python-level __new__ (the simulator's hot path)
 
 
 def _arrival(seq: SeqLike) -> int:
