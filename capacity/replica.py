@@ -19,7 +19,8 @@ import math
 
 from capacity.costmodel import BLOCK_TOKENS, ReplicaPlan
 from edge_sim.load import FinishRate, PopLoad, pop_load
-from engine.policy import BlockCounts, SchedulerConfig, SchedulingPolicy, SeqStatus
+from engine.block_counts import BlockCounts
+from engine.policy import SchedulerConfig, SchedulingPolicy, SeqStatus
 
 IDLE, STEP, RUN = 0, 1, 2
 MERGE_RUNS = True  # advance steady runs as one event (tests compare with step by step)

@@ -12,21 +12,29 @@ the newest running sequence is preempted: its blocks are freed and it goes back 
 the queue to be recomputed later, so no request starves and the oldest always make progress.
 
 What the policy needs of a sequence (`SeqLike`) and of the block accounting (`BlockAccounting`) is
-declared below; the engine's KV block pool and the simulator's `BlockCounts` both provide it.
+declared in engine.policy_types; the engine's KV block pool and the simulator's `BlockCounts`
+(engine.block_counts) both provide it.
 """
 
 from __future__ import annotations
 
 import bisect
-import enum
 import itertools
 import operator
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from functools import partial
-from typing import Any, NamedTuple, Protocol
+from typing import Any, NamedTuple
 
-import msgspec
+from engine.block_counts import BlockCounts
+from engine.policy_types import (
+    BLOCK_TOKENS,
+    RUNNING,
+    BlockAccounting,
+    SchedulerConfig,
+    SeqLike,
+    SeqStatus,
+)
 
 __all__ = [
     "BlockAccounting",
@@ -37,171 +45,6 @@ __all__ = [
     "SeqStatus",
     "SteadyRun",
 ]
-
-BLOCK_TOKENS = 16  # tokens per KV block (engine.kv_cache.BLOCK_SIZE; checked by a test)
-
-
-class SeqStatus(enum.Enum):
-    WAITING = "waiting"
-    RUNNING = "running"
-    FINISHED = "finished"
-
-
-RUNNING = SeqStatus.RUNNING  # read in the hot loops
-
-
-class SchedulerConfig(msgspec.Struct):
-    max_num_batched_tokens: int = 512
-    max_num_seqs: int = 64
-
-    @property
-    def seat_limit(self) -> int:
-        """Running sequences at most: never more than can all decode in one step."""
-        return min(self.max_num_seqs, self.max_num_batched_tokens)
-
-
-class SeqLike(Protocol):
-    """What the policy reads and writes of a sequence."""
-
-    status: SeqStatus
-    num_computed: int  # tokens whose KV is in the cache (see SchedulingPolicy on decoders)
-    preemptions: int
-    order: int  # arrival order at this policy (set by `add`)
-    decode_base: int | None  # set by the policy while the sequence decodes
-    kv: Any  # the block accounting's handle for this sequence
-
-    @property
-    def remaining(self) -> int:
-        """Tokens to run through the model before the next one can be sampled."""
-        ...
-
-
-class BlockAccounting(Protocol):
-    """Blocks as counts: the engine's KV block pool and `BlockCounts` both answer this."""
-
-    staging_blocks: int
-
-    @property
-    def free_blocks(self) -> int: ...
-
-    def blocks_for(self, tokens: int) -> int: ...
-
-    def can_grow(self, handle: Any, tokens: int) -> bool: ...
-
-    def grow(self, handle: Any, tokens: int) -> bool:
-        """Room for `tokens` tokens in total; False (and no change) when blocks run out."""
-        ...
-
-    def release(self, handle: Any) -> None: ...
-
-    def held(self, handle: Any) -> int:
-        """Blocks in the handle's block table."""
-        ...
-
-    def blocks_needed(self, handle: Any, tokens: int) -> int:
-        """Free blocks `grow(handle, tokens)` would take (staging reservation included); more than
-        there are when it cannot succeed at any number of free blocks (no staging slot left)."""
-        ...
-
-    def grow_decoders(self, targets: Callable[[], Iterable[tuple[Any, int]]], blocks: int) -> None:
-        """Grow decoding sequences that the policy knows fit, `targets()` giving (handle, tokens)
-        each: `blocks` new blocks in all. An accounting may take the total without calling
-        `targets` and leave the handles' counts lazy until `settle`."""
-        ...
-
-    def settle(self, handle: Any, tokens: int) -> None:
-        """The handle of a decoding sequence that holds room for `tokens` tokens is about to be
-        grown or released on its own: bring its count up to date after `grow_decoders`."""
-        ...
-
-
-class CountHandle:
-    """One sequence's blocks in `BlockCounts`: how many, and whether it holds a staging slot."""
-
-    __slots__ = ("blocks", "slot")
-
-    def __init__(self) -> None:
-        self.blocks = 0
-        self.slot = False
-
-
-class BlockCounts:
-    """The engine's block accounting without block ids or tensors, for the simulator: the same
-    number of blocks, the same staging reservation and slot limit, so grow/release succeed and fail
-    exactly when the engine's do. A decoding sequence's count is lazy between `grow_decoders` and
-    `settle` (the policy settles it before it grows alone or leaves the decode group)."""
-
-    __slots__ = ("num_blocks", "staging_blocks", "max_slots", "free_blocks", "_slots", "_reserved")
-
-    def __init__(self, num_blocks: int, staging_blocks: int = 0, max_slots: int = 256):
-        self.num_blocks, self.staging_blocks, self.max_slots = num_blocks, staging_blocks, max_slots
-        # blocks neither in a block table nor reserved for staging: a plain attribute, since the
-        # policy and the router read it on every step
-        self.free_blocks = num_blocks
-        self._slots = max_slots
-        self._reserved = 0  # blocks held back for staging slots
-
-    @property
-    def used_blocks(self) -> int:
-        return self.num_blocks - self.free_blocks - self._reserved
-
-    def blocks_for(self, tokens: int) -> int:
-        return -(-tokens // BLOCK_TOKENS)
-
-    def new_sequence(self) -> CountHandle:
-        return CountHandle()
-
-    def held(self, handle: CountHandle) -> int:
-        return handle.blocks
-
-    def blocks_needed(self, handle: CountHandle, tokens: int) -> int:
-        need = -(-tokens // BLOCK_TOKENS) - handle.blocks
-        if need < 0:
-            need = 0
-        if not handle.slot:
-            if not self._slots:
-                return self.num_blocks + 1
-            need += self.staging_blocks
-        return need
-
-    def can_grow(self, handle: CountHandle, tokens: int) -> bool:
-        return self.blocks_needed(handle, tokens) <= self.free_blocks
-
-    def grow(self, handle: CountHandle, tokens: int) -> bool:
-        want = -(-tokens // BLOCK_TOKENS)
-        more = want - handle.blocks if want > handle.blocks else 0
-        if handle.slot:  # the common case, kept short
-            if more > self.free_blocks:
-                return False
-        else:
-            staging = self.staging_blocks
-            if not self._slots or more + staging > self.free_blocks:
-                return False
-            handle.slot = True
-            self._slots -= 1
-            self._reserved += staging
-            self.free_blocks -= staging
-        if more:
-            self.free_blocks -= more
-            handle.blocks = want
-        return True
-
-    def grow_decoders(self, targets: Callable[[], Iterable[tuple[Any, int]]], blocks: int) -> None:
-        self.free_blocks -= blocks  # the handles' counts follow at settle(): O(1), not O(batch)
-
-    def settle(self, handle: CountHandle, tokens: int) -> None:
-        want = -(-tokens // BLOCK_TOKENS)
-        if want > handle.blocks:
-            handle.blocks = want
-
-    def release(self, handle: CountHandle) -> None:
-        self.free_blocks += handle.blocks
-        handle.blocks = 0
-        if handle.slot:
-            handle.slot = False
-            self._slots += 1
-            self._reserved -= self.staging_blocks
-            self.free_blocks += self.staging_blocks
 
 
 class Plan:

@@ -1,0 +1,86 @@
+"""What the scheduling policy (engine.policy) works on: sequence states, its limits, and the block
+accounting it asks (the engine's KV block pool and the simulator's BlockCounts both answer it)."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Iterable
+from typing import Any, Protocol
+
+import msgspec
+
+BLOCK_TOKENS = 16  # tokens per KV block (engine.kv_cache.BLOCK_SIZE; checked by a test)
+
+
+class SeqStatus(enum.Enum):
+    WAITING = "waiting"
+    RUNNING = "running"
+    FINISHED = "finished"
+
+
+RUNNING = SeqStatus.RUNNING  # read in the hot loops
+
+
+class SchedulerConfig(msgspec.Struct):
+    max_num_batched_tokens: int = 512
+    max_num_seqs: int = 64
+
+    @property
+    def seat_limit(self) -> int:
+        """Running sequences at most: never more than can all decode in one step."""
+        return min(self.max_num_seqs, self.max_num_batched_tokens)
+
+
+class SeqLike(Protocol):
+    """What the policy reads and writes of a sequence."""
+
+    status: SeqStatus
+    num_computed: int  # tokens whose KV is in the cache (see SchedulingPolicy on decoders)
+    preemptions: int
+    order: int  # arrival order at this policy (set by `add`)
+    decode_base: int | None  # set by the policy while the sequence decodes
+    kv: Any  # the block accounting's handle for this sequence
+
+    @property
+    def remaining(self) -> int:
+        """Tokens to run through the model before the next one can be sampled."""
+        ...
+
+
+class BlockAccounting(Protocol):
+    """Blocks as counts: the engine's KV block pool and `BlockCounts` both answer this."""
+
+    staging_blocks: int
+
+    @property
+    def free_blocks(self) -> int: ...
+
+    def blocks_for(self, tokens: int) -> int: ...
+
+    def can_grow(self, handle: Any, tokens: int) -> bool: ...
+
+    def grow(self, handle: Any, tokens: int) -> bool:
+        """Room for `tokens` tokens in total; False (and no change) when blocks run out."""
+        ...
+
+    def release(self, handle: Any) -> None: ...
+
+    def held(self, handle: Any) -> int:
+        """Blocks in the handle's block table."""
+        ...
+
+    def blocks_needed(self, handle: Any, tokens: int) -> int:
+        """Free blocks `grow(handle, tokens)` would take (staging reservation included); more than
+        there are when it cannot succeed at any number of free blocks (no staging slot left)."""
+        ...
+
+    def grow_decoders(self, targets: Callable[[], Iterable[tuple[Any, int]]], blocks: int) -> None:
+        """Grow decoding sequences that the policy knows fit, `targets()` giving (handle, tokens)
+        each: `blocks` new blocks in all. An accounting may take the total without calling
+        `targets` and leave the handles' counts lazy until `settle`."""
+        ...
+
+    def settle(self, handle: Any, tokens: int) -> None:
+        """The handle of a decoding sequence that holds room for `tokens` tokens is about to be
+        grown or released on its own: bring its count up to date after `grow_decoders`."""
+        ...
