@@ -28,29 +28,45 @@ BUSY_GAP_MS = 10.0  # a shorter pause before the next step is overhead, a longer
 MIN_STEPS_PER_BATCH = 8  # a batch size seen fewer times gets no intercept of its own
 
 
+STEP_FIELDS = ("started", "duration_ms", "batch_size", "prefill_tokens", "decode_tokens")
+STEP_FIELDS += ("prefill_pairs", "decode_context")
+
+
 def load_step_log(path: str | Path) -> list[dict]:
-    """The steps in an EDGE_STEP_LOG file, in the order they were written."""
-    lines = Path(path).read_bytes().splitlines()
-    return [msgspec.json.decode(line) for line in lines if line.strip()]
+    """The steps in an EDGE_STEP_LOG file, in the order they were written. A last line cut short
+    (the server was killed mid-write) is skipped; any other bad line fails, naming it."""
+    try:
+        lines = [line for line in Path(path).read_bytes().splitlines() if line.strip()]
+    except OSError as exc:
+        raise SimulationError(f"{path}: cannot read the step log: {exc.strerror}") from None
+    steps = []
+    for n, line in enumerate(lines, 1):
+        try:
+            step = msgspec.json.decode(line, type=dict)
+        except msgspec.DecodeError:
+            if n == len(lines):
+                break
+            raise SimulationError(f"{path}:{n}: not a JSON step record") from None
+        missing = [f for f in STEP_FIELDS if not isinstance(step.get(f), int | float)]
+        if missing:
+            raise SimulationError(
+                f"{path}:{n}: a step record needs {', '.join(missing)}; record it with EDGE_STEP_LOG"
+            )
+        steps.append(step)
+    return steps
 
 
 def _charged_ms(steps: list[dict]) -> list[float]:
     """Each step's duration plus its pause before the next step, when the engine went straight on;
-    a step followed by idle time gets the typical pause instead."""
-    pauses, charged = [], []
-    for this, nxt in zip(steps, steps[1:], strict=False):
-        pause = (nxt["started"] - this["started"]) * 1000.0 - this["duration_ms"]
-        if 0.0 <= pause < BUSY_GAP_MS:
-            pauses.append(pause)
+    a step followed by idle time (or the last one) gets the typical pause instead."""
+    gaps = [
+        (nxt["started"] - this["started"]) * 1000.0 - this["duration_ms"]
+        for this, nxt in zip(steps, steps[1:], strict=False)
+    ]
+    busy = [g if 0.0 <= g < BUSY_GAP_MS else None for g in gaps] + [None]
+    pauses = [g for g in busy if g is not None]
     typical = statistics.median(pauses) if pauses else 0.0
-    for i, this in enumerate(steps):
-        pause = typical
-        if i + 1 < len(steps):
-            gap = (steps[i + 1]["started"] - this["started"]) * 1000.0 - this["duration_ms"]
-            if 0.0 <= gap < BUSY_GAP_MS:
-                pause = gap
-        charged.append(this["duration_ms"] + pause)
-    return charged
+    return [s["duration_ms"] + (typical if g is None else g) for s, g in zip(steps, busy, strict=True)]
 
 
 def fit_serving_steps(steps: list[dict], base: ProfiledCostModel, kv: str = "auto") -> ProfiledCostModel:

@@ -54,9 +54,9 @@ class Plan:
 
     def __init__(self, policy: SchedulingPolicy, chunks: list[tuple[SeqLike, int]]):
         self.policy = policy
-        n = self.decode_count = policy.decode_count
+        self.decode_count = policy.decode_count
         # the tokens the decoders attend to, their new ones included
-        self.decode_context = policy._base_sum + n * (policy.clock + 1)
+        self.decode_context = policy.decode_context()
         self.chunks = chunks
 
     def __bool__(self) -> bool:
@@ -249,8 +249,8 @@ class SchedulingPolicy:
             if self.on_event is not None:
                 self.on_event("admit", seq)
         if readmitted:  # keep arrival order, so a re-admitted sequence is not the next victim
-            running.sort(key=_arrival)
-            prefilling.sort(key=_arrival)
+            running.sort(key=_ORDER)
+            prefilling.sort(key=_ORDER)
         return Plan(self, chunks)
 
     def _grow_or_preempt(self, seq: SeqLike, tokens: int) -> bool:
@@ -407,7 +407,3 @@ def _targets(groups: list[dict[int, SeqLike]], clock: int) -> Iterator[tuple[Any
 
 _ORDER = operator.attrgetter("order")
 _new_run = tuple.__new__  # SteadyRun without its Python-level __new__ (the simulator's hot path)
-
-
-def _arrival(seq: SeqLike) -> int:
-    return seq.order

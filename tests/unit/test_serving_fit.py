@@ -102,3 +102,32 @@ def test_edge_sim_fits_a_profile_to_serving_steps(tmp_path, capsys):
     argv[argv.index("profiled")] = "roofline"
     assert capacity_cli.main([*argv, "--serving-steps", str(log)]) == 2
     assert "add --cost profiled" in capsys.readouterr().err
+
+
+def test_a_bad_step_log_is_refused_naming_the_line(tmp_path, capsys):
+    from edge_sim.roofline import SimulationError
+
+    log = tmp_path / "steps.jsonl"
+    good = b"".join(msgspec.json.encode(s) + b"\n" for s in synthetic_steps()[:3])
+    log.write_bytes(good + b'{"engine": "e", "start')  # the server was killed mid-line
+    assert len(load_step_log(log)) == 3
+    log.write_bytes(b'{"engine": "e"}\n' + good)
+    with pytest.raises(SimulationError, match=r"steps.jsonl:1: a step record needs started"):
+        load_step_log(log)
+    log.write_bytes(b"not json\n" + good)
+    with pytest.raises(SimulationError, match=r"steps.jsonl:1: not a JSON step record"):
+        load_step_log(log)
+    with pytest.raises(SimulationError, match="cannot read the step log"):
+        load_step_log(tmp_path / "missing.jsonl")
+    argv = [
+        "sim",
+        "--cost",
+        "profiled",
+        "--model",
+        "tiny",
+        "--profile",
+        str(base_profile().save(tmp_path / "p.json")),
+    ]
+    argv += ["--serving-steps", str(tmp_path / "missing.jsonl"), "--quiet", "--out", str(tmp_path / "o")]
+    assert capacity_cli.main(argv) == 2
+    assert "cannot read the step log" in capsys.readouterr().err
