@@ -9,6 +9,7 @@ tokens, and reports per-request events and per-step statistics.
 from __future__ import annotations
 
 import itertools
+import logging
 import math
 import time
 from collections import deque
@@ -20,9 +21,11 @@ from engine.batch import SeqSlice, StepBatch
 from engine.errors import InvalidRequestError, RequestTooLargeError
 from engine.kv_cache import BLOCK_SIZE, PagedKVCache
 from engine.policy import SchedulerConfig, SchedulingPolicy
-from engine.sampling import Sampler, SamplingParams
+from engine.sampling import Sampler, SamplingError, SamplingParams
 from engine.sequence import SeqEvent, SeqStatus, Sequence
 from engine.tokenizer import IncrementalDetokenizer, TextTokenizer
+
+log = logging.getLogger(__name__)
 
 
 class StepStats(msgspec.Struct):
@@ -212,8 +215,17 @@ class LLMEngine:
             seq.finish("error", "the model produced non-finite logits for this request")
             return self._finished(seq, None, "")
         p = seq.params
-        token = best if p.greedy and not p.penalised else seq.sampler(logits[row])
-        text = seq.append(token)
+        # a batch is shared by every tenant: whatever goes wrong sampling one row ends that row
+        try:
+            token = best if p.greedy and not p.penalised else seq.sampler(logits[row])
+            text = seq.append(token)
+        except SamplingError as exc:
+            seq.finish("error", str(exc))
+            return self._finished(seq, None, "")
+        except Exception:
+            log.exception("sampling request %s failed; it alone ends", seq.request_id)
+            seq.finish("error", "sampling failed for this request (internal error; the others went on)")
+            return self._finished(seq, None, "")
         self.total_generated_tokens += 1
         if seq.status == SeqStatus.FINISHED:
             return self._finished(seq, token, text)

@@ -2,6 +2,11 @@
 
 Order of operations, as in vLLM: repetition penalty (prompt and output tokens), frequency and
 presence penalties (output tokens), temperature, then top-k, top-p and min-p filtering.
+
+Every parameter is bounded to a finite, published range (Workers AI's schema for the Kimi and GLM
+entries; OpenAI's limits on stop sequences), because a batch is shared by every tenant: a value
+that turns one row's probabilities into NaN must be refused where it enters, and whatever still
+goes wrong inside the sampler ends that one sequence (SamplingError), never the batch.
 """
 
 from __future__ import annotations
@@ -13,7 +18,20 @@ import torch
 
 from engine.errors import InvalidRequestError
 
-MAX_STOP_STRINGS = 16
+MAX_STOP_STRINGS = 4  # as OpenAI
+MAX_STOP_CHARS = 256  # per stop string: matching a new token costs O(this), not O(output)
+MAX_STOP_TOKEN_IDS = 64
+MAX_TEMPERATURE = 5.0  # Workers AI's range is 0-5
+# Below this a positive temperature samples as greedy does (vLLM's epsilon): dividing logits by
+# 1e-320 overflows them to inf, and the softmax of that row is NaN.
+GREEDY_BELOW_TEMPERATURE = 1e-5
+REPETITION_PENALTY_RANGE = (0.01, 2.0)  # Workers AI's range is 0-2; 0 would divide by zero
+SEED_RANGE = (-(2**63), 2**64 - 1)  # what torch.Generator.manual_seed takes (OpenAI: int64)
+
+
+class SamplingError(RuntimeError):
+    """Sampling one sequence failed (its probabilities were not a distribution); the engine ends
+    that sequence with an error and the rest of the batch goes on."""
 
 
 class SamplingParams(msgspec.Struct, kw_only=True):
@@ -36,26 +54,37 @@ class SamplingParams(msgspec.Struct, kw_only=True):
 
         if self.max_tokens < 1:
             raise bad("max_tokens", f"must be at least 1, got {self.max_tokens}")
-        if not (self.temperature >= 0 and math.isfinite(self.temperature)):
-            raise bad("temperature", f"must be >= 0 (0 is greedy), got {self.temperature}")
+        if not 0 <= self.temperature <= MAX_TEMPERATURE:  # NaN fails both comparisons
+            top = MAX_TEMPERATURE
+            raise bad("temperature", f"must be in [0, {top:g}] (0 is greedy), got {self.temperature}")
         if not 0 < self.top_p <= 1:
             raise bad("top_p", f"must be in (0, 1], got {self.top_p}")
         if self.top_k < 0:
             raise bad("top_k", f"must be >= 0 (0 means no limit), got {self.top_k}")
         if not 0 <= self.min_p <= 1:
             raise bad("min_p", f"must be in [0, 1], got {self.min_p}")
-        if not (self.repetition_penalty > 0 and math.isfinite(self.repetition_penalty)):
-            raise bad("repetition_penalty", f"must be > 0 (1 is none), got {self.repetition_penalty}")
+        low, high = REPETITION_PENALTY_RANGE
+        if not low <= self.repetition_penalty <= high:
+            got = self.repetition_penalty
+            raise bad("repetition_penalty", f"must be in [{low:g}, {high:g}] (1 is none), got {got}")
         for name in ("frequency_penalty", "presence_penalty"):
             value = getattr(self, name)
             if not -2 <= value <= 2:
                 raise bad(name, f"must be in [-2, 2], got {value}")
-        if len(self.stop) > MAX_STOP_STRINGS or any(not s for s in self.stop):
-            raise bad("stop", f"give at most {MAX_STOP_STRINGS} non-empty strings")
+        if len(self.stop) > MAX_STOP_STRINGS or any(not s or len(s) > MAX_STOP_CHARS for s in self.stop):
+            raise bad(
+                "stop",
+                f"give at most {MAX_STOP_STRINGS} non-empty strings of at most {MAX_STOP_CHARS} characters "
+                f"each (got {len(self.stop)}, longest {max(map(len, self.stop), default=0)})",
+            )
+        if len(self.stop_token_ids) > MAX_STOP_TOKEN_IDS:
+            raise bad("stop_token_ids", f"give at most {MAX_STOP_TOKEN_IDS}, got {len(self.stop_token_ids)}")
+        if self.seed is not None and not SEED_RANGE[0] <= self.seed <= SEED_RANGE[1]:
+            raise bad("seed", f"must be a 64-bit integer, in [-2**63, 2**64 - 1], got {self.seed}")
 
     @property
     def greedy(self) -> bool:
-        return self.temperature == 0
+        return self.temperature < GREEDY_BELOW_TEMPERATURE
 
     @property
     def penalised(self) -> bool:
@@ -114,4 +143,7 @@ class Sampler:
             drop = sorted_probs.cumsum(0) - sorted_probs >= p.top_p * sorted_probs.sum()
             sorted_probs[drop] = 0
             probs = torch.zeros_like(probs).scatter_(0, order, sorted_probs)
+        total = float(probs.sum())
+        if not (total > 0 and math.isfinite(total)):  # a NaN or inf anywhere shows in the sum
+            raise SamplingError("the sampling probabilities are not finite for this request")
         return int(torch.multinomial(probs, 1, generator=self._gen))

@@ -66,8 +66,10 @@ class Sequence:
         self.first_scheduled: float | None = None
         self.first_token: float | None = None
         self.finished_at: float | None = None
-        self._text = ""  # decoded output not yet emitted (held back while it may start a stop string)
-        self._emitted = 0
+        # decoded output not yet shown: a tail that may still grow into a stop string, plus the new
+        # text of this token. Shown text can hold no part of a stop string, so matching a token
+        # looks at this alone: O(new text + longest stop), however long the output grows.
+        self._held = ""
 
     @property
     def tokens(self) -> list[int]:
@@ -89,29 +91,24 @@ class Sequence:
             self.finish("stop")
             return self._release(final=True)
         if self.detok is not None:
-            self._text += self.detok.push(token)
+            self._held += self.detok.push(token)
         if len(self.output_ids) >= self.params.max_tokens:
             self.finish("length")
         return self._release(final=self.status == SeqStatus.FINISHED)
 
     def _release(self, final: bool) -> str:
         if final and self.detok is not None and self.finish_reason != "stop":
-            self._text += self.detok.flush()
-        stops = self.params.stop
+            self._held += self.detok.flush()
+        text, stops = self._held, self.params.stop
         if stops:
-            hits = [i for i in (self._text.find(s) for s in stops) if i >= 0]
+            hits = [i for i in (text.find(s) for s in stops) if i >= 0]
             if hits:
-                self._text = self._text[: min(hits)]
+                text = text[: min(hits)]
                 self.finish("stop")  # a stop string ends the request even on its last allowed token
                 final = True
-        if final or not stops:
-            safe = len(self._text)
-        else:  # hold back a tail that could still grow into a stop string
-            hold = max((k for s in stops for k in range(1, len(s)) if self._text.endswith(s[:k])), default=0)
-            safe = len(self._text) - hold
-        delta = self._text[self._emitted : safe]
-        self._emitted = safe
-        return delta
+        hold = 0 if final or not stops else _stop_prefix_tail(text, stops)
+        self._held = text[len(text) - hold :] if hold else ""
+        return text[: len(text) - hold]
 
     def finish(self, reason: str, error: str | None = None) -> None:
         self.status = SeqStatus.FINISHED
@@ -135,3 +132,18 @@ class Sequence:
             finish_reason=self.finish_reason,
             preemptions=self.preemptions,
         )
+
+
+def _stop_prefix_tail(text: str, stops: list[str]) -> int:
+    """The length of the longest tail of `text` that is a proper prefix of a stop string (held back:
+    the next token may complete it). Only starts within the last len(stop) - 1 characters that
+    match the stop's first character are tried."""
+    n, hold = len(text), 0
+    for stop in stops:
+        i = text.find(stop[0], max(0, n - len(stop) + 1))
+        while i != -1 and n - i > hold:  # earliest start first: the longest tail
+            if stop.startswith(text[i:]):
+                hold = n - i
+                break
+            i = text.find(stop[0], i + 1)
+    return hold

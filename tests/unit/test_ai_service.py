@@ -89,6 +89,10 @@ def test_chat_messages_use_the_template(service):
         ({"prompt": "a", "temperature": -1}, 5004, "temperature"),
         ({"prompt": ""}, 5004, "prompt: must not be empty"),
         ({"prompt": "a", "stop": "x"}, 5004, "stop: expected `array`"),
+        # the reproductions of a tenant that failed another's generation, or held the engine
+        ({"prompt": "a", "repetition_penalty": 1e-300}, 5004, "repetition_penalty: must be in [0.01, 2]"),
+        ({"prompt": "a", "stop": ["z" * 1_000_000] * 2}, 5004, "at most 256 characters"),
+        ({"prompt": "a", "seed": 2**70}, 5004, "seed: must be a 64-bit integer"),
         ({"prompt": "word " * 5000}, 3006, "context window"),
     ],
 )
