@@ -79,6 +79,9 @@ class BlockCounts:
             handle.blocks = want
         return True
 
+    def cached_prefix(self, handle: CountHandle) -> int:
+        return 0  # the simulator models no prefix cache yet
+
     def grow_decoders(self, targets: Callable[[], Iterable[tuple[Any, int]]], blocks: int) -> None:
         self.free_blocks -= blocks  # the handles' counts follow at settle(): O(1), not O(batch)
 

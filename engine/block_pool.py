@@ -133,6 +133,9 @@ class BlockPool:
             seq.block_table.append(self.allocate())
         return True
 
+    def cached_prefix(self, seq: SeqBlocks) -> int:
+        return 0  # no prefix cache yet
+
     def grow_decoders(self, targets: Callable[[], Iterable[tuple[SeqBlocks, int]]], blocks: int) -> None:
         """Grow each (sequence, tokens) of `targets()` in turn: block ids are handed out in that order."""
         for seq, tokens in targets():

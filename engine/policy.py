@@ -236,9 +236,13 @@ class SchedulingPolicy:
         readmitted = False
         while waiting and budget > 0 and len(running) < self._seats:
             seq = waiting[0]
-            want = min(seq.remaining, budget)
-            if not blocks.grow(seq.kv, seq.num_computed + want):
+            # a prompt prefix whose blocks the cache already holds is not run again
+            cached = blocks.cached_prefix(seq.kv) if not seq.num_computed else 0
+            want = min(seq.remaining - cached, budget)
+            if not blocks.grow(seq.kv, cached + want):
                 break  # first come, first served: nobody overtakes the head of the queue
+            if cached:
+                seq.num_computed = cached
             waiting.popleft()
             seq.status = RUNNING
             readmitted = readmitted or seq.preemptions > 0

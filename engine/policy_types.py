@@ -74,6 +74,12 @@ class BlockAccounting(Protocol):
         there are when it cannot succeed at any number of free blocks (no staging slot left)."""
         ...
 
+    def cached_prefix(self, handle: Any) -> int:
+        """Tokens at the start of the handle's sequence whose KV blocks the accounting already holds
+        (the prefix cache), leaving at least one token to run; `grow` to at least that many attaches
+        those blocks instead of new ones. 0 without a prefix cache."""
+        ...
+
     def grow_decoders(self, targets: Callable[[], Iterable[tuple[Any, int]]], blocks: int) -> None:
         """Grow decoding sequences that the policy knows fit, `targets()` giving (handle, tokens)
         each: `blocks` new blocks in all. An accounting may take the total without calling
