@@ -31,10 +31,10 @@ class SimSeq:
 
     __slots__ = (
         "rid", "prompt", "output", "generated", "num_computed", "status", "preemptions", "order", "kv",
-        "decode_base", "decoding", "epoch", "pend", "at", "ts", "tf", "td",
+        "decode_base", "decoding", "epoch", "pend", "at", "ts", "tf", "td", "tenant",
     )  # fmt: skip
 
-    def __init__(self, rid: int, prompt: int, output: int, at: float, kv):
+    def __init__(self, rid: int, prompt: int, output: int, at: float, kv, tenant: str = ""):
         self.rid, self.prompt, self.output = rid, prompt, output
         self.generated = 0  # sampled tokens (not kept up to date while decoding: see Replica)
         self.num_computed = 0
@@ -48,6 +48,7 @@ class SimSeq:
         self.pend = prompt  # prompt tokens still to prefill (what the router counts as queued)
         self.at = at  # reached the PoP
         self.ts = self.tf = self.td = -1.0  # first scheduled, first token, done
+        self.tenant = tenant  # whose request (the policy's fair shares)
 
     @property
     def remaining(self) -> int:
@@ -79,6 +80,9 @@ class Replica:
         self.now = 0.0  # when the policy last decided
         self.plan = None  # the step in progress (STEP) and the prefills that sample their first
         self.joining: list[SimSeq] = []  # token in it as decoders
+        # arrived since the last step boundary: the policy hears of them there, as the engine
+        # adds a request before the first step that starts after it arrives
+        self.arrived: list[SimSeq] = []
         self.run = None  # the steady run in progress (RUN), and its step times:
         self.run_k, self.run_d0, self.run_g = 0, 0.0, 0.0  # steps, first step, growth per step
         self.finishes: list = []  # (group clock at the last token, order, epoch, seq)
@@ -108,7 +112,7 @@ class Replica:
         policy = self.policy
         # positional: the router's hot path (pop_load's parameters, in order)
         return pop_load(
-            self.step_est, self.pending, self.pf_tok, len(policy.waiting), len(policy.running),
+            self.step_est, self.pending, self.pf_tok, len(policy.waiting) + len(self.arrived), len(policy.running),
             self.max_seqs, free, self.nb - free, self.finish_rate.rate,
         )  # fmt: skip
 
@@ -120,16 +124,16 @@ class Replica:
     def arrive(self, seq: SimSeq, t: float) -> int | None:
         """Queue `seq`; the time of a new step-end event to push, if the replica's plans changed."""
         policy = self.policy
-        was_empty = not policy.waiting
-        policy.add(seq)
+        was_empty = not policy.waiting and not self.arrived
+        self.arrived.append(seq)
         self.pending += seq.prompt
         if self.kind == IDLE:
             return self.compose(t)
-        if (
-            self.kind == RUN
-            and self.run.prefill is None
-            and was_empty
-            and len(policy.running) < self.max_seqs
+        if self.kind == RUN and (
+            # with fair shares a newcomer may go first, and its tenant's counter is lifted at the
+            # step boundary: stop after the step in progress
+            policy.waiting.fair_with(seq.tenant)
+            or (self.run.prefill is None and was_empty and len(policy.running) < self.max_seqs)
         ):
             return self.cut_run(t)  # it may be admitted: stop after the step in progress
         return None
@@ -140,6 +144,10 @@ class Replica:
         """Start the next step (or run of steps) at t; its end time, or None when idle."""
         policy = self.policy
         self.now = t
+        if self.arrived:
+            for seq in self.arrived:
+                policy.add(seq)
+            self.arrived = []
         if MERGE_RUNS and policy.running:
             heap = self.finishes
             while heap and heap[0][2] != heap[0][3].epoch:

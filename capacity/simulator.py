@@ -41,6 +41,7 @@ from edge_sim.load import expected_wait_ms, route_score
 from edge_sim.network import NetworkModel
 from edge_sim.roofline import SimulationError, check_kv
 from edge_sim.topology import Topology
+from engine.fair_queue import TenantShare
 
 __all__ = ["PopInfo", "SimResult", "SimulationError", "simulate", "simulate_kv"]
 
@@ -165,12 +166,14 @@ def simulate(
     max_queue_ms: float | None = None,
     sample: WorkloadSample | None = None,
     on_event: Callable[[str, int, float], None] | None = None,
+    shares: dict[str, TenantShare] | None = None,
 ) -> SimResult:
     """Run the workload for `duration_s` of arrivals (then drain) on the topology's GPU PoPs.
 
     `sample`: replay these requests (a recorded trace) instead of drawing them from the workload.
     `on_event(kind, request index, ms)`: hears every scheduling decision ("admit", "preempt",
-    "finish") at every replica, in the order they are made."""
+    "finish") at every replica, in the order they are made.
+    `shares`: each tenant's fair-share weight and KV share (the sample's `tenants` name them)."""
     started = time.perf_counter()
     check_kv(kv)
     setup = setup or TopologySetup(Topology.default(), NetworkModel(), {})
@@ -191,6 +194,9 @@ def simulate(
     for i, plan in enumerate(plans):
         for _ in range(plan.replicas):
             reps.append(Replica(len(reps), i, plan, on_event))
+    for name, share in (shares or {}).items():
+        for r in reps:
+            r.policy.configure_tenant(name, share.weight, share.kv_share)
     routes = _routes(sample, network, list(topology.pops.values()), topo_pops, reps)
 
     n = len(sample.times)
@@ -200,6 +206,7 @@ def simulate(
     heap: list = []  # (time, kind, id, version): kind 0 = arrival at the PoP, 1 = replica step end
     push, pop_ = heapq.heappush, heapq.heappop
     net_ms, placed, seqs = trace.net_ms, trace.placed, trace.seqs
+    tenants = sample.tenants or [""] * n
     ai = 0
     while True:
         if ai < n and (not heap or send[ai] <= heap[0][0]):  # the next event is a request sent
@@ -221,7 +228,7 @@ def simulate(
             net_ms[rid] = net
             placed[rid] = best.idx
             at = send[rid] + net * 0.5  # it reaches the PoP half its RTTs later
-            seqs[rid] = SimSeq(rid, prompts[rid], outputs[rid], at, best.blocks.new_sequence())
+            seqs[rid] = SimSeq(rid, prompts[rid], outputs[rid], at, best.blocks.new_sequence(), tenants[rid])
             push(heap, (at, 0, rid, 0))
             continue
         if not heap:

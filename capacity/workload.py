@@ -254,6 +254,7 @@ class WorkloadSample(msgspec.Struct):
     outputs: list[int]
     clients: list[int]
     locations: list[Location]
+    tenants: list[str] | None = None  # whose each request is (the policy's fair shares); None: one
 
 
 def resolve_clients(w: Workload, topology: Topology) -> tuple[list[Location], list[float]]:

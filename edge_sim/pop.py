@@ -191,6 +191,7 @@ class PopNode(NodeBase):
             req.params,
             lambda e: _deliver(loop, events, e),
             tenant=req.tenant,
+            share=req.share,
         )
         finished = False
         try:

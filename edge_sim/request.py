@@ -17,6 +17,7 @@ import msgspec
 from edge_sim.accounting import LatencyAccount
 from edge_sim.errors import EdgeError
 from engine import SamplingParams, SeqEvent
+from engine.fair_queue import TenantShare
 
 if TYPE_CHECKING:
     from engine import LLM
@@ -50,6 +51,7 @@ class GenerateRequest(msgspec.Struct, kw_only=True):
     messages: list[dict[str, Any]] | None = None
     params: SamplingParams
     tenant: str = "local"
+    share: TenantShare = TenantShare()  # the account's fair-share weight and KV share
 
     def estimated_tokens(self) -> int:
         """The prompt's length in tokens, estimated from its characters, for routing: only the PoP

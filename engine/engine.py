@@ -19,6 +19,7 @@ import torch
 
 from engine.batch import SeqSlice, StepBatch
 from engine.errors import InvalidRequestError, RequestTooLargeError
+from engine.fair_queue import TenantShare
 from engine.kv_cache import BLOCK_SIZE, PagedKVCache
 from engine.policy import SchedulerConfig, SchedulingPolicy
 from engine.sampling import Sampler, SamplingError, SamplingParams
@@ -116,10 +117,14 @@ class LLMEngine:
         request_id: str | None = None,
         tenant: str = "local",
         arrival: float | None = None,
+        share: TenantShare | None = None,
     ) -> str:
         """Queue a request; `arrival` (time.perf_counter()) is when it reached this engine's host,
-        if earlier than now (it waited for the step in progress): its queue time starts there."""
+        if earlier than now (it waited for the step in progress): its queue time starts there.
+        `share`: the tenant's fair-share weight and KV share (engine.fair_queue), as of now."""
         self.check_request(prompt_ids, params)
+        if share is not None:
+            self.scheduler.configure_tenant(tenant, share.weight, share.kv_share)
         request_id = request_id or f"req-{next(self._ids)}"
         if request_id in self._seqs:
             raise InvalidRequestError("request_id", f"{request_id!r} is already running")

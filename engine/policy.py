@@ -21,12 +21,13 @@ from __future__ import annotations
 import bisect
 import itertools
 import operator
-from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from functools import partial
-from typing import Any, NamedTuple
+from typing import Any
 
 from engine.block_counts import BlockCounts
+from engine.fair_queue import FairQueue
+from engine.policy_runs import SteadyRun, SteadyRuns, _targets
 from engine.policy_types import (
     BLOCK_TOKENS,
     RUNNING,
@@ -70,7 +71,7 @@ class Plan:
         return [(seq, 1) for seq in self.decoders()] + self.chunks
 
 
-class SchedulingPolicy:
+class SchedulingPolicy(SteadyRuns):
     """Who runs each step and how many tokens each, over a `BlockAccounting`.
 
     Decoding sequences (one token to run, then one to sample) advance together, one token a step,
@@ -91,7 +92,7 @@ class SchedulingPolicy:
     ):
         self.blocks = blocks
         self.config = config
-        self.waiting: deque[SeqLike] = deque()
+        self.waiting = FairQueue()  # by tenant, fair shares once there are two (engine.fair_queue)
         self.running: list[SeqLike] = []  # in arrival order
         self.prefilling: list[SeqLike] = []  # the running ones not decoding, in arrival order
         self.preemptions = 0
@@ -114,7 +115,12 @@ class SchedulingPolicy:
     def add(self, seq: SeqLike) -> None:
         seq.order = next(self._order)
         seq.decode_base = None
-        self.waiting.append(seq)
+        self.waiting.append(seq, self.clock)
+
+    def configure_tenant(self, tenant: str, weight: float = 1.0, kv_share: float = 1.0) -> None:
+        """A tenant's fair-share weight and the share of the blocks it holds before it is the first
+        to be preempted (engine.fair_queue)."""
+        self.waiting.configure(tenant, weight, kv_share)
 
     def has_work(self) -> bool:
         return bool(self.waiting or self.running)
@@ -144,6 +150,7 @@ class SchedulingPolicy:
         self._phase_sizes[base % BLOCK_TOKENS] += 1
         self.decode_count += 1
         self._base_sum += base
+        self.waiting.decoding(seq.tenant, self.clock, 1)
 
     def _leave(self, seq: SeqLike) -> None:
         base = seq.decode_base
@@ -158,6 +165,7 @@ class SchedulingPolicy:
         self.decode_count -= 1
         self._base_sum -= base
         seq.decode_base = None
+        self.waiting.decoding(seq.tenant, self.clock, -1)
 
     def _preempt(self, seq: SeqLike) -> None:
         """Free `seq`'s blocks and queue it first, to be recomputed. `on_event("preempt")` hears it
@@ -189,6 +197,7 @@ class SchedulingPolicy:
         i = bisect.bisect_left(running, seq.order, key=_ORDER)
         if i < len(running) and running[i] is seq:
             del running[i]
+            self.waiting.stopped(seq.tenant)
             return True
         return False
 
@@ -234,8 +243,12 @@ class SchedulingPolicy:
             chunks = [(s, n) for s, n in chunks if s.status is RUNNING]
             budget = limit - self.decode_count - sum(n for _, n in chunks)
         readmitted = False
+        skip = self._over_share() if waiting.fair and waiting.quotas else frozenset()
         while waiting and budget > 0 and len(running) < self._seats:
-            seq = waiting[0]
+            seq = waiting.head(clock, skip)
+            if seq is None:  # only tenants over their KV share wait: admit them (work-conserving)
+                skip = frozenset()
+                seq = waiting.head(clock)
             # a prompt prefix whose blocks the cache already holds is not run again
             cached = blocks.cached_prefix(seq.kv) if not seq.num_computed else 0
             want = min(seq.remaining - cached, budget)
@@ -243,7 +256,8 @@ class SchedulingPolicy:
                 break  # first come, first served: nobody overtakes the head of the queue
             if cached:
                 seq.num_computed = cached
-            waiting.popleft()
+            waiting.pop(seq)
+            waiting.started(seq.tenant)
             seq.status = RUNNING
             readmitted = readmitted or seq.preemptions > 0
             running.append(seq)
@@ -261,7 +275,7 @@ class SchedulingPolicy:
         """Room for `tokens` tokens of `seq`, preempting the newest running sequences as needed;
         False when `seq` itself was preempted."""
         while not self.blocks.grow(seq.kv, tokens):
-            victim = self.running[-1]
+            victim = self._victim()
             self._preempt(victim)
             if victim is seq:
                 return False
@@ -273,141 +287,41 @@ class SchedulingPolicy:
         if plan.decode_count:
             self.clock += 1
         self._held_clock = self.clock
+        fair = self.waiting.fair
         for seq, n in plan.chunks:
             seq.num_computed += n
+            if fair:
+                self.waiting.charge_prefill(seq.tenant, n)
             if seq.remaining == 0 and seq.status is RUNNING:
                 self.prefilling.remove(seq)
                 self._join(seq)
 
-    # --- steady runs (the simulator advances each as one event) -----------------------------------
+    # --- KV shares ----------------------------------------------------------------------------------
 
-    def _rooms(self) -> list[int]:
-        """How many decoders have r free token slots in their last block, for r in 0..15."""
-        full = -self.clock % BLOCK_TOKENS  # the phase whose decoders have 0 free slots, then 1, ...
-        sizes = self._phase_sizes
-        return sizes[full::-1] + sizes[:full:-1]
+    def _held_by_tenant(self) -> dict[str, int]:
+        held: dict[str, int] = {}
+        blocks, clock = self.blocks, self._held_clock
+        for seq in self.running:
+            base = seq.decode_base
+            n = blocks.held(seq.kv) if base is None else blocks.blocks_for(base + clock)
+            held[seq.tenant] = held.get(seq.tenant, 0) + n
+        return held
 
-    def steady_run(self, limit: int) -> SteadyRun | None:
-        """The next steps (at most `limit`) that are certain to repeat one plan, with nothing
-        arriving and nothing finishing: every running sequence decodes one token, beside at most one
-        that prefills a full chunk of the budget; nobody admitted, nobody preempted. None when the
-        next step is not such a step.
+    def _over_share(self) -> frozenset[str]:
+        return frozenset(self.waiting.over_share(self._held_by_tenant(), self.blocks.num_blocks))
 
-        Exact, not an estimate: free blocks only shrink during such a run, so a waiting head that
-        cannot be admitted at the run's first step cannot be admitted later in it."""
-        if not self.running or limit < 1:
-            return None
-        prefilling = self.prefilling
-        if prefilling:
-            if len(prefilling) > 1:
-                return None  # two prefill chunks share this step (or one joins the decoders)
-            prefill = prefilling[0]
-            if prefill.remaining == 1:
-                return None  # a prefill with one prompt token left joins the decoders at schedule()
-            return self._prefill_run(prefill, limit)
-        blocks, n = self.blocks, self.decode_count
-        free = blocks.free_blocks
-        sizes, f = self._phase_sizes, -self.clock % BLOCK_TOKENS
-        full = sizes[f]  # the step-1 blocks: decoders with 0 free slots
-        if full > free:
-            return None
+    def _victim(self) -> SeqLike:
+        """The sequence to preempt: the newest of the tenant furthest over its KV share, if any
+        tenant is over its share, else the newest running."""
         waiting = self.waiting
-        if waiting and len(self.running) < self._seats:
-            head = waiting[0]
-            want = min(head.remaining, self.config.max_num_batched_tokens - n)
-            # admitted at the next step if it fits beside the decoders' step-1 blocks
-            if want > 0 and blocks.blocks_needed(head.kv, head.num_computed + want) <= free - full:
-                return None
-        # every decoder takes one block per 16 steps, so k steps take at most ceil(k / 16) * n
-        if ((limit + BLOCK_TOKENS - 1) // BLOCK_TOKENS) * n <= free:
-            return _new_run(SteadyRun, (limit, None, 0))
-        # the blocks run out first: q whole rounds of 16 steps, then s more steps, where step j + 1
-        # of a round takes a block for each decoder with j free slots (phase f - j)
-        q = free // n
-        left = free - q * n
-        s = 0
-        while s < BLOCK_TOKENS - 1:
-            left -= sizes[(f - s) % BLOCK_TOKENS]
-            if left < 0:
-                break
-            s += 1
-        steps = q * BLOCK_TOKENS + s
-        return _new_run(SteadyRun, (steps if steps < limit else limit, None, 0))
-
-    def _prefill_run(self, prefill: SeqLike, limit: int) -> SteadyRun | None:
-        """The steady run of the decoders beside one prefill taking a full chunk each step."""
-        blocks, budget, n = self.blocks, self.config.max_num_batched_tokens, self.decode_count
-        free = blocks.free_blocks
-        below_room = list(itertools.accumulate(self._rooms(), initial=0))
-
-        def decode_need(k: int) -> int:
-            q, s = divmod(k, BLOCK_TOKENS)
-            return q * n + below_room[s]
-
-        chunk = budget - n
-        if chunk <= 0:
-            return None
-        limit = min(limit, (prefill.remaining - 1) // chunk)  # full chunks, none sampling
-        if limit < 1:
-            return None
-        p_start, p_held = prefill.num_computed, blocks.held(prefill.kv)
-
-        def need(k: int) -> int:  # new blocks the run takes over k steps
-            return decode_need(k) + max(0, blocks.blocks_for(p_start + k * chunk) - p_held)
-
-        if need(1) > free:
-            return None  # no admission is possible: the chunk takes the whole budget
-        lo, hi = 1, limit
-        while lo < hi:  # the largest k with need(k) <= free
-            mid = (lo + hi + 1) // 2
-            if need(mid) <= free:
-                lo = mid
-            else:
-                hi = mid - 1
-        return SteadyRun(lo, prefill, chunk)
-
-    def advance(self, run: SteadyRun, steps: int) -> None:
-        """Take `steps` steps of `run` (at most `run.steps`) as that many schedule() + completed()
-        calls would; the caller advances the sequences' sampled tokens."""
-        clock, n = self.clock, self.decode_count
-        end = clock + steps
-        if n:
-            # each decoder takes a block in every round of 16 steps, and in the s steps left over
-            # those with fewer than s free slots: the phases of steps 1..s (see steady_run)
-            rounds, s = divmod(steps, BLOCK_TOKENS)
-            sizes, f = self._phase_sizes, -clock % BLOCK_TOKENS
-            new = rounds * n
-            for j in range(s):
-                new += sizes[(f - j) % BLOCK_TOKENS]
-            self.blocks.grow_decoders(partial(_run_targets, self.phase, clock, steps), new)
-        self.clock = self._held_clock = end
-        if run.prefill is not None:
-            seq = run.prefill
-            self.blocks.grow(seq.kv, seq.num_computed + run.chunk * steps)
-            seq.num_computed += run.chunk * steps
-
-
-class SteadyRun(NamedTuple):
-    """`steps` steps of one plan: every running sequence decodes, but `prefill` takes `chunk` tokens."""
-
-    steps: int
-    prefill: Any  # the sequence prefilling a full chunk each step, or None
-    chunk: int
-
-
-def _run_targets(phase: list[dict[int, SeqLike]], clock: int, steps: int) -> Iterator[tuple[Any, int]]:
-    """`_targets` of the decoders whose last block fills in a run of `steps` steps from `clock`."""
-    groups = [phase[-(clock + j) % BLOCK_TOKENS] for j in range(min(steps, BLOCK_TOKENS))]
-    return _targets(groups, clock + steps)
-
-
-def _targets(groups: list[dict[int, SeqLike]], clock: int) -> Iterator[tuple[Any, int]]:
-    """The decoders of `groups` in arrival order within each, with their tokens at `clock` (handed
-    to grow_decoders unevaluated: an accounting that takes only the total never walks the batch)."""
-    for group in groups:
-        for _, seq in sorted(group.items()):
-            yield seq.kv, seq.decode_base + clock
+        if waiting.fair and waiting.quotas:
+            over = waiting.over_share(self._held_by_tenant(), self.blocks.num_blocks)
+            if over:
+                worst = over[0]
+                for seq in reversed(self.running):
+                    if seq.tenant == worst:
+                        return seq
+        return self.running[-1]
 
 
 _ORDER = operator.attrgetter("order")
-_new_run = tuple.__new__  # SteadyRun without its Python-level __new__ (the simulator's hot path)

@@ -39,6 +39,7 @@ class SeqLike(Protocol):
     preemptions: int
     order: int  # arrival order at this policy (set by `add`)
     decode_base: int | None  # set by the policy while the sequence decodes
+    tenant: str  # whose request: fair shares and KV shares are per tenant (engine.fair_queue)
     kv: Any  # the block accounting's handle for this sequence
 
     @property
@@ -50,6 +51,7 @@ class SeqLike(Protocol):
 class BlockAccounting(Protocol):
     """Blocks as counts: the engine's KV block pool and `BlockCounts` both answer this."""
 
+    num_blocks: int
     staging_blocks: int
 
     @property

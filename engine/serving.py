@@ -16,6 +16,7 @@ import msgspec
 import torch
 
 from engine.engine import LLMEngine
+from engine.fair_queue import TenantShare
 from engine.sampling import SamplingParams
 from engine.sequence import SeqEvent
 
@@ -52,12 +53,14 @@ class EngineLoop:
         params: SamplingParams,
         on_event: EventCallback,
         tenant: str = "local",
+        share: TenantShare | None = None,
     ) -> None:
         """Queue a request (validate it first with engine.check_request); events go to `on_event`,
         called from the engine thread."""
         with self._lock:
             # its queue time starts now, not when the step in progress ends and it is picked up
-            self._incoming.append((request_id, prompt_ids, params, tenant, on_event, time.perf_counter()))
+            arrival = time.perf_counter()
+            self._incoming.append((request_id, prompt_ids, params, tenant, share, on_event, arrival))
             self._lock.notify()
 
     def cancel(self, request_id: str) -> None:
@@ -91,9 +94,9 @@ class EngineLoop:
                 self._lock.wait()
             incoming, self._incoming = list(self._incoming), deque()
             cancelled, self._cancelled = list(self._cancelled), deque()
-        for request_id, prompt_ids, params, tenant, on_event, arrival in incoming:
+        for request_id, prompt_ids, params, tenant, share, on_event, arrival in incoming:
             try:
-                self.engine.add_request(prompt_ids, params, request_id, tenant, arrival)
+                self.engine.add_request(prompt_ids, params, request_id, tenant, arrival, share)
                 self._callbacks[request_id] = on_event
             except Exception as exc:  # validated before submit; anything left is reported, not raised
                 self._deliver(on_event, SeqEvent(request_id, None, "", "error", error=str(exc)))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import random
 
+import msgspec
 import pytest
 import torch
 
@@ -52,7 +53,7 @@ class FixedStepCost:
         )  # fmt: skip
 
 
-def run_live(engine, arrivals: list[float], prompts: list[list[int]], outputs: list[int]):
+def run_live(engine, arrivals: list[float], prompts: list[list[int]], outputs: list[int], tenants: list[str]):
     """Drive the engine on a virtual clock: requests join before the first step that starts at or
     after their arrival; each step lasts step_ms of what it ran."""
     decisions: list[tuple[str, int]] = []
@@ -64,7 +65,7 @@ def run_live(engine, arrivals: list[float], prompts: list[list[int]], outputs: l
         while nxt < len(order) and arrivals[order[nxt]] <= t:
             i = order[nxt]
             params = SamplingParams(max_tokens=outputs[i], temperature=0, ignore_eos=True)
-            engine.add_request(prompts[i], params, request_id=str(i))
+            engine.add_request(prompts[i], params, request_id=str(i), tenant=tenants[i])
             nxt += 1
         if not engine.has_unfinished():
             t = arrivals[order[nxt]]
@@ -85,13 +86,18 @@ def block_bytes(tiny_model_dir) -> int:
     return PagedKVCache.layout_bytes(probe.model.kv_components(), 3, "auto", torch.float32)[0]
 
 
-@pytest.mark.parametrize("seed", [1, 2])
-def test_engine_and_simulator_admit_preempt_and_finish_alike(tiny_model_dir, block_bytes, seed):
+@pytest.mark.parametrize("seed, tenants", [(1, 1), (2, 1), (2, 2), (2, 3)])
+def test_engine_and_simulator_admit_preempt_and_finish_alike(tiny_model_dir, block_bytes, seed, tenants):
+    """With several tenants the policy's fair shares (virtual token counters) decide admission."""
     rng = random.Random(seed)
     n = 14
     prompts = [[rng.randrange(10, 4000) for _ in range(rng.randrange(4, 150))] for _ in range(n)]
     outputs = [rng.randrange(1, 40) for _ in range(n)]
     send_s = sorted(rng.uniform(0.0, 0.25) for _ in range(n))
+    # one heavy tenant and lighter ones: fair shares let the light ones past the heavy one's queue
+    owners = [
+        "t0" if tenants == 1 or rng.random() < 0.7 else f"t{1 + rng.randrange(tenants - 1)}" for _ in range(n)
+    ]
 
     llm = LLM(
         tiny_model_dir, device="cpu", allow_unsigned=True, kv_cache_bytes=30 * block_bytes,
@@ -107,7 +113,7 @@ def test_engine_and_simulator_admit_preempt_and_finish_alike(tiny_model_dir, blo
         output=Lengths(mean=20.0, max=40), clients={"Seoul": 1},
     )  # fmt: skip
     seoul, _ = resolve_clients(workload, topology)
-    sample = WorkloadSample(send_s, [len(p) for p in prompts], outputs, [0] * n, seoul)
+    sample = WorkloadSample(send_s, [len(p) for p in prompts], outputs, [0] * n, seoul, owners)
     sim = simulate(
         workload, FixedStepCost(engine), duration_s=1.0, setup=setup, sample=sample, max_queue_ms=1e12,
         on_event=lambda kind, rid, t: sim_decisions.append((kind, rid)),
@@ -116,10 +122,18 @@ def test_engine_and_simulator_admit_preempt_and_finish_alike(tiny_model_dir, blo
 
     # the requests reach the PoP when the simulator says (half their network time after sending)
     arrivals = [s * 1000.0 + net / 2 for s, net in zip(send_s, sim.network_ms, strict=True)]
-    live_decisions, live_done = run_live(engine, arrivals, prompts, outputs)
+    live_decisions, live_done = run_live(engine, arrivals, prompts, outputs, owners)
 
     kinds = {k for k, _ in live_decisions}
     assert "preempt" in kinds, "the workload was meant to force preemption"
     assert live_decisions == sim_decisions
+    if tenants > 1:  # fair shares decided otherwise than arrival order (else this proves nothing new)
+        fcfs: list[tuple[str, int]] = []
+        simulate(
+            workload, FixedStepCost(engine), duration_s=1.0, setup=setup, max_queue_ms=1e12,
+            sample=msgspec.structs.replace(sample, tenants=None),
+            on_event=lambda kind, rid, t: fcfs.append((kind, rid)),
+        )  # fmt: skip
+        assert engine.scheduler.waiting.fair and fcfs != sim_decisions
     sim_done = [sim.e2e_ms[i] - sim.network_ms[i] + arrivals[i] for i in range(n)]
     assert sim_done == pytest.approx([live_done[i] for i in range(n)], rel=1e-9)

@@ -1,0 +1,195 @@
+"""The scheduling policy's waiting queue: fair shares between tenants by virtual token counters.
+
+The Virtual Token Counter of Sheng et al., "Fairness in Serving Large Language Models" (OSDI 2024):
+each tenant's counter is the service it has had, counted as prompt tokens run plus OUTPUT_COST per
+generated token, divided by its weight. The next sequence admitted is the oldest waiting one of
+the tenant with the smallest counter, so a tenant that sends ten times as much does not delay a
+light one ten times as long. A tenant whose queue was empty is lifted to the smallest counter of
+the tenants still busy when it comes back, so idleness banks no credit; the queue is
+work-conserving (whoever waits is admitted when there is room).
+
+With one tenant this is the arrival-order queue it replaces (preempted sequences go back to the
+front of their tenant's queue), and nothing is counted until a second tenant appears; the capacity
+simulator, which drives the same policy, pays nothing for fairness it does not use.
+
+Decoders are charged on the policy's group clock: a tenant with d decoders gains
+d x OUTPUT_COST / weight per step, folded into its counter only when d changes or the counter is
+read, so a step still costs nothing per decoder.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterator
+from typing import Any, NamedTuple
+
+OUTPUT_COST = 2.0  # a generated token counts as two prompt tokens (the VTC paper's weights 1 and 2)
+
+
+class TenantShare(NamedTuple):
+    """What an account is owed at a PoP: its fair-share weight, and the share of the KV blocks it
+    may hold before its sequences are the first preempted (the runtime sets both per account)."""
+
+    weight: float = 1.0
+    kv_share: float = 1.0
+
+
+class _Tenant:
+    __slots__ = ("name", "weight", "kv_share", "queue", "counter", "since", "decoders", "running")
+
+    def __init__(self, name: str):
+        self.name = name
+        self.weight = 1.0
+        self.kv_share = 1.0  # share of the blocks it may hold before it is the first preempted
+        self.queue: deque[Any] = deque()
+        self.counter = 0.0  # service at clock `since`, weighted
+        self.since = 0
+        self.decoders = 0
+        self.running = 0
+
+
+class FairQueue:
+    """Waiting sequences by tenant (`seq.tenant`), with each tenant's virtual counter.
+
+    Reads like the deque it replaces where the policy and its readers use one: len(), bool(),
+    `in`, append (a new arrival), appendleft (a preempted one, back to the front of its tenant's
+    queue), remove, `head()` (the next to admit) and `pop(seq)`."""
+
+    def __init__(self) -> None:
+        self._tenants: dict[str, _Tenant] = {}
+        self._only: _Tenant | None = None  # while there is one tenant: no counting, arrival order
+        self._count = 0
+        self.fair = False  # a second tenant has been seen: counters are kept from then on
+
+    # --- the deque the policy reads ---------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return self._count
+
+    def __bool__(self) -> bool:
+        return self._count > 0
+
+    def __contains__(self, seq: Any) -> bool:
+        tenant = self._tenants.get(seq.tenant)
+        return tenant is not None and seq in tenant.queue
+
+    def __iter__(self) -> Iterator[Any]:
+        """Every waiting sequence, in arrival order."""
+        return iter(sorted((s for t in self._tenants.values() for s in t.queue), key=_order))
+
+    def append(self, seq: Any, clock: int) -> None:
+        tenant = self._tenant(seq.tenant, clock)
+        if self.fair and not tenant.queue and not tenant.running:
+            self._lift(tenant, clock)
+        tenant.queue.append(seq)
+        self._count += 1
+
+    def appendleft(self, seq: Any) -> None:
+        self._tenants[seq.tenant].queue.appendleft(seq)
+        self._count += 1
+
+    def remove(self, seq: Any) -> None:
+        self._tenants[seq.tenant].queue.remove(seq)
+        self._count -= 1
+
+    def head(self, clock: int, skip: frozenset[str] = frozenset()) -> Any | None:
+        """The sequence to admit next: the oldest of the tenant with the least service (ties: the
+        older head), among tenants not in `skip`; None when none waits."""
+        only = self._only
+        if only is not None:
+            return only.queue[0] if only.queue and only.name not in skip else None
+        best, best_key = None, None
+        for tenant in self._tenants.values():
+            if tenant.queue and tenant.name not in skip:
+                key = (self.counter(tenant, clock), tenant.queue[0].order)
+                if best_key is None or key < best_key:
+                    best, best_key = tenant.queue[0], key
+        return best
+
+    def heads(self) -> Iterator[Any]:
+        """The oldest waiting sequence of each tenant (any may be next as the counters move)."""
+        return (t.queue[0] for t in self._tenants.values() if t.queue)
+
+    def pop(self, seq: Any) -> None:
+        """Take the head `seq` (from head()) out of the queue: it is admitted."""
+        self._tenants[seq.tenant].queue.popleft()
+        self._count -= 1
+
+    # --- service --------------------------------------------------------------------------------
+
+    def configure(self, name: str, weight: float, kv_share: float) -> None:
+        tenant = self._tenant(name, 0)
+        tenant.weight, tenant.kv_share = weight, kv_share
+
+    def tenant(self, name: str) -> _Tenant | None:
+        return self._tenants.get(name)
+
+    def fair_with(self, name: str) -> bool:
+        """Whether a request of tenant `name` is (or will make this queue) fair, not first come."""
+        return self.fair or (bool(self._tenants) and name not in self._tenants)
+
+    def counter(self, tenant: _Tenant, clock: int) -> float:
+        if tenant.decoders:
+            return tenant.counter + tenant.decoders * (clock - tenant.since) * OUTPUT_COST / tenant.weight
+        return tenant.counter
+
+    def charge_prefill(self, name: str, tokens: int) -> None:
+        if self.fair:
+            tenant = self._tenants[name]
+            tenant.counter += tokens / tenant.weight
+
+    def started(self, name: str) -> None:
+        self._tenants[name].running += 1
+
+    def stopped(self, name: str) -> None:
+        self._tenants[name].running -= 1
+
+    def decoding(self, name: str, clock: int, delta: int) -> None:
+        """A decoder of tenant `name` joined (+1) or left (-1) the group at `clock`."""
+        tenant = self._tenants[name]
+        if self.fair:
+            tenant.counter = self.counter(tenant, clock)
+            tenant.since = clock
+        tenant.decoders += delta
+
+    def over_share(self, held: dict[str, int], num_blocks: int) -> list[str]:
+        """Tenants holding more than their share of `num_blocks`, the furthest over first."""
+        over = []
+        for name, blocks in held.items():
+            tenant = self._tenants.get(name)
+            if tenant is not None and tenant.kv_share < 1.0 and blocks > tenant.kv_share * num_blocks:
+                over.append((blocks / (tenant.kv_share * num_blocks), name))
+        return [name for _, name in sorted(over, reverse=True)]
+
+    @property
+    def quotas(self) -> bool:
+        return any(t.kv_share < 1.0 for t in self._tenants.values())
+
+    # --- internals ------------------------------------------------------------------------------
+
+    def _tenant(self, name: str, clock: int) -> _Tenant:
+        tenant = self._tenants.get(name)
+        if tenant is None:
+            tenant = self._tenants[name] = _Tenant(name)
+            if len(self._tenants) == 1:
+                self._only = tenant
+            else:
+                self._only = None
+                if not self.fair:  # counting starts now, everyone level
+                    self.fair = True
+                    for other in self._tenants.values():
+                        other.counter, other.since = 0.0, clock
+        return tenant
+
+    def _lift(self, tenant: _Tenant, clock: int) -> None:
+        """A tenant back from idle starts at the least service of those still busy: no banked credit."""
+        others = self._tenants.values()
+        busy = [self.counter(t, clock) for t in others if t is not tenant and (t.queue or t.running)]
+        if busy:
+            floor = min(busy)
+            if tenant.counter < floor:
+                tenant.counter, tenant.since = floor, clock
+
+
+def _order(seq: Any) -> int:
+    return seq.order
