@@ -110,9 +110,10 @@ class Replica:
     def load(self) -> PopLoad:
         free = self.blocks.free_blocks
         policy = self.policy
+        waiting = len(policy.waiting) + len(self.arrived)
         # positional: the router's hot path (pop_load's parameters, in order)
         return pop_load(
-            self.step_est, self.pending, self.pf_tok, len(policy.waiting) + len(self.arrived), len(policy.running),
+            self.step_est, self.pending, self.pf_tok, waiting, len(policy.running),
             self.max_seqs, free, self.nb - free, self.finish_rate.rate,
         )  # fmt: skip
 

@@ -55,8 +55,11 @@ class FairQueue:
     `in`, append (a new arrival), appendleft (a preempted one, back to the front of its tenant's
     queue), remove, `head()` (the next to admit) and `pop(seq)`."""
 
-    def __init__(self) -> None:
-        self._tenants: dict[str, _Tenant] = {}
+    def __init__(self, fair_share: bool = True) -> None:
+        """`fair_share=False`: one queue in arrival order whoever sends (the baseline fairness is
+        measured against: bench/fairness.py)."""
+        self._share = fair_share
+        self._tenants: dict[str, _Tenant] = {} if fair_share else _Everyone()
         self._only: _Tenant | None = None  # while there is one tenant: no counting, arrival order
         self._count = 0
         self.fair = False  # a second tenant has been seen: counters are kept from then on
@@ -70,7 +73,7 @@ class FairQueue:
         return self._count > 0
 
     def __contains__(self, seq: Any) -> bool:
-        tenant = self._tenants.get(seq.tenant)
+        tenant = self._lookup(seq.tenant)
         return tenant is not None and seq in tenant.queue
 
     def __iter__(self) -> Iterator[Any]:
@@ -122,11 +125,11 @@ class FairQueue:
         tenant.weight, tenant.kv_share = weight, kv_share
 
     def tenant(self, name: str) -> _Tenant | None:
-        return self._tenants.get(name)
+        return self._lookup(name)
 
     def fair_with(self, name: str) -> bool:
         """Whether a request of tenant `name` is (or will make this queue) fair, not first come."""
-        return self.fair or (bool(self._tenants) and name not in self._tenants)
+        return self.fair or (bool(self._tenants) and self._lookup(name) is None)
 
     def counter(self, tenant: _Tenant, clock: int) -> float:
         if tenant.decoders:
@@ -156,7 +159,7 @@ class FairQueue:
         """Tenants holding more than their share of `num_blocks`, the furthest over first."""
         over = []
         for name, blocks in held.items():
-            tenant = self._tenants.get(name)
+            tenant = self._lookup(name)
             if tenant is not None and tenant.kv_share < 1.0 and blocks > tenant.kv_share * num_blocks:
                 over.append((blocks / (tenant.kv_share * num_blocks), name))
         return [name for _, name in sorted(over, reverse=True)]
@@ -167,7 +170,15 @@ class FairQueue:
 
     # --- internals ------------------------------------------------------------------------------
 
+    def _lookup(self, name: str) -> _Tenant | None:
+        try:
+            return self._tenants[name]
+        except KeyError:
+            return None
+
     def _tenant(self, name: str, clock: int) -> _Tenant:
+        if not self._share:
+            name = ""
         tenant = self._tenants.get(name)
         if tenant is None:
             tenant = self._tenants[name] = _Tenant(name)
@@ -189,6 +200,15 @@ class FairQueue:
             floor = min(busy)
             if tenant.counter < floor:
                 tenant.counter, tenant.since = floor, clock
+
+
+class _Everyone(dict):
+    """The tenants of a queue without fair shares: every name is the one tenant ""."""
+
+    def __missing__(self, key: str) -> _Tenant:
+        if key != "" and "" in self:
+            return self[""]
+        raise KeyError(key)
 
 
 def _order(seq: Any) -> int:

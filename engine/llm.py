@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -47,6 +48,18 @@ def _pick_device(device: str | torch.device | None) -> torch.device:
     return torch.device(device)
 
 
+SCHEDULING_ENV = "EDGE_SCHEDULING"
+
+
+def scheduling_fair_share() -> bool:
+    """$EDGE_SCHEDULING: "fair" (the default: fair shares between tenants) or "fcfs" (arrival order,
+    the baseline bench/fairness.py measures against)."""
+    value = os.environ.get(SCHEDULING_ENV, "fair").strip().lower()
+    if value not in ("fair", "fcfs"):
+        raise ModelLoadError(f"${SCHEDULING_ENV} must be 'fair' or 'fcfs', got {value!r}")
+    return value == "fair"
+
+
 class LLM:
     def __init__(
         self,
@@ -61,6 +74,7 @@ class LLM:
         max_num_batched_tokens: int = 512,
         trusted_keys: list[str | Path] | None = None,
         allow_unsigned: bool = False,
+        fair_share: bool | None = None,
     ):
         """`weights`: 'auto' (as stored), 'bf16', 'fp8', 'int8' or 'int4'; a compressed format
         applies to `weight_parts` (default: routed and shared experts). `kv_cache_dtype`: 'auto'
@@ -68,7 +82,8 @@ class LLM:
 
         The model's signed manifest is verified while its files are read, against `trusted_keys`
         (default: $EDGE_TRUSTED_KEYS, else the project's models/keys/*.pub); an unsigned model
-        loads only with `allow_unsigned=True`, with a warning."""
+        loads only with `allow_unsigned=True`, with a warning. `fair_share`: tenants share the
+        engine by virtual token counters (default: $EDGE_SCHEDULING, else fair)."""
         self.path = Path(model)
         if not self.path.is_dir():
             raise ModelLoadError(f"{self.path}: not a model directory (expected config.json and safetensors)")
@@ -122,7 +137,11 @@ class LLM:
             eos_ids,
             self.context_window,
             self.config.vocab_size,
-            SchedulerConfig(max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs),
+            SchedulerConfig(
+                max_num_batched_tokens=max_num_batched_tokens,
+                max_num_seqs=max_num_seqs,
+                fair_share=scheduling_fair_share() if fair_share is None else fair_share,
+            ),
         )
 
     @property

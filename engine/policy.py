@@ -92,7 +92,9 @@ class SchedulingPolicy(SteadyRuns):
     ):
         self.blocks = blocks
         self.config = config
-        self.waiting = FairQueue()  # by tenant, fair shares once there are two (engine.fair_queue)
+        self.waiting = FairQueue(
+            config.fair_share
+        )  # by tenant, fair shares once there are two (engine.fair_queue)
         self.running: list[SeqLike] = []  # in arrival order
         self.prefilling: list[SeqLike] = []  # the running ones not decoding, in arrival order
         self.preemptions = 0

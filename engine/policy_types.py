@@ -24,6 +24,7 @@ RUNNING = SeqStatus.RUNNING  # read in the hot loops
 class SchedulerConfig(msgspec.Struct):
     max_num_batched_tokens: int = 512
     max_num_seqs: int = 64
+    fair_share: bool = True  # tenants by virtual token counters; False: arrival order (engine.fair_queue)
 
     @property
     def seat_limit(self) -> int:

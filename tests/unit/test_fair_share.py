@@ -127,3 +127,17 @@ def test_a_tenant_over_its_kv_share_is_preempted_first():
             break
     preempted = [name for kind, name in events if kind == "preempt"]
     assert preempted and preempted[0] == "big0", events
+
+
+def test_without_fair_shares_every_tenant_waits_in_arrival_order():
+    blocks = BlockCounts(1000, max_slots=64)
+    events: list[tuple[str, str]] = []
+    p = SchedulingPolicy(
+        blocks, SchedulerConfig(256, 1, fair_share=False), lambda kind, seq: events.append((kind, seq.name))
+    )
+    for i in range(10):
+        p.add(Seq(f"heavy{i}", "heavy", 32, 8, blocks))
+    step(p)
+    p.add(Seq("light", "light", 32, 8, blocks))
+    run(p)
+    assert admitted(events).index("light") == 10 and not p.waiting.fair
