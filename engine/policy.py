@@ -244,7 +244,6 @@ class SchedulingPolicy(SteadyRuns):
         if self.preemptions != preempted_before:  # drop the chunks of sequences preempted since
             chunks = [(s, n) for s, n in chunks if s.status is RUNNING]
             budget = limit - self.decode_count - sum(n for _, n in chunks)
-        readmitted = False
         skip = self._over_share() if waiting.fair and waiting.quotas else frozenset()
         while waiting and budget > 0 and len(running) < self._seats:
             seq = waiting.head(clock, skip)
@@ -261,16 +260,20 @@ class SchedulingPolicy(SteadyRuns):
             waiting.pop(seq)
             waiting.started(seq.tenant)
             seq.status = RUNNING
-            readmitted = readmitted or seq.preemptions > 0
-            running.append(seq)
-            prefilling.append(seq)
+            # both lists stay in arrival order, which a re-admitted sequence or a fair share's
+            # choice breaks: the newest is the next victim, and finish() finds a sequence by order
+            if running and running[-1].order > seq.order:
+                bisect.insort(running, seq, key=_ORDER)
+            else:
+                running.append(seq)
+            if prefilling and prefilling[-1].order > seq.order:
+                bisect.insort(prefilling, seq, key=_ORDER)
+            else:
+                prefilling.append(seq)
             chunks.append((seq, want))
             budget -= want
             if self.on_event is not None:
                 self.on_event("admit", seq)
-        if readmitted:  # keep arrival order, so a re-admitted sequence is not the next victim
-            running.sort(key=_ORDER)
-            prefilling.sort(key=_ORDER)
         return Plan(self, chunks)
 
     def _grow_or_preempt(self, seq: SeqLike, tokens: int) -> bool:

@@ -141,3 +141,20 @@ def test_without_fair_shares_every_tenant_waits_in_arrival_order():
     p.add(Seq("light", "light", 32, 8, blocks))
     run(p)
     assert admitted(events).index("light") == 10 and not p.waiting.fair
+
+
+def test_sequences_admitted_out_of_arrival_order_finish_and_free_their_seats():
+    """A fair share admits a newer request before older ones; running stays in arrival order, so
+    finishing finds every sequence (a sequence left behind would hold its seat forever)."""
+    p, blocks, events = policy(num_blocks=5000, seats=4, budget=512)
+    for i in range(30):
+        p.add(Seq(f"h{i}", "heavy", 60, 30, blocks))
+    for s in range(400):
+        if s % 20 == 0:
+            p.add(Seq(f"l{s}", "light", 60, 30, blocks))
+        step(p)
+    run(p)
+    order = admitted(events)
+    assert order != sorted(order, key=lambda n: (n[0] == "l", int(n[1:])))  # reordered somewhere
+    assert not p.running and not p.waiting and blocks.free_blocks == blocks.num_blocks
+    assert sum(kind == "finish" for kind, _ in events) == len(order)

@@ -1,0 +1,205 @@
+"""Fair shares between tenants, measured through `edge dev`: a heavy account sending at 10x the
+request rate of a light one, both to the same PoP's engine over the Workers AI REST API.
+
+    python bench/fairness.py [--light-rate 2] [--ratio 10] [--duration 40] [--max-tokens 96]
+
+Three runs with the same seeded request times: the light account alone (its solo p99 TTFT), then
+both accounts with arrival-order scheduling (EDGE_SCHEDULING=fcfs, the baseline: what the engine
+did before fair shares), then both with fair shares (the default). The figure of merit is the
+light account's p99 TTFT against its solo p99; the goal is within 2x (the bound the VTC paper
+proves), and the baseline is arrival order measured in the same invocation. TTFT is the server's
+latency account (queue + prefill, no network: the clients sit at the PoP), so the client's own
+scheduling on this 2-core machine does not count.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import platform
+import random
+import socket
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+
+import httpx
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from capacity.report import percentile  # noqa: E402
+from runtime.state import State  # noqa: E402
+
+MODEL = "@edge/moonshotai/kimi-k2-mini"
+GOAL = 2.0
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_dev(tmp: Path, scheduling: str) -> tuple[subprocess.Popen, str, dict[str, str]]:
+    (tmp / "worker.py").write_text(
+        "from workers import WorkerEntrypoint, Response\n\n"
+        "class Default(WorkerEntrypoint):\n"
+        "    async def fetch(self, request):\n"
+        '        return Response("ok")\n'
+    )
+    (tmp / "wrangler-like.toml").write_text(
+        textwrap.dedent(f"""
+        name = "fairness"
+        main = "worker.py"
+        compatibility_date = "2026-11-01"
+        [ai]
+        binding = "AI"
+        [edge]
+        pops = ["ICN"]
+        models = ["{MODEL}"]
+        models_dir = "{REPO / "models"}"
+        max_in_flight = 100000
+        """)
+    )
+    state = State(tmp / ".edge" / "state.db")  # the accounts: real rows in the runtime's database
+    tokens = {name: state.create_token(name, "bench") for name in ("heavy", "light")}
+    state.close()
+    port = free_port()
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "EDGE_SCHEDULING": scheduling}
+    env.pop("EDGE_API_TOKEN", None)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "runtime.cli",
+            "dev",
+            "--port",
+            str(port),
+            "--log-level",
+            "warning",
+            "--no-reload",
+        ],
+        cwd=tmp,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    url = f"http://127.0.0.1:{port}"
+    for _ in range(600):
+        try:
+            httpx.get(url + "/cdn-cgi/edge/health", timeout=2).raise_for_status()
+            return proc, url, tokens
+        except httpx.HTTPError:
+            if proc.poll() is not None:
+                raise RuntimeError("edge dev exited during start-up") from None
+            time.sleep(0.2)
+    proc.kill()
+    raise TimeoutError("edge dev did not start")
+
+
+def poisson_times(rate: float, duration: float, rng: random.Random) -> list[float]:
+    times, t = [], rng.expovariate(rate)
+    while t < duration:
+        times.append(t)
+        t += rng.expovariate(rate)
+    return times
+
+
+async def send_all(url: str, tokens: dict[str, str], plan: list[tuple[float, str, str]], max_tokens: int):
+    """Each (time, account, prompt) sent at its time; the light account's TTFTs (server-side)."""
+    ttft: dict[str, list[float]] = {"heavy": [], "light": []}
+    failed: dict[str, int] = {"heavy": 0, "light": 0}
+    limits = httpx.Limits(max_connections=1024, max_keepalive_connections=1024)
+    async with httpx.AsyncClient(timeout=900, limits=limits) as client:
+
+        async def one(at: float, account: str, prompt: str) -> None:
+            await asyncio.sleep(max(0.0, at - (time.perf_counter() - t0)))
+            r = await client.post(
+                f"{url}/client/v4/accounts/{account}/ai/run/{MODEL}",
+                headers={"authorization": f"Bearer {tokens[account]}", "x-edge-client-location": "Seoul"},
+                json={"prompt": prompt, "max_tokens": max_tokens, "temperature": 0},
+            )
+            if r.status_code != 200:
+                failed[account] += 1
+                return
+            timing = r.json()["result"]["timing"]
+            ttft[account].append(timing["queue_ms"] + timing["prefill_ms"])
+
+        t0 = time.perf_counter()
+        await asyncio.gather(*(one(*item) for item in plan))
+    return {k: sorted(v) for k, v in ttft.items()}, failed
+
+
+def run(scheduling: str, plan, max_tokens: int):
+    with tempfile.TemporaryDirectory(prefix="edge-fairness-") as tmp:
+        proc, url, tokens = start_dev(Path(tmp), scheduling)
+        try:
+            warm = [(0.0, "light", "warm up"), (0.0, "heavy", "warm up")]
+            asyncio.run(send_all(url, tokens, warm, 4))
+            return asyncio.run(send_all(url, tokens, plan, max_tokens))
+        finally:
+            proc.terminate()
+            proc.wait(timeout=30)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--light-rate", type=float, default=2.0, help="light account's requests per second")
+    ap.add_argument("--ratio", type=float, default=10.0, help="heavy rate / light rate")
+    ap.add_argument("--duration", type=float, default=40.0, help="seconds of arrivals per run")
+    ap.add_argument("--max-tokens", type=int, default=96)
+    ap.add_argument("--seed", type=int, default=1)
+    args = ap.parse_args()
+
+    rng = random.Random(args.seed)
+    words = "def return import class lambda yield async await with for while if else try".split()
+
+    def prompt() -> str:
+        return " ".join(rng.choice(words) for _ in range(rng.randrange(40, 120)))
+
+    light = [(t, "light", prompt()) for t in poisson_times(args.light_rate, args.duration, rng)]
+    heavy = [(t, "heavy", prompt()) for t in poisson_times(args.light_rate * args.ratio, args.duration, rng)]
+    both = sorted(light + heavy)
+
+    cpu = platform.processor() or platform.machine()
+    print(f"CPU: {cpu}, {os.cpu_count()} cores; python {platform.python_version()}")
+    print(
+        f"{MODEL} at ICN through edge dev; light {args.light_rate:g} req/s, heavy {args.ratio:g}x that, "
+        f"{args.duration:g} s of arrivals, max_tokens {args.max_tokens}; TTFT = queue + prefill (server)"
+    )
+    print(f"  {len(light)} light and {len(heavy)} heavy requests", file=sys.stderr)
+    solo, solo_failed = run("fair", light, args.max_tokens)
+    fcfs, fcfs_failed = run("fcfs", both, args.max_tokens)
+    fair, fair_failed = run("fair", both, args.max_tokens)
+
+    base = percentile(solo["light"], 99)
+    print()
+    print("| run | light p50 TTFT ms | light p99 TTFT ms | p99 / solo p99 | heavy p50 TTFT ms | failed |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: |")
+    for name, ttft, failed in (
+        ("light alone", solo, solo_failed),
+        ("arrival order (baseline)", fcfs, fcfs_failed),
+        ("fair shares (VTC)", fair, fair_failed),
+    ):
+        p99 = percentile(ttft["light"], 99)
+        heavy_p50 = f"{percentile(ttft['heavy'], 50):.0f}" if ttft["heavy"] else "-"
+        print(
+            f"| {name} | {percentile(ttft['light'], 50):.0f} | {p99:.0f} | {p99 / base:.2f}x | {heavy_p50} | "
+            f"{sum(failed.values())} |"
+        )
+    ratio = percentile(fair["light"], 99) / base
+    baseline = percentile(fcfs["light"], 99) / base
+    print()
+    print(
+        f"light p99 TTFT with the heavy tenant: {ratio:.2f}x its solo p99 under fair shares "
+        f"(goal <= {GOAL:g}x), {baseline:.2f}x under arrival order"
+    )
+
+
+if __name__ == "__main__":
+    main()
