@@ -7,6 +7,7 @@ import logging
 from collections.abc import AsyncIterator
 
 from edge_sim.accounting import LatencyAccount
+from edge_sim.affinity import SessionAffinity
 from edge_sim.errors import EdgeError, PopDown
 from edge_sim.network import NetworkModel
 from edge_sim.node import PopNodeLike
@@ -33,6 +34,7 @@ class Edge:
         self.emulate = emulate
         # catalog name -> the full-size model it stands for; its modeled times join the account
         self.targets: dict[str, TargetSpec] = {}
+        self.affinity = SessionAffinity()
 
     @classmethod
     def start(
@@ -90,8 +92,11 @@ class Edge:
         """
         tokens = req.estimated_tokens()
         tried: set[str] = set()
+        sticky = self.affinity.preferred(req.tenant, req.model, req.session)
         while True:
-            node, backbone_ms = self.router.candidates(req.model, ingress, tokens, frozenset(tried))[0]
+            ranked = self.router.candidates(req.model, ingress, tokens, frozenset(tried))
+            # a session goes back to the PoP holding its cache while that PoP is up and has room
+            node, backbone_ms = next(((n, rtt) for n, rtt in ranked if n.code == sticky), ranked[0])
             if self.emulate:  # the request travels ingress -> PoP for real
                 await asyncio.sleep(backbone_ms / 2000)
             pieces: list[str] = []
@@ -111,6 +116,7 @@ class Edge:
                     raise EdgeError("no_capacity", f"PoP {node.code} went down mid-answer") from None
                 tried.add(node.code)  # it went down before starting this request: next best
                 log.warning("%s went down before serving a request; re-routing", node.code)
+        self.affinity.served(req.tenant, req.model, req.session, node.code)
         if self.emulate:
             await asyncio.sleep(backbone_ms / 2000)
         result = finish_result(pieces, last, node.code, req.model, node.formats(req.model))

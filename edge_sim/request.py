@@ -52,6 +52,7 @@ class GenerateRequest(msgspec.Struct, kw_only=True):
     params: SamplingParams
     tenant: str = "local"
     share: TenantShare = TenantShare()  # the account's fair-share weight and KV share
+    session: str | None = None  # x-session-affinity: back to the PoP that served it (edge_sim.affinity)
 
     def estimated_tokens(self) -> int:
         """The prompt's length in tokens, estimated from its characters, for routing: only the PoP

@@ -156,3 +156,43 @@ def test_the_edge_answers_in_one_typed_result_with_its_formats_and_timing(edge):
     assert isinstance(result, GenerateResult) and result.pop == "ICN" == result.timing.pop
     assert result.formats == edge.nodes["ICN"].formats(MODEL) and isinstance(result.formats, Formats)
     assert result.total_tokens == result.prompt_tokens + result.completion_tokens
+
+
+def test_a_session_goes_back_to_the_pop_that_served_it_until_that_pop_is_full(edge):
+    ingress, rtt = seoul(edge)
+
+    def session_req(tenant, key):
+        return GenerateRequest(
+            model=MODEL, prompt="def f(x):", params=SamplingParams(max_tokens=2, temperature=0),
+            tenant=tenant, session=key,
+        )  # fmt: skip
+
+    # the first call of a session lands where the queue pushed it (Tokyo: Seoul looks busy)
+    edge.nodes["ICN"]._pending["busy"] = (MODEL, 100_000, None)
+    first = asyncio.run(edge.run(session_req("a", "conv-1"), ingress, rtt))
+    assert first.pop == "NRT"
+    del edge.nodes["ICN"]._pending["busy"]
+    # Seoul is the better choice now, but the session's cache is in Tokyo
+    assert asyncio.run(edge.run(session_req("a", "conv-1"), ingress, rtt)).pop == "NRT"
+    # another account's session with the same key is its own: normal routing
+    assert asyncio.run(edge.run(session_req("b", "conv-1"), ingress, rtt)).pop == "ICN"
+    # the session's PoP is full: normal routing, and the session follows to where it was served
+    edge.nodes["NRT"].max_in_flight = 0
+    assert asyncio.run(edge.run(session_req("a", "conv-1"), ingress, rtt)).pop == "ICN"
+    edge.nodes["NRT"].max_in_flight = 64
+    assert asyncio.run(edge.run(session_req("a", "conv-1"), ingress, rtt)).pop == "ICN"
+
+
+def test_the_session_table_is_bounded():
+    from edge_sim.affinity import SessionAffinity, check_key
+
+    table = SessionAffinity(capacity=3)
+    for i in range(10):
+        table.served("a", MODEL, f"k{i}", "ICN")
+    assert len(table) == 3 and table.preferred("a", MODEL, "k0") is None
+    assert table.preferred("a", MODEL, "k9") == "ICN"
+    assert check_key("") is None and check_key("conv-1") == "conv-1"
+    with pytest.raises(ValueError, match="at most 256 printable"):
+        check_key("x" * 257)
+    with pytest.raises(ValueError, match="printable"):
+        check_key("a\nb")
