@@ -158,7 +158,8 @@ class PopNode(NodeBase):
 
     def _prompt_ids(self, engine: LLM, req: GenerateRequest) -> list[int]:
         """The request's prompt tokens: the one place on the path that renders and tokenizes it."""
-        if req.messages is not None:
+        if req.messages is not None:  # bounded before the template renders it
+            engine.check_prompt_chars(sum(len(str(m.get("content", ""))) for m in req.messages))
             return engine.encode(engine.tokenizer.apply_chat_template(req.messages))
         return engine.encode(req.prompt or "")
 

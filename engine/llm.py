@@ -16,7 +16,7 @@ import torch
 from engine.batch import SeqSlice, StepBatch
 from engine.config import ModelConfig, load_config
 from engine.engine import EngineStats, LLMEngine, StepStats, default_kv_budget
-from engine.errors import EngineError, InvalidRequestError, ModelLoadError
+from engine.errors import EngineError, InvalidRequestError, ModelLoadError, RequestTooLargeError
 from engine.kv_cache import BLOCK_SIZE, KV_CACHE_DTYPES, PagedKVCache
 from engine.models import causal_lm, expected_tensors, float32_tensors
 from engine.policy import SchedulerConfig
@@ -49,6 +49,9 @@ def _pick_device(device: str | torch.device | None) -> torch.device:
 
 
 SCHEDULING_ENV = "EDGE_SCHEDULING"
+# a text this many characters per token of the window long is tokenized in part first: the work a
+# prompt far over the window costs before it is refused is bounded by the window, not the prompt
+PROBE_CHARS_PER_TOKEN = 8
 
 
 def scheduling_fair_share() -> bool:
@@ -185,7 +188,29 @@ class LLM:
     # --- public API -----------------------------------------------------------------------------
 
     def encode(self, prompt: str) -> list[int]:
+        """The prompt's tokens; a text too long to fit the window in any tokenization is refused
+        before it is tokenized (a megabyte prompt would hold the caller for a second)."""
+        self.check_prompt_chars(len(prompt))
+        window = self.context_window
+        probe = PROBE_CHARS_PER_TOKEN * window
+        if len(prompt) > probe:  # long text: its first part alone may already be over the window
+            head = len(self.tokenizer.encode(prompt[:probe]))
+            if head > window + 1:  # (a word cut in two is at most one token more)
+                raise RequestTooLargeError(
+                    "prompt",
+                    f"its first {probe} characters alone are {head} tokens; the context window is {window}",
+                )
         return self.tokenizer.encode(prompt)
+
+    def check_prompt_chars(self, chars: int) -> None:
+        # twice the bound, for normalizers that fold characters together
+        limit = 2 * self.context_window * self.tokenizer.max_token_chars
+        if chars > limit:
+            raise RequestTooLargeError(
+                "prompt",
+                f"{chars} characters cannot fit the {self.context_window}-token context window "
+                f"(at most {limit} characters); shorten the prompt",
+            )
 
     def check_request(self, prompt_ids: list[int], params: SamplingParams) -> None:
         """Raises InvalidRequestError naming the parameter; call before queueing any work."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,12 @@ class TextTokenizer:
     @property
     def vocab_size(self) -> int:
         return self._tok.get_vocab_size()
+
+    @functools.cached_property
+    def max_token_chars(self) -> int:
+        """The most characters one token stands for (a byte-level token's length is its bytes,
+        at least the characters it decodes to): text longer than this times a window cannot fit."""
+        return max((len(piece) for piece in self._tok.get_vocab(with_added_tokens=True)), default=1)
 
     def encode(self, text: str) -> list[int]:
         return self._tok.encode(text, add_special_tokens=False).ids

@@ -170,3 +170,17 @@ def test_stop_strings_split_across_tokens_end_the_text_where_the_first_complete_
                 want, reason = text[: min(hits)], "stop"
                 break
         assert shown == want and seq.finish_reason == reason, seed
+
+
+@pytest.mark.parametrize("prompt", ["z" * 1_000_000, "word " * 200_000, "word " * 20_000])
+def test_a_prompt_far_over_the_window_is_refused_after_bounded_work(llm, monkeypatch, prompt):
+    """A megabyte prompt held the PoP's event loop for a second while it was tokenized whole."""
+    from engine import RequestTooLargeError
+
+    seen: list[int] = []
+    real = llm.tokenizer.encode
+    monkeypatch.setattr(llm.tokenizer, "encode", lambda text: seen.append(len(text)) or real(text))
+    with pytest.raises(RequestTooLargeError) as err:
+        llm.encode(prompt)
+    assert err.value.param == "prompt" and f"{llm.context_window}" in str(err.value)
+    assert max(seen, default=0) <= 8 * llm.context_window  # never the whole text
