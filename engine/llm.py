@@ -61,6 +61,7 @@ class LLM:
         max_num_batched_tokens: int = 512,
         trusted_keys: list[str | Path] | None = None,
         allow_unsigned: bool = False,
+        prefix_caching: bool = True,
     ):
         """`weights`: 'auto' (as stored), 'bf16', 'fp8', 'int8' or 'int4'; a compressed format
         applies to `weight_parts` (default: routed and shared experts). `kv_cache_dtype`: 'auto'
@@ -68,7 +69,10 @@ class LLM:
 
         The model's signed manifest is verified while its files are read, against `trusted_keys`
         (default: $EDGE_TRUSTED_KEYS, else the project's models/keys/*.pub); an unsigned model
-        loads only with `allow_unsigned=True`, with a warning."""
+        loads only with `allow_unsigned=True`, with a warning.
+
+        `prefix_caching`: full KV blocks of a tenant's earlier requests are reused by its later ones
+        that start with the same tokens (salted per tenant; see engine.prefix_hash)."""
         self.path = Path(model)
         if not self.path.is_dir():
             raise ModelLoadError(f"{self.path}: not a model directory (expected config.json and safetensors)")
@@ -123,6 +127,7 @@ class LLM:
             self.context_window,
             self.config.vocab_size,
             SchedulerConfig(max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs),
+            prefix_caching=prefix_caching,
         )
 
     @property
