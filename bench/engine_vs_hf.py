@@ -86,7 +86,9 @@ def main() -> None:
 
     from engine import LLM
 
-    llm = LLM(args.model, device="cpu")
+    # the same prompts run repeatedly: a prefix cache would skip their prefill after the first
+    # repeat, which transformers cannot; the comparison is of the computation
+    llm = LLM(args.model, device="cpu", prefix_caching=False)
     hf = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32).eval()
     print(
         f"model {args.model.name}, greedy, {args.tokens} output tokens per request, float32, "

@@ -40,6 +40,7 @@ class ModelSpec(msgspec.Struct, frozen=True):
     kv_cache_bytes: int | None = None
     trusted_keys: list[str] | None = None  # None: the engine's default trust store
     allow_unsigned: bool = False
+    prefix_caching: bool = True  # reuse a tenant's cached prompt prefixes (engine.prefix_hash)
 
 
 class PopNode(NodeBase):
@@ -83,6 +84,7 @@ class PopNode(NodeBase):
             kv_cache_bytes=spec.kv_cache_bytes,
             trusted_keys=spec.trusted_keys,
             allow_unsigned=spec.allow_unsigned,
+            prefix_caching=spec.prefix_caching,
         )
         log.info(
             "%s: loaded %s in %.2f s (verification %.3f s)",

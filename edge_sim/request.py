@@ -77,6 +77,7 @@ class GenerateResult(msgspec.Struct, kw_only=True):
     model: str
     formats: Formats
     timing: LatencyAccount | None = None  # set by the edge (network parts need the ingress)
+    cached_tokens: int = 0  # prompt tokens the PoP's prefix cache held (not run again)
 
     @property
     def total_tokens(self) -> int:
@@ -102,6 +103,7 @@ def finish_result(
         pop=pop,
         model=model,
         formats=formats,
+        cached_tokens=m.cached_tokens,
     )
 
 

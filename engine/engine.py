@@ -22,6 +22,7 @@ from engine.errors import InvalidRequestError, RequestTooLargeError
 from engine.fair_queue import TenantShare
 from engine.kv_cache import BLOCK_SIZE, PagedKVCache
 from engine.policy import SchedulerConfig, SchedulingPolicy
+from engine.prefix_hash import new_salt_key, tenant_salt
 from engine.sampling import Sampler, SamplingError, SamplingParams
 from engine.sequence import SeqEvent, SeqStatus, Sequence
 from engine.tokenizer import IncrementalDetokenizer, TextTokenizer
@@ -56,6 +57,8 @@ class EngineStats(msgspec.Struct):
     generated_tokens: int
     seat_limit: int = 0  # running sequences at most (the policy's sequence cap)
     last_step_ms: float = 0.0  # the latest step's duration (0 before any)
+    prefix_cache_queries: int = 0  # tokens of admitted sequences looked up in the prefix cache
+    prefix_cache_hits: int = 0  # of those, tokens found there (not run again)
 
 
 class LLMEngine:
@@ -68,6 +71,7 @@ class LLMEngine:
         context_window: int,
         vocab_size: int,
         scheduler: SchedulerConfig | None = None,
+        prefix_caching: bool = True,
     ):
         self.model = model
         self.cache = cache
@@ -82,6 +86,11 @@ class LLMEngine:
         self.steps: deque[StepStats] = deque(maxlen=1024)
         self.total_prompt_tokens = 0
         self.total_generated_tokens = 0
+        # the prefix cache: salts are keyed by a secret of this process (engine.prefix_hash)
+        self.prefix_caching = prefix_caching
+        self._salt_key = new_salt_key()
+        self.prefix_cache_queries = 0
+        self.prefix_cache_hits = 0
 
     # --- requests -------------------------------------------------------------------------------
 
@@ -135,6 +144,8 @@ class LLMEngine:
         )
         if arrival is not None:
             seq.arrival = min(seq.arrival, arrival)
+        if self.prefix_caching:  # the tenant is the authenticated account's, never the client's word
+            self.cache.pool.track(seq.kv, seq.tokens, tenant_salt(self._salt_key, tenant))
         self._seqs[request_id] = seq
         self.scheduler.add(seq)
         return request_id
@@ -162,6 +173,9 @@ class LLMEngine:
             return []
         plan = policy_plan.entries()  # decoders first, their num_computed up to date
         chunk_past = [seq.num_computed for seq, _ in policy_plan.chunks]
+        for seq, _ in policy_plan.chunks:
+            if seq.admissions == seq.preemptions:  # admitted this step: it starts after its cached prefix
+                self._admitted(seq)
         ids: list[int] = []
         positions: list[int] = []
         slices: list[SeqSlice] = []
@@ -186,9 +200,11 @@ class LLMEngine:
         logits = self.model.logits(hidden[[sl.stop - 1 for _, sl in samplers]]) if samplers else None
         events: list[SeqEvent] = []
         self.scheduler.completed(policy_plan)
+        pool = self.cache.pool
         for seq, _ in plan:
             seq.num_computed = self.scheduler.computed(seq)
             seq.kv.length = seq.num_computed
+            pool.commit(seq.kv, seq.num_computed)  # its full computed blocks enter the prefix cache
         if samplers:
             finite = torch.isfinite(logits.sum(dim=-1)).tolist()  # any nan/inf in a row poisons its sum
             best = logits.argmax(dim=-1).tolist()  # one reduction for every greedy sequence
@@ -214,6 +230,14 @@ class LLMEngine:
         )
         self.total_prompt_tokens += prefill
         return events
+
+    def _admitted(self, seq: Sequence) -> None:
+        seq.admissions += 1
+        if self.prefix_caching:
+            self.prefix_cache_queries += len(seq.tokens)
+            self.prefix_cache_hits += seq.num_computed
+        if seq.admissions == 1:
+            seq.cached_tokens = seq.num_computed
 
     def _sample(self, seq: Sequence, logits: torch.Tensor, row: int, finite: bool, best: int) -> SeqEvent:
         if not finite:
@@ -261,6 +285,8 @@ class LLMEngine:
             generated_tokens=self.total_generated_tokens,
             seat_limit=sched.config.seat_limit,
             last_step_ms=self.steps[-1].duration_ms if self.steps else 0.0,
+            prefix_cache_queries=self.prefix_cache_queries,
+            prefix_cache_hits=self.prefix_cache_hits,
         )
 
     def recent_steps(self, n: int) -> list[StepStats]:

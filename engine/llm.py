@@ -78,6 +78,7 @@ class LLM:
         trusted_keys: list[str | Path] | None = None,
         allow_unsigned: bool = False,
         fair_share: bool | None = None,
+        prefix_caching: bool = True,
     ):
         """`weights`: 'auto' (as stored), 'bf16', 'fp8', 'int8' or 'int4'; a compressed format
         applies to `weight_parts` (default: routed and shared experts). `kv_cache_dtype`: 'auto'
@@ -86,7 +87,10 @@ class LLM:
         The model's signed manifest is verified while its files are read, against `trusted_keys`
         (default: $EDGE_TRUSTED_KEYS, else the project's models/keys/*.pub); an unsigned model
         loads only with `allow_unsigned=True`, with a warning. `fair_share`: tenants share the
-        engine by virtual token counters (default: $EDGE_SCHEDULING, else fair)."""
+        engine by virtual token counters (default: $EDGE_SCHEDULING, else fair).
+
+        `prefix_caching`: full KV blocks of a tenant's earlier requests are reused by its later ones
+        that start with the same tokens (salted per tenant; see engine.prefix_hash)."""
         self.path = Path(model)
         if not self.path.is_dir():
             raise ModelLoadError(f"{self.path}: not a model directory (expected config.json and safetensors)")
@@ -145,6 +149,7 @@ class LLM:
                 max_num_seqs=max_num_seqs,
                 fair_share=scheduling_fair_share() if fair_share is None else fair_share,
             ),
+            prefix_caching=prefix_caching,
         )
 
     @property

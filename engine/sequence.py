@@ -22,6 +22,7 @@ class RequestMetrics(msgspec.Struct):
     tpot_ms: float  # mean time per output token after the first
     finish_reason: str | None
     preemptions: int
+    cached_tokens: int = 0  # prompt tokens found in the prefix cache at admission (not run again)
 
 
 class SeqEvent(msgspec.Struct):
@@ -50,6 +51,7 @@ class Sequence:
         self.request_id = request_id
         self.prompt_ids = list(prompt_ids)
         self.output_ids: list[int] = []
+        self.token_ids = list(prompt_ids)  # prompt then output, one growing list (the prefix cache hashes it)
         self.params = params
         self.sampler = sampler
         self.kv = kv
@@ -59,6 +61,8 @@ class Sequence:
         self.status = SeqStatus.WAITING
         self.num_computed = 0  # tokens whose KV is in the cache
         self.preemptions = 0
+        self.admissions = 0  # times the policy admitted it (one more than its preemptions once running)
+        self.cached_tokens = 0  # what the prefix cache held of it at its first admission
         self.order = 0  # arrival order at the scheduling policy (set when it is added)
         self.finish_reason: str | None = None
         self.error: str | None = None
@@ -73,7 +77,8 @@ class Sequence:
 
     @property
     def tokens(self) -> list[int]:
-        return self.prompt_ids + self.output_ids
+        """Prompt then output: the live list (read it, do not change it)."""
+        return self.token_ids
 
     @property
     def remaining(self) -> int:
@@ -86,6 +91,7 @@ class Sequence:
         if self.first_token is None:
             self.first_token = now
         self.output_ids.append(token)
+        self.token_ids.append(token)
         self.sampler.observe(token)
         if token in self.eos_ids:
             self.finish("stop")
@@ -131,6 +137,7 @@ class Sequence:
             tpot_ms=(end - first) * 1000 / (n - 1) if n > 1 else 0.0,
             finish_reason=self.finish_reason,
             preemptions=self.preemptions,
+            cached_tokens=self.cached_tokens,
         )
 
 

@@ -20,11 +20,14 @@ Schema = Literal["text-generation", "chat-completions"]
 Items = AsyncIterator[str | GenerateResult]  # text deltas, then the result; failures raise AIError
 
 
-def usage(result: GenerateResult) -> dict[str, int]:
+def usage(result: GenerateResult) -> dict[str, Any]:
+    """Token counts as OpenAI gives them (Workers AI's usage is the same object): the prompt tokens
+    served from the prefix cache under `prompt_tokens_details.cached_tokens`."""
     return {
         "prompt_tokens": result.prompt_tokens,
         "completion_tokens": result.completion_tokens,
         "total_tokens": result.total_tokens,
+        "prompt_tokens_details": {"cached_tokens": result.cached_tokens},
     }
 
 

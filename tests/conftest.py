@@ -15,13 +15,23 @@ REPO = Path(__file__).resolve().parent.parent
 SHIPPED_KIMI = REPO / "models" / "kimi-k2-mini"
 
 
+def _tiny_kimi(tmp_path_factory, name: str, **overrides) -> Path:
+    from tests.hf_reference import tiny_deepseek_v3
+
+    out = tmp_path_factory.mktemp(name)
+    tiny_deepseek_v3(out, seed=0, vocab_size=4096, eos_token_id=5, **overrides)
+    for file in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(SHIPPED_KIMI / file, out / file)
+    return out
+
+
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory) -> Path:
     """A tiny random DeepSeek-V3 checkpoint written by transformers, with the shipped tokenizer."""
-    from tests.hf_reference import tiny_deepseek_v3
+    return _tiny_kimi(tmp_path_factory, "tiny-kimi")
 
-    out = tmp_path_factory.mktemp("tiny-kimi")
-    tiny_deepseek_v3(out, seed=0, vocab_size=4096, eos_token_id=5)
-    for name in ("tokenizer.json", "tokenizer_config.json"):
-        shutil.copy(SHIPPED_KIMI / name, out / name)
-    return out
+
+@pytest.fixture(scope="session")
+def tiny_long_model_dir(tmp_path_factory) -> Path:
+    """The same with a 2,048-token window, for prompts past 512 tokens (the prefix cache's tests)."""
+    return _tiny_kimi(tmp_path_factory, "tiny-kimi-long", max_position_embeddings=2048)

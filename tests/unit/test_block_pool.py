@@ -23,7 +23,7 @@ def test_allocate_share_free_count_references():
         pool.share(a)
 
 
-def test_a_hash_is_forgotten_when_its_block_is_freed():
+def test_a_hash_outlives_its_last_reference_until_the_block_is_evicted():
     pool = BlockPool(4, max_seqs=2)
     a = pool.allocate()
     pool.set_hash(a, 1234)
@@ -32,11 +32,17 @@ def test_a_hash_is_forgotten_when_its_block_is_freed():
     pool.free(a)
     assert pool.lookup(1234) == a  # one reference left: the contents are still there
     pool.free(a)
-    assert pool.lookup(1234) is None
-    b = pool.allocate()  # the same block, reused: it carries no stale hash
-    assert b == a and pool.lookup(1234) is None
+    # no reference: free (counted so) but its contents kept, for a later prefix-cache hit
+    assert pool.lookup(1234) == a and pool.free_blocks == 4 and pool.used_blocks == 0
+    assert pool.evictable() == [a]
+    others = [pool.allocate() for _ in range(3)]  # never-hashed blocks are taken first
+    assert a not in others and pool.lookup(1234) == a
+    assert pool.allocate() == a and pool.lookup(1234) is None  # then it is evicted: no stale hash
+    assert pool.evictable() == []
+    for b in [*others, a]:
+        pool.free(b)
     with pytest.raises(ValueError, match="is free"):
-        pool.set_hash(pool.num_blocks - 1, 5)
+        pool.set_hash(a, 5)
 
 
 def test_a_hash_names_one_block_and_a_block_one_hash():
@@ -106,12 +112,14 @@ def test_random_grow_share_release_never_leaks(seed):
         assert len(slots) == len(set(slots)) <= max_seqs
         assert pool.free_blocks == num_blocks - len(set(held)) - staging * len(slots)
         assert pool.free_blocks >= 0
-        for digest in range(6):
+        for digest in range(6):  # a hash names a block in use, or one kept free for a hit
             block = pool.lookup(digest)
-            assert block is None or pool.ref_count(block) > 0
+            assert block is None or pool.ref_count(block) > 0 or block in pool.evictable()
+        assert all(pool.ref_count(b) == 0 and pool.hash_of(b) is not None for b in pool.evictable())
     for seq in live:
         pool.release(seq)
     for block in shared:
         pool.free(block)
     assert pool.used_blocks == 0 and pool.free_blocks == num_blocks
-    assert all(pool.lookup(d) is None for d in range(6))
+    cached = {pool.lookup(d) for d in range(6)} - {None}
+    assert cached == set(pool.evictable())  # every hashed block is free and kept, none lost

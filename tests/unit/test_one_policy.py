@@ -102,7 +102,10 @@ def test_engine_and_simulator_admit_preempt_and_finish_alike(tiny_model_dir, blo
     llm = LLM(
         tiny_model_dir, device="cpu", allow_unsigned=True, kv_cache_bytes=30 * block_bytes,
         max_num_batched_tokens=64, max_num_seqs=6,
+        prefix_caching=False,
     )  # fmt: skip
+    # prefix caching off: the simulator's BlockCounts models no prefix cache yet, and a preempted
+    # sequence would hit its own cached blocks in the engine alone
     engine = llm.engine
 
     sim_decisions: list[tuple[str, int]] = []
