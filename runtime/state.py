@@ -1,5 +1,6 @@
-"""The runtime's durable state in SQLite: accounts and API tokens (stored hashed), workers, their
-versions and deployments, and secrets (encrypted). Survives restarts; isolates never see this file.
+"""The runtime's durable state in SQLite: accounts (their settings: runtime.accounts) and API
+tokens (stored hashed), workers, their versions and deployments, and secrets (encrypted).
+Survives restarts; isolates never see this file.
 
 Secrets at rest: AES-256-GCM under a key in `secrets.key` beside the database (32 random bytes,
 mode 600, made on first use). Each value is stored as a BLOB `nonce (12 bytes) || ciphertext+tag`
@@ -30,6 +31,10 @@ from typing import Any
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
+from runtime.accounts import migrate as migrate_accounts
+
+# The accounts' settings columns (rpm, tpm, weight, kv_share) are added by runtime.accounts.migrate,
+# to new databases and to ones an older runtime made alike.
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS accounts (id TEXT PRIMARY KEY, created REAL NOT NULL);
 CREATE TABLE IF NOT EXISTS tokens (
@@ -120,6 +125,7 @@ class State:
                 private_file(p)
         self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
         self._db.executescript("PRAGMA journal_mode=WAL; PRAGMA secure_delete=ON;" + SCHEMA)
+        migrate_accounts(self._db)  # the accounts' settings (runtime.accounts), for older databases too
         self._lock = threading.Lock()
         self._key_path = self.path.parent / KEY_FILE
         self._aead: AESGCM | None = None
@@ -129,9 +135,12 @@ class State:
         with self._lock:
             self._db.close()
 
-    def _q(self, sql: str, args: tuple = ()) -> list[tuple]:
+    def query(self, sql: str, args: tuple = ()) -> list[tuple]:
+        """One statement, its rows (runtime.accounts keeps its tables' SQL beside its logic)."""
         with self._lock:
             return self._db.execute(sql, args).fetchall()
+
+    _q = query
 
     # --- accounts and tokens --------------------------------------------------------------------------
 
