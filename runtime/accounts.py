@@ -6,36 +6,38 @@ text generation), `tpm` (prompt + completion tokens per minute per model; None =
 `weight` (its fair share of a PoP, > 0) and `kv_share` (the fraction of a PoP's KV blocks it may
 hold, in (0, 1]). runtime.rate_limit enforces rpm and tpm; the engine's scheduler reads the rest.
 
-The settings are columns of the `accounts` table, added by `migrate` when a database made by an
-older runtime (accounts with only an id and a time) is opened; its accounts get the defaults.
+The settings are columns of the `accounts` table (runtime.state adds them to a database made by an
+older runtime when it is opened; its accounts get the defaults).
 """
 
 from __future__ import annotations
 
 import math
 import re
-import sqlite3
 import time
 from dataclasses import asdict, dataclass, fields, replace
 from typing import TYPE_CHECKING, Any
 
-from runtime.rate_limit import Limits
+from runtime.rate_limit import DEFAULT_RPM, Limits
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the config reads the checks here without loading the state's SQLite and crypto
     from runtime.state import State
 
-DEFAULT_RPM = 300  # Workers AI: 300 text-generation requests per minute (per model)
+__all__ = [
+    "DEFAULT_RPM",
+    "Account",
+    "AccountError",
+    "AccountExists",
+    "AccountSettings",
+    "Accounts",
+    "UnknownAccount",
+    "check_name",
+    "check_token_name",
+]
+
 MAX_PER_MINUTE = 10**9  # a bound that keeps the numbers sane, far above any real use
 NAME = re.compile(r"[a-z0-9_-]{1,63}")
 TOKEN_NAME = re.compile(r"[A-Za-z0-9 ._-]{1,63}")
-
-# The columns the settings add to `accounts`, in the order migrate adds them.
-COLUMNS = (
-    ("rpm", f"INTEGER NOT NULL DEFAULT {DEFAULT_RPM}"),
-    ("tpm", "INTEGER"),  # NULL: unlimited
-    ("weight", "REAL NOT NULL DEFAULT 1.0"),
-    ("kv_share", "REAL NOT NULL DEFAULT 1.0"),
-)
 
 
 class AccountError(ValueError):
@@ -48,14 +50,6 @@ class AccountExists(AccountError):
 
 class UnknownAccount(LookupError):
     pass
-
-
-def migrate(db: sqlite3.Connection) -> None:
-    """Add the settings' columns a database made by an older runtime lacks (idempotent)."""
-    have = {row[1] for row in db.execute("PRAGMA table_info(accounts)")}
-    for column, declaration in COLUMNS:
-        if column not in have:
-            db.execute(f"ALTER TABLE accounts ADD COLUMN {column} {declaration}")
 
 
 def check_name(name: str) -> str:

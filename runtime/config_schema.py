@@ -10,7 +10,7 @@ from typing import Literal
 import msgspec
 
 from runtime import limits as worker_limits
-from runtime.accounts import DEFAULT_RPM
+from runtime.rate_limit import DEFAULT_RPM
 
 DEFAULT_POPS = ["ICN", "FRA", "IAD"]
 MODELS_DIR_ENV = "EDGE_MODELS_DIR"

@@ -20,6 +20,7 @@ from typing import Literal
 from workers import AIError
 
 WINDOW_S = 60.0
+DEFAULT_RPM = 300  # Workers AI: 300 text-generation requests per minute (per model), an account's default
 ACCOUNT_LIMITED = 3036  # Workers AI's "Account limited"
 
 Limit = Literal["rpm", "tpm"]

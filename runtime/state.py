@@ -31,10 +31,8 @@ from typing import Any
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-from runtime.accounts import migrate as migrate_accounts
+from runtime.rate_limit import DEFAULT_RPM
 
-# The accounts' settings columns (rpm, tpm, weight, kv_share) are added by runtime.accounts.migrate,
-# to new databases and to ones an older runtime made alike.
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS accounts (id TEXT PRIMARY KEY, created REAL NOT NULL);
 CREATE TABLE IF NOT EXISTS tokens (
@@ -50,6 +48,23 @@ CREATE TABLE IF NOT EXISTS secrets (
     account_id TEXT NOT NULL, worker TEXT NOT NULL, name TEXT NOT NULL, value TEXT NOT NULL,
     PRIMARY KEY (account_id, worker, name));
 """
+
+# The accounts' settings (runtime.accounts), columns added by migrate_accounts to new databases and
+# to ones an older runtime made alike, in this order.
+ACCOUNT_COLUMNS = (
+    ("rpm", f"INTEGER NOT NULL DEFAULT {DEFAULT_RPM}"),
+    ("tpm", "INTEGER"),  # NULL: unlimited
+    ("weight", "REAL NOT NULL DEFAULT 1.0"),
+    ("kv_share", "REAL NOT NULL DEFAULT 1.0"),
+)
+
+
+def migrate_accounts(db: sqlite3.Connection) -> None:
+    """Add the settings' columns a database made by an older runtime lacks (idempotent)."""
+    have = {row[1] for row in db.execute("PRAGMA table_info(accounts)")}
+    for column, declaration in ACCOUNT_COLUMNS:
+        if column not in have:
+            db.execute(f"ALTER TABLE accounts ADD COLUMN {column} {declaration}")
 
 
 KEY_FILE = "secrets.key"
@@ -125,7 +140,7 @@ class State:
                 private_file(p)
         self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
         self._db.executescript("PRAGMA journal_mode=WAL; PRAGMA secure_delete=ON;" + SCHEMA)
-        migrate_accounts(self._db)  # the accounts' settings (runtime.accounts), for older databases too
+        migrate_accounts(self._db)
         self._lock = threading.Lock()
         self._key_path = self.path.parent / KEY_FILE
         self._aead: AESGCM | None = None
