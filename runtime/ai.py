@@ -3,7 +3,8 @@ request (edge_sim.request.GenerateRequest), routes it through the edge and hands
 to runtime.ai_shapes, the only place that shapes it as Workers AI or OpenAI JSON.
 
 Error codes are Workers AI's: 5007 no such model, 5004 invalid input, 3006 request too large,
-3040 out of capacity, 3007 timeout.
+3040 out of capacity, 3007 timeout, 3036 account limited (runtime.rate_limit: the account's
+requests or tokens per minute for the model, checked before any work is queued).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from edge_sim.request import GenerateRequest, GenerateResult
 from edge_sim.topology import PoP
 from engine import InvalidRequestError, SamplingParams
 from runtime.ai_shapes import Schema, shape_result, workers_ai_events
+from runtime.rate_limit import AccountRateLimits
 from runtime.validation import describe
 from workers import AIError
 
@@ -93,17 +95,20 @@ def _decode_inputs(inputs: Any) -> TextGenerationInputs:
 
 class AIService:
     """`aliases` maps another provider's model name to (the catalog name that serves it, the
-    schema its answers take, None for the serving model's own)."""
+    schema its answers take, None for the serving model's own). `rate_limits`: the accounts'
+    limits per model (None: none; the runtime always gives them)."""
 
     def __init__(
         self,
         edge: Edge,
         schemas: dict[str, Schema] | None = None,
         aliases: dict[str, tuple[str, Schema | None]] | None = None,
+        rate_limits: AccountRateLimits | None = None,
     ):
         self.edge = edge
         self.schemas = schemas or {}
         self.aliases = aliases or {}
+        self.rate_limits = rate_limits
 
     def resolve(self, model: str) -> str:
         """The catalog name that serves calls to `model` (itself, unless it is an alias)."""
@@ -134,6 +139,8 @@ class AIService:
                 raise AIError(3040, f"no PoP serving {name} is up: this edge has no GPU PoP ([edge] pops)")
             known = ", ".join(self.names()) or "none"
             raise AIError(5007, f"no such model {name}; available: {known}")
+        if self.rate_limits is not None:  # before the inputs are even read: a limited call costs nothing
+            self.rate_limits.check(account, model, asked)
         parsed = _decode_inputs(inputs)
         params = parsed.sampling_params()
         try:
@@ -161,9 +168,11 @@ class AIService:
     async def generate(self, req: GenerateRequest, *, ingress: PoP, client_rtt_ms: float) -> GenerateResult:
         """The whole answer to a prepared request, its timing set; errors raise AIError."""
         try:
-            return await self.edge.run(req, ingress, client_rtt_ms)
+            result = await self.edge.run(req, ingress, client_rtt_ms)
         except EdgeError as exc:
             raise _ai_error(exc) from None
+        self._used(req, result)
+        return result
 
     async def stream(
         self, req: GenerateRequest, *, ingress: PoP, client_rtt_ms: float
@@ -171,9 +180,16 @@ class AIService:
         """Text deltas, then the whole result; errors raise AIError (a prepared request)."""
         try:
             async for item in self.edge.stream(req, ingress, client_rtt_ms):
+                if isinstance(item, GenerateResult):
+                    self._used(req, item)
                 yield item
         except EdgeError as exc:
             raise _ai_error(exc) from None
+
+    def _used(self, req: GenerateRequest, result: GenerateResult) -> None:
+        """The result's tokens, counted against its account's tokens per minute."""
+        if self.rate_limits is not None:
+            self.rate_limits.used(req.tenant, req.model, result.total_tokens)
 
 
 async def workers_ai_sse(

@@ -26,6 +26,7 @@ from edge_sim.request import GenerateRequest, GenerateResult
 from edge_sim.topology import PoP
 from runtime.ai import workers_ai_sse
 from runtime.ai_shapes import openai_events, shape_result, text_completion
+from runtime.rate_limit import AccountLimited
 from runtime.validation import describe
 from workers import AIError
 
@@ -39,7 +40,7 @@ log = logging.getLogger("edge.api")
 
 PREFIX = "/client/v4/accounts/{account}"
 AUTH_ERROR = 10000  # Cloudflare's "Authentication error"
-HTTP_STATUS = {5007: 400, 5004: 400, 3006: 413, 3040: 429, 3007: 504, AUTH_ERROR: 401}
+HTTP_STATUS = {5007: 400, 5004: 400, 3006: 413, 3040: 429, 3036: 429, 3007: 504, AUTH_ERROR: 401}
 
 
 SEARCH_PER_PAGE, SEARCH_MAX_PER_PAGE = 20, 1000  # a v4 paginated list's default page size
@@ -71,6 +72,27 @@ def envelope(result: Any = None, errors: list[dict] | None = None, status: int =
 
 def cf_error(code: int, message: str, status: int | None = None) -> JSONResponse:
     return envelope(None, [{"code": code, "message": message}], status or HTTP_STATUS.get(code, 400))
+
+
+def ai_error(exc: AIError) -> JSONResponse:
+    """A failed AI call in the Workers AI envelope; a rate-limited one with its Retry-After."""
+    return _retry_after(cf_error(exc.code, exc.detail), exc)
+
+
+def openai_ai_error(exc: AIError, status: int) -> JSONResponse:
+    """A failed AI call in OpenAI's shape: a rate-limited one as OpenAI answers it (429, type
+    "requests" or "tokens", code "rate_limit_exceeded", Retry-After), others with their code."""
+    if isinstance(exc, AccountLimited):
+        kind = "requests" if exc.refusal.limit == "rpm" else "tokens"
+        body = {"message": exc.detail, "type": kind, "param": None, "code": "rate_limit_exceeded"}
+        return _retry_after(JSONResponse({"error": body}, status_code=429), exc)
+    return openai_error(HTTP_STATUS.get(exc.code, status), exc.detail, exc.code)
+
+
+def _retry_after(response: JSONResponse, exc: AIError) -> JSONResponse:
+    if isinstance(exc, AccountLimited):
+        response.headers["retry-after"] = str(exc.retry_after)
+    return response
 
 
 class AuthError(Exception):
@@ -202,7 +224,7 @@ class AIApi:
                 model, inputs, ingress=ingress, client_rtt_ms=rtt, account=account
             )
         except AIError as exc:
-            return cf_error(exc.code, exc.detail)
+            return ai_error(exc)
         self.runtime.metrics.ai_tokens(model, result["usage"])
         response = envelope(result)
         response.headers["server-timing"] = latency.server_timing()
@@ -289,7 +311,7 @@ class AIApi:
             ingress, rtt = self._where(request)
             req, _ = self.runtime.ai.prepare(body.model, self._inputs(body, chat), account)
         except AIError as exc:
-            return openai_error(HTTP_STATUS.get(exc.code, 400), exc.detail, exc.code)
+            return openai_ai_error(exc, 400)
         if body.stream:
             return StreamingResponse(
                 self._openai_stream(req, body.model, chat, ingress, rtt), media_type="text/event-stream"
@@ -297,7 +319,7 @@ class AIApi:
         try:
             result = await self.runtime.ai.generate(req, ingress=ingress, client_rtt_ms=rtt)
         except AIError as exc:
-            return openai_error(HTTP_STATUS.get(exc.code, 500), exc.detail, exc.code)
+            return openai_ai_error(exc, 500)
         except Exception as exc:  # an engine bug must not take the API down with it
             log.exception("OpenAI-compatible call failed")
             return openai_error(HTTP_STATUS[3007], str(exc), 3007)

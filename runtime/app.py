@@ -4,10 +4,11 @@ Per request: locate the client (runtime.addressing), land it on its nearest PoP 
 pick the worker (a deployed worker by host or x-edge-worker, else the one `edge dev` serves) and
 its version (runtime.registry), invoke it (runtime.worker_host), and answer with cf-ray and
 Server-Timing headers that carry the latency account of the AI calls it made (runtime.front).
-The runtime's own endpoints live under /cdn-cgi/ (runtime.edge_endpoints) and /client/v4/
-(runtime.api, runtime.control), so a worker keeps every other path: the runtime answers every
-path under those two itself (404 or 405 where nothing serves it; runtime.http_app), so none ever
-reaches a worker. The control endpoints that change or reveal state need the admin token.
+The runtime's own endpoints live under /cdn-cgi/ (runtime.edge_endpoints; accounts in
+runtime.account_endpoints) and /client/v4/ (runtime.api, runtime.control), so a worker keeps every
+other path: the runtime answers every path under those two itself (404 or 405 where nothing
+serves it; runtime.http_app), so none ever reaches a worker. The control endpoints that change or
+reveal state need the admin token.
 
 Runtime builds the parts, starts and stops the background work (PoP health checks, the source
 watcher, cron triggers, queue consumers) and holds nothing a part reaches back for.
@@ -26,13 +27,15 @@ from starlette.requests import Request
 
 from edge_sim.edge import Edge
 from edge_sim.remote import health_checks
+from runtime.account_endpoints import AccountEndpoints
+from runtime.accounts import Accounts
 from runtime.addressing import Locator, refuse_worker_host
 from runtime.ai import AIService
 from runtime.api import AIApi
 from runtime.assets import AssetServer
 from runtime.bindings import BindingStores
 from runtime.catalog import CatalogEntry, alias_map, catalog_view
-from runtime.config import WorkerConfig
+from runtime.config import WorkerConfig, account_settings
 from runtime.control import ControlApi
 from runtime.cron import CronError, CronExpression, run_schedule
 from runtime.edge_endpoints import EdgeEndpoints
@@ -42,6 +45,7 @@ from runtime.http_app import assemble
 from runtime.metrics import Metrics
 from runtime.objects import DurableObjects
 from runtime.queue_consumers import ConsumerError, ConsumerSettings, consume
+from runtime.rate_limit import AccountRateLimits
 from runtime.registry import WorkerRegistry
 from runtime.service_binding import ServiceBindings
 from runtime.source_watch import watch_source
@@ -85,13 +89,20 @@ class Runtime:
     ):
         self.config, self.edge, self.watch = config, edge, watch
         self.state = state or State(config.state_dir / "state.db")
+        self.accounts = Accounts(self.state)
+        for name in config.edge.accounts:  # [edge.accounts.NAME]: the config wins over the stored
+            self.accounts.put(name, account_settings(config, name))
         self.catalog = catalog or {}
+        self.metrics = Metrics()
+        self.rate_limits = AccountRateLimits(
+            lambda account: self.accounts.settings(account).limits(), on_refused=self.metrics.ai_rate_limited
+        )
         self.ai = AIService(
             edge,
             {name: e.schema for name, (e, _) in self.catalog.items()},
             {alias: (target, a.schema) for alias, (target, a) in alias_map(self.catalog).items()},
+            self.rate_limits,
         )
-        self.metrics = Metrics()
         self.tail = TailHub()
         self.bindings = BindingStores(config.state_dir)  # KV, D1, R2 of every account, under .edge/
         self.default_location = edge.locate(config.edge.client_location)
@@ -145,6 +156,7 @@ class Runtime:
             self.run_scheduled,
             admin_token,
         )
+        self.account_endpoints = AccountEndpoints(self.accounts, self.endpoints.admin_body)
         self.api = AIApi(ApiServices(self.state, self.ai, self.metrics, self.locator, self.catalog, edge))
         self.control = ControlApi(self.state, config.state_dir, self.tail, self.workers.restart_worker)
         self._tasks: list[asyncio.Task] = []
@@ -220,5 +232,10 @@ class Runtime:
 
 
 def create_app(runtime: Runtime) -> Starlette:
-    served = [*runtime.endpoints.routes(), *runtime.api.routes(), *runtime.control.routes()]
+    served = [
+        *runtime.endpoints.routes(),
+        *runtime.account_endpoints.routes(),
+        *runtime.api.routes(),
+        *runtime.control.routes(),
+    ]
     return assemble(served, runtime.front.handle, runtime.start, runtime.stop)

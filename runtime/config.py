@@ -17,10 +17,12 @@ from typing import TYPE_CHECKING, Any, Literal
 import msgspec
 
 from runtime import limits as worker_limits
+from runtime.accounts import AccountError, AccountSettings, check_name
 from runtime.config_schema import (
     DEFAULT_POPS,
     INSTALLED_MODELS_DIR,
     MODELS_DIR_ENV,
+    AccountConfig,
     AIConfig,
     AssetsConfig,
     ConfigError,
@@ -55,6 +57,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("edge.config")
 
 __all__ = [  # the schema (runtime.config_schema) and JSONC reading (runtime.jsonc) included
+    "AccountConfig",
     "AIConfig",
     "AssetsConfig",
     "CONFIG_NAMES",
@@ -83,6 +86,7 @@ __all__ = [  # the schema (runtime.config_schema) and JSONC reading (runtime.jso
     "TransferredClassConfig",
     "TriggersConfig",
     "WorkerConfig",
+    "account_settings",
     "check_against_topology",
     "find_config",
     "load_config",
@@ -130,6 +134,10 @@ def _unknown_keys(data: Any, struct: type, path: str = "") -> list[str]:
             continue
         sub, in_list = _struct_in(field.type)
         if sub is None:
+            continue
+        if getattr(field.type, "__origin__", None) is dict and isinstance(value, dict):  # tables by name
+            for name, item in value.items():
+                found += _unknown_keys(item, sub, f"{where}.{name}.")
             continue
         if in_list and isinstance(value, list):
             for i, item in enumerate(value):
@@ -210,6 +218,7 @@ def parse_config(
             data = tomllib.loads(text)
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"{source}: invalid TOML: {exc}") from None
+    _check_account_tables(data, source)
     for key in _unknown_keys(data, WorkerConfig):
         log.warning("%s: unknown key %r is ignored", source, key)
     data.pop("base_dir", None)
@@ -245,9 +254,41 @@ def parse_config(
             parse_host_port(entry)
         except ValueError as exc:
             raise ConfigError(f"{source}: edge.fetch_allow.{i}: {exc}") from None
+    for name in config.edge.accounts:
+        try:
+            account_settings(config, name)
+        except AccountError as exc:
+            raise ConfigError(f"{source}: edge.accounts.{name}: {exc}") from None
     if base_dir is not None:
         config = msgspec.structs.replace(config, base_dir=str(base_dir))
     return config
+
+
+def _check_account_tables(data: dict[str, Any], source: str) -> None:
+    """[edge.accounts.NAME] tables: unknown keys refused (a misspelt limit must not go unnoticed)
+    and each table typed, the errors naming the account (msgspec's paths do not)."""
+    edge = data.get("edge")
+    tables = edge.get("accounts") if isinstance(edge, dict) else None
+    if not isinstance(tables, dict):
+        return  # absent, or the wrong type: the whole config's conversion says so
+    keys = ", ".join(AccountConfig.__struct_fields__)
+    for name, table in tables.items():
+        where = f"{source}: edge.accounts.{name}"
+        if not isinstance(table, dict):
+            raise ConfigError(f"{where}: expected a table of {keys}")
+        unknown = sorted(set(table) - set(AccountConfig.__struct_fields__))
+        if unknown:
+            raise ConfigError(f"{where}: unknown key {', '.join(map(repr, unknown))}; the keys are {keys}")
+        try:
+            msgspec.convert(table, AccountConfig, strict=True)
+        except msgspec.ValidationError as exc:
+            raise ConfigError(f"{where}.{describe(exc)}") from None
+
+
+def account_settings(config: WorkerConfig, name: str) -> AccountSettings:
+    """[edge.accounts.NAME] as checked settings; AccountError says what to change."""
+    check_name(name)
+    return AccountSettings(**msgspec.structs.asdict(config.edge.accounts[name])).checked()
 
 
 def find_config(folder: Path | None = None) -> Path | None:

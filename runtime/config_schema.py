@@ -10,6 +10,7 @@ from typing import Literal
 import msgspec
 
 from runtime import limits as worker_limits
+from runtime.rate_limit import DEFAULT_RPM
 
 DEFAULT_POPS = ["ICN", "FRA", "IAD"]
 MODELS_DIR_ENV = "EDGE_MODELS_DIR"
@@ -35,6 +36,16 @@ class NetworkConfig(msgspec.Struct):
     seed: int = 0
 
 
+class AccountConfig(msgspec.Struct, forbid_unknown_fields=True):
+    """[edge.accounts.NAME]: an account's settings (runtime.accounts), applied to the state at
+    start; a key left out takes its default."""
+
+    rpm: int = DEFAULT_RPM  # requests per minute per model
+    tpm: int | None = None  # tokens per minute per model (prompt + completion); unset: unlimited
+    weight: float = 1.0  # fair-share weight
+    kv_share: float = 1.0  # fraction of a PoP's KV blocks the account may hold
+
+
 class EdgeConfig(msgspec.Struct):
     client_location: str = "Seoul"
     # GPU PoPs that run an in-process engine in this session (IATA codes of the topology); unset =
@@ -51,6 +62,8 @@ class EdgeConfig(msgspec.Struct):
     # only this file sets it. The runtime's own port and PoP node URLs stay refused.
     fetch_allow: list[str] = msgspec.field(default_factory=list)
     network: NetworkConfig = msgspec.field(default_factory=NetworkConfig)
+    # Accounts by name, each with its settings; the config wins over the stored ones at start.
+    accounts: dict[str, AccountConfig] = msgspec.field(default_factory=dict)
 
 
 class ModelsConfig(msgspec.Struct):

@@ -68,7 +68,7 @@ class EdgeEndpoints:
     def is_admin(self, request: Request) -> bool:
         return check_admin(request.headers.get("authorization"), self.admin_token) is None
 
-    async def _admin_body(self, request: Request) -> bytes | Response:
+    async def admin_body(self, request: Request) -> bytes | Response:
         """The body of a control request from the admin (at most CONTROL_BODY_BYTES, read in
         chunks), or the refusal to send: 401/403 without the admin token, 413 past the cap."""
         refused = check_admin(request.headers.get("authorization"), self.admin_token)
@@ -101,14 +101,14 @@ class EdgeEndpoints:
 
     async def pops(self, request: Request) -> Response:
         """Each GPU PoP: its engines' formats, KV occupancy, recent steps and expert load (admin)."""
-        if isinstance(body := await self._admin_body(request), Response):
+        if isinstance(body := await self.admin_body(request), Response):
             return body
         return JSONResponse({"pops": [msgspec.to_builtins(n.status()) for n in self.edge.nodes.values()]})
 
     async def reload_model(self, request: Request) -> Response:
         """Load a new version of a catalog model at every PoP; a PoP that refuses it (it fails
         verification, say) keeps serving the version it has and says why (admin)."""
-        if isinstance(body := await self._admin_body(request), Response):
+        if isinstance(body := await self.admin_body(request), Response):
             return body
         try:
             name = msgspec.json.decode(body, type=ReloadRequest).model
@@ -136,7 +136,7 @@ class EdgeEndpoints:
     async def pop_state(self, request: Request) -> Response:
         """POST /cdn-cgi/edge/pops/{code}/down|up: take a GPU PoP out (its queued requests are
         re-routed) or bring it back (admin)."""
-        if isinstance(body := await self._admin_body(request), Response):
+        if isinstance(body := await self.admin_body(request), Response):
             return body
         code, action = request.path_params["code"].upper(), request.path_params["action"]
         node = self.edge.nodes.get(code)

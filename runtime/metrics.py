@@ -1,7 +1,8 @@
-"""Prometheus metrics of the runtime: requests and outcomes per worker, latency, AI tokens per model.
+"""Prometheus metrics of the runtime: requests and outcomes per worker, latency, AI tokens per model,
+AI calls refused by rate limits.
 
-Two views: the open one (totals by outcome, latency, AI tokens per model: no worker or account
-names) and the admin's, which adds the per-worker series."""
+Two views: the open one (totals by outcome, latency, AI tokens and refusals per model: no worker or
+account names) and the admin's, which adds the per-worker and per-account series."""
 
 from __future__ import annotations
 
@@ -43,6 +44,18 @@ class Metrics:
             ["model", "kind"],
             registry=self.public,
         )
+        self.total_limited = Counter(
+            "edge_ai_rate_limited",
+            "AI calls refused by an account's rate limit (429, 3036), by model and limit (rpm or tpm)",
+            ["model", "limit"],
+            registry=self.public,
+        )
+        self.limited = Counter(
+            "edge_ai_account_rate_limited",
+            "AI calls refused by an account's rate limit, by account, model and limit",
+            ["account", "model", "limit"],
+            registry=self.registry,
+        )
 
     def request(self, worker: str, outcome: str, seconds: float) -> None:
         self.requests.labels(worker, outcome).inc()
@@ -53,6 +66,10 @@ class Metrics:
     def ai_tokens(self, model: str, usage: dict[str, int]) -> None:
         self.tokens.labels(model, "prompt").inc(usage.get("prompt_tokens", 0))
         self.tokens.labels(model, "completion").inc(usage.get("completion_tokens", 0))
+
+    def ai_rate_limited(self, account: str, model: str, limit: str) -> None:
+        self.limited.labels(account, model, limit).inc()
+        self.total_limited.labels(model, limit).inc()
 
     def render(self, detailed: bool = False) -> bytes:
         """The open view, or (detailed, for the admin) with the per-worker series too."""

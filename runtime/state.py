@@ -1,5 +1,6 @@
-"""The runtime's durable state in SQLite: accounts and API tokens (stored hashed), workers, their
-versions and deployments, and secrets (encrypted). Survives restarts; isolates never see this file.
+"""The runtime's durable state in SQLite: accounts (their settings: runtime.accounts) and API
+tokens (stored hashed), workers, their versions and deployments, and secrets (encrypted).
+Survives restarts; isolates never see this file.
 
 Secrets at rest: AES-256-GCM under a key in `secrets.key` beside the database (32 random bytes,
 mode 600, made on first use). Each value is stored as a BLOB `nonce (12 bytes) || ciphertext+tag`
@@ -30,6 +31,8 @@ from typing import Any
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
+from runtime.rate_limit import DEFAULT_RPM
+
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS accounts (id TEXT PRIMARY KEY, created REAL NOT NULL);
 CREATE TABLE IF NOT EXISTS tokens (
@@ -45,6 +48,23 @@ CREATE TABLE IF NOT EXISTS secrets (
     account_id TEXT NOT NULL, worker TEXT NOT NULL, name TEXT NOT NULL, value TEXT NOT NULL,
     PRIMARY KEY (account_id, worker, name));
 """
+
+# The accounts' settings (runtime.accounts), columns added by migrate_accounts to new databases and
+# to ones an older runtime made alike, in this order.
+ACCOUNT_COLUMNS = (
+    ("rpm", f"INTEGER NOT NULL DEFAULT {DEFAULT_RPM}"),
+    ("tpm", "INTEGER"),  # NULL: unlimited
+    ("weight", "REAL NOT NULL DEFAULT 1.0"),
+    ("kv_share", "REAL NOT NULL DEFAULT 1.0"),
+)
+
+
+def migrate_accounts(db: sqlite3.Connection) -> None:
+    """Add the settings' columns a database made by an older runtime lacks (idempotent)."""
+    have = {row[1] for row in db.execute("PRAGMA table_info(accounts)")}
+    for column, declaration in ACCOUNT_COLUMNS:
+        if column not in have:
+            db.execute(f"ALTER TABLE accounts ADD COLUMN {column} {declaration}")
 
 
 KEY_FILE = "secrets.key"
@@ -120,6 +140,7 @@ class State:
                 private_file(p)
         self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
         self._db.executescript("PRAGMA journal_mode=WAL; PRAGMA secure_delete=ON;" + SCHEMA)
+        migrate_accounts(self._db)
         self._lock = threading.Lock()
         self._key_path = self.path.parent / KEY_FILE
         self._aead: AESGCM | None = None
@@ -129,9 +150,12 @@ class State:
         with self._lock:
             self._db.close()
 
-    def _q(self, sql: str, args: tuple = ()) -> list[tuple]:
+    def query(self, sql: str, args: tuple = ()) -> list[tuple]:
+        """One statement, its rows (runtime.accounts keeps its tables' SQL beside its logic)."""
         with self._lock:
             return self._db.execute(sql, args).fetchall()
+
+    _q = query
 
     # --- accounts and tokens --------------------------------------------------------------------------
 

@@ -1,14 +1,16 @@
 """The `edge` command line: main assembles the parser from each area's commands.
 
 common: what every command shares; client: tokens and the HTTP client; control: the commands that
-talk to a running runtime; servers: edge dev and edge pop serve; models: the model tools; project:
-edge init and edge d1 execute. edge sim / edge plan are capacity/cli.py's."""
+talk to a running runtime; accounts: its accounts and their tokens (admin); servers: edge dev and
+edge pop serve; models: the model tools; project: edge init and edge d1 execute. edge sim /
+edge plan are capacity/cli.py's."""
 
 from __future__ import annotations
 
 import argparse
 
 from capacity import cli as capacity_cli
+from runtime.cli.accounts import add_account_parsers
 from runtime.cli.common import _show_defaults
 from runtime.cli.control import _pretty, add_client_parsers, add_reload_parser
 from runtime.cli.models import add_model_parsers
@@ -25,6 +27,7 @@ def main(argv: list[str] | None = None) -> int:
     add_init_parser(sub)
     add_pop_parser(sub)
     add_client_parsers(sub)
+    add_account_parsers(sub)
     models = sub.add_parser("models", help="inspect, compress and list models").add_subparsers(
         dest="models_command", required=True
     )

@@ -98,3 +98,29 @@ def test_pop_serve_names_an_unknown_model_instead_of_crashing(tmp_path, capsys):
     err = capsys.readouterr().err
     assert code == 2 and "edge.models: unknown model(s) @edge/nope" in err
     assert "@edge/moonshotai/kimi-k2-mini" in err  # says what the catalog has
+
+
+def test_edge_accounts_tables_are_typed_and_checked(caplog):
+    accounts = "\n[edge.accounts.free]\nrpm = 3\ntpm = 1000\n[edge.accounts.paid]\nweight = 4\n"
+    with caplog.at_level(logging.WARNING, logger="edge.config"):
+        cfg = parse_config(GOOD + accounts)
+    assert caplog.text == ""  # tables by name are not unknown keys
+    free, paid = cfg.edge.accounts["free"], cfg.edge.accounts["paid"]
+    assert (free.rpm, free.tpm, free.weight, free.kv_share) == (3, 1000, 1.0, 1.0)
+    assert (paid.rpm, paid.tpm, paid.weight) == (300, None, 4.0)
+
+
+@pytest.mark.parametrize(
+    "table, message",
+    [
+        ("[edge.accounts.free]\nrmp = 3", r"edge\.accounts\.free: unknown key 'rmp'; the keys are rpm, tpm"),
+        ("[edge.accounts.free]\nrpm = 0", r"edge\.accounts\.free: rpm: 0; expected a whole number"),
+        ('[edge.accounts.free]\nweight = "x"', r"edge\.accounts\.free\.weight: expected `float`"),
+        ("[edge.accounts.free]\nkv_share = 1.5", r"edge\.accounts\.free: kv_share: 1\.5; expected"),
+        ("[edge.accounts.Free]\nrpm = 3", r"edge\.accounts\.Free: account name 'Free': use 1-63"),
+        ("[edge.accounts]\nfree = 3", r"edge\.accounts\.free: expected a table of rpm"),
+    ],
+)
+def test_a_bad_edge_accounts_table_is_refused_naming_the_account(table, message):
+    with pytest.raises(ConfigError, match=message):
+        parse_config(GOOD + "\n" + table + "\n")
