@@ -66,6 +66,10 @@ def start_dev(tmp: Path, scheduling: str) -> tuple[subprocess.Popen, str, dict[s
         models = ["{MODEL}"]
         models_dir = "{REPO / "models"}"
         max_in_flight = 100000
+        [edge.accounts.heavy]
+        rpm = 1000000
+        [edge.accounts.light]
+        rpm = 1000000
         """)
     )
     state = State(tmp / ".edge" / "state.db")  # the accounts: real rows in the runtime's database

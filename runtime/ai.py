@@ -9,17 +9,19 @@ requests or tokens per minute for the model, checked before any work is queued).
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any, Literal
 
 import msgspec
 
 from edge_sim.accounting import LatencyAccount
+from edge_sim.affinity import check_key
 from edge_sim.edge import Edge
 from edge_sim.errors import EdgeError
 from edge_sim.request import GenerateRequest, GenerateResult
 from edge_sim.topology import PoP
 from engine import InvalidRequestError, SamplingParams
+from engine.fair_queue import TenantShare
 from runtime.ai_shapes import Schema, shape_result, workers_ai_events
 from runtime.rate_limit import AccountRateLimits
 from runtime.validation import describe
@@ -104,11 +106,14 @@ class AIService:
         schemas: dict[str, Schema] | None = None,
         aliases: dict[str, tuple[str, Schema | None]] | None = None,
         rate_limits: AccountRateLimits | None = None,
+        share_of: Callable[[str], TenantShare] | None = None,
     ):
+        """`share_of(account)`: the account's fair-share weight and KV share at the PoPs."""
         self.edge = edge
         self.schemas = schemas or {}
         self.aliases = aliases or {}
         self.rate_limits = rate_limits
+        self.share_of = share_of
 
     def resolve(self, model: str) -> str:
         """The catalog name that serves calls to `model` (itself, unless it is an alias)."""
@@ -126,9 +131,12 @@ class AIService:
         served = self.edge.models()
         return [*served, *(a for a, (target, _) in self.aliases.items() if target in served)]
 
-    def prepare(self, model: str, inputs: Any, account: str) -> tuple[GenerateRequest, TextGenerationInputs]:
+    def prepare(
+        self, model: str, inputs: Any, account: str, session: str | None = None
+    ) -> tuple[GenerateRequest, TextGenerationInputs]:
         """Validate a call before any work is queued, once, into the typed request that flows down
-        to the PoP (which only checks that it fits); raises AIError with the Workers AI code."""
+        to the PoP (which only checks that it fits); raises AIError with the Workers AI code.
+        `session`: the client's x-session-affinity key (edge_sim.affinity)."""
         asked, model = model, self.resolve(model)  # an alias is served by its stand-in
         if model not in self.edge.models():
             refusal = self.edge.refusal(model)
@@ -145,7 +153,8 @@ class AIService:
         params = parsed.sampling_params()
         try:
             params.validate()
-        except InvalidRequestError as exc:
+            session = check_key(session)
+        except (InvalidRequestError, ValueError) as exc:
             raise AIError(5004, str(exc)) from None
         req = GenerateRequest(
             model=model,
@@ -153,15 +162,24 @@ class AIService:
             messages=[msgspec.to_builtins(m) for m in parsed.messages] if parsed.messages else None,
             params=params,
             tenant=account,
+            share=self.share_of(account) if self.share_of is not None else TenantShare(),
+            session=session,
         )
         return req, parsed
 
     async def run(
-        self, model: str, inputs: Any, *, ingress: PoP, client_rtt_ms: float, account: str = "local"
+        self,
+        model: str,
+        inputs: Any,
+        *,
+        ingress: PoP,
+        client_rtt_ms: float,
+        account: str = "local",
+        session: str | None = None,
     ) -> tuple[dict[str, Any], LatencyAccount]:
         """Run `model` on `inputs` for a request that entered at `ingress`, shaped in the model's
         schema, with its latency account; raises AIError."""
-        req, _ = self.prepare(model, inputs, account)
+        req, _ = self.prepare(model, inputs, account, session)
         result = await self.generate(req, ingress=ingress, client_rtt_ms=client_rtt_ms)
         return shape_result(self.schema(model), model, result), result.timing
 

@@ -147,6 +147,12 @@ def openai_error(
     )
 
 
+def session_key(request: Request) -> str | None:
+    """Cloudflare's prompt-caching header: calls naming one session go back to the PoP that holds
+    its prefix cache (edge_sim.affinity)."""
+    return request.headers.get("x-session-affinity")
+
+
 def authenticate(state, request: Request) -> str:
     """The account a request acts for (by its Bearer token); it must be the one in its path."""
     header = request.headers.get("authorization", "")
@@ -217,11 +223,16 @@ class AIApi:
         try:
             ingress, rtt = self._where(request)
             if isinstance(inputs, dict) and inputs.get("stream") is True:
-                req, _ = self.runtime.ai.prepare(model, inputs, account)
+                req, _ = self.runtime.ai.prepare(model, inputs, account, session_key(request))
                 stream = workers_ai_sse(self.runtime.ai, req, model, ingress=ingress, client_rtt_ms=rtt)
                 return StreamingResponse(stream, media_type="text/event-stream")
             result, latency = await self.runtime.ai.run(
-                model, inputs, ingress=ingress, client_rtt_ms=rtt, account=account
+                model,
+                inputs,
+                ingress=ingress,
+                client_rtt_ms=rtt,
+                account=account,
+                session=session_key(request),
             )
         except AIError as exc:
             return ai_error(exc)
@@ -309,7 +320,9 @@ class AIApi:
         account, body = call
         try:
             ingress, rtt = self._where(request)
-            req, _ = self.runtime.ai.prepare(body.model, self._inputs(body, chat), account)
+            req, _ = self.runtime.ai.prepare(
+                body.model, self._inputs(body, chat), account, session_key(request)
+            )
         except AIError as exc:
             return openai_ai_error(exc, 400)
         if body.stream:

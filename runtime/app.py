@@ -102,6 +102,7 @@ class Runtime:
             {name: e.schema for name, (e, _) in self.catalog.items()},
             {alias: (target, a.schema) for alias, (target, a) in alias_map(self.catalog).items()},
             self.rate_limits,
+            share_of=lambda account: self.accounts.settings(account).share(),
         )
         self.tail = TailHub()
         self.bindings = BindingStores(config.state_dir)  # KV, D1, R2 of every account, under .edge/

@@ -43,7 +43,7 @@ class WorkerCalls:
         ai = self.services.ai
         try:
             if isinstance(call.inputs, dict) and call.inputs.get("stream") is True:
-                req, _ = ai.prepare(call.model, call.inputs, self.spec.account)
+                req, _ = ai.prepare(call.model, call.inputs, self.spec.account, _session(call.options))
                 return self._ai_stream(call, req, ctx)
             result, account = await ai.run(
                 call.model,
@@ -51,6 +51,7 @@ class WorkerCalls:
                 ingress=ctx.ingress,
                 client_rtt_ms=ctx.client_rtt_ms,
                 account=self.spec.account,
+                session=_session(call.options),
             )
         except AIError as exc:
             return ipc.AIReply(call.call, error_code=exc.code, error_message=exc.detail)
@@ -164,3 +165,15 @@ class WorkerCalls:
         if refused := self._over_budget(ctx, "KV, D1, R2 and Durable Object"):
             return ipc.ObjectReply(call.call, error_type="Error", error_message=refused)
         return await self.services.objects.call(self.spec, call, ctx)
+
+
+def _session(options) -> str | None:
+    """The session key a worker gave `env.AI.run` in its options, as Cloudflare's binding takes it:
+    `{"extraHeaders": {"x-session-affinity": KEY}}` (`extra_headers` too)."""
+    if not isinstance(options, dict):
+        return None
+    headers = options.get("extraHeaders", options.get("extra_headers"))
+    if not isinstance(headers, dict):
+        return None
+    key = headers.get("x-session-affinity")
+    return key if isinstance(key, str) else None

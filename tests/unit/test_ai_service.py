@@ -148,3 +148,25 @@ def test_sampling_parameters_are_checked_where_the_call_enters(service):
         service.prepare(MODEL, {"prompt": "a", "temperature": -1, "stream": True}, "local")
     req, _ = service.prepare(MODEL, {"prompt": "a", "max_completion_tokens": 3, "max_tokens": 9}, "acct")
     assert req.params.max_tokens == 3 and req.tenant == "acct"
+
+
+def test_the_session_key_and_the_accounts_share_travel_with_the_request(service):
+    from engine.fair_queue import TenantShare
+    from runtime.worker_calls import _session
+
+    req, _ = service.prepare(MODEL, {"prompt": "a"}, "acct", session="conv-7")
+    assert req.session == "conv-7" and req.share == TenantShare()
+    with pytest.raises(AIError, match="^5004: x-session-affinity: give at most 256"):
+        service.prepare(MODEL, {"prompt": "a"}, "acct", session="k" * 300)
+    shared = AIService(service.edge, share_of=lambda account: TenantShare(3.0, 0.5))
+    req, _ = shared.prepare(MODEL, {"prompt": "a"}, "gold")
+    assert req.share == TenantShare(3.0, 0.5)
+    # the engine at the PoP learns the account's weight and KV share from the request
+    call(shared, {"prompt": "a", "max_tokens": 1})
+    engines = [node.engines[MODEL].engine for node in service.edge.nodes.values()]
+    tenants = [e.scheduler.waiting.tenant("local") for e in engines]
+    assert any(t is not None and (t.weight, t.kv_share) == (3.0, 0.5) for t in tenants)
+    # env.AI.run(model, inputs, {"extraHeaders": {"x-session-affinity": KEY}}), as Cloudflare's binding
+    assert _session({"extraHeaders": {"x-session-affinity": "s1"}}) == "s1"
+    assert _session({"extra_headers": {"x-session-affinity": "s2"}}) == "s2"
+    assert _session(None) is None and _session({"extraHeaders": "x"}) is None
