@@ -22,6 +22,7 @@ class LatencyAccount(msgspec.Struct, kw_only=True):
     tpot_ms: float = 0.0  # mean time per output token after the first (measured)
     ttft_ms: float = 0.0  # what the client waits for the first token: network + queue + prefill
     total_ms: float = 0.0
+    cached_tokens: int = 0  # prompt tokens the PoP's prefix cache held: prefill_ms ran only the rest
     # the same request on the PoP's GPUs running the catalog entry's full-size target (roofline)
     modeled: ModeledTimes | None = None
 

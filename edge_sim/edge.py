@@ -145,6 +145,7 @@ class Edge:
             prefill_ms=m.prefill_ms,
             decode_ms=m.decode_ms,
             tpot_ms=m.tpot_ms,
+            cached_tokens=m.cached_tokens,
         )
         target = self.targets.get(model)
         if target is not None:
