@@ -162,8 +162,8 @@ class PopNode(NodeBase):
         """The request's prompt tokens: the one place on the path that renders and tokenizes it."""
         if req.messages is not None:  # bounded before the template renders it
             engine.check_prompt_chars(sum(len(str(m.get("content", ""))) for m in req.messages))
-            return engine.encode(engine.tokenizer.apply_chat_template(req.messages))
-        return engine.encode(req.prompt or "")
+            return engine.encode_prompt(engine.tokenizer.apply_chat_template(req.messages))
+        return engine.encode_prompt(req.prompt or "")
 
     async def stream(self, req: GenerateRequest) -> AsyncIterator[SeqEvent]:
         """Token events for one request as the engine produces them; the last one carries metrics.

@@ -193,18 +193,19 @@ class LLM:
     # --- public API -----------------------------------------------------------------------------
 
     def encode(self, prompt: str) -> list[int]:
-        """The prompt's tokens; a text too long to fit the window in any tokenization is refused
-        before it is tokenized (a megabyte prompt would hold the caller for a second)."""
+        return self.tokenizer.encode(prompt)
+
+    def encode_prompt(self, prompt: str) -> list[int]:
+        """A request's prompt tokens; a text too long to fit the window in any tokenization is
+        refused before it is tokenized whole (a megabyte prompt would hold the caller for a second)."""
         self.check_prompt_chars(len(prompt))
         window = self.context_window
         probe = PROBE_CHARS_PER_TOKEN * window
         if len(prompt) > probe:  # long text: its first part alone may already be over the window
             head = len(self.tokenizer.encode(prompt[:probe]))
             if head > window + 1:  # (a word cut in two is at most one token more)
-                raise RequestTooLargeError(
-                    "prompt",
-                    f"its first {probe} characters alone are {head} tokens; the context window is {window}",
-                )
+                why = f"its first {probe} characters alone are {head} tokens; the context window is {window}"
+                raise RequestTooLargeError("prompt", why)
         return self.tokenizer.encode(prompt)
 
     def check_prompt_chars(self, chars: int) -> None:

@@ -181,7 +181,7 @@ def test_a_prompt_far_over_the_window_is_refused_after_bounded_work(llm, monkeyp
     real = llm.tokenizer.encode
     monkeypatch.setattr(llm.tokenizer, "encode", lambda text: seen.append(len(text)) or real(text))
     with pytest.raises(RequestTooLargeError) as err:
-        llm.encode(prompt)
+        llm.encode_prompt(prompt)
     assert err.value.param == "prompt" and f"{llm.context_window}" in str(err.value)
     assert max(seen, default=0) <= 8 * llm.context_window  # never the whole text
 
