@@ -134,9 +134,9 @@ def test_a_request_is_tokenized_once_at_the_pop_that_serves_it(service, monkeypa
     tokenized = []
     for code, node in service.edge.nodes.items():
         llm = node.engines[MODEL]
-        real = llm.encode
+        real = llm.encode_prompt
         monkeypatch.setattr(
-            llm, "encode", lambda text, code=code, real=real: tokenized.append(code) or real(text)
+            llm, "encode_prompt", lambda text, code=code, real=real: tokenized.append(code) or real(text)
         )
     body, _ = call(service, {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 1}, "Berlin")
     assert tokenized == [body["timing"]["pop"]]  # routing ranked PoPs by an estimate, not by tokenizing
