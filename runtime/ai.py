@@ -196,13 +196,22 @@ class AIService:
         self, req: GenerateRequest, *, ingress: PoP, client_rtt_ms: float
     ) -> AsyncIterator[str | GenerateResult]:
         """Text deltas, then the whole result; errors raise AIError (a prepared request)."""
+        deltas, counted = 0, False
         try:
             async for item in self.edge.stream(req, ingress, client_rtt_ms):
                 if isinstance(item, GenerateResult):
                     self._used(req, item)
+                    counted = True
+                else:
+                    deltas += 1
                 yield item
         except EdgeError as exc:
             raise _ai_error(exc) from None
+        finally:
+            # a client that drops the stream before its end still spent what ran: the prompt (as
+            # estimated) and a token per delta, so dropping streams cannot lift tokens per minute
+            if not counted and self.rate_limits is not None:
+                self.rate_limits.used(req.tenant, req.model, req.estimated_tokens() + deltas)
 
     def _used(self, req: GenerateRequest, result: GenerateResult) -> None:
         """The result's tokens, counted against its account's tokens per minute."""

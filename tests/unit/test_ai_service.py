@@ -170,3 +170,22 @@ def test_the_session_key_and_the_accounts_share_travel_with_the_request(service)
     assert _session({"extraHeaders": {"x-session-affinity": "s1"}}) == "s1"
     assert _session({"extra_headers": {"x-session-affinity": "s2"}}) == "s2"
     assert _session(None) is None and _session({"extraHeaders": "x"}) is None
+
+
+def test_a_stream_dropped_before_its_end_still_counts_against_tokens_per_minute(service):
+    from runtime.rate_limit import AccountRateLimits, Limits
+
+    limits = AccountRateLimits(lambda account: Limits(rpm=None, tpm=1_000_000))
+    limited = AIService(service.edge, rate_limits=limits)
+    req, _ = limited.prepare(MODEL, {"prompt": "def f(x):", "max_tokens": 32, "temperature": 0}, "dropper")
+    ingress, rtt = service.edge.ingress(service.edge.locate("Seoul"))
+
+    async def take_one_then_drop():
+        stream = limited.stream(req, ingress=ingress, client_rtt_ms=rtt)
+        first = await stream.__anext__()
+        await stream.aclose()  # the client went away after one delta
+        return first
+
+    assert isinstance(asyncio.run(take_one_then_drop()), str)
+    window = limits.limiter._windows[("dropper", MODEL)]
+    assert window.token_sum >= req.estimated_tokens() + 1  # the prompt and what it was sent
