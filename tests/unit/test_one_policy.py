@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import random
 
-import msgspec
 import pytest
 import torch
 
@@ -90,6 +89,29 @@ def run_live(
     return decisions, done_at
 
 
+def simulate_like(engine, send_s, prompts, outputs, owners, block_ids=None):
+    """The simulator on the engine's own limits; its decisions, result and the live arrivals."""
+    decisions: list[tuple[str, int]] = []
+    topology = Topology.default().with_overrides(gpu_pops={"ICN": {"H200": 1}})
+    setup = TopologySetup(topology, NetworkModel(), {})
+    workload = Workload(
+        name="proof", arrivals=Arrivals(rate=50.0), prompt=Lengths(mean=80.0, max=200),
+        output=Lengths(mean=20.0, max=40), clients={"Seoul": 1},
+    )  # fmt: skip
+    seoul, _ = resolve_clients(workload, topology)
+    n = len(prompts)
+    sample = WorkloadSample(
+        send_s, [len(p) for p in prompts], outputs, [0] * n, seoul, owners, block_ids=block_ids
+    )
+    sim = simulate(
+        workload, FixedStepCost(engine), duration_s=1.0, setup=setup, sample=sample, max_queue_ms=1e12,
+        on_event=lambda kind, rid, t: decisions.append((kind, rid)),
+    )  # fmt: skip
+    # the requests reach the PoP when the simulator says (half their network time after sending)
+    arrivals = [s * 1000.0 + net / 2 for s, net in zip(send_s, sim.network_ms, strict=True)]
+    return decisions, sim, arrivals
+
+
 @pytest.fixture(scope="module")
 def block_bytes(tiny_model_dir) -> int:
     probe = LLM(tiny_model_dir, device="cpu", allow_unsigned=True)
@@ -117,60 +139,18 @@ def test_engine_and_simulator_admit_preempt_and_finish_alike(tiny_model_dir, blo
     # prefix caching off: this sample carries no block identities (the cache's case is below)
     engine = llm.engine
 
-    sim_decisions: list[tuple[str, int]] = []
-    topology = Topology.default().with_overrides(gpu_pops={"ICN": {"H200": 1}})
-    setup = TopologySetup(topology, NetworkModel(), {})
-    workload = Workload(
-        name="proof", arrivals=Arrivals(rate=50.0), prompt=Lengths(mean=80.0, max=150),
-        output=Lengths(mean=20.0, max=40), clients={"Seoul": 1},
-    )  # fmt: skip
-    seoul, _ = resolve_clients(workload, topology)
-    sample = WorkloadSample(send_s, [len(p) for p in prompts], outputs, [0] * n, seoul, owners)
-    sim = simulate(
-        workload, FixedStepCost(engine), duration_s=1.0, setup=setup, sample=sample, max_queue_ms=1e12,
-        on_event=lambda kind, rid, t: sim_decisions.append((kind, rid)),
-    )  # fmt: skip
+    sim_decisions, sim, arrivals = simulate_like(engine, send_s, prompts, outputs, owners)
     assert sim.status == [SERVED] * n
-
-    # the requests reach the PoP when the simulator says (half their network time after sending)
-    arrivals = [s * 1000.0 + net / 2 for s, net in zip(send_s, sim.network_ms, strict=True)]
     live_decisions, live_done = run_live(engine, arrivals, prompts, outputs, owners)
 
     kinds = {k for k, _ in live_decisions}
     assert "preempt" in kinds, "the workload was meant to force preemption"
     assert live_decisions == sim_decisions
     if tenants > 1:  # fair shares decided otherwise than arrival order (else this proves nothing new)
-        fcfs: list[tuple[str, int]] = []
-        simulate(
-            workload, FixedStepCost(engine), duration_s=1.0, setup=setup, max_queue_ms=1e12,
-            sample=msgspec.structs.replace(sample, tenants=None),
-            on_event=lambda kind, rid, t: fcfs.append((kind, rid)),
-        )  # fmt: skip
+        fcfs, _, _ = simulate_like(engine, send_s, prompts, outputs, None)
         assert engine.scheduler.waiting.fair and fcfs != sim_decisions
     sim_done = [sim.e2e_ms[i] - sim.network_ms[i] + arrivals[i] for i in range(n)]
     assert sim_done == pytest.approx([live_done[i] for i in range(n)], rel=1e-9)
-
-
-def simulate_like(engine, send_s, prompts, outputs, owners, block_ids=None):
-    """The simulator on the engine's own limits; its decisions, result and the live arrivals."""
-    decisions: list[tuple[str, int]] = []
-    topology = Topology.default().with_overrides(gpu_pops={"ICN": {"H200": 1}})
-    setup = TopologySetup(topology, NetworkModel(), {})
-    workload = Workload(
-        name="proof", arrivals=Arrivals(rate=50.0), prompt=Lengths(mean=80.0, max=200),
-        output=Lengths(mean=20.0, max=40), clients={"Seoul": 1},
-    )  # fmt: skip
-    seoul, _ = resolve_clients(workload, topology)
-    n = len(prompts)
-    sample = WorkloadSample(
-        send_s, [len(p) for p in prompts], outputs, [0] * n, seoul, owners, block_ids=block_ids
-    )
-    sim = simulate(
-        workload, FixedStepCost(engine), duration_s=1.0, setup=setup, sample=sample, max_queue_ms=1e12,
-        on_event=lambda kind, rid, t: decisions.append((kind, rid)),
-    )  # fmt: skip
-    arrivals = [s * 1000.0 + net / 2 for s, net in zip(send_s, sim.network_ms, strict=True)]
-    return decisions, sim, arrivals
 
 
 KV_BLOCKS = 20
