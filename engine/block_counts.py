@@ -162,12 +162,19 @@ class BlockCounts:
             return []
         owner = handle.owner
         cap = ids.known((owner.num_computed + owner.remaining - 1) // BLOCK_TOKENS)
-        hits, refs = [], self._refs
-        for i in range(cap):
-            key = ids.at(i)
-            if key not in refs:
-                break
-            hits.append(key)
+        refs, explicit = self._refs, ids.ids
+        given = min(cap, len(explicit))
+        n = 0  # the explicit identities first, without a call per block (a system prompt has hundreds)
+        while n < given and explicit[n] in refs:
+            n += 1
+        hits = list(explicit[:n])
+        if n == given:
+            chain = ids.chain
+            for i in range(n, cap):
+                key = (chain, i)
+                if key not in refs:
+                    break
+                hits.append(key)
         return hits
 
     def _attachable(self, handle: CountHandle, tokens: int) -> list[Hashable]:
