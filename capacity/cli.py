@@ -1,6 +1,6 @@
 """`edge sim` (the capacity simulator) and `edge plan` (the placement planner).
 
-    edge sim --workload chat|rag|code|FILE --kv auto,fp8,int4 --duration 600 --seed 1
+    edge sim --workload chat|rag|code|agent|FILE --kv auto,fp8,int4 --duration 600 --seed 1
              [--model kimi-k2|glm-4.5|DIR] [--weights fp8] [--topology FILE] [--out DIR] [--json]
              [--cost roofline|profiled] [--profile FILE] [--knee 0.25,0.5,1,2,4|none]
     edge plan --model kimi-k2|glm-4.5|DIR --gpu H200 --weights fp8 --kv int4
@@ -242,7 +242,7 @@ def register(subparsers) -> None:
         "anycast ingress and routing to GPU PoPs that batch continuously; reports latency, throughput, "
         "goodput, GPU and KV use and cost, per KV dtype.",
     )
-    sim.add_argument("--workload", default="chat", help="chat, rag, code or a TOML/JSON workload file")
+    sim.add_argument("--workload", default="chat", help="chat, rag, code, agent or a TOML/JSON workload file")
     sim.add_argument("--kv", default="auto", help="KV dtypes to compare, e.g. auto,fp8,int4")
     sim.add_argument("--duration", type=float, default=600.0, help="seconds of arrivals (then drained)")
     sim.add_argument("--seed", type=int, default=1)

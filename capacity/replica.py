@@ -10,6 +10,15 @@ Speed: a run of pure-decode steps that the policy certifies unchanged (`decode_h
 admitted, nobody preempted) is one event, cut short when an admissible request arrives; its step
 times are interpolated linearly in the growing context (exact for the profiled model, which is
 linear; for the roofline's max(compute, memory), exact on either side of the crossover).
+
+The prefix cache: a request whose sample carries block identities (`track`) is entered in the
+replica's BlockCounts, and the replica commits computed blocks where the engine does, after each
+step (every running sequence with identities, at the tokens it has computed). A steady run commits
+once at its end; that gives the engine's hits because nothing looks the cache up during a run (no
+admission, no preemption, no finish: the run certifies it), and a run's prefill chunk and its
+decoders compute different identities (a prompt's blocks, and replies of sessions that have one
+turn in flight). Runs are not taken while a waiting head has a cached prefix: steady_run checks a
+head's admission as if it started from its first token, and a cached one needs fewer blocks.
 """
 
 from __future__ import annotations
@@ -19,7 +28,7 @@ import math
 
 from capacity.costmodel import BLOCK_TOKENS, ReplicaPlan
 from edge_sim.load import FinishRate, PopLoad, pop_load
-from engine.block_counts import BlockCounts
+from engine.block_counts import BlockCounts, BlockIds
 from engine.policy import SchedulerConfig, SchedulingPolicy, SeqStatus
 
 IDLE, STEP, RUN = 0, 1, 2
@@ -31,7 +40,7 @@ class SimSeq:
 
     __slots__ = (
         "rid", "prompt", "output", "generated", "num_computed", "status", "preemptions", "order", "kv",
-        "decode_base", "decoding", "epoch", "pend", "at", "ts", "tf", "td", "tenant",
+        "decode_base", "decoding", "epoch", "pend", "at", "ts", "tf", "td", "tenant", "cached",
     )  # fmt: skip
 
     def __init__(self, rid: int, prompt: int, output: int, at: float, kv, tenant: str = ""):
@@ -49,6 +58,7 @@ class SimSeq:
         self.at = at  # reached the PoP
         self.ts = self.tf = self.td = -1.0  # first scheduled, first token, done
         self.tenant = tenant  # whose request (the policy's fair shares)
+        self.cached = 0  # prompt tokens the prefix cache held at its first admission
 
     @property
     def remaining(self) -> int:
@@ -91,9 +101,21 @@ class Replica:
         self.steps = self.preempts = self.served = self.max_run = 0
         self.finish_rate = FinishRate()
         self.step_est = 0.0  # duration of the step in progress (0 when idle)
+        self.caching = False  # some request here carries block identities (the prefix cache)
+
+    def track(self, seq: SimSeq, ids: BlockIds) -> None:
+        """Enter `seq` (queued here next) in the prefix cache under its block identities."""
+        self.blocks.track(seq.kv, ids, seq)
+        self.caching = True
 
     def _hear(self, kind: str, seq: SimSeq) -> None:
-        if kind == "preempt":  # heard before its cached tokens are reset
+        if kind == "admit" and seq.num_computed:  # admitted after a cached prefix: not prefilled
+            cached = seq.num_computed
+            if not seq.preemptions:
+                seq.cached = cached
+            seq.pend -= cached
+            self.pending -= cached
+        elif kind == "preempt":  # heard before its cached tokens are reset
             self.preempts += 1
             if seq.decoding:
                 seq.generated = seq.num_computed + 1 - seq.prompt
@@ -149,7 +171,7 @@ class Replica:
             for seq in self.arrived:
                 policy.add(seq)
             self.arrived = []
-        if MERGE_RUNS and policy.running:
+        if MERGE_RUNS and policy.running and not (self.caching and self._cached_head_waits()):
             heap = self.finishes
             while heap and heap[0][2] != heap[0][3].epoch:
                 heapq.heappop(heap)
@@ -182,6 +204,23 @@ class Replica:
         self.kind, self.t0, self.t_end, self.step_est = STEP, t, t + dur, dur
         self.ver += 1
         return self.t_end
+
+    def _cached_head_waits(self) -> bool:
+        """A waiting head that could be admitted now starts after a cached prefix (see the module)."""
+        policy = self.policy
+        waiting = policy.waiting
+        if not waiting or len(policy.running) >= self.max_seqs:
+            return False
+        heads = waiting.heads() if waiting.fair else (waiting.head(policy.clock),)
+        cached = self.blocks.cached_prefix
+        return any(h is not None and not h.num_computed and cached(h.kv) for h in heads)
+
+    def _commit(self) -> None:
+        """What the engine does after each step: computed full blocks enter the prefix cache."""
+        policy, commit = self.policy, self.blocks.commit
+        for seq in policy.running:
+            if seq.kv.ids is not None:
+                commit(seq.kv, policy.computed(seq))
 
     def _start_run(self, t: float, run) -> float:
         policy, k, p = self.policy, run.steps, run.prefill
@@ -235,6 +274,8 @@ class Replica:
             run, k, blocks = self.run, self.run_k, self.blocks
             u0 = self.nb - blocks.free_blocks
             policy.advance(run, k)
+            if self.caching:
+                self._commit()
             self._account(t - self.t0, u0, self.nb - blocks.free_blocks, k)
             if run.prefill is not None:
                 run.prefill.pend -= k * run.chunk
@@ -246,6 +287,8 @@ class Replica:
         plan = self.plan
         self.plan = None
         policy.completed(plan)
+        if self.caching:
+            self._commit()
         sampled = []  # decoders that sampled their first token in this step
         for seq in self.joining:
             if seq.decode_base is not None:  # not preempted while the step was planned

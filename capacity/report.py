@@ -10,6 +10,8 @@ Definitions (all over the arrival window [0, duration]):
   request finished); KV occupancy: blocks in use over blocks, time-averaged and peak;
 * cost: the GPU price per hour x GPUs x busy time ("busy") or x the whole simulated time
   ("all-in", counting idle GPUs), divided by served requests or millions of output tokens;
+* prefix cache hit rate (workloads with sessions): cached prompt tokens over prompt tokens of the
+  served requests, as found at each one's first admission;
 * mean in flight: the time-average number of requests between send and answer, so that Little's
   law (in flight = throughput x mean latency) can be checked.
 """
@@ -80,7 +82,15 @@ def _group(r: SimResult, idx: list[int], replicas: list, gpus: int, price_per_ho
     all_in_cost = len(replicas) * span_ms / 3.6e6 * price_per_hour
     blocks = sum(x.num_blocks for x in replicas)
     seconds = r.duration_s
-    return {
+    cache = {}
+    if r.prefix_cache:  # cached prompt tokens over prompt tokens, of the served requests
+        prompt_tokens = sum(r.prompt[i] for i in served)
+        cached = sum(r.cached[i] for i in served)
+        cache = {
+            "prefix_cache_hit_rate": cached / prompt_tokens if prompt_tokens else math.nan,
+            "cached_prompt_tokens": cached,
+        }
+    return cache | {
         "requests": len(idx),
         "served": len(served),
         "rejected_3040": sum(1 for i in idx if r.status[i] == REJECTED_CAPACITY),

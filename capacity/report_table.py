@@ -50,6 +50,11 @@ def _overall_rows(s: dict[str, Any]) -> list[tuple[str, str]]:
         ("KV occupancy mean / peak", f"{_pct(o['kv_occupancy_mean'])} / {_pct(o['kv_occupancy_peak'])}"),
         ("running seqs per replica mean / max", f"{o['mean_running']:.1f} / {o['max_running']}"),
         ("preemptions", f"{o['preemptions']}"),
+        *(
+            [("prefix cache hit rate", _pct(o["prefix_cache_hit_rate"]))]
+            if "prefix_cache_hit_rate" in o
+            else []
+        ),
         (
             "$ per request busy / all-in",
             f"{_usd(o['cost_per_request_usd'])} / {_usd(o['all_in_cost_per_request_usd'])}",
@@ -99,6 +104,9 @@ def format_table(report: dict[str, Any]) -> str:
             "PoP", "GPUs", "served", "TTFT p50/p99", "TPOT p50/p99", "E2E p50/p99", "req/s", "busy",
             "KV mean/peak", "preempt", "$/req",
         ]  # fmt: skip
+        cache = "prefix_cache_hit_rate" in s["overall"]
+        if cache:
+            header.append("cache hit")
         rows = []
         for code, g in s["pops"].items():
             rows.append(
@@ -114,6 +122,7 @@ def format_table(report: dict[str, Any]) -> str:
                     f"{_pct(g['kv_occupancy_mean'])} / {_pct(g['kv_occupancy_peak'])}",
                     str(g["preemptions"]),
                     _usd(g["cost_per_request_usd"]),
+                    *([_pct(g["prefix_cache_hit_rate"])] if cache else []),
                 ]
             )
         lines += _table(header, rows)

@@ -109,6 +109,10 @@ class SimResult(msgspec.Struct):
     e2e_ms: list[float]
     tpot_ms: list[float]  # NaN for one-token outputs and refusals
     preempted: list[int]
+    # the prefix cache, when the sample carries block identities: per request, the prompt tokens
+    # the cache held at its first admission (0 when refused)
+    prefix_cache: bool = False
+    cached: list[int] = []
 
 
 def _plan_pops(
@@ -207,6 +211,11 @@ def simulate(
     push, pop_ = heapq.heappush, heapq.heappop
     net_ms, placed, seqs = trace.net_ms, trace.placed, trace.seqs
     tenants = sample.tenants or [""] * n
+    block_ids = sample.block_ids
+    # session affinity, as the live edge's: a session's next turn goes back to the replica that
+    # served the last one (which holds its cache) unless that one is full
+    sessions, turns = sample.sessions, sample.turns
+    affinity: dict[int, Replica] = {}
     ai = 0
     while True:
         if ai < n and (not heap or send[ai] <= heap[0][0]):  # the next event is a request sent
@@ -215,7 +224,11 @@ def simulate(
             route = routes[clients[rid]]
             total = prompts[rid] + outputs[rid]
             ingress_counts[route.ingress] = ingress_counts.get(route.ingress, 0) + 1
-            best, best_bb = _choose(route.candidates, prompts[rid], total, max_queue_ms)
+            best = None
+            if sessions is not None and turns[rid] and sessions[rid] in affinity:
+                best, best_bb = _sticky(route.candidates, affinity[sessions[rid]], total, max_queue_ms)
+            if best is None:
+                best, best_bb = _choose(route.candidates, prompts[rid], total, max_queue_ms)
             if best is None:
                 fits_any = any(total <= r.fit_tokens for _, r in route.candidates)
                 trace.status[rid] = REJECTED_CAPACITY if fits_any else REJECTED_TOO_LONG
@@ -227,8 +240,14 @@ def simulate(
                 net = max(floor, net + jitter_rng.gauss(0.0, jitter))
             net_ms[rid] = net
             placed[rid] = best.idx
+            if sessions is not None:
+                affinity[sessions[rid]] = best
             at = send[rid] + net * 0.5  # it reaches the PoP half its RTTs later
-            seqs[rid] = SimSeq(rid, prompts[rid], outputs[rid], at, best.blocks.new_sequence(), tenants[rid])
+            seq = seqs[rid] = SimSeq(
+                rid, prompts[rid], outputs[rid], at, best.blocks.new_sequence(), tenants[rid]
+            )
+            if block_ids is not None and block_ids[rid] is not None:
+                best.track(seq, block_ids[rid])
             push(heap, (at, 0, rid, 0))
             continue
         if not heap:
@@ -301,6 +320,18 @@ def _choose(
     return best, best_bb
 
 
+def _sticky(
+    candidates: list[tuple[float, Replica]], replica: Replica, total: int, max_queue_ms: float
+) -> tuple[Replica | None, float]:
+    """`replica` for a session's next turn, with its backbone RTT; None when it is full or too small."""
+    if total > replica.fit_tokens or expected_wait_ms(replica.load()) > max_queue_ms:
+        return None, math.inf
+    for bb, r in candidates:
+        if r is replica:
+            return r, bb
+    return None, math.inf
+
+
 class _Trace:
     """Per request, in arrival order: when it was sent, its network time, where it went, how."""
 
@@ -325,13 +356,15 @@ def _result(
 ) -> SimResult:
     pop_codes = [p.code for p in base.pops]
     nan = math.nan
-    queue, ttft, e2e, tpot, pop, preempted = [], [], [], [], [], []
+    queue, ttft, e2e, tpot, pop, preempted, cached = [], [], [], [], [], [], []
     for i, seq in enumerate(trace.seqs):
         if seq is None:
             queue.append(nan), ttft.append(nan), e2e.append(nan), tpot.append(nan)
             pop.append("")
             preempted.append(0)
+            cached.append(0)
             continue
+        cached.append(seq.cached)
         net, out = trace.net_ms[i], seq.output
         queue.append(seq.ts - seq.at)
         ttft.append(net + seq.tf - seq.at)
@@ -358,6 +391,7 @@ def _result(
         base, wall_s=time.perf_counter() - started, replicas=stats, send_ms=trace.send,
         prompt=list(sample.prompts), output=list(sample.outputs), network_ms=trace.net_ms, pop=pop,
         status=trace.status, queue_ms=queue, ttft_ms=ttft, e2e_ms=e2e, tpot_ms=tpot, preempted=preempted,
+        prefix_cache=sample.block_ids is not None, cached=cached,
     )  # fmt: skip
 
 

@@ -32,7 +32,18 @@ Seoul = 3
 [slo]
 ttft_ms = 2000
 tpot_ms = 100
+
+[sessions]                    # multi-turn sessions with shared system prompts (the `agent` profile)
+tenants = 4                   # accounts, each with its own system prompt
+system_prompt = 3000          # tokens every request of a tenant starts with
+turns = { dist = "fixed", mean = 4 }
+think_s = 5.0                 # mean time from sending a turn to sending the next (exponential)
+window = 4096                 # a session ends before a turn that would not fit
 ```
+
+With `[sessions]`, `prompt` is each turn's new user message and `output` its reply; a turn's
+prompt is the system prompt, the conversation so far and the new message, and `arrivals.rate`
+counts requests (turns), sessions starting at rate / mean turns (capacity.sessions).
 
 Unknown keys are reported as warnings and ignored; a wrong type fails with the key's path
 (`arrivals.rate: expected float, got str`); a negative rate or length fails naming the key.
@@ -58,6 +69,7 @@ __all__ = [
     "Arrivals",
     "Lengths",
     "SLO",
+    "Sessions",
     "SimulationError",
     "TopologySetup",
     "Workload",
@@ -87,6 +99,16 @@ class SLO(msgspec.Struct, kw_only=True):
     tpot_ms: float = 100.0
 
 
+class Sessions(msgspec.Struct, kw_only=True):
+    """Multi-turn sessions over per-tenant shared system prompts (capacity.sessions samples them)."""
+
+    tenants: int = 4
+    system_prompt: int = 3000
+    turns: Lengths = msgspec.field(default_factory=lambda: Lengths(dist="fixed", mean=4.0, min=1, max=64))
+    think_s: float = 5.0
+    window: int = 4096
+
+
 class Workload(msgspec.Struct, kw_only=True):
     name: str = "custom"
     profile: str | None = None
@@ -95,15 +117,25 @@ class Workload(msgspec.Struct, kw_only=True):
     output: Lengths = msgspec.field(default_factory=lambda: Lengths(mean=250.0))
     clients: dict[str, float] = {}  # empty: WORLD_CLIENTS
     slo: SLO = msgspec.field(default_factory=SLO)
+    sessions: Sessions | None = None  # None: independent requests
 
     @property
     def max_context(self) -> int:
         """The longest prompt plus the longest output this workload can draw."""
+        if self.sessions is not None:
+            return self.sessions.window
         return _longest(self.prompt) + _longest(self.output)
 
     def describe(self) -> str:
         a = self.arrivals
         proc = "Poisson" if a.process == "poisson" else f"gamma cv {a.cv:g}"
+        if self.sessions is not None:
+            x = self.sessions
+            return (
+                f"{self.name}: {proc} {a.rate:g} req/s in sessions of {_describe(x.turns)} turns, "
+                f"{x.tenants} tenants with {x.system_prompt}-token system prompts, user messages "
+                f"{_describe(self.prompt)}, replies {_describe(self.output)}, think {x.think_s:g} s"
+            )
         return (
             f"{self.name}: {proc} {a.rate:g} req/s, prompt {_describe(self.prompt)}, "
             f"output {_describe(self.output)}"
@@ -166,6 +198,15 @@ PROFILES: dict[str, Workload] = {
         prompt=Lengths(mean=2000.0, sigma=0.6, min=64, max=16384),
         output=Lengths(mean=600.0, sigma=0.6, min=1, max=4096),
     ),
+    # Agents: tenants' long shared system prompts, multi-turn sessions (the prefix cache's case),
+    # sized for the miniatures' 4,096-token window.
+    "agent": Workload(
+        name="agent",
+        arrivals=Arrivals(rate=8.0),
+        prompt=Lengths(mean=60.0, sigma=0.5, min=8, max=160),
+        output=Lengths(mean=80.0, sigma=0.5, min=1, max=160),
+        sessions=Sessions(),
+    ),
 }
 
 
@@ -186,6 +227,22 @@ def _check_lengths(x: Lengths, key: str, source: str) -> None:
         bad("sigma", x.sigma, "must be >= 0")
 
 
+def _check_sessions(x: Sessions, source: str) -> None:
+    for field in ("tenants", "window"):
+        if getattr(x, field) < 1:
+            raise SimulationError(
+                f"{source}: sessions.{field}: must be at least 1, got {getattr(x, field)!r}"
+            )
+    if not 0 <= x.system_prompt < x.window:
+        raise SimulationError(
+            f"{source}: sessions.system_prompt: must be from 0 to below window ({x.window}), "
+            f"got {x.system_prompt!r}"
+        )
+    if not (x.think_s >= 0 and math.isfinite(x.think_s)):
+        raise SimulationError(f"{source}: sessions.think_s: must be >= 0 seconds, got {x.think_s!r}")
+    _check_lengths(x.turns, "sessions.turns", source)
+
+
 def check_workload(w: Workload, source: str = "workload") -> Workload:
     """Semantic checks; raises SimulationError naming the key."""
     a = w.arrivals
@@ -202,6 +259,8 @@ def check_workload(w: Workload, source: str = "workload") -> Workload:
             raise SimulationError(f"{source}: clients.{loc}: weight must be >= 0, got {weight!r}")
     if w.clients and sum(w.clients.values()) <= 0:
         raise SimulationError(f"{source}: clients: at least one weight must be > 0")
+    if w.sessions is not None:
+        _check_sessions(w.sessions, source)
     for field in ("ttft_ms", "tpot_ms"):
         value = getattr(w.slo, field)
         if not (value > 0 and math.isfinite(value)):
@@ -220,7 +279,7 @@ def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
 
 
 def load_workload(spec: str | Path) -> Workload:
-    """A named profile (chat, rag, code) or a TOML/JSON workload file."""
+    """A named profile (chat, rag, code, agent) or a TOML/JSON workload file."""
     text = str(spec)
     if text in PROFILES:
         return PROFILES[text]
@@ -247,7 +306,9 @@ def load_workload(spec: str | Path) -> Workload:
 
 
 class WorkloadSample(msgspec.Struct):
-    """Requests in arrival order: send time (s), prompt and output tokens, client index."""
+    """Requests in arrival order: send time (s), prompt and output tokens, client index; with
+    sessions, per request its session and turn and its prompt's block identities (the prefix
+    cache's engine.block_counts.BlockIds; None: not cached)."""
 
     times: list[float]
     prompts: list[int]
@@ -255,6 +316,9 @@ class WorkloadSample(msgspec.Struct):
     clients: list[int]
     locations: list[Location]
     tenants: list[str] | None = None  # whose each request is (the policy's fair shares); None: one
+    sessions: list[int] | None = None
+    turns: list[int] | None = None  # 0 for a session's first
+    block_ids: list[Any] | None = None  # None: no prefix cache modelled
 
 
 def resolve_clients(w: Workload, topology: Topology) -> tuple[list[Location], list[float]]:
@@ -293,12 +357,33 @@ def sample_requests(
         raise SimulationError(f"duration must be a positive number of seconds, got {duration_s!r}")
     if not rate_multiplier > 0:
         raise SimulationError(f"rate multiplier must be > 0, got {rate_multiplier!r}")
+    if w.sessions is not None:
+        from capacity.sessions import sample_sessions  # it builds on this module
+
+        return sample_sessions(w, topology, duration_s, seed, rate_multiplier)
     locations, weights = resolve_clients(w, topology)
     rng = random.Random(seed)
-    rate = w.arrivals.rate * rate_multiplier
+    times = arrival_times(rng, w.arrivals, w.arrivals.rate * rate_multiplier, duration_s)
+    n = len(times)
+    prompts = _lengths(rng, w.prompt, n)
+    outputs = _lengths(rng, w.output, n)
+    clients = pick_clients(rng, weights, n)
+    return WorkloadSample(times, prompts, outputs, clients, locations)
+
+
+def pick_clients(rng: random.Random, weights: list[float], n: int) -> list[int]:
+    cum, total = [], 0.0
+    for weight in weights:
+        total += weight
+        cum.append(total)
+    return rng.choices(range(len(weights)), cum_weights=cum, k=n)
+
+
+def arrival_times(rng: random.Random, arrivals: Arrivals, rate: float, duration_s: float) -> list[float]:
+    """Send times over [0, duration_s) of the arrival process at `rate` per second."""
     times: list[float] = []
     t = 0.0
-    if w.arrivals.process == "poisson":
+    if arrivals.process == "poisson":
         ex = rng.expovariate
         while True:
             t += ex(rate)
@@ -306,7 +391,7 @@ def sample_requests(
                 break
             times.append(t)
     else:
-        shape = 1.0 / (w.arrivals.cv * w.arrivals.cv)
+        shape = 1.0 / (arrivals.cv * arrivals.cv)
         scale = 1.0 / (rate * shape)
         gv = rng.gammavariate
         while True:
@@ -314,12 +399,4 @@ def sample_requests(
             if t >= duration_s:
                 break
             times.append(t)
-    n = len(times)
-    prompts = _lengths(rng, w.prompt, n)
-    outputs = _lengths(rng, w.output, n)
-    cum, total = [], 0.0
-    for weight in weights:
-        total += weight
-        cum.append(total)
-    clients = rng.choices(range(len(locations)), cum_weights=cum, k=n)
-    return WorkloadSample(times, prompts, outputs, clients, locations)
+    return times
