@@ -17,8 +17,8 @@ step (every running sequence with identities, at the tokens it has computed). A 
 once at its end; that gives the engine's hits because nothing looks the cache up during a run (no
 admission, no preemption, no finish: the run certifies it), and a run's prefill chunk and its
 decoders compute different identities (a prompt's blocks, and replies of sessions that have one
-turn in flight). Runs are not taken while a waiting head has a cached prefix: steady_run checks a
-head's admission as if it started from its first token, and a cached one needs fewer blocks.
+turn in flight). steady_run checks a waiting head's admission after its cached prefix, as
+schedule() admits it.
 """
 
 from __future__ import annotations
@@ -171,7 +171,7 @@ class Replica:
             for seq in self.arrived:
                 policy.add(seq)
             self.arrived = []
-        if MERGE_RUNS and policy.running and not (self.caching and self._cached_head_waits()):
+        if MERGE_RUNS and policy.running:
             heap = self.finishes
             while heap and heap[0][2] != heap[0][3].epoch:
                 heapq.heappop(heap)
@@ -204,16 +204,6 @@ class Replica:
         self.kind, self.t0, self.t_end, self.step_est = STEP, t, t + dur, dur
         self.ver += 1
         return self.t_end
-
-    def _cached_head_waits(self) -> bool:
-        """A waiting head that could be admitted now starts after a cached prefix (see the module)."""
-        policy = self.policy
-        waiting = policy.waiting
-        if not waiting or len(policy.running) >= self.max_seqs:
-            return False
-        heads = waiting.heads() if waiting.fair else (waiting.head(policy.clock),)
-        cached = self.blocks.cached_prefix
-        return any(h is not None and not h.num_computed and cached(h.kv) for h in heads)
 
     def _commit(self) -> None:
         """What the engine does after each step: computed full blocks enter the prefix cache."""

@@ -55,9 +55,12 @@ class SteadyRuns:
             heads = waiting.heads() if waiting.fair else (waiting.head(self.clock),)
             budget = self.config.max_num_batched_tokens - n
             for head in heads:
-                want = min(head.remaining, budget)
+                # as schedule() admits it: after the prefix the cache holds of it
+                cached = blocks.cached_prefix(head.kv) if not head.num_computed else 0
+                want = min(head.remaining - cached, budget)
+                start = head.num_computed or cached
                 # admitted at the next step if it fits beside the decoders' step-1 blocks
-                if want > 0 and blocks.blocks_needed(head.kv, head.num_computed + want) <= free - full:
+                if want > 0 and blocks.blocks_needed(head.kv, start + want) <= free - full:
                     return None
         # every decoder takes one block per 16 steps, so k steps take at most ceil(k / 16) * n
         if ((limit + BLOCK_TOKENS - 1) // BLOCK_TOKENS) * n <= free:
