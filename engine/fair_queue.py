@@ -20,7 +20,7 @@ read, so a step still costs nothing per decoder.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
 
 OUTPUT_COST = 2.0  # a generated token counts as two prompt tokens (the VTC paper's weights 1 and 2)
@@ -55,10 +55,12 @@ class FairQueue:
     `in`, append (a new arrival), appendleft (a preempted one, back to the front of its tenant's
     queue), remove, `head()` (the next to admit) and `pop(seq)`."""
 
-    def __init__(self, fair_share: bool = True) -> None:
+    def __init__(self, fair_share: bool = True, running: Callable[[], list[Any]] = list) -> None:
         """`fair_share=False`: one queue in arrival order whoever sends (the baseline fairness is
-        measured against: bench/fairness.py)."""
+        measured against: bench/fairness.py). `running()`: the policy's running sequences, counted
+        per tenant when a second tenant appears (until then nothing is counted at all)."""
         self._share = fair_share
+        self._running = running
         self._tenants: dict[str, _Tenant] = {} if fair_share else _Everyone()
         self._only: _Tenant | None = None  # while there is one tenant: no counting, arrival order
         self._count = 0
@@ -190,6 +192,10 @@ class FairQueue:
                     self.fair = True
                     for other in self._tenants.values():
                         other.counter, other.since = 0.0, clock
+                    for seq in self._running():
+                        other = self._tenants[seq.tenant]
+                        other.running += 1
+                        other.decoders += seq.decode_base is not None
         return tenant
 
     def _lift(self, tenant: _Tenant, clock: int) -> None:

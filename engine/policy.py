@@ -92,9 +92,9 @@ class SchedulingPolicy(SteadyRuns):
     ):
         self.blocks = blocks
         self.config = config
-        self.waiting = FairQueue(
-            config.fair_share
-        )  # by tenant, fair shares once there are two (engine.fair_queue)
+        # by tenant, fair shares once there are two (engine.fair_queue); it counts the running
+        # sequences per tenant from then on, and reads them here when it starts
+        self.waiting = FairQueue(config.fair_share, lambda: self.running)
         self.running: list[SeqLike] = []  # in arrival order
         self.prefilling: list[SeqLike] = []  # the running ones not decoding, in arrival order
         self.preemptions = 0
@@ -152,7 +152,8 @@ class SchedulingPolicy(SteadyRuns):
         self._phase_sizes[base % BLOCK_TOKENS] += 1
         self.decode_count += 1
         self._base_sum += base
-        self.waiting.decoding(seq.tenant, self.clock, 1)
+        if self.waiting.fair:
+            self.waiting.decoding(seq.tenant, self.clock, 1)
 
     def _leave(self, seq: SeqLike) -> None:
         base = seq.decode_base
@@ -167,7 +168,8 @@ class SchedulingPolicy(SteadyRuns):
         self.decode_count -= 1
         self._base_sum -= base
         seq.decode_base = None
-        self.waiting.decoding(seq.tenant, self.clock, -1)
+        if self.waiting.fair:
+            self.waiting.decoding(seq.tenant, self.clock, -1)
 
     def _preempt(self, seq: SeqLike) -> None:
         """Free `seq`'s blocks and queue it first, to be recomputed. `on_event("preempt")` hears it
@@ -199,7 +201,8 @@ class SchedulingPolicy(SteadyRuns):
         i = bisect.bisect_left(running, seq.order, key=_ORDER)
         if i < len(running) and running[i] is seq:
             del running[i]
-            self.waiting.stopped(seq.tenant)
+            if self.waiting.fair:
+                self.waiting.stopped(seq.tenant)
             return True
         return False
 
@@ -258,7 +261,8 @@ class SchedulingPolicy(SteadyRuns):
             if cached:
                 seq.num_computed = cached
             waiting.pop(seq)
-            waiting.started(seq.tenant)
+            if waiting.fair:
+                waiting.started(seq.tenant)
             seq.status = RUNNING
             # both lists stay in arrival order, which a re-admitted sequence or a fair share's
             # choice breaks: the newest is the next victim, and finish() finds a sequence by order
