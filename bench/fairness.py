@@ -21,11 +21,9 @@ import asyncio
 import os
 import platform
 import random
-import socket
 import subprocess
 import sys
 import tempfile
-import textwrap
 import time
 from pathlib import Path
 
@@ -34,78 +32,27 @@ import httpx
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from bench.dev_project import MODEL, start_dev, write_project  # noqa: E402
 from capacity.report import percentile  # noqa: E402
 from runtime.state import State  # noqa: E402
 
-MODEL = "@edge/moonshotai/kimi-k2-mini"
 GOAL = 2.0
+ACCOUNTS = """
+[edge.accounts.heavy]
+rpm = 1000000
+[edge.accounts.light]
+rpm = 1000000
+"""
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def start_dev(tmp: Path, scheduling: str) -> tuple[subprocess.Popen, str, dict[str, str]]:
-    (tmp / "worker.py").write_text(
-        "from workers import WorkerEntrypoint, Response\n\n"
-        "class Default(WorkerEntrypoint):\n"
-        "    async def fetch(self, request):\n"
-        '        return Response("ok")\n'
-    )
-    (tmp / "wrangler-like.toml").write_text(
-        textwrap.dedent(f"""
-        name = "fairness"
-        main = "worker.py"
-        compatibility_date = "2026-11-01"
-        [ai]
-        binding = "AI"
-        [edge]
-        pops = ["ICN"]
-        models = ["{MODEL}"]
-        models_dir = "{REPO / "models"}"
-        max_in_flight = 100000
-        [edge.accounts.heavy]
-        rpm = 1000000
-        [edge.accounts.light]
-        rpm = 1000000
-        """)
-    )
-    state = State(tmp / ".edge" / "state.db")  # the accounts: real rows in the runtime's database
+def start(tmp: Path, scheduling: str) -> tuple[subprocess.Popen, str, dict[str, str]]:
+    """`edge dev` with a heavy and a light account (real rows in its database, rate limits lifted)."""
+    write_project(tmp, "fairness", ACCOUNTS)
+    state = State(tmp / ".edge" / "state.db")
     tokens = {name: state.create_token(name, "bench") for name in ("heavy", "light")}
     state.close()
-    port = free_port()
-    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "EDGE_SCHEDULING": scheduling}
-    env.pop("EDGE_API_TOKEN", None)
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "runtime.cli",
-            "dev",
-            "--port",
-            str(port),
-            "--log-level",
-            "warning",
-            "--no-reload",
-        ],
-        cwd=tmp,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    url = f"http://127.0.0.1:{port}"
-    for _ in range(600):
-        try:
-            httpx.get(url + "/cdn-cgi/edge/health", timeout=2).raise_for_status()
-            return proc, url, tokens
-        except httpx.HTTPError:
-            if proc.poll() is not None:
-                raise RuntimeError("edge dev exited during start-up") from None
-            time.sleep(0.2)
-    proc.kill()
-    raise TimeoutError("edge dev did not start")
+    proc, url = start_dev(tmp, {"OMP_NUM_THREADS": "1", "EDGE_SCHEDULING": scheduling})
+    return proc, url, tokens
 
 
 def poisson_times(rate: float, duration: float, rng: random.Random) -> list[float]:
@@ -145,7 +92,7 @@ async def send_all(url: str, tokens: dict[str, str], plan: list[tuple[float, str
 
 def run(scheduling: str, plan, max_tokens: int):
     with tempfile.TemporaryDirectory(prefix="edge-fairness-") as tmp:
-        proc, url, tokens = start_dev(Path(tmp), scheduling)
+        proc, url, tokens = start(Path(tmp), scheduling)
         try:
             warm = [(0.0, "light", "warm up"), (0.0, "heavy", "warm up")]
             asyncio.run(send_all(url, tokens, warm, 4))

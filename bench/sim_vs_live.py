@@ -24,12 +24,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import math
-import os
-import socket
 import subprocess
 import sys
 import tempfile
-import textwrap
 import time
 from pathlib import Path
 
@@ -38,6 +35,7 @@ import httpx
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from bench.dev_project import MODEL, start_dev, write_project  # noqa: E402
 from capacity.profile import ProfiledCostModel  # noqa: E402
 from capacity.report import percentile  # noqa: E402
 from capacity.serving_fit import fit_serving_steps, load_step_log  # noqa: E402
@@ -52,7 +50,6 @@ from capacity.workload import (  # noqa: E402
 from edge_sim.network import NetworkModel  # noqa: E402
 from edge_sim.topology import Topology  # noqa: E402
 
-MODEL = "@edge/moonshotai/kimi-k2-mini"
 MODEL_DIR = REPO / "models" / "kimi-k2-mini"
 CLIENTS = {"Seoul": 4, "Tokyo": 3, "Singapore": 2, "Frankfurt": 1, "New York": 1}
 
@@ -74,12 +71,6 @@ max = 96
 [clients]
 {clients}
 """
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def prompt_of(tokenizer, ids: list[int], n: int, offset: int) -> str:
@@ -113,50 +104,12 @@ async def run_live(url: str, token: str, sample: WorkloadSample, prompts: list[s
     return results
 
 
-def start_dev(tmp: Path, threads: int, step_log: Path | None = None) -> tuple[subprocess.Popen, str, str]:
-    (tmp / "worker.py").write_text(
-        "from workers import WorkerEntrypoint, Response\n\n"
-        "class Default(WorkerEntrypoint):\n"
-        "    async def fetch(self, request):\n"
-        '        return Response("ok")\n'
-    )
-    (tmp / "wrangler-like.toml").write_text(
-        textwrap.dedent(f"""
-        name = "fidelity"
-        main = "worker.py"
-        compatibility_date = "2026-11-01"
-        [ai]
-        binding = "AI"
-        [edge]
-        pops = ["ICN"]
-        models = ["{MODEL}"]
-        models_dir = "{REPO / "models"}"
-        max_in_flight = 100000
-        """)
-    )
-    port = free_port()
-    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": str(threads)}
-    env.pop("EDGE_API_TOKEN", None)  # the token edge dev saves under .edge/ is the one used
-    env.pop("EDGE_STEP_LOG", None)
+def start(tmp: Path, threads: int, step_log: Path | None = None) -> tuple[subprocess.Popen, str, str]:
+    write_project(tmp, "fidelity")
+    env = {"OMP_NUM_THREADS": str(threads)}
     if step_log is not None:
         env["EDGE_STEP_LOG"] = str(step_log)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "runtime.cli", "dev", "--port", str(port), "--log-level", "warning"]
-        + ["--no-reload"],
-        cwd=tmp,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    url = f"http://127.0.0.1:{port}"
-    for _ in range(600):
-        try:
-            httpx.get(url + "/cdn-cgi/edge/health", timeout=2).raise_for_status()
-            break
-        except httpx.HTTPError:
-            if proc.poll() is not None:
-                raise RuntimeError("edge dev exited during start-up") from None
-            time.sleep(0.2)
+    proc, url = start_dev(tmp, env)
     token = (tmp / ".edge" / "api-token").read_text().strip()
     return proc, url, token
 
@@ -173,7 +126,7 @@ def error_row(name: str, live: list[float], sim: list[float]) -> tuple[str, list
 
 
 def live_run(tmp: Path, args, trace: WorkloadSample, prompts: list[str], step_log: Path | None):
-    proc, url, token = start_dev(tmp, args.threads, step_log)
+    proc, url, token = start(tmp, args.threads, step_log)
     try:
         return asyncio.run(run_live(url, token, trace, prompts))
     finally:
