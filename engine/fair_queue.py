@@ -122,8 +122,10 @@ class FairQueue:
 
     # --- service --------------------------------------------------------------------------------
 
-    def configure(self, name: str, weight: float, kv_share: float) -> None:
-        tenant = self._tenant(name, 0)
+    def configure(self, name: str, weight: float, kv_share: float, clock: int) -> None:
+        tenant = self._tenant(name, clock)
+        if self.fair and tenant.weight != weight:  # service so far at the old weight
+            tenant.counter, tenant.since = self.counter(tenant, clock), clock
         tenant.weight, tenant.kv_share = weight, kv_share
 
     def tenant(self, name: str) -> _Tenant | None:

@@ -122,7 +122,7 @@ class SchedulingPolicy(SteadyRuns):
     def configure_tenant(self, tenant: str, weight: float = 1.0, kv_share: float = 1.0) -> None:
         """A tenant's fair-share weight and the share of the blocks it holds before it is the first
         to be preempted (engine.fair_queue)."""
-        self.waiting.configure(tenant, weight, kv_share)
+        self.waiting.configure(tenant, weight, kv_share, self.clock)
 
     def has_work(self) -> bool:
         return bool(self.waiting or self.running)

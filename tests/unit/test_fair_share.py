@@ -158,3 +158,18 @@ def test_sequences_admitted_out_of_arrival_order_finish_and_free_their_seats():
     assert order != sorted(order, key=lambda n: (n[0] == "l", int(n[1:])))  # reordered somewhere
     assert not p.running and not p.waiting and blocks.free_blocks == blocks.num_blocks
     assert sum(kind == "finish" for kind, _ in events) == len(order)
+
+
+def test_a_second_tenant_configured_late_starts_everyone_level_at_that_step():
+    """Counting starts when the second tenant appears, from that step: the first tenant's earlier
+    decoding is not charged (else a newcomer would be owed everything served before it came)."""
+    p, blocks, events = policy(seats=4)
+    for i in range(4):
+        p.add(Seq(f"a{i}", "a", 16, 400, blocks))
+    for _ in range(100):
+        step(p)
+    p.configure_tenant("b", weight=1.0)  # as the engine does when a request carries its share
+    a = p.waiting.tenant("a")
+    assert p.waiting.fair and p.waiting.counter(a, p.clock) == 0.0
+    step(p)
+    assert p.waiting.counter(a, p.clock) == pytest.approx(4 * 2.0)  # one step of 4 decoders
