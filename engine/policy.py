@@ -6,10 +6,13 @@ times instead), so a scheduling change is made once and the simulator cannot dri
 It decides on sequence and block counts only: it never sees tensors, tokens or clocks.
 
 Each step: running sequences that are decoding go first (one token each), then sequences still
-prefilling continue their prompt in chunks, then waiting sequences are admitted first come, first
-served, all under a per-step token budget and a cap on sequences. When the cache runs out of blocks
-the newest running sequence is preempted: its blocks are freed and it goes back to the front of
-the queue to be recomputed later, so no request starves and the oldest always make progress.
+prefilling continue their prompt in chunks, then waiting sequences are admitted in fair-share
+order (engine.fair_queue: virtual token counters between tenants; arrival order with one tenant),
+all under a per-step token budget and a cap on sequences. When the cache runs out of blocks
+the newest running sequence (of the tenant furthest over its KV share, if one is) is preempted:
+its blocks are freed and it goes back to the front of its tenant's queue to be recomputed later,
+so no request starves and the oldest always make progress. A prompt prefix the cache holds
+(`cached_prefix`) is attached at admission instead of being run again.
 
 What the policy needs of a sequence (`SeqLike`) and of the block accounting (`BlockAccounting`) is
 declared in engine.policy_types; the engine's KV block pool and the simulator's `BlockCounts`
@@ -257,7 +260,7 @@ class SchedulingPolicy(SteadyRuns):
             cached = blocks.cached_prefix(seq.kv) if not seq.num_computed else 0
             want = min(seq.remaining - cached, budget)
             if not blocks.grow(seq.kv, cached + want):
-                break  # first come, first served: nobody overtakes the head of the queue
+                break  # the chosen head waits for room: nobody overtakes it
             if cached:
                 seq.num_computed = cached
             waiting.pop(seq)
