@@ -35,3 +35,25 @@ def tiny_model_dir(tmp_path_factory) -> Path:
 def tiny_long_model_dir(tmp_path_factory) -> Path:
     """The same with a 2,048-token window, for prompts past 512 tokens (the prefix cache's tests)."""
     return _tiny_kimi(tmp_path_factory, "tiny-kimi-long", max_position_embeddings=2048)
+
+
+TINY_MODEL = "@edge/test/tiny"
+
+
+@pytest.fixture(scope="module")
+def icn_edge(tiny_model_dir):
+    """An edge whose one GPU PoP (ICN) serves the tiny model as TINY_MODEL, on the CPU."""
+    from edge_sim.edge import Edge
+    from edge_sim.network import NetworkModel
+    from edge_sim.pop import ModelSpec
+    from edge_sim.topology import Topology
+
+    edge = Edge.start(
+        Topology.default(),
+        NetworkModel(),
+        ["ICN"],
+        [ModelSpec(TINY_MODEL, str(tiny_model_dir), allow_unsigned=True)],
+        device="cpu",
+    )
+    yield edge
+    edge.close()

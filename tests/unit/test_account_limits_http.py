@@ -10,17 +10,14 @@ import types
 import pytest
 from starlette.testclient import TestClient
 
-from edge_sim.edge import Edge
-from edge_sim.network import NetworkModel
-from edge_sim.pop import ModelSpec
-from edge_sim.topology import Topology
 from runtime import ipc
 from runtime.app import Runtime, create_app
 from runtime.config import parse_config
 from runtime.worker_calls import WorkerCalls
 from runtime.worker_spec import RequestContext
+from tests.conftest import TINY_MODEL
 
-MODEL = "@edge/test/tiny"
+MODEL = TINY_MODEL  # what the icn_edge fixture serves
 ADMIN = {"authorization": "Bearer adm-token"}
 ASK = {"prompt": "def fib(n):", "max_tokens": 2, "temperature": 0}
 
@@ -32,21 +29,8 @@ class Clock:
         return self.now
 
 
-@pytest.fixture(scope="module")
-def edge(tiny_model_dir):
-    e = Edge.start(
-        Topology.default(),
-        NetworkModel(),
-        ["ICN"],
-        [ModelSpec(MODEL, str(tiny_model_dir), allow_unsigned=True)],
-        device="cpu",
-    )
-    yield e
-    e.close()
-
-
 @pytest.fixture
-def runtime(tmp_path, edge):
+def runtime(tmp_path, icn_edge):
     (tmp_path / "worker.py").write_text("from workers import WorkerEntrypoint\n")
     config = parse_config(
         textwrap.dedent("""
@@ -60,7 +44,7 @@ def runtime(tmp_path, edge):
     """),
         base_dir=tmp_path,
     )
-    rt = Runtime(config, edge, admin_token="adm-token")
+    rt = Runtime(config, icn_edge, admin_token="adm-token")
     rt.rate_limits.limiter.clock = clock = Clock()
     rt.clock = clock
     yield rt
@@ -120,9 +104,9 @@ def test_the_openai_api_answers_its_own_429_shape(client, runtime):
     assert "account 'small'" in error["message"]
 
 
-def test_env_ai_run_raises_3036_for_a_limited_account(runtime, edge):
-    location = edge.locate("Seoul")
-    ctx = RequestContext(location, edge.ingress(location)[0], 0.0)
+def test_env_ai_run_raises_3036_for_a_limited_account(runtime, icn_edge):
+    location = icn_edge.locate("Seoul")
+    ctx = RequestContext(location, icn_edge.ingress(location)[0], 0.0)
     services = types.SimpleNamespace(ai=runtime.ai, metrics=runtime.metrics)
     calls = WorkerCalls(types.SimpleNamespace(account="small"), {1: ctx}, services)
     replies = [asyncio.run(calls.ai(ipc.AICall(i, 1, MODEL, dict(ASK)))) for i in range(4)]

@@ -8,15 +8,12 @@ import pytest
 from starlette.applications import Starlette
 from starlette.testclient import TestClient
 
-from edge_sim.edge import Edge
-from edge_sim.network import NetworkModel
-from edge_sim.pop import ModelSpec
-from edge_sim.topology import Topology
 from runtime.ai import AIService
 from runtime.api import AIApi
 from runtime.metrics import Metrics
+from tests.conftest import TINY_MODEL
 
-MODEL = "@edge/test/tiny"
+MODEL = TINY_MODEL  # what the icn_edge fixture serves
 PROMPT = "def fibonacci(n):\n    " + "# a long shared system prompt, line by line\n    " * 12
 
 
@@ -28,24 +25,11 @@ class _Api(AIApi):
 
 
 @pytest.fixture(scope="module")
-def edge(tiny_model_dir):
-    e = Edge.start(
-        Topology.default(),
-        NetworkModel(),
-        ["ICN"],
-        [ModelSpec(MODEL, str(tiny_model_dir), allow_unsigned=True)],
-        device="cpu",
-    )
-    yield e
-    e.close()
-
-
-@pytest.fixture(scope="module")
-def client(edge):
-    service = AIService(edge)
+def client(icn_edge):
+    service = AIService(icn_edge)
 
     def locate(request):
-        ingress, rtt = edge.ingress(edge.locate("Seoul"))
+        ingress, rtt = icn_edge.ingress(icn_edge.locate("Seoul"))
         return types.SimpleNamespace(ingress=ingress, client_rtt_ms=rtt)
 
     host = types.SimpleNamespace(ai=service, metrics=Metrics(), locate=locate, catalog_view=lambda: [])
@@ -76,7 +60,7 @@ def test_openai_usage_reports_cached_prompt_tokens_per_account(client):
         assert cached(other) == 0  # the same prompt from another account: its own computation
 
 
-def test_workers_ai_result_usage_carries_cached_tokens(client, edge):
+def test_workers_ai_result_usage_carries_cached_tokens(client, icn_edge):
     body = {"prompt": PROMPT + "pass", "max_tokens": 2, "temperature": 0}
     first = post(client, f"/ai/run/{MODEL}", "acct-c", body)["result"]
     again = post(client, f"/ai/run/{MODEL}", "acct-c", body)["result"]
@@ -84,8 +68,8 @@ def test_workers_ai_result_usage_carries_cached_tokens(client, edge):
     assert again["timing"]["cached_tokens"] == cached(again["usage"]) > 0  # in the latency account too
     first, again = first["usage"], again["usage"]
     # the binding's path (env.AI.run) shapes the same result
-    service = AIService(edge)
-    ingress, rtt = edge.ingress(edge.locate("Seoul"))
+    service = AIService(icn_edge)
+    ingress, rtt = icn_edge.ingress(icn_edge.locate("Seoul"))
     result, _ = asyncio.run(service.run(MODEL, body, ingress=ingress, client_rtt_ms=rtt, account="acct-c"))
     assert cached(result["usage"]) == cached(again)
     result, _ = asyncio.run(service.run(MODEL, body, ingress=ingress, client_rtt_ms=rtt, account="acct-d"))

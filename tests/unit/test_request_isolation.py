@@ -186,23 +186,17 @@ def test_a_prompt_far_over_the_window_is_refused_after_bounded_work(llm, monkeyp
     assert max(seen, default=0) <= 8 * llm.context_window  # never the whole text
 
 
-def test_a_hostile_account_beside_a_normal_one_through_the_ai_service(tiny_model_dir):
+def test_a_hostile_account_beside_a_normal_one_through_the_ai_service(icn_edge):
     """The reproductions of the issue, sent by one account while another's request is in flight on
     the same PoP engine: the normal request's tokens are those of its solo run."""
     import asyncio
 
-    from edge_sim.edge import Edge
-    from edge_sim.network import NetworkModel
-    from edge_sim.pop import ModelSpec
-    from edge_sim.topology import Topology
     from runtime.ai import AIService
+    from tests.conftest import TINY_MODEL as model
     from workers import AIError
 
-    model = "@edge/test/tiny"
-    spec = ModelSpec(model, str(tiny_model_dir), allow_unsigned=True)
-    edge = Edge.start(Topology.default(), NetworkModel(), ["ICN"], [spec])
-    service = AIService(edge)
-    ingress, rtt = edge.ingress(edge.locate("Seoul"))
+    service = AIService(icn_edge)
+    ingress, rtt = icn_edge.ingress(icn_edge.locate("Seoul"))
     normal = {"prompt": "def fib(n):", "max_tokens": 48, "temperature": 0}
     hostile = [
         {"prompt": "x", "max_tokens": 4, "temperature": 1e-320},  # now greedy: served
@@ -223,11 +217,8 @@ def test_a_hostile_account_beside_a_normal_one_through_the_ai_service(tiny_model
         calls = [run(normal, "normal")] + [run(h, "hostile") for h in hostile for _ in range(3)]
         return await asyncio.gather(*calls)
 
-    try:
-        solo = asyncio.run(run(normal, "normal"))
-        beside, *refused = asyncio.run(together())
-    finally:
-        edge.close()
+    solo = asyncio.run(run(normal, "normal"))
+    beside, *refused = asyncio.run(together())
     assert beside["response"] == solo["response"]
     assert beside["usage"]["completion_tokens"] == solo["usage"]["completion_tokens"] == 48
     assert sorted(set(r if isinstance(r, int) else 200 for r in refused)) == [200, 3006, 5004]
