@@ -9,6 +9,7 @@ requests or tokens per minute for the model, checked before any work is queued).
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Callable
 from typing import Any, Literal
 
@@ -207,11 +208,12 @@ class AIService:
                 yield item
         except EdgeError as exc:
             raise _ai_error(exc) from None
-        finally:
+        except (GeneratorExit, asyncio.CancelledError):
             # a client that drops the stream before its end still spent what ran: the prompt (as
             # estimated) and a token per delta, so dropping streams cannot lift tokens per minute
             if not counted and self.rate_limits is not None:
                 self.rate_limits.used(req.tenant, req.model, req.estimated_tokens() + deltas)
+            raise
 
     def _used(self, req: GenerateRequest, result: GenerateResult) -> None:
         """The result's tokens, counted against its account's tokens per minute."""

@@ -189,3 +189,23 @@ def test_a_stream_dropped_before_its_end_still_counts_against_tokens_per_minute(
     assert isinstance(asyncio.run(take_one_then_drop()), str)
     window = limits.limiter._windows[("dropper", MODEL)]
     assert window.token_sum >= req.estimated_tokens() + 1  # the prompt and what it was sent
+
+
+def test_a_stream_that_fails_at_the_pop_is_not_charged_and_a_finished_one_once(service):
+    from runtime.rate_limit import AccountRateLimits, Limits
+
+    limits = AccountRateLimits(lambda account: Limits(rpm=None, tpm=1_000_000))
+    limited = AIService(service.edge, rate_limits=limits)
+    ingress, rtt = service.edge.ingress(service.edge.locate("Seoul"))
+
+    async def drain(req):
+        return [item async for item in limited.stream(req, ingress=ingress, client_rtt_ms=rtt)]
+
+    too_long, _ = limited.prepare(MODEL, {"prompt": "word " * 5000, "max_tokens": 4}, "refused")
+    with pytest.raises(AIError, match="^3006"):
+        asyncio.run(drain(too_long))
+    refused = limits.limiter._windows.get(("refused", MODEL))
+    assert refused is None or refused.token_sum == 0  # nothing ran: nothing counted
+    req, _ = limited.prepare(MODEL, {"prompt": "def f(x):", "max_tokens": 3, "temperature": 0}, "whole")
+    *_, result = asyncio.run(drain(req))
+    assert limits.limiter._windows[("whole", MODEL)].token_sum == result.total_tokens
