@@ -65,6 +65,7 @@ class FairQueue:
         self._only: _Tenant | None = None  # while there is one tenant: no counting, arrival order
         self._count = 0
         self.fair = False  # a second tenant has been seen: counters are kept from then on
+        self.quotas = False  # some tenant has a KV share under 1 (read by the policy every step)
 
     # --- the deque the policy reads ---------------------------------------------------------------
 
@@ -127,6 +128,7 @@ class FairQueue:
         if self.fair and tenant.weight != weight:  # service so far at the old weight
             tenant.counter, tenant.since = self.counter(tenant, clock), clock
         tenant.weight, tenant.kv_share = weight, kv_share
+        self.quotas = any(t.kv_share < 1.0 for t in self._tenants.values())
 
     def tenant(self, name: str) -> _Tenant | None:
         return self._lookup(name)
@@ -167,10 +169,6 @@ class FairQueue:
             if tenant is not None and tenant.kv_share < 1.0 and blocks > tenant.kv_share * num_blocks:
                 over.append((blocks / (tenant.kv_share * num_blocks), name))
         return [name for _, name in sorted(over, reverse=True)]
-
-    @property
-    def quotas(self) -> bool:
-        return any(t.kv_share < 1.0 for t in self._tenants.values())
 
     # --- internals ------------------------------------------------------------------------------
 
