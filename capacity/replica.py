@@ -25,11 +25,12 @@ from __future__ import annotations
 
 import heapq
 import math
+from collections.abc import Callable
 
 from capacity.costmodel import BLOCK_TOKENS, ReplicaPlan
 from edge_sim.load import FinishRate, PopLoad, pop_load
-from engine.block_counts import BlockCounts, BlockIds
-from engine.policy import SchedulerConfig, SchedulingPolicy, SeqStatus
+from engine.block_counts import BlockCounts, BlockIds, CountHandle
+from engine.policy import Plan, SchedulerConfig, SchedulingPolicy, SeqStatus, SteadyRun
 
 IDLE, STEP, RUN = 0, 1, 2
 MERGE_RUNS = True  # advance steady runs as one event (tests compare with step by step)
@@ -43,7 +44,7 @@ class SimSeq:
         "decode_base", "decoding", "epoch", "pend", "at", "ts", "tf", "td", "tenant", "cached",
     )  # fmt: skip
 
-    def __init__(self, rid: int, prompt: int, output: int, at: float, kv, tenant: str = ""):
+    def __init__(self, rid: int, prompt: int, output: int, at: float, kv: CountHandle, tenant: str = ""):
         self.rid, self.prompt, self.output = rid, prompt, output
         self.generated = 0  # sampled tokens (not kept up to date while decoding: see Replica)
         self.num_computed = 0
@@ -51,7 +52,7 @@ class SimSeq:
         self.preemptions = 0
         self.order = 0
         self.kv = kv
-        self.decode_base = None
+        self.decode_base: int | None = None
         self.decoding = False  # has a finish entry in its replica's heap
         self.epoch = 0  # bumped on preemption: invalidates that entry
         self.pend = prompt  # prompt tokens still to prefill (what the router counts as queued)
@@ -72,30 +73,40 @@ class Replica:
     keeps a heap of the clock values at which each will have sampled its last token, so a step
     or a run costs time in what changes (finishes, admissions, prefill chunks), not in the batch."""
 
-    def __init__(self, idx: int, pop: int, plan: ReplicaPlan, on_event=None):
+    def __init__(
+        self,
+        idx: int,
+        pop: int,
+        plan: ReplicaPlan,
+        on_event: Callable[[str, int, float], None] | None = None,
+    ):
         """`on_event(kind, rid, t)` hears the policy's decisions: "admit", "preempt", "finish"."""
         self.idx, self.pop = idx, pop
         self.nb, self.staging = plan.num_blocks, plan.staging_blocks
         self.blocks = BlockCounts(plan.num_blocks, plan.staging_blocks, max_slots=plan.max_num_seqs)
         limits = SchedulerConfig(plan.max_batched_tokens, plan.max_num_seqs)
-        self.policy = SchedulingPolicy(self.blocks, limits, self._hear)
+        self.policy: SchedulingPolicy[SimSeq] = SchedulingPolicy(self.blocks, limits, self._hear)
         self.on_event = on_event
         self.max_seqs, self.budget = limits.seat_limit, plan.max_batched_tokens
-        self.step_fn, self.dec_fn = plan.step_ms, plan.decode_ms
+        if plan.step_ms is None or plan.decode_ms is None:
+            raise ValueError(f"{plan!r} has no step times (a cost model's plan has them)")
+        self.step_fn: Callable[[float, float, float, float, float], float] = plan.step_ms
+        self.dec_fn: Callable[[float, float], float] = plan.decode_ms
         # the longest request (prompt + output) the model's window and this cache hold alone
         self.fit_tokens = min(plan.max_context, (self.nb - self.staging) * BLOCK_TOKENS)
         chunk = min(plan.max_batched_tokens, 2048)
-        self.pf_tok = plan.step_ms(chunk, chunk * (chunk + 1) / 2, chunk, 0, 0) / chunk
+        self.pf_tok = self.step_fn(chunk, chunk * (chunk + 1) / 2, chunk, 0, 0) / chunk
         self.kind, self.ver, self.t0, self.t_end = IDLE, 0, 0.0, 0.0
         self.now = 0.0  # when the policy last decided
-        self.plan = None  # the step in progress (STEP) and the prefills that sample their first
+        self.plan: Plan | None = None  # the step in progress (STEP) and the prefills that sample their first
         self.joining: list[SimSeq] = []  # token in it as decoders
         # arrived since the last step boundary: the policy hears of them there, as the engine
         # adds a request before the first step that starts after it arrives
         self.arrived: list[SimSeq] = []
-        self.run = None  # the steady run in progress (RUN), and its step times:
+        self.run = _NO_RUN  # the steady run in progress (RUN), and its step times:
         self.run_k, self.run_d0, self.run_g = 0, 0.0, 0.0  # steps, first step, growth per step
-        self.finishes: list = []  # (group clock at the last token, order, epoch, seq)
+        # (group clock at the last token, order, epoch, seq)
+        self.finishes: list[tuple[int, int, int, SimSeq]] = []
         self.pending = 0  # prompt tokens still to prefill, waiting and prefilling
         self.busy_ms = self.kv_int = self.kv_peak = self.run_int = 0.0
         self.steps = self.preempts = self.served = self.max_run = 0
@@ -144,7 +155,7 @@ class Replica:
 
     # --- arrivals ---------------------------------------------------------------------------------
 
-    def arrive(self, seq: SimSeq, t: float) -> int | None:
+    def arrive(self, seq: SimSeq, t: float) -> float | None:
         """Queue `seq`; the time of a new step-end event to push, if the replica's plans changed."""
         policy = self.policy
         was_empty = not policy.waiting and not self.arrived
@@ -168,8 +179,8 @@ class Replica:
         policy = self.policy
         self.now = t
         if self.arrived:
-            for seq in self.arrived:
-                policy.add(seq)
+            for new in self.arrived:
+                policy.add(new)
             self.arrived = []
         if MERGE_RUNS and policy.running:
             heap = self.finishes
@@ -212,7 +223,7 @@ class Replica:
             if seq.kv.ids is not None:
                 commit(seq.kv, policy.computed(seq))
 
-    def _start_run(self, t: float, run) -> float:
+    def _start_run(self, t: float, run: SteadyRun) -> float:
         policy, k, p = self.policy, run.steps, run.prefill
         b, c = policy.decode_count, policy.decode_context() - policy.decode_count
         if p is None:  # pure decode: step times are linear in the context, so interpolate
@@ -275,11 +286,12 @@ class Replica:
                 self._finish_decoders(t, [])
             return
         plan = self.plan
+        assert plan is not None  # a step was in progress
         self.plan = None
         policy.completed(plan)
         if self.caching:
             self._commit()
-        sampled = []  # decoders that sampled their first token in this step
+        sampled: list[SimSeq] = []  # decoders that sampled their first token in this step
         for seq in self.joining:
             if seq.decode_base is not None:  # not preempted while the step was planned
                 self.pending -= seq.pend
@@ -287,7 +299,7 @@ class Replica:
                 sampled.append(seq)
         self.joining = []
         self._finish_decoders(t, sampled)
-        done = []
+        done: list[SimSeq] = []
         for seq, n in plan.chunks:
             if seq.pend:
                 seq.pend -= n
@@ -316,7 +328,8 @@ class Replica:
 
     def _finish_decoders(self, t: float, sampled: list[SimSeq]) -> None:
         """Decoders done by the group clock now, and `sampled` first tokens, in arrival order."""
-        clock, heap, done = self.policy.clock, self.finishes, []
+        clock, heap = self.policy.clock, self.finishes
+        done: list[SimSeq] = []
         while heap and heap[0][0] <= clock:
             _, _, epoch, seq = heapq.heappop(heap)
             if epoch == seq.epoch and seq.decoding:
@@ -348,6 +361,9 @@ class Replica:
             self.max_run = running
         self.busy_ms += dur
         self.steps += steps
+
+
+_NO_RUN = SteadyRun(0, None, 0)  # Replica.run while no run is in progress
 
 
 def _order(seq: SimSeq) -> int:

@@ -25,28 +25,32 @@ RTTs come from edge_sim.network; with `jitter_ms` set, each request draws its ow
 
 from __future__ import annotations
 
-import heapq
 import math
 import random
 import time
 from collections.abc import Callable, Sequence
-from typing import NamedTuple
 
 import msgspec
 
 from capacity.costmodel import CostModel, ReplicaPlan
-from capacity.replica import Replica, SimSeq
+from capacity.event_loop import REJECTED_CAPACITY, REJECTED_TOO_LONG, SERVED, Route, Trace, run_events
+from capacity.replica import Replica
 from capacity.workload import SLO, TopologySetup, Workload, WorkloadSample, sample_requests
-from edge_sim.load import expected_wait_ms, route_score
 from edge_sim.network import NetworkModel
 from edge_sim.roofline import SimulationError, check_kv
 from edge_sim.topology import Topology
 from engine.fair_queue import TenantShare
 
-__all__ = ["PopInfo", "SimResult", "SimulationError", "simulate", "simulate_kv"]
-
-# Request outcome codes (Workers AI codes): served, refused for capacity, too long for the model.
-SERVED, REJECTED_CAPACITY, REJECTED_TOO_LONG = 0, 3040, 3006
+__all__ = [
+    "REJECTED_CAPACITY",
+    "REJECTED_TOO_LONG",
+    "SERVED",
+    "PopInfo",
+    "SimResult",
+    "SimulationError",
+    "simulate",
+    "simulate_kv",
+]
 
 
 class PopInfo(msgspec.Struct):
@@ -183,6 +187,7 @@ def simulate(
     setup = setup or TopologySetup(Topology.default(), NetworkModel(), {})
     topology, network = setup.topology, setup.network
     jitter = network.jitter_ms
+    jitter_rng = None
     if jitter:  # RTTs below are the model's jitter-free ones; jitter is drawn per request, seeded
         network = msgspec.structs.replace(network, jitter_ms=0.0)
         jitter_rng = random.Random(seed * 1_000_003 + 17)
@@ -204,66 +209,8 @@ def simulate(
     routes = _routes(sample, network, list(topology.pops.values()), topo_pops, reps)
 
     n = len(sample.times)
-    trace = _Trace(n, [t * 1000.0 for t in sample.times])
-    send, prompts, outputs, clients = trace.send, sample.prompts, sample.outputs, sample.clients
-    ingress_counts: dict[str, int] = {}
-    heap: list = []  # (time, kind, id, version): kind 0 = arrival at the PoP, 1 = replica step end
-    push, pop_ = heapq.heappush, heapq.heappop
-    net_ms, placed, seqs = trace.net_ms, trace.placed, trace.seqs
-    tenants = sample.tenants or [""] * n
-    block_ids = sample.block_ids
-    # session affinity, as the live edge's: a session's next turn goes back to the replica that
-    # served the last one (which holds its cache) unless that one is full
-    sessions, turns = sample.sessions, sample.turns
-    affinity: dict[int, Replica] = {}
-    ai = 0
-    while True:
-        if ai < n and (not heap or send[ai] <= heap[0][0]):  # the next event is a request sent
-            rid = ai
-            ai += 1
-            route = routes[clients[rid]]
-            total = prompts[rid] + outputs[rid]
-            ingress_counts[route.ingress] = ingress_counts.get(route.ingress, 0) + 1
-            best = None
-            if sessions is not None and turns[rid] and sessions[rid] in affinity:
-                best, best_bb = _sticky(route.candidates, affinity[sessions[rid]], total, max_queue_ms)
-            if best is None:
-                best, best_bb = _choose(route.candidates, prompts[rid], total, max_queue_ms)
-            if best is None:
-                fits_any = any(total <= r.fit_tokens for _, r in route.candidates)
-                trace.status[rid] = REJECTED_CAPACITY if fits_any else REJECTED_TOO_LONG
-                net_ms[rid] = route.client_rtt
-                continue
-            net = route.client_rtt + best_bb
-            if jitter:  # on each path's propagation part; never below the fixed costs
-                floor = network.base_ms + (network.backbone_base_ms if best_bb else 0.0)
-                net = max(floor, net + jitter_rng.gauss(0.0, jitter))
-            net_ms[rid] = net
-            placed[rid] = best.idx
-            if sessions is not None:
-                affinity[sessions[rid]] = best
-            at = send[rid] + net * 0.5  # it reaches the PoP half its RTTs later
-            seq = seqs[rid] = SimSeq(
-                rid, prompts[rid], outputs[rid], at, best.blocks.new_sequence(), tenants[rid]
-            )
-            if block_ids is not None and block_ids[rid] is not None:
-                best.track(seq, block_ids[rid])
-            push(heap, (at, 0, rid, 0))
-            continue
-        if not heap:
-            break
-        t, kind, x, ver = pop_(heap)
-        if kind == 0:
-            r = reps[placed[x]]
-            end = r.arrive(seqs[x], t)
-        else:
-            r = reps[x]
-            if ver != r.ver:
-                continue  # a step end that a cut run replaced
-            r.end(t)
-            end = r.compose(t)
-        if end is not None:
-            push(heap, (end, 1, r.idx, r.ver))
+    trace = Trace(n, [t * 1000.0 for t in sample.times])
+    ingress_counts = run_events(sample, routes, reps, trace, max_queue_ms, network, jitter, jitter_rng)
 
     end_ms = max([duration_s * 1000.0, *(r.t_end for r in reps)])
     return _result(
@@ -278,15 +225,7 @@ def simulate(
     )  # fmt: skip
 
 
-class _Route(NamedTuple):
-    """Where a client location's requests enter, and the replicas ranked by backbone RTT from there."""
-
-    ingress: str
-    client_rtt: float
-    candidates: list[tuple[float, Replica]]
-
-
-def _routes(sample: WorkloadSample, network: NetworkModel, all_pops, topo_pops, reps) -> list[_Route]:
+def _routes(sample: WorkloadSample, network: NetworkModel, all_pops, topo_pops, reps) -> list[Route]:
     by_ingress: dict[str, list[tuple[float, Replica]]] = {}
     routes = []
     for loc in sample.locations:
@@ -296,51 +235,8 @@ def _routes(sample: WorkloadSample, network: NetworkModel, all_pops, topo_pops, 
             bb = [network.backbone_rtt_ms(ingress, p) for p in topo_pops]
             ranked = sorted(((bb[r.pop], r.idx), r) for r in reps)
             cands = by_ingress[ingress.code] = [(key[0], r) for key, r in ranked]
-        routes.append(_Route(ingress.code, rtt, cands))
+        routes.append(Route(ingress.code, rtt, cands))
     return routes
-
-
-def _choose(
-    candidates: list[tuple[float, Replica]], prompt: int, total: int, max_queue_ms: float
-) -> tuple[Replica | None, float]:
-    """The live router's choice among replicas (route_score), skipping the full and the too small."""
-    best, best_score, best_bb = None, math.inf, math.inf
-    for bb, r in candidates:
-        if bb >= best_score:
-            break  # ranked by RTT: no later replica can score better
-        if total > r.fit_tokens:
-            continue
-        load = r.load()
-        wait = expected_wait_ms(load)
-        if wait > max_queue_ms:
-            continue  # over the admission limit
-        score = route_score(bb, load, prompt, wait)
-        if score < best_score:
-            best_score, best, best_bb = score, r, bb
-    return best, best_bb
-
-
-def _sticky(
-    candidates: list[tuple[float, Replica]], replica: Replica, total: int, max_queue_ms: float
-) -> tuple[Replica | None, float]:
-    """`replica` for a session's next turn, with its backbone RTT; None when it is full or too small."""
-    if total > replica.fit_tokens or expected_wait_ms(replica.load()) > max_queue_ms:
-        return None, math.inf
-    for bb, r in candidates:
-        if r is replica:
-            return r, bb
-    return None, math.inf
-
-
-class _Trace:
-    """Per request, in arrival order: when it was sent, its network time, where it went, how."""
-
-    def __init__(self, n: int, send: list[float]):
-        self.send = send
-        self.net_ms = [0.0] * n  # client RTT + backbone RTT
-        self.placed = [-1] * n  # replica index, -1 when refused
-        self.status = [SERVED] * n
-        self.seqs: list[SimSeq | None] = [None] * n
 
 
 _EMPTY = SimResult(
@@ -352,7 +248,7 @@ _EMPTY = SimResult(
 
 
 def _result(
-    base: SimResult, reps: list[Replica], sample: WorkloadSample, trace: _Trace, started: float
+    base: SimResult, reps: list[Replica], sample: WorkloadSample, trace: Trace, started: float
 ) -> SimResult:
     pop_codes = [p.code for p in base.pops]
     nan = math.nan

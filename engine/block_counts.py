@@ -46,7 +46,7 @@ class CountHandle:
         self.slot = False
         self.ids: BlockIds | None = None  # None: not in the prefix cache (see BlockCounts.track)
         self.owner: Any = None  # its SeqLike: num_computed + remaining are its tokens
-        self.owned: list[Hashable | None] | tuple = ()
+        self.owned: list[Hashable | None] = []
 
 
 class BlockCounts:

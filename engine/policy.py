@@ -26,7 +26,7 @@ import itertools
 import operator
 from collections.abc import Callable
 from functools import partial
-from typing import Any
+from typing import Any, Generic
 
 from engine.block_counts import BlockCounts
 from engine.fair_queue import FairQueue
@@ -35,6 +35,7 @@ from engine.policy_types import (
     BLOCK_TOKENS,
     RUNNING,
     BlockAccounting,
+    S,
     SchedulerConfig,
     SeqLike,
     SeqStatus,
@@ -51,12 +52,12 @@ __all__ = [
 ]
 
 
-class Plan:
+class Plan(Generic[S]):
     """One step: every decoding sequence runs one token, then `chunks` run (sequence, tokens)."""
 
     __slots__ = ("policy", "decode_count", "decode_context", "chunks")
 
-    def __init__(self, policy: SchedulingPolicy, chunks: list[tuple[SeqLike, int]]):
+    def __init__(self, policy: SchedulingPolicy[S], chunks: list[tuple[S, int]]):
         self.policy = policy
         self.decode_count = policy.decode_count
         # the tokens the decoders attend to, their new ones included
@@ -66,15 +67,15 @@ class Plan:
     def __bool__(self) -> bool:
         return bool(self.decode_count or self.chunks)
 
-    def decoders(self) -> list[SeqLike]:
+    def decoders(self) -> list[S]:
         """The decoding sequences in arrival order, their `num_computed` brought up to date."""
         return self.policy.decoders()
 
-    def entries(self) -> list[tuple[SeqLike, int]]:
+    def entries(self) -> list[tuple[S, int]]:
         return [(seq, 1) for seq in self.decoders()] + self.chunks
 
 
-class SchedulingPolicy(SteadyRuns):
+class SchedulingPolicy(SteadyRuns[S]):
     """Who runs each step and how many tokens each, over a `BlockAccounting`.
 
     Decoding sequences (one token to run, then one to sample) advance together, one token a step,
@@ -98,8 +99,8 @@ class SchedulingPolicy(SteadyRuns):
         # by tenant, fair shares once there are two (engine.fair_queue); it counts the running
         # sequences per tenant from then on, and reads them here when it starts
         self.waiting = FairQueue(config.fair_share, lambda: self.running)
-        self.running: list[SeqLike] = []  # in arrival order
-        self.prefilling: list[SeqLike] = []  # the running ones not decoding, in arrival order
+        self.running: list[S] = []  # in arrival order
+        self.prefilling: list[S] = []  # the running ones not decoding, in arrival order
         self.preemptions = 0
         self.on_event = on_event
         self.clock = 0  # steps the decode group has taken
@@ -108,7 +109,7 @@ class SchedulingPolicy(SteadyRuns):
         self._held_clock = 0
         # decoders by (decode_base % BLOCK_TOKENS): the ones whose last block is full at clock c are
         # in phase[-c % BLOCK_TOKENS]
-        self.phase: list[dict[int, SeqLike]] = [{} for _ in range(BLOCK_TOKENS)]
+        self.phase: list[dict[int, S]] = [{} for _ in range(BLOCK_TOKENS)]
         self._phase_sizes = [0] * BLOCK_TOKENS
         self._seats = config.seat_limit
         self.decode_count = 0
@@ -117,7 +118,7 @@ class SchedulingPolicy(SteadyRuns):
 
     # --- membership -------------------------------------------------------------------------------
 
-    def add(self, seq: SeqLike) -> None:
+    def add(self, seq: S) -> None:
         seq.order = next(self._order)
         seq.decode_base = None
         self.waiting.append(seq, self.clock)
@@ -130,7 +131,7 @@ class SchedulingPolicy(SteadyRuns):
     def has_work(self) -> bool:
         return bool(self.waiting or self.running)
 
-    def computed(self, seq: SeqLike) -> int:
+    def computed(self, seq: S) -> int:
         """Tokens of `seq` in the cache now."""
         base = seq.decode_base
         return seq.num_computed if base is None else base + self.clock
@@ -139,7 +140,7 @@ class SchedulingPolicy(SteadyRuns):
         """Sum over decoders of the tokens they attend to in their next step (the new one included)."""
         return self._base_sum + self.decode_count * (self.clock + 1)
 
-    def decoders(self) -> list[SeqLike]:
+    def decoders(self) -> list[S]:
         clock = self.clock
         out = []
         for seq in self.running:
@@ -148,7 +149,7 @@ class SchedulingPolicy(SteadyRuns):
                 out.append(seq)
         return out
 
-    def _join(self, seq: SeqLike) -> None:
+    def _join(self, seq: S) -> None:
         base = seq.num_computed - self.clock
         seq.decode_base = base
         self.phase[base % BLOCK_TOKENS][seq.order] = seq
@@ -158,7 +159,7 @@ class SchedulingPolicy(SteadyRuns):
         if self.waiting.fair:
             self.waiting.decoding(seq.tenant, self.clock, 1)
 
-    def _leave(self, seq: SeqLike) -> None:
+    def _leave(self, seq: S) -> None:
         base = seq.decode_base
         if base is None:
             if seq in self.prefilling:
@@ -174,7 +175,7 @@ class SchedulingPolicy(SteadyRuns):
         if self.waiting.fair:
             self.waiting.decoding(seq.tenant, self.clock, -1)
 
-    def _preempt(self, seq: SeqLike) -> None:
+    def _preempt(self, seq: S) -> None:
         """Free `seq`'s blocks and queue it first, to be recomputed. `on_event("preempt")` hears it
         before its tokens in the cache are reset to 0 (`num_computed` is up to date then)."""
         self._leave(seq)
@@ -188,7 +189,7 @@ class SchedulingPolicy(SteadyRuns):
         self.preemptions += 1
         self.waiting.appendleft(seq)
 
-    def finish(self, seq: SeqLike) -> None:
+    def finish(self, seq: S) -> None:
         self._leave(seq)
         if not self._remove_running(seq):  # not running: still waiting (or finished already)
             if seq in self.waiting:
@@ -197,7 +198,7 @@ class SchedulingPolicy(SteadyRuns):
         if self.on_event is not None:
             self.on_event("finish", seq)
 
-    def _remove_running(self, seq: SeqLike) -> bool:
+    def _remove_running(self, seq: S) -> bool:
         """Take `seq` out of `running` (kept in arrival order, so found by bisection: a batch holds
         hundreds); False when it is not there."""
         running = self.running
@@ -211,7 +212,7 @@ class SchedulingPolicy(SteadyRuns):
 
     # --- one step ---------------------------------------------------------------------------------
 
-    def schedule(self) -> Plan:
+    def schedule(self) -> Plan[S]:
         """The sequences to run this step and how many of their tokens each."""
         limit = self.config.max_num_batched_tokens
         running, prefilling, waiting = self.running, self.prefilling, self.waiting
@@ -231,11 +232,12 @@ class SchedulingPolicy(SteadyRuns):
                 self._held_clock = clock + 1
             else:
                 for _, seq in sorted(full.items()):
-                    if seq.status is RUNNING:  # not preempted earlier in this loop
-                        blocks.settle(seq.kv, seq.decode_base + clock)
-                        self._grow_or_preempt(seq, seq.decode_base + clock + 1)
+                    base = seq.decode_base
+                    if base is not None and seq.status is RUNNING:  # not preempted in this loop
+                        blocks.settle(seq.kv, base + clock)
+                        self._grow_or_preempt(seq, base + clock + 1)
         budget = limit - self.decode_count
-        chunks: list[tuple[SeqLike, int]] = []
+        chunks: list[tuple[S, int]] = []
         blocks = self.blocks
         for seq in list(prefilling) if prefilling else ():
             if budget == 0:
@@ -252,10 +254,12 @@ class SchedulingPolicy(SteadyRuns):
             budget = limit - self.decode_count - sum(n for _, n in chunks)
         skip = self._over_share() if waiting.fair and waiting.quotas else frozenset()
         while waiting and budget > 0 and len(running) < self._seats:
-            seq = waiting.head(clock, skip)
-            if seq is None:  # only tenants over their KV share wait: admit them (work-conserving)
+            head = waiting.head(clock, skip)
+            if head is None:  # only tenants over their KV share wait: admit them (work-conserving)
                 skip = frozenset()
-                seq = waiting.head(clock)
+                head = waiting.head(clock)
+            assert head is not None  # someone waits
+            seq = head
             # a prompt prefix whose blocks the cache already holds is not run again
             cached = blocks.cached_prefix(seq.kv) if not seq.num_computed else 0
             want = min(seq.remaining - cached, budget)
@@ -283,7 +287,7 @@ class SchedulingPolicy(SteadyRuns):
                 self.on_event("admit", seq)
         return Plan(self, chunks)
 
-    def _grow_or_preempt(self, seq: SeqLike, tokens: int) -> bool:
+    def _grow_or_preempt(self, seq: S, tokens: int) -> bool:
         """Room for `tokens` tokens of `seq`, preempting the newest running sequences as needed;
         False when `seq` itself was preempted."""
         while not self.blocks.grow(seq.kv, tokens):
@@ -293,7 +297,7 @@ class SchedulingPolicy(SteadyRuns):
                 return False
         return True
 
-    def completed(self, plan: Plan) -> None:
+    def completed(self, plan: Plan[S]) -> None:
         """The executor ran `plan`: the decoders' clock and the chunks' tokens advance, and a chunk
         that completes its prompt (it samples now) decodes from the next step on."""
         if plan.decode_count:
@@ -322,7 +326,7 @@ class SchedulingPolicy(SteadyRuns):
     def _over_share(self) -> frozenset[str]:
         return frozenset(self.waiting.over_share(self._held_by_tenant(), self.blocks.num_blocks))
 
-    def _victim(self) -> SeqLike:
+    def _victim(self) -> S:
         """The sequence to preempt: the newest of the tenant furthest over its KV share, if any
         tenant is over its share, else the newest running."""
         waiting = self.waiting

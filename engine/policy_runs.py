@@ -9,15 +9,28 @@ and phases, the block accounting, the waiting queue); the live engine never call
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from functools import partial
-from typing import Any, NamedTuple
+from typing import Any, Generic, NamedTuple
 
-from engine.policy_types import BLOCK_TOKENS, SeqLike
+from engine.fair_queue import FairQueue
+from engine.policy_types import BLOCK_TOKENS, BlockAccounting, S, SchedulerConfig
 
 
-class SteadyRuns:
-    """steady_run() and advance(), over a SchedulingPolicy's attributes."""
+class SteadyRuns(Generic[S]):
+    """steady_run() and advance(), over a SchedulingPolicy's attributes (declared here, set there)."""
+
+    blocks: BlockAccounting
+    config: SchedulerConfig
+    waiting: FairQueue
+    running: list[S]
+    prefilling: list[S]
+    clock: int
+    _held_clock: int
+    phase: list[dict[int, S]]
+    _phase_sizes: list[int]
+    _seats: int
+    decode_count: int
 
     def _rooms(self) -> list[int]:
         """How many decoders have r free token slots in their last block, for r in 0..15."""
@@ -52,7 +65,7 @@ class SteadyRuns:
         waiting = self.waiting
         if waiting and len(self.running) < self._seats:
             # with fair shares the next head may change as the counters move: any may be admitted
-            heads = waiting.heads() if waiting.fair else (waiting.head(self.clock),)
+            heads: Iterable[Any] = waiting.heads() if waiting.fair else (waiting.head(self.clock),)
             budget = self.config.max_num_batched_tokens - n
             for head in heads:
                 # as schedule() admits it: after the prefix the cache holds of it
@@ -78,7 +91,7 @@ class SteadyRuns:
         steps = q * BLOCK_TOKENS + s
         return _new_run(SteadyRun, (steps if steps < limit else limit, None, 0))
 
-    def _prefill_run(self, prefill: SeqLike, limit: int) -> SteadyRun | None:
+    def _prefill_run(self, prefill: S, limit: int) -> SteadyRun | None:
         """The steady run of the decoders beside one prefill taking a full chunk each step."""
         blocks, budget, n = self.blocks, self.config.max_num_batched_tokens, self.decode_count
         free = blocks.free_blocks
@@ -140,18 +153,20 @@ class SteadyRun(NamedTuple):
     chunk: int
 
 
-def _run_targets(phase: list[dict[int, SeqLike]], clock: int, steps: int) -> Iterator[tuple[Any, int]]:
+def _run_targets(phase: list[dict[int, S]], clock: int, steps: int) -> Iterator[tuple[Any, int]]:
     """`_targets` of the decoders whose last block fills in a run of `steps` steps from `clock`."""
     groups = [phase[-(clock + j) % BLOCK_TOKENS] for j in range(min(steps, BLOCK_TOKENS))]
     return _targets(groups, clock + steps)
 
 
-def _targets(groups: list[dict[int, SeqLike]], clock: int) -> Iterator[tuple[Any, int]]:
+def _targets(groups: list[dict[int, S]], clock: int) -> Iterator[tuple[Any, int]]:
     """The decoders of `groups` in arrival order within each, with their tokens at `clock` (handed
     to grow_decoders unevaluated: an accounting that takes only the total never walks the batch)."""
     for group in groups:
         for _, seq in sorted(group.items()):
-            yield seq.kv, seq.decode_base + clock
+            base = seq.decode_base
+            assert base is not None  # a decoder
+            yield seq.kv, base + clock
 
 
 _new_run = tuple.__new__  # SteadyRun without its Python-level __new__ (the simulator's hot path)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable, Iterable
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import msgspec
 
@@ -47,6 +47,9 @@ class SeqLike(Protocol):
     def remaining(self) -> int:
         """Tokens to run through the model before the next one can be sampled."""
         ...
+
+
+S = TypeVar("S", bound=SeqLike)  # the sequence type a policy holds (the engine's or the simulator's)
 
 
 class BlockAccounting(Protocol):
