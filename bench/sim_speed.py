@@ -6,7 +6,9 @@ Each workload profile runs on the default world topology with Kimi K2 (fp8 weigh
 model) for `--duration` simulated seconds of arrivals, at each load multiplier and KV dtype; the
 best of `--repeats` runs counts (the first run in a process also pays one-off imports, so one
 warm-up run comes first). The baseline is the goal: 50,000 simulated requests per second of wall
-time on a 2-core CPU; the last column is the ratio to it.
+time on a 2-core CPU; the last column is the ratio to it. The hot paths run compiled when their
+build is current (engine.native: `make native`; the header says which); EDGE_NATIVE=0 runs them
+interpreted, for comparison.
 """
 
 from __future__ import annotations
@@ -36,12 +38,15 @@ def main() -> None:
     from capacity.report import summarize
     from capacity.simulator import simulate
     from capacity.workload import PROFILES
+    from engine import native
 
     cost = RooflineCostModel("kimi-k2", "fp8")
     simulate(PROFILES["chat"], cost, "auto", duration_s=10, seed=0)  # warm-up: imports, caches
 
     cpu = platform.processor() or platform.machine()
-    print(f"CPU: {cpu}, {os.cpu_count()} cores; python {platform.python_version()}")
+    print(
+        f"CPU: {cpu}, {os.cpu_count()} cores; python {platform.python_version()}; hot paths {native.status()}"
+    )
     print(f"Kimi K2 fp8, default world, roofline; {args.duration:g} s of arrivals, best of {args.repeats}")
     print()
     print("| workload | load | KV | requests | wall s | simulated req/s | goal (baseline) | ratio |")

@@ -180,6 +180,6 @@ class RooflineCostModel:
             max_batched_tokens=self.max_batched_tokens,
             max_context=self.model.max_context,
             price_per_hour=gpu.price_per_hour * r.gpus,
-            step_ms=r.step_ms,
-            decode_ms=r.decode_ms,
+            step_ms=r.times.step_ms,
+            decode_ms=r.times.decode_ms,
         )

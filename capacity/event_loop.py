@@ -151,3 +151,43 @@ class Trace:
         self.placed = [-1] * n  # replica index, -1 when refused
         self.status = [SERVED] * n
         self.seqs: list[SimSeq | None] = [None] * n
+
+    def columns(self, reps: list[Replica], pop_codes: list[str]) -> RequestColumns:
+        """The report's per-request columns (NaN and "" for refused requests)."""
+        nan = math.nan
+        queue, ttft, e2e, tpot = [], [], [], []
+        pop: list[str] = []
+        preempted: list[int] = []
+        cached: list[int] = []
+        net_ms, placed = self.net_ms, self.placed
+        for i, seq in enumerate(self.seqs):
+            if seq is None:
+                queue.append(nan)
+                ttft.append(nan)
+                e2e.append(nan)
+                tpot.append(nan)
+                pop.append("")
+                preempted.append(0)
+                cached.append(0)
+                continue
+            net, out = net_ms[i], seq.output
+            queue.append(seq.ts - seq.at)
+            ttft.append(net + seq.tf - seq.at)
+            e2e.append(net + seq.td - seq.at)
+            tpot.append((seq.td - seq.tf) / (out - 1) if out > 1 else nan)
+            pop.append(pop_codes[reps[placed[i]].pop])
+            preempted.append(seq.preemptions)
+            cached.append(seq.cached)
+        return RequestColumns(queue, ttft, e2e, tpot, pop, preempted, cached)
+
+
+class RequestColumns(NamedTuple):
+    """Per request, in arrival order, in ms: what SimResult reports of each."""
+
+    queue: list[float]
+    ttft: list[float]
+    e2e: list[float]
+    tpot: list[float]
+    pop: list[str]  # the GPU PoP's code
+    preempted: list[int]  # times preempted
+    cached: list[int]  # prompt tokens the prefix cache held at its first admission

@@ -108,7 +108,8 @@ class Replica:
         # (group clock at the last token, order, epoch, seq)
         self.finishes: list[tuple[int, int, int, SimSeq]] = []
         self.pending = 0  # prompt tokens still to prefill, waiting and prefilling
-        self.busy_ms = self.kv_int = self.kv_peak = self.run_int = 0.0
+        self.busy_ms = self.kv_int = self.run_int = 0.0
+        self.kv_peak = 0  # blocks
         self.steps = self.preempts = self.served = self.max_run = 0
         self.finish_rate = FinishRate()
         self.step_est = 0.0  # duration of the step in progress (0 when idle)
@@ -351,7 +352,7 @@ class Replica:
         self.served += 1
         self.finish_rate.tick(t)
 
-    def _account(self, dur: float, used0: float, used1: float, steps: int) -> None:
+    def _account(self, dur: float, used0: int, used1: int, steps: int) -> None:
         running = len(self.policy.running)
         self.kv_int += (used0 + used1) * 0.5 * dur
         if used1 > self.kv_peak:

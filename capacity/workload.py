@@ -58,6 +58,7 @@ from typing import Any, Literal
 
 import msgspec
 
+from capacity.draws import lognormal_lengths, poisson_times
 from capacity.spec_files import convert_spec, read_spec_file
 from capacity.topology_file import TopologySetup, load_topology  # re-exported: callers import them here
 from edge_sim.roofline import SimulationError
@@ -341,12 +342,7 @@ def _lengths(rng: random.Random, x: Lengths, n: int) -> list[int]:
     if x.dist == "uniform":
         return [rng.randint(lo, hi) for _ in range(n)]
     mu = math.log(x.mean) - x.sigma * x.sigma / 2  # so that the mean before clipping is `mean`
-    gauss, exp, sigma = rng.gauss, math.exp, x.sigma
-    out = []
-    for _ in range(n):
-        v = int(exp(mu + sigma * gauss()) + 0.5)
-        out.append(lo if v < lo else hi if v > hi else v)
-    return out
+    return lognormal_lengths(rng, mu, x.sigma, lo, hi, n)
 
 
 def sample_requests(
@@ -381,22 +377,15 @@ def pick_clients(rng: random.Random, weights: list[float], n: int) -> list[int]:
 
 def arrival_times(rng: random.Random, arrivals: Arrivals, rate: float, duration_s: float) -> list[float]:
     """Send times over [0, duration_s) of the arrival process at `rate` per second."""
+    if arrivals.process == "poisson":
+        return poisson_times(rng, rate, duration_s)
+    shape = 1.0 / (arrivals.cv * arrivals.cv)
+    scale = 1.0 / (rate * shape)
+    gv = rng.gammavariate
     times: list[float] = []
     t = 0.0
-    if arrivals.process == "poisson":
-        ex = rng.expovariate
-        while True:
-            t += ex(rate)
-            if t >= duration_s:
-                break
-            times.append(t)
-    else:
-        shape = 1.0 / (arrivals.cv * arrivals.cv)
-        scale = 1.0 / (rate * shape)
-        gv = rng.gammavariate
-        while True:
-            t += gv(shape, scale)
-            if t >= duration_s:
-                break
-            times.append(t)
-    return times
+    while True:
+        t += gv(shape, scale)
+        if t >= duration_s:
+            return times
+        times.append(t)

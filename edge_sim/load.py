@@ -7,20 +7,37 @@ queue wait, and this prompt's prefill at the PoP's measured rate."""
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
 
 FINISH_RATE_TAU_MS = 5000.0  # time constant of the finish-rate estimate
 
 
-class PopLoad(NamedTuple):
+_LOAD_FIELDS = ("step_ms", "pending_tokens", "prefill_ms_per_token", "waiting", "seats", "finish_per_ms")
+
+
+class PopLoad:
     """What routing knows of one engine at a PoP now."""
 
-    step_ms: float  # the step in progress (0 when idle): a newcomer waits for it
-    pending_tokens: float  # prompt tokens queued or still prefilling there
-    prefill_ms_per_token: float
-    waiting: int  # requests not yet admitted
-    seats: float  # more sequences it can admit now (sequence cap or KV room)
-    finish_per_ms: float  # its recent rate of finished requests (> 0)
+    __slots__ = ("step_ms", "pending_tokens", "prefill_ms_per_token", "waiting", "seats", "finish_per_ms")
+
+    def __init__(
+        self,
+        step_ms: float,
+        pending_tokens: float,
+        prefill_ms_per_token: float,
+        waiting: int,
+        seats: float,
+        finish_per_ms: float,
+    ):
+        self.step_ms = step_ms  # the step in progress (0 when idle): a newcomer waits for it
+        self.pending_tokens = pending_tokens  # prompt tokens queued or still prefilling there
+        self.prefill_ms_per_token = prefill_ms_per_token
+        self.waiting = waiting  # requests not yet admitted
+        self.seats = seats  # more sequences it can admit now (sequence cap or KV room)
+        self.finish_per_ms = finish_per_ms  # its recent rate of finished requests (> 0)
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{name}={getattr(self, name)!r}" for name in _LOAD_FIELDS)
+        return f"PopLoad({fields})"
 
 
 def pop_load(
@@ -42,13 +59,10 @@ def pop_load(
         kv_seats = kv_blocks_free * running / kv_blocks_used
         if kv_seats < seats:
             seats = kv_seats
-    return _new_load(PopLoad, (
+    return PopLoad(
         step_ms, pending_tokens, prefill_ms_per_token, waiting, seats,
         finish_per_ms if finish_per_ms > 0 else 1.0 / FINISH_RATE_TAU_MS,
-    ))  # fmt: skip
-
-
-_new_load = tuple.__new__  # PopLoad without its Python-level __new__: the simulator routes on it
+    )  # fmt: skip
 
 
 class FinishRate:

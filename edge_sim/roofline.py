@@ -41,6 +41,7 @@ import math
 
 import msgspec
 
+from edge_sim.step_cost import RooflineStepTimes
 from edge_sim.topology import GPU_TYPES, GPUType
 from engine.architecture import Architecture
 
@@ -325,6 +326,7 @@ class RooflineModel:
             self._comm_fixed,
             self._comm_per_token,
         )
+        self.times = RooflineStepTimes(self._c)
 
     def distinct_experts(self, tokens: float) -> float:
         """Expected distinct routed experts per MoE layer hit by `tokens` tokens (uniform routing)."""
@@ -343,28 +345,12 @@ class RooflineModel:
     ) -> float:
         """One step: `prefill_tokens` prompt tokens whose attention covers `prefill_pairs`
         (query, key) pairs and reads `prefill_kv` cached tokens, plus `decode_seqs` decoding
-        sequences reading `decode_kv` cached tokens in all."""
-        t = prefill_tokens + decode_seqs
-        if t <= 0:
-            return 0.0
-        c = self._c
-        compute = (
-            c[0] * t
-            + c[1] * (decode_seqs + (1 if prefill_tokens else 0))
-            + c[2] * prefill_pairs
-            + c[3] * decode_kv
-        )
-        memory = c[4] + c[5] * (1.0 - c[6] ** t) + c[7] * (prefill_kv + decode_kv)
-        return (compute if compute > memory else memory) + c[8] + c[9] * t
+        sequences reading `decode_kv` cached tokens in all (edge_sim.step_cost)."""
+        return self.times.step_ms(prefill_tokens, prefill_pairs, prefill_kv, decode_seqs, decode_kv)
 
     def decode_ms(self, batch: float, kv_tokens: float) -> float:
         """One decode step of `batch` sequences holding `kv_tokens` cached tokens in all."""
-        if batch <= 0:
-            return 0.0
-        c = self._c
-        compute = (c[0] + c[1]) * batch + c[3] * kv_tokens
-        memory = c[4] + c[5] * (1.0 - c[6] ** batch) + c[7] * kv_tokens
-        return (compute if compute > memory else memory) + c[8] + c[9] * batch
+        return self.times.decode_ms(batch, kv_tokens)
 
     def prefill_ms(self, tokens: int, chunk: int = 8192, context: int = 0) -> float:
         """Prefill of a `tokens`-long prompt alone, in chunks of `chunk` (chunked prefill)."""

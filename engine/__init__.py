@@ -8,6 +8,10 @@ from __future__ import annotations
 
 import importlib
 
+from engine import native as _native
+
+_native.install()  # the compiled hot paths, when their build is current (engine.native)
+
 _EXPORTS = {
     "LLM": "engine.llm",
     "Generation": "engine.llm",

@@ -1,0 +1,198 @@
+"""Compiled hot paths: the scheduling policy, its block counts and the capacity simulator's event
+loop, built by mypyc from these same Python sources and loaded only while they are current.
+
+Why: the simulator runs the engine's own policy object step by step (one policy, not a copy), which
+costs about 50 us of interpreted Python per simulated request; the planner needs 50,000 simulated
+requests per second (bench/sim_speed.py). mypyc compiles the typed sources of MODULES to C
+extensions, about 2.5x faster, without a second implementation: the .py files stay the one source,
+and without a build everything runs interpreted, as before.
+
+Safety of a build: it lives in `.native/` (never beside the sources, where Python would prefer a
+stale .so to an edited .py) with a manifest of each source's SHA-256 and the interpreter it was built
+for. `install()` (called by the engine, edge_sim and capacity packages before any of their modules
+load) serves the compiled modules only when every hash matches: all or nothing, since a compiled
+module calls its compiled neighbours natively. EDGE_NATIVE=0 turns it off.
+
+    make native     build (or keep, when current); `make dev` and `make test` run it first
+    python -c "import engine.native as n; print(n.status())"    what this interpreter loads, and why
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import json
+import os
+import sys
+import sysconfig
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+BUILD_DIR = REPO / ".native"
+MANIFEST = "manifest.json"
+# the hot path, in import order: the simulator's loop, its replica, the policy and what it counts on
+MODULES = (
+    "engine.block_counts",
+    "engine.fair_queue",
+    "engine.policy_runs",
+    "engine.policy",
+    "edge_sim.load",
+    "edge_sim.step_cost",
+    "capacity.draws",
+    "capacity.replica",
+    "capacity.event_loop",
+)
+MYPY_FLAGS = ("--ignore-missing-imports", "--follow-imports=silent")
+
+_state: dict[str, str] = {}  # "status": what install() decided
+
+
+def source_file(module: str) -> Path:
+    return REPO.joinpath(*module.split(".")).with_suffix(".py")
+
+
+def _fingerprint() -> dict[str, object]:
+    """What a build must match: each source's hash and the interpreter's extension ABI."""
+    return {
+        "python": sys.implementation.cache_tag,
+        "ext_suffix": sysconfig.get_config_var("EXT_SUFFIX"),
+        "sources": {m: hashlib.sha256(source_file(m).read_bytes()).hexdigest() for m in MODULES},
+    }
+
+
+def _current_build(build_dir: Path = BUILD_DIR) -> tuple[dict[str, Path] | None, str]:
+    """The compiled files by module name when the build in `build_dir` matches the sources; else
+    None and the reason."""
+    try:
+        manifest = json.loads((build_dir / MANIFEST).read_text())
+    except FileNotFoundError:
+        return None, f"no build in {build_dir} (make native)"
+    except (OSError, ValueError) as e:
+        return None, f"unreadable manifest in {build_dir}: {e}"
+    want = _fingerprint()
+    for key in ("python", "ext_suffix"):
+        if manifest.get(key) != want[key]:
+            return None, f"built for {key} {manifest.get(key)}, this is {want[key]}"
+    built = manifest.get("sources", {})
+    stale = sorted(m for m in MODULES if built.get(m) != want["sources"][m])  # type: ignore[index]
+    if stale:
+        return None, f"sources changed since the build: {', '.join(stale)} (make native)"
+    files = {name: build_dir / rel for name, rel in manifest.get("files", {}).items()}
+    missing = [str(p) for p in files.values() if not p.is_file()]
+    if missing or not all(m in files for m in MODULES):
+        return None, f"build incomplete: {', '.join(missing) or 'modules missing'}"
+    return files, f"compiled ({len(MODULES)} modules, {build_dir})"
+
+
+class _CompiledFinder(importlib.abc.MetaPathFinder):
+    """Serves the compiled extension of each module in `files` (and mypyc's shared library)."""
+
+    def __init__(self, files: dict[str, Path]):
+        self.files = files
+
+    def find_spec(self, fullname, path=None, target=None):
+        file = self.files.get(fullname)
+        if file is None:
+            return None
+        loader = importlib.machinery.ExtensionFileLoader(fullname, str(file))
+        return importlib.util.spec_from_file_location(fullname, file, loader=loader)
+
+
+def install() -> str:
+    """Serve the compiled modules from now on if the build is current (idempotent); the status."""
+    if "status" in _state:
+        return _state["status"]
+    _state["status"] = "interpreted: deciding"  # re-entry while the packages import each other
+    if os.environ.get("EDGE_NATIVE", "1") == "0":
+        status = "interpreted: EDGE_NATIVE=0"
+    else:
+        files, status = _current_build()
+        loaded = [m for m in MODULES if m in sys.modules]
+        if files is not None and loaded:  # too late for all of them: none (see the docstring)
+            files, status = None, f"interpreted: {', '.join(loaded)} imported before the build was found"
+        if files is None:
+            status = status if status.startswith("interpreted") else f"interpreted: {status}"
+        else:
+            sys.meta_path.insert(0, _CompiledFinder(files))
+    _state["status"] = status
+    return status
+
+
+def status() -> str:
+    """'compiled (...)' or 'interpreted: why', for this interpreter."""
+    return _state.get("status") or install()
+
+
+def build(build_dir: Path = BUILD_DIR, quiet: bool = False) -> Path:
+    """Compile MODULES with mypyc into `build_dir` (kept when it is current); the build directory.
+    Raises RuntimeError with the compiler's output when the build fails (a type error in a source,
+    no C compiler); the previous build, if any, is left alone."""
+    import shutil
+    import subprocess
+    import tempfile
+
+    if _current_build(build_dir)[0] is not None:
+        return build_dir
+    fingerprint = _fingerprint()  # of the sources as compiled (taken before: an edit mid-build is stale)
+    build_dir.parent.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=".native-build-", dir=build_dir.parent))
+    try:
+        paths = [str(source_file(m).relative_to(REPO)) for m in MODULES]
+        setup = (
+            "import sys\nfrom setuptools import setup\nfrom mypyc.build import mypycify\n"
+            f"setup(name='edge-native', py_modules=[], ext_modules=mypycify({list(MYPY_FLAGS) + paths!r}, "
+            f"opt_level='3', debug_level='0', target_dir={str(work / 'c')!r}))\n"
+        )
+        cmd = [
+            sys.executable, "-c", setup, "build_ext", "--build-lib", str(work / "lib"),
+            "--build-temp", str(work / "obj"), "-j", str(os.cpu_count() or 1),
+        ]  # fmt: skip
+        done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
+        if done.returncode != 0:
+            raise RuntimeError(f"mypyc build failed:\n{done.stdout[-4000:]}\n{done.stderr[-4000:]}")
+        lib = work / "lib"
+        files = {}
+        for so in lib.rglob("*" + str(sysconfig.get_config_var("EXT_SUFFIX"))):
+            rel = so.relative_to(lib)
+            name = ".".join(rel.parts)[: -len(str(sysconfig.get_config_var("EXT_SUFFIX")))]
+            files[name] = str(Path("lib") / rel)
+        missing = [m for m in MODULES if m not in files]
+        if missing:
+            raise RuntimeError(f"mypyc build made no extension for {', '.join(missing)}")
+        (work / MANIFEST).write_text(json.dumps({**fingerprint, "files": files}, indent=1))
+        shutil.rmtree(work / "c", ignore_errors=True)
+        shutil.rmtree(work / "obj", ignore_errors=True)
+        old = build_dir.with_name(build_dir.name + ".old")
+        shutil.rmtree(old, ignore_errors=True)
+        if build_dir.exists():
+            build_dir.rename(old)
+        work.rename(build_dir)
+        shutil.rmtree(old, ignore_errors=True)
+        if not quiet:
+            print(f"compiled {len(MODULES)} modules into {build_dir}")
+        return build_dir
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if args[:1] == ["build"]:
+        try:
+            build()
+        except RuntimeError as e:
+            print(f"{e}\nthe hot paths stay interpreted (correct, about 2.5x slower)", file=sys.stderr)
+            return 1
+        print(_current_build()[1])
+        return 0
+    if args[:1] == ["status"]:
+        print(_current_build()[1] if os.environ.get("EDGE_NATIVE", "1") != "0" else "EDGE_NATIVE=0")
+        return 0
+    print(__doc__.strip().splitlines()[-2:], file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":  # `make native` calls main(["build"]) after importing the package
+    sys.exit(main())
