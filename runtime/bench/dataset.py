@@ -18,7 +18,6 @@ prompt to leave room for one output token, then the output to what is left."""
 from __future__ import annotations
 
 import json
-import math
 import random
 from pathlib import Path
 from typing import NamedTuple
@@ -130,12 +129,3 @@ def _jsonl(path: Path, n: int) -> list[BenchRequest]:
     if not out:
         raise ValueError(f"{path}: no requests")
     return [out[i % len(out)] for i in range(n)]  # fewer lines than --num-prompts: cycled
-
-
-def mean_lengths(requests: list[BenchRequest]) -> tuple[float, float]:
-    if not requests:
-        return math.nan, math.nan
-    return (
-        sum(r.prompt_len for r in requests) / len(requests),
-        sum(r.output_len for r in requests) / len(requests),
-    )
