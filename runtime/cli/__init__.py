@@ -2,8 +2,8 @@
 
 common: what every command shares; client: tokens and the HTTP client; control: the commands that
 talk to a running runtime; accounts: its accounts and their tokens (admin); servers: edge dev and
-edge pop serve; models: the model tools; project: edge init and edge d1 execute. edge sim /
-edge plan are capacity/cli.py's."""
+edge pop serve; bench: edge bench serve (a load generator); models: the model tools; project:
+edge init and edge d1 execute. edge sim / edge plan are capacity/cli.py's."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import argparse
 
 from capacity import cli as capacity_cli
 from runtime.cli.accounts import add_account_parsers
+from runtime.cli.bench import add_bench_parser
 from runtime.cli.common import _show_defaults
 from runtime.cli.control import _pretty, add_client_parsers, add_reload_parser
 from runtime.cli.models import add_model_parsers
@@ -34,6 +35,7 @@ def main(argv: list[str] | None = None) -> int:
     add_model_parsers(models)
     add_reload_parser(models)
     add_d1_parser(sub)
+    add_bench_parser(sub)
     capacity_cli.register(sub)
     _show_defaults(parser)
     args = parser.parse_args(argv)
