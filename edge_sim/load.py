@@ -35,8 +35,16 @@ class PopLoad:
         self.seats = seats  # more sequences it can admit now (sequence cap or KV room)
         self.finish_per_ms = finish_per_ms  # its recent rate of finished requests (> 0)
 
+    def as_tuple(self) -> tuple[float, float, float, int, float, float]:
+        return (
+            self.step_ms, self.pending_tokens, self.prefill_ms_per_token, self.waiting, self.seats,
+            self.finish_per_ms,
+        )  # fmt: skip
+
     def __repr__(self) -> str:
-        fields = ", ".join(f"{name}={getattr(self, name)!r}" for name in _LOAD_FIELDS)
+        fields = ", ".join(
+            f"{name}={value!r}" for name, value in zip(_LOAD_FIELDS, self.as_tuple(), strict=True)
+        )
         return f"PopLoad({fields})"
 
 
