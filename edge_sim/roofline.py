@@ -327,6 +327,9 @@ class RooflineModel:
             self._comm_per_token,
         )
         self.times = RooflineStepTimes(self._c)
+        # step_ms(prefill tokens, prefill pairs, prefill KV, decode seqs, decode KV) and
+        # decode_ms(batch, KV tokens), in ms: the folded formula (edge_sim.step_cost)
+        self.step_ms, self.decode_ms = self.times.step_ms, self.times.decode_ms
 
     def distinct_experts(self, tokens: float) -> float:
         """Expected distinct routed experts per MoE layer hit by `tokens` tokens (uniform routing)."""
@@ -334,23 +337,6 @@ class RooflineModel:
         if tokens <= 0 or e == 0:
             return 0.0
         return e * (1.0 - (1.0 - k / e) ** tokens)
-
-    def step_ms(
-        self,
-        prefill_tokens: float,
-        prefill_pairs: float,
-        prefill_kv: float,
-        decode_seqs: float,
-        decode_kv: float,
-    ) -> float:
-        """One step: `prefill_tokens` prompt tokens whose attention covers `prefill_pairs`
-        (query, key) pairs and reads `prefill_kv` cached tokens, plus `decode_seqs` decoding
-        sequences reading `decode_kv` cached tokens in all (edge_sim.step_cost)."""
-        return self.times.step_ms(prefill_tokens, prefill_pairs, prefill_kv, decode_seqs, decode_kv)
-
-    def decode_ms(self, batch: float, kv_tokens: float) -> float:
-        """One decode step of `batch` sequences holding `kv_tokens` cached tokens in all."""
-        return self.times.decode_ms(batch, kv_tokens)
 
     def prefill_ms(self, tokens: int, chunk: int = 8192, context: int = 0) -> float:
         """Prefill of a `tokens`-long prompt alone, in chunks of `chunk` (chunked prefill)."""
