@@ -158,28 +158,17 @@ def _cdn(summary: str, params: list[str], body: str | None = None, ok: str = "20
     return _op(summary, params, _answers(_ANY_OBJECT, "RuntimeError", ok), body, security="adminToken", **kw)
 
 
+def _streamed(ok: dict[str, Any], error: str) -> dict[str, Any]:
+    """An AI call's answers: JSON, or server-sent events when the request asked for a stream."""
+    answers = _answers(ok, error)
+    answers["200"]["content"]["text/event-stream"] = {"schema": {}}
+    return answers
+
+
 def _paths() -> dict[str, dict[str, Any]]:
     a, s = ["account"], ["account", "name"]
-    sse_or_envelope = {
-        "200": {
-            "description": "the result in the envelope, or server-sent events when stream is true",
-            "content": {
-                "application/json": {"schema": _ref("Envelope")},
-                "text/event-stream": {"schema": {}},
-            },
-        },
-        "default": {"description": "refused", **_json(_ref("Envelope"))},
-    }
-    openai = {
-        "200": {
-            "description": "the completion, or server-sent events when stream is true",
-            "content": {
-                "application/json": {"schema": _ref("OpenAIResult")},
-                "text/event-stream": {"schema": {}},
-            },
-        },
-        "default": {"description": "refused", **_json(_ref("OpenAIError"))},
-    }
+    sse_or_envelope = _streamed(_ref("Envelope"), "Envelope")
+    openai = _streamed(_ref("OpenAIResult"), "OpenAIError")
     page = {"type": "integer", "minimum": 1}
     return {
         PATH: {"get": _op("this document", [], _answers(_ANY_OBJECT, "Envelope"), security="")},
