@@ -127,7 +127,8 @@ def test_no_api_operation_answers_5xx_or_off_its_schema(server):
     assert tally.server_errors == [] and failures == [], "\n".join(tally.server_errors + failures)
 
 
-HEADER_TEXT = st.binary(max_size=40).map(lambda b: b.replace(b"\r", b"").replace(b"\n", b""))
+# any bytes an HTTP client will send in a header value: h11 refuses controls and edge whitespace
+HEADER_TEXT = st.binary(max_size=40).map(lambda b: bytes(c for c in b if c >= 0x20 and c != 0x7F).strip())
 
 
 def test_the_worker_front_door_answers_any_body_and_header_without_a_5xx(server):
