@@ -22,6 +22,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from runtime.accounts import AccountError, AccountExists, Accounts, AccountSettings, UnknownAccount
+from runtime.json_body import BadJSON, decode_json
 from runtime.responses import BAD_CONTROL_REQUEST, error_response
 
 PREFIX = "/cdn-cgi/edge/accounts"
@@ -115,9 +116,9 @@ def _object(body: bytes) -> dict[str, Any]:
     if not body.strip():
         return {}
     try:
-        value = msgspec.json.decode(body)
-    except msgspec.DecodeError as exc:
-        raise AccountError(f"the body is not valid JSON ({exc}); send a JSON object") from None
+        value = decode_json(body)
+    except (BadJSON, msgspec.ValidationError) as exc:
+        raise AccountError(f"{exc}; send a JSON object") from None
     if not isinstance(value, dict):
         raise AccountError(f"send a JSON object of settings, not {type(value).__name__}")
     return value

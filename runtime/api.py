@@ -11,7 +11,6 @@ Every call carries `Authorization: Bearer <token>`; a token works only for its o
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import AsyncIterator
@@ -23,10 +22,13 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from edge_sim.request import GenerateRequest, GenerateResult
-from edge_sim.topology import PoP
+from edge_sim.topology import PoP, TopologyError
+from runtime.addressing import LOCATION_HEADER
 from runtime.ai import workers_ai_sse
 from runtime.ai_shapes import openai_events, shape_result, text_completion
+from runtime.json_body import BadJSON, decode_json
 from runtime.rate_limit import AccountLimited
+from runtime.responses import BAD_LOCATION
 from runtime.validation import describe
 from workers import AIError
 
@@ -200,11 +202,16 @@ class AIApi:
         return authenticate(self.runtime.state, request)
 
     def _where(self, request: Request):
-        ctx = self.runtime.locate(request)
+        """The ingress PoP and client RTT; AIError (400, the front door's code) for a location
+        header that names no place."""
+        try:
+            ctx = self.runtime.locate(request)
+        except TopologyError as exc:
+            raise AIError(BAD_LOCATION, f"{LOCATION_HEADER}: {exc}") from None
         return ctx.ingress, ctx.client_rtt_ms
 
     async def _json(self, request: Request) -> Any:
-        return json.loads(await request.body() or b"{}")
+        return decode_json(await request.body() or b"{}")
 
     # --- Workers AI REST ----------------------------------------------------------------------------
 
@@ -216,10 +223,8 @@ class AIApi:
         model = request.path_params["model"]
         try:
             inputs = await self._json(request)
-        except ValueError as exc:
-            return cf_error(
-                5004, f"the body is not valid JSON ({exc}); send the model inputs as a JSON object"
-            )
+        except BadJSON as exc:
+            return cf_error(5004, f"{exc}; send the model inputs as a JSON object")
         try:
             ingress, rtt = self._where(request)
             if isinstance(inputs, dict) and inputs.get("stream") is True:
@@ -279,11 +284,11 @@ class AIApi:
         except AuthError as exc:
             return openai_error(exc.status, str(exc), AUTH_ERROR)
         try:
-            body = msgspec.json.decode(await request.body(), type=kind)
+            body = decode_json(await request.body(), kind)
         except msgspec.ValidationError as exc:
             return openai_error(400, f"invalid request: {describe(exc)}")
-        except msgspec.DecodeError as exc:
-            return openai_error(400, f"the body is not valid JSON ({exc})")
+        except BadJSON as exc:
+            return openai_error(400, str(exc))
         if body.n != 1:
             return openai_error(400, "only n = 1 is supported", param="n")
         return account, body

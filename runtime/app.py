@@ -44,6 +44,7 @@ from runtime.front import WorkerFront
 from runtime.http_app import assemble
 from runtime.metrics import Metrics
 from runtime.objects import DurableObjects
+from runtime.openapi import routes as openapi_routes
 from runtime.queue_consumers import ConsumerError, ConsumerSettings, consume
 from runtime.rate_limit import AccountRateLimits
 from runtime.registry import WorkerRegistry
@@ -238,5 +239,6 @@ def create_app(runtime: Runtime) -> Starlette:
         *runtime.account_endpoints.routes(),
         *runtime.api.routes(),
         *runtime.control.routes(),
+        *openapi_routes(),
     ]
     return assemble(served, runtime.front.handle, runtime.start, runtime.stop)

@@ -218,6 +218,8 @@ def parse_config(
             data = tomllib.loads(text)
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"{source}: invalid TOML: {exc}") from None
+        except RecursionError:
+            raise ConfigError(f"{source}: invalid TOML: arrays or tables nested too deep") from None
     _check_account_tables(data, source)
     for key in _unknown_keys(data, WorkerConfig):
         log.warning("%s: unknown key %r is ignored", source, key)

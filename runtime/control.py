@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import shutil
 import unicodedata
 import uuid
@@ -33,6 +34,7 @@ from runtime import limits as worker_limits
 from runtime.api import AUTH_ERROR, AuthError, authenticate, cf_error, envelope
 from runtime.bindings import BindingRef, binding_refs, check_binding_names
 from runtime.isolate import Isolate, WorkerLoadError
+from runtime.json_body import decode_json
 from runtime.state import State, private_dir, write_bundle
 from runtime.tail import TailHub
 from runtime.validation import describe
@@ -43,6 +45,7 @@ NOT_FOUND = 10007
 BAD_REQUEST = 10014
 SCRIPT_TOO_LARGE = 10027  # Cloudflare's "script exceeds the size limit"
 
+WORKER_NAME = re.compile(r"[A-Za-z0-9_-]{1,63}")
 MAX_FILES = 256
 MAX_SOURCE_BYTES = 10 * 1024 * 1024  # all sources together (Workers' own upload limit is 10 MB)
 MAX_BODY_BYTES = 8 * MAX_SOURCE_BYTES  # the JSON around them, escapes included
@@ -166,11 +169,9 @@ def check_bundle(main: str, files: dict[str, str]) -> None:
 def decode(body: bytes, kind: type):
     """`body` as `kind`, or ValueError naming the field."""
     try:
-        return msgspec.json.decode(body, type=kind)
+        return decode_json(body, kind)
     except msgspec.ValidationError as exc:
         raise ValueError(describe(exc)) from None
-    except msgspec.DecodeError as exc:
-        raise ValueError(f"the body is not valid JSON ({exc})") from None
 
 
 def parse_upload(body: bytes) -> tuple[Upload, worker_limits.Limits]:
@@ -254,6 +255,8 @@ class ControlApi:
     async def upload(self, request: Request) -> Response:
         try:
             account, name = self._auth(request)
+            if not WORKER_NAME.fullmatch(name):  # it names routes, tail streams and log lines
+                raise ValueError(f"worker name {name!r}: use 1-63 letters, digits, '_' and '-'")
             upload, limits = parse_upload(await self._read(request, MAX_BODY_BYTES))
         except AuthError as exc:
             return cf_error(AUTH_ERROR, str(exc), exc.status)

@@ -19,6 +19,7 @@ from edge_sim.errors import EdgeError
 from runtime.admin import CONTROL_BODY_BYTES, check_admin, read_capped
 from runtime.catalog import load_catalog, model_spec
 from runtime.config import ConfigError, WorkerConfig
+from runtime.json_body import BadJSON, decode_json
 from runtime.metrics import CONTENT_TYPE, Metrics
 from runtime.responses import (
     ADMIN_AUTH,
@@ -111,9 +112,9 @@ class EdgeEndpoints:
         if isinstance(body := await self.admin_body(request), Response):
             return body
         try:
-            name = msgspec.json.decode(body, type=ReloadRequest).model
+            name = decode_json(body, ReloadRequest).model
             catalog = load_catalog(self.config.models_dir)
-        except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+        except (msgspec.ValidationError, BadJSON) as exc:
             return error_response(400, BAD_CONTROL_REQUEST, f'send {{"model": "<catalog name>"}} ({exc})')
         except ConfigError as exc:
             return error_response(500, BAD_CONTROL_REQUEST, str(exc))

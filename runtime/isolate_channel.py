@@ -89,6 +89,12 @@ class Channel:
         except (TypeError, msgspec.EncodeError) as exc:
             del self._pending[call]
             raise AIError(5004, f"inputs must be JSON-like (dicts, lists, strings, numbers): {exc}") from None
+        except UnicodeEncodeError:
+            del self._pending[call]
+            raise AIError(5004, "inputs hold a lone UTF-16 surrogate ('\\ud800'); send valid text") from None
+        except OverflowError:
+            del self._pending[call]
+            raise AIError(5004, "inputs hold an integer outside [-2**63, 2**64 - 1]") from None
         except ValueError:
             del self._pending[call]
             raise AIError(3006, f"inputs are larger than {ipc.FROM_ISOLATE // 2**20} MB; send less") from None

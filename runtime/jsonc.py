@@ -67,6 +67,8 @@ def parse_jsonc(text: str, source: str = "wrangler.jsonc") -> dict[str, Any]:
         raise ConfigError(
             f"{source}: invalid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}"
         ) from None
+    except RecursionError:
+        raise ConfigError(f"{source}: invalid JSON: arrays or objects nested too deep") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{source}: expected a JSON object at the top level, got {type(data).__name__}")
     return data

@@ -7,6 +7,15 @@ from collections.abc import AsyncIterator, Iterable, Iterator, Mapping
 from typing import Any
 
 
+def parse_json(data: str | bytes) -> Any:
+    """json.loads, with JSON nested too deep for the stack refused as invalid (ValueError, as
+    any other bad body) rather than a RecursionError the worker does not expect."""
+    try:
+        return _json.loads(data)
+    except RecursionError:
+        raise ValueError("the JSON is nested too deep to parse") from None
+
+
 class Headers:
     """Case-insensitive HTTP headers that keep repeated values (like the Fetch API's Headers)."""
 
@@ -147,7 +156,7 @@ class Request:
 
     async def json(self) -> Any:
         """The body parsed as JSON; raises ValueError on invalid JSON."""
-        return _json.loads(await self.bytes())
+        return parse_json(await self.bytes())
 
     def __repr__(self) -> str:
         return f"<Request {self.method} {self.url}>"
@@ -237,7 +246,7 @@ class Response:
         return (await self.bytes()).decode("utf-8", errors="replace")
 
     async def _read_json(self) -> Any:
-        return _json.loads(await self.bytes())
+        return parse_json(await self.bytes())
 
     async def form_data(self):
         """The body as a workers.FormData (multipart/form-data or urlencoded); TypeError otherwise."""
