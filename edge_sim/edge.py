@@ -81,6 +81,12 @@ class Edge:
             code: node.reload(spec, device) for code, node in self.nodes.items() if isinstance(node, PopNode)
         }
 
+    def unload(self, name: str) -> None:
+        """Stop serving a model at every in-process PoP (a remote node is left as it is)."""
+        for node in self.nodes.values():
+            if isinstance(node, PopNode):
+                node.unload(name)
+
     async def stream(
         self, req: GenerateRequest, ingress: PoP, client_rtt_ms: float
     ) -> AsyncIterator[str | GenerateResult]:

@@ -113,6 +113,14 @@ class PopNode(NodeBase):
             old.retire()  # requests already running there finish there
         return None
 
+    def unload(self, name: str) -> None:
+        """Stop serving a model here (a rolled-back canary); requests running there finish first."""
+        loop = self._loops.pop(name, None)
+        self.engines.pop(name, None)
+        self.refused.pop(name, None)
+        if loop is not None:
+            loop.retire()
+
     @property
     def in_flight(self) -> int:
         return self._waiting

@@ -25,6 +25,7 @@ from engine import InvalidRequestError, SamplingParams
 from engine.fair_queue import TenantShare
 from runtime.ai_shapes import Schema, shape_result, workers_ai_events
 from runtime.rate_limit import AccountRateLimits
+from runtime.rollout import Rollouts
 from runtime.validation import describe
 from workers import AIError
 
@@ -115,6 +116,7 @@ class AIService:
         self.aliases = aliases or {}
         self.rate_limits = rate_limits
         self.share_of = share_of
+        self.rollouts: Rollouts | None = None  # canaries in progress (runtime.rollout), set by the app
 
     def resolve(self, model: str) -> str:
         """The catalog name that serves calls to `model` (itself, unless it is an alias)."""
@@ -157,6 +159,8 @@ class AIService:
             session = check_key(session)
         except (InvalidRequestError, ValueError) as exc:
             raise AIError(5004, str(exc)) from None
+        if self.rollouts is not None:  # a session in a canary's share is served by the new version
+            model = self.rollouts.route(model, session)
         req = GenerateRequest(
             model=model,
             prompt=parsed.prompt,

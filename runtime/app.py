@@ -48,6 +48,8 @@ from runtime.openapi import routes as openapi_routes
 from runtime.queue_consumers import ConsumerError, ConsumerSettings, consume
 from runtime.rate_limit import AccountRateLimits
 from runtime.registry import WorkerRegistry
+from runtime.rollout import Rollouts
+from runtime.rollout_endpoints import RolloutEndpoints
 from runtime.service_binding import ServiceBindings
 from runtime.source_watch import watch_source
 from runtime.state import State
@@ -159,6 +161,10 @@ class Runtime:
             admin_token,
         )
         self.account_endpoints = AccountEndpoints(self.accounts, self.endpoints.admin_body)
+        self.ai.rollouts = Rollouts()
+        self.rollout_endpoints = RolloutEndpoints(
+            config, edge, self.metrics, self.tail, self.ai.rollouts, self.endpoints.admin_body
+        )
         self.api = AIApi(ApiServices(self.state, self.ai, self.metrics, self.locator, self.catalog, edge))
         self.control = ControlApi(self.state, config.state_dir, self.tail, self.workers.restart_worker)
         self._tasks: list[asyncio.Task] = []
@@ -237,6 +243,7 @@ def create_app(runtime: Runtime) -> Starlette:
     served = [
         *runtime.endpoints.routes(),
         *runtime.account_endpoints.routes(),
+        *runtime.rollout_endpoints.routes(),
         *runtime.api.routes(),
         *runtime.control.routes(),
         *openapi_routes(),

@@ -57,6 +57,13 @@ class Metrics:
             registry=self.registry,
         )
 
+        self.rollouts = Counter(
+            "edge_model_rollouts",
+            "Canary rollouts finished, by model and decision (promoted or rolled_back)",
+            ["model", "decision"],
+            registry=self.public,
+        )
+
     def request(self, worker: str, outcome: str, seconds: float) -> None:
         self.requests.labels(worker, outcome).inc()
         self.latency.labels(worker).observe(seconds)

@@ -56,15 +56,20 @@ class RequestOutput(msgspec.Struct, kw_only=True):
     code: str = ""  # the failure's error code (see the module docstring)
     status: int = 0  # HTTP status
     tenant: str = ""
+    served_by: str = ""  # the answer's served_by.model (a canary's own name during a rollout)
+    pop: str = ""  # the GPU PoP that ran it (timing.pop)
+    batch: int = 1  # sequences decoding beside it, as its modeled timing assumed (timing.modeled.batch)
 
 
 SendFn = Callable[[httpx.AsyncClient, Target, Tenant, BenchRequest], Awaitable[RequestOutput]]
 
 
-def _headers(target: Target, tenant: Tenant) -> dict[str, str]:
+def _headers(target: Target, tenant: Tenant, req: BenchRequest | None = None) -> dict[str, str]:
     headers = {"authorization": f"Bearer {tenant.token}"} if tenant.token else {}
     if target.location:
         headers["x-edge-client-location"] = target.location
+    if req is not None and req.session:
+        headers["x-session-affinity"] = req.session
     return headers
 
 
@@ -140,10 +145,25 @@ async def _stream(
                 last = now
                 texts.append(text)
             _usage(out, event.get("usage"))
+            _served(out, event)
     out.latency = time.perf_counter() - out.start_time
     out.generated_text = "".join(texts)
     out.success = True
     return out
+
+
+def _served(out: RequestOutput, answer: Any) -> None:
+    """Where the answer ran: its served_by model, GPU PoP and modeled batch, when it says."""
+    if not isinstance(answer, dict):
+        return
+    served, timing = answer.get("served_by"), answer.get("timing")
+    if isinstance(served, dict) and served.get("model"):
+        out.served_by = str(served["model"])
+    if isinstance(timing, dict):
+        out.pop = str(timing.get("pop") or out.pop)
+        modeled = timing.get("modeled")
+        if isinstance(modeled, dict) and modeled.get("batch"):
+            out.batch = int(modeled["batch"])
 
 
 def _usage(out: RequestOutput, usage: Any) -> None:
@@ -172,11 +192,12 @@ async def send_workers_ai(
     body = {"prompt": req.prompt, "max_tokens": req.output_len, "temperature": target.temperature}
     out = RequestOutput(start_time=time.perf_counter(), tenant=tenant.account)
     if target.stream:
-        return await _stream(client, url, _headers(target, tenant), {**body, "stream": True}, out)
-    answer = await _post(client, url, _headers(target, tenant), body, out)
+        return await _stream(client, url, _headers(target, tenant, req), {**body, "stream": True}, out)
+    answer = await _post(client, url, _headers(target, tenant, req), body, out)
     if answer is not None:
         result = answer.get("result") or {}
         _usage(out, result.get("usage"))
+        _served(out, result)
         out.generated_text = result.get("response") or _message(result)
     return out
 
@@ -199,10 +220,11 @@ async def send_openai_chat(
     }
     out = RequestOutput(start_time=time.perf_counter(), tenant=tenant.account)
     if target.stream:
-        return await _stream(client, url, _headers(target, tenant), body, out)
-    answer = await _post(client, url, _headers(target, tenant), body, out)
+        return await _stream(client, url, _headers(target, tenant, req), body, out)
+    answer = await _post(client, url, _headers(target, tenant, req), body, out)
     if answer is not None:
         _usage(out, answer.get("usage"))
+        _served(out, answer)
         out.generated_text = _message(answer)
     return out
 
@@ -213,7 +235,7 @@ async def send_worker(
     """A worker route, timed end to end; POST sends the prompt as the body."""
     url = target.url or target.base_url + "/"
     out = RequestOutput(start_time=time.perf_counter(), tenant=tenant.account)
-    headers = _headers(target, tenant)
+    headers = _headers(target, tenant, req)
     if target.method == "POST":
         r = await client.post(url, headers=headers, content=req.prompt.encode())
     else:

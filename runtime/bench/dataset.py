@@ -39,6 +39,7 @@ class BenchRequest(NamedTuple):
     prompt: str
     prompt_len: int  # tokens drawn (a file's: its words); the answer's usage says what was served
     output_len: int  # sent as max_tokens
+    session: str | None = None  # sent as x-session-affinity (a rollout's sticky split)
 
 
 class Dataset(NamedTuple):

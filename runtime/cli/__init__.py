@@ -16,6 +16,7 @@ from runtime.cli.common import _show_defaults
 from runtime.cli.control import _pretty, add_client_parsers, add_reload_parser
 from runtime.cli.models import add_model_parsers
 from runtime.cli.project import add_d1_parser, add_init_parser
+from runtime.cli.rollout import add_rollout_parser
 from runtime.cli.servers import add_dev_parser, add_pop_parser, build_edge, load_topology
 
 __all__ = ["main", "build_edge", "load_topology", "_pretty"]
@@ -34,6 +35,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     add_model_parsers(models)
     add_reload_parser(models)
+    add_rollout_parser(models)
     add_d1_parser(sub)
     add_bench_parser(sub)
     capacity_cli.register(sub)

@@ -7,6 +7,7 @@ and metric names (runtime.bench does the work; this module reads the flags and p
         --ramp-up-end-rps B] [--goodput ttft:MS tpot:MS e2el:MS] [--percentile-metrics ttft,...]
         [--metric-percentiles 50,90,99] [--tenants N --admin-token T | --api-keys a,b,c]
         [--save-result FILE] [--sweep [--plot FILE.png]] [--compare-sim]
+        [--compare kv=auto,int8,int4 | --compare weights=bf16,fp8,int8,int4]
 
 It exits 0 with a report whenever the runtime answered, failures included (they are counted by
 code); 2 when it cannot start (bad flags, no token, no runtime to create tenants on)."""
@@ -112,7 +113,8 @@ def _setup(args: argparse.Namespace):
         max_concurrency=args.max_concurrency,
         seed=args.seed,
     )
-    return config, target, _tenants(args, config), dataset, load, metrics, percentiles, goodput
+    tenants = [] if args.compare else _tenants(args, config)  # --compare uses its own edge dev's
+    return config, target, tenants, dataset, load, metrics, percentiles, goodput
 
 
 def cmd_bench_serve(args: argparse.Namespace) -> int:
@@ -122,6 +124,10 @@ def cmd_bench_serve(args: argparse.Namespace) -> int:
         config, target, tenants, dataset, load, metrics, percentiles, goodput = _setup(args)
     except (ConfigError, SimulationError, ValueError) as exc:
         return _fail(str(exc))
+    if args.compare:
+        from runtime.cli.bench_compare import run_compare
+
+        return run_compare(args, config, target, dataset, load, percentiles, goodput)
     print(
         f"edge bench serve: {target.backend} at {target.base_url}, model {target.model}, dataset "
         f"{dataset.name}, {len(dataset.requests)} prompts, {len(tenants)} tenant(s)",
@@ -255,6 +261,16 @@ def add_bench_parser(sub) -> None:
     sw.add_argument(
         "--compare-sim", action="store_true", help="also simulate the same requests, side by side"
     )
+    sw.add_argument(
+        "--compare",
+        metavar="AXIS=A,B,...",
+        help="kv=auto,int8,int4 or weights=bf16,fp8,int8,int4: the same workload against each setting "
+        "(starts its own edge dev)",
+    )
+    sw.add_argument(
+        "--compare-eval-windows", type=int, default=4, help="--compare: held-out windows scored per context"
+    )
+    sw.add_argument("--compare-no-eval", action="store_true", help="--compare: skip the perplexity change")
     sw.add_argument(
         "--sim-cost", default="roofline", choices=["roofline", "profiled"], help="simulator cost model"
     )

@@ -182,13 +182,9 @@ def cmd_models_verify(args: argparse.Namespace) -> int:
 
 def cmd_models_promote(args: argparse.Namespace) -> int:
     """Verify NEW, compare it with BASELINE on held-out text, and refuse it past the thresholds."""
-    import json
-    import time
-    from pathlib import Path
-
-    from engine import LLM
     from engine.errors import EngineError
-    from engine.quality import compare, heldout_text_path
+    from runtime.cli.model_gate import print_quality, quality_gate
+    from runtime.rollout import append_history, history_path
 
     try:
         limit = float(args.max_ppl_increase.rstrip("%"))
@@ -198,52 +194,28 @@ def cmd_models_promote(args: argparse.Namespace) -> int:
             "--max-ppl-increase takes a percentage such as 1% and --contexts token counts such as 256,1024"
         )
     new, old = Path(args.new), Path(args.baseline)
-    keys = args.pubkey or None
-    started = time.perf_counter()
     try:
-        candidate = LLM(new, device="cpu", trusted_keys=keys)  # refuses anything that fails verification
-        verification_s = time.perf_counter() - started
-        baseline = LLM(old, device="cpu", trusted_keys=keys, allow_unsigned=args.allow_unsigned_baseline)
-        text = Path(args.text) if args.text else heldout_text_path(old)
-        started = time.perf_counter()
-        rows = compare(candidate, baseline, contexts, text, args.max_windows)
-        evaluation_s = time.perf_counter() - started
+        gate = quality_gate(
+            new, old, contexts, limit, args.min_agreement, args.pubkey or None, args.allow_unsigned_baseline,
+            args.text, args.max_windows,
+        )  # fmt: skip
     except EngineError as exc:
         print(f"REFUSED {new}: {exc}", file=sys.stderr)
         return 1
-    failures = [
-        f"perplexity +{r.ppl_change_pct:.2f}% at {r.context} tokens exceeds +{limit}%"
-        for r in rows
-        if r.ppl_change_pct > limit
-    ]
-    failures += [
-        f"greedy agreement {r.greedy_agreement:.1%} at {r.context} tokens is under {args.min_agreement:.0%}"
-        for r in rows
-        if r.greedy_agreement < args.min_agreement
-    ]
-    for r in rows:
-        print(
-            f"context {r.context:5d}: perplexity {r.baseline_perplexity:.3f} -> {r.candidate_perplexity:.3f} "
-            f"({r.ppl_change_pct:+.2f}%), greedy agreement {r.greedy_agreement:.1%}"
-        )
-    print(
-        f"verification {verification_s:.2f} s (signed by {candidate.verification.signed_by[:16]}), "
-        f"evaluation {evaluation_s:.2f} s"
-    )
+    print_quality(gate)
+    failures = gate.failures
     record = {
         "new": str(new),
         "baseline": str(old),
         "promoted": not failures,
         "reasons": failures,
-        "signed_by": candidate.verification.signed_by,
-        "verification_seconds": round(verification_s, 3),
-        "evaluation_seconds": round(evaluation_s, 3),
-        "rows": [msgspec_builtins(r) for r in rows],
-        "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "signed_by": gate.signed_by,
+        "verification_seconds": round(gate.verification_s, 3),
+        "evaluation_seconds": round(gate.evaluation_s, 3),
+        "rows": [msgspec_builtins(r) for r in gate.rows],
     }
-    log_path = Path(args.record) if args.record else new.parent / "promotions.jsonl"
-    with open(log_path, "a") as f:
-        f.write(json.dumps(record) + "\n")
+    log_path = history_path(new, args.record)
+    append_history(log_path, record)
     if failures:
         for reason in failures:
             print(f"REFUSED {new}: {reason}", file=sys.stderr)

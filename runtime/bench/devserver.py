@@ -1,0 +1,80 @@
+"""A throwaway `edge dev` project for the benchmarks that measure through the real runtime: a
+hello-world worker, one GPU PoP (ICN) serving the shipped kimi-k2-mini (or a given models folder's
+catalog), and the server started on a free loopback port, waited for until it answers its health
+check. `edge bench serve --compare` starts its own from here; bench/dev_project.py re-exports it."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import httpx
+
+REPO = Path(__file__).resolve().parents[2]
+MODEL = "@edge/moonshotai/kimi-k2-mini"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def write_project(
+    folder: Path, name: str, extra_toml: str = "", model: str = MODEL, models_dir: Path | None = None
+) -> None:
+    """worker.py and wrangler-like.toml in `folder`, serving `model` from `models_dir` (default the
+    shipped models); `extra_toml` is appended (more tables)."""
+    (folder / "worker.py").write_text(
+        "from workers import WorkerEntrypoint, Response\n\n"
+        "class Default(WorkerEntrypoint):\n"
+        "    async def fetch(self, request):\n"
+        '        return Response("ok")\n'
+    )
+    config = textwrap.dedent(f"""
+        name = "{name}"
+        main = "worker.py"
+        compatibility_date = "2026-11-01"
+        [ai]
+        binding = "AI"
+        [edge]
+        pops = ["ICN"]
+        models = ["{model}"]
+        models_dir = "{models_dir or REPO / "models"}"
+        max_in_flight = 100000
+        """)
+    (folder / "wrangler-like.toml").write_text(config + textwrap.dedent(extra_toml))
+
+
+def start_dev(folder: Path, env: dict[str, str]) -> tuple[subprocess.Popen, str]:
+    """`edge dev` in `folder` with `env` added to this process's (EDGE_API_TOKEN and EDGE_STEP_LOG
+    are dropped unless given); the process and its URL once it is healthy."""
+    full = {**os.environ, "PYTHONPATH": str(REPO)}
+    full.pop("EDGE_API_TOKEN", None)  # the token edge dev saves under .edge/ is the one used
+    full.pop("EDGE_STEP_LOG", None)
+    full.update(env)
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "runtime.cli", "dev", "--port", str(port), "--log-level", "warning"]
+        + ["--no-reload"],
+        cwd=folder,
+        env=full,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    url = f"http://127.0.0.1:{port}"
+    for _ in range(600):
+        try:
+            httpx.get(url + "/cdn-cgi/edge/health", timeout=2).raise_for_status()
+            return proc, url
+        except httpx.HTTPError:
+            if proc.poll() is not None:
+                raise RuntimeError("edge dev exited during start-up") from None
+            time.sleep(0.2)
+    proc.kill()
+    raise TimeoutError("edge dev did not start")
