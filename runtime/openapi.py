@@ -18,6 +18,7 @@ from runtime.ai import TextGenerationInputs
 from runtime.api import ChatCompletionRequest, CompletionRequest
 from runtime.control import DeployRequest, RollbackRequest, SecretRequest, Upload
 from runtime.edge_endpoints import ReloadRequest
+from runtime.rollout_endpoints import FinishRequest, StartRequest
 
 PATH = "/client/v4/openapi.json"
 REF = "#/components/schemas/{name}"
@@ -30,6 +31,8 @@ STRUCTS = [
     RollbackRequest,
     SecretRequest,
     ReloadRequest,
+    StartRequest,
+    FinishRequest,
 ]
 ACCOUNT = "/client/v4/accounts/{account}"
 SCRIPT = ACCOUNT + "/workers/scripts/{name}"
@@ -223,6 +226,13 @@ def _paths() -> dict[str, dict[str, Any]]:
             )
         },
         CDN + "/models/reload": {"post": _cdn("load a new version of a model", [], "ReloadRequest")},
+        CDN + "/models/rollout": {
+            "get": _cdn("the canary rollouts in progress", []),
+            "post": _cdn("serve a new version to a share of session keys", [], "StartRequest"),
+        },
+        CDN + "/models/rollout/finish": {
+            "post": _cdn("promote a canary or roll it back", [], "FinishRequest")
+        },
         CDN + "/pops/{code}/{action}": {"post": _cdn("take a PoP down or bring it up", ["code", "action"])},
         CDN + "/accounts": {
             "get": _cdn("accounts", []),

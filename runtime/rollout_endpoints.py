@@ -26,6 +26,7 @@ from edge_sim.edge import Edge
 from edge_sim.pop import ModelSpec
 from runtime.catalog import load_catalog
 from runtime.config import ConfigError, WorkerConfig
+from runtime.json_body import BadJSON, decode_json
 from runtime.metrics import Metrics
 from runtime.responses import BAD_CONTROL_REQUEST, error_response
 from runtime.rollout import Canary, Rollouts, canary_name, rollout_event
@@ -72,8 +73,8 @@ class RolloutEndpoints:
         if isinstance(body := await self.admin_body(request), Response):
             return body
         try:
-            return msgspec.json.decode(body, type=kind)
-        except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+            return decode_json(body, kind)
+        except (msgspec.ValidationError, BadJSON) as exc:
             fields = ", ".join(kind.__struct_fields__)
             return error_response(400, BAD_CONTROL_REQUEST, f"send JSON with {fields} ({exc})")
 
