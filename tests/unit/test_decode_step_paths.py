@@ -5,8 +5,9 @@ architectures (MLA kimi, GQA glm) and every KV format, with sequences decoding s
 A quantized cache rounds what it stores: a 1e-6 difference in a layer's output can move a stored
 value across a rounding step (an int8 step is 1/127 of its head's range), and later logits by
 1e-3. So with a quantized cache the first decode step (both paths start from the same prefilled
-cache) is held to 1e-4 and the steps after it to 1e-2, far below what a wrong op gives (O(1)). The inputs are random, drawn from a fixed seed per
-case so that a near-tie between two greedy candidates cannot make the test flaky."""
+cache) is held to 1e-4 and the steps after it to 1e-2, far below what a wrong op gives (O(1)).
+The inputs are random, drawn from a fixed seed per case so that a near-tie between two greedy
+candidates cannot make the test flaky."""
 
 import pytest
 import torch
