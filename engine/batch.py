@@ -1,7 +1,8 @@
 """What one forward step runs: a flat batch of tokens from one or more sequences.
 
-Decode metadata (block tables, positions, masks) is built once per step and shared by every
-layer: per-layer rebuilding of small tensors is what dominates a decode step on a CPU. The batch
+Decode metadata (block tables, positions, flat slot indices, the mask) is built once per step, in
+one host-to-tensor copy, and shared by every layer: per-layer rebuilding of small tensors is what
+dominates a decode step on a CPU. The batch
 also carries the cache's per-layer tensor stores: a layer takes its own with `batch.kv(layer)`.
 """
 
@@ -15,6 +16,7 @@ import torch
 
 from engine.block_pool import BLOCK_SIZE, SeqBlocks
 from engine.kv_store import LayerKV
+from kernels.paged_kv_flat import DecodeIndex, decode_index
 
 
 @dataclass
@@ -33,17 +35,32 @@ class SeqSlice:
 
 @dataclass
 class DecodeMeta:
-    """Sequences decoding one token each, gathered for batched reads of the paged cache."""
+    """Sequences decoding one token each, gathered for batched reads of the paged cache: their
+    block tables, positions and flat slot indices as one kernels.paged_kv_flat.DecodeIndex."""
 
     seqs: list[SeqBlocks]
     rows: torch.Tensor  # their rows in the flat batch
-    pos: torch.Tensor  # position of the new token (= tokens already cached)
-    lengths: torch.Tensor  # pos + 1
-    tables: torch.Tensor  # [B, max_blocks] block tables, padded with block 0
-    tail: torch.Tensor  # block index of the new token
-    offset: torch.Tensor  # its offset in that block
-    slots: torch.Tensor | None  # staging slots (formats that stage the block being filled)
-    hidden: torch.Tensor  # [B, max_blocks * BLOCK_SIZE]: positions a sequence must not see
+    index: DecodeIndex
+
+    @property
+    def tables(self) -> torch.Tensor:  # [B, max_blocks] block tables, padded with block 0
+        return self.index.tables
+
+    @property
+    def pos(self) -> torch.Tensor:  # position of the new token (= tokens already cached)
+        return self.index.pos
+
+    @property
+    def lengths(self) -> torch.Tensor:  # pos + 1
+        return self.index.lengths
+
+    @property
+    def slots(self) -> torch.Tensor | None:  # staging slots (formats that stage the block being filled)
+        return self.index.slots
+
+    @property
+    def hidden(self) -> torch.Tensor:  # [B, max_blocks * BLOCK_SIZE]: positions a sequence must not see
+        return self.index.mask[:, 0] != 0
 
 
 class StepBatch:
@@ -65,24 +82,12 @@ class StepBatch:
         if not self.decoding:
             return None
         seqs = [s.blocks for s in self.decoding]
-        dev = self.device
-        pos_list = [s.past for s in self.decoding]
-        max_blocks = -(-(max(pos_list) + 1) // BLOCK_SIZE)
+        pos = [s.past for s in self.decoding]
+        max_blocks = -(-(max(pos) + 1) // BLOCK_SIZE)
         padded = [
             kv.block_table[:max_blocks] + [0] * (max_blocks - min(len(kv.block_table), max_blocks))
             for kv in seqs
         ]
-        pos = torch.tensor(pos_list, device=dev)
-        lengths = pos + 1
-        slots = [kv.slot for kv in seqs]
-        return DecodeMeta(
-            seqs=seqs,
-            rows=torch.tensor([s.start for s in self.decoding], device=dev),
-            pos=pos,
-            lengths=lengths,
-            tables=torch.tensor(padded, dtype=torch.long, device=dev),
-            tail=pos // BLOCK_SIZE,
-            offset=pos % BLOCK_SIZE,
-            slots=torch.tensor(slots, device=dev) if None not in slots else None,
-            hidden=torch.arange(max_blocks * BLOCK_SIZE, device=dev)[None, :] >= lengths[:, None],
-        )
+        index = decode_index(padded, pos, [kv.slot for kv in seqs], self.device)
+        rows = index.pos.new_tensor([s.start for s in self.decoding])
+        return DecodeMeta(seqs=seqs, rows=rows, index=index)

@@ -128,9 +128,7 @@ class LayerKV:
 
     def decode_write(self, meta, parts: tuple[torch.Tensor, ...]) -> None:
         """Batched decode (engine.batch.DecodeMeta): one new token per sequence at meta.pos,
-        written through kernels.paged_kv (Triton on a GPU, the torch reference on a CPU)."""
-        b = meta.tables.shape[0]
+        written through kernels.paged_kv (Triton on a GPU, flat slot indices on a CPU)."""
+        b = meta.index.batch
         for comp, cs, x in zip(self.components, self.stores, parts, strict=True):
-            paged_kv.decode_write(
-                cs.store, meta.tables, meta.pos, meta.slots, x.reshape(b, comp.heads, comp.dim)
-            )
+            paged_kv.decode_write(cs.store, meta.index, x.reshape(b, comp.heads, comp.dim))

@@ -10,7 +10,7 @@ import torch
 
 from kernels.dispatch import KernelShapeError, backend, use_triton
 from kernels.quant import QuantizedWeight, linear_ref
-from kernels.rmsnorm import rms_norm_ref, rms_norm_triton
+from kernels.rmsnorm import rms_norm_cpu, rms_norm_triton
 
 __all__ = [
     "KernelShapeError",
@@ -49,9 +49,9 @@ def fused_moe(
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     if use_triton(x):
         return rms_norm_triton(x, weight, eps)
-    return rms_norm_ref(x, weight, eps)
+    return rms_norm_cpu(x, weight, eps)
 
 
 def rms_norm_for(weight: torch.Tensor):
     """The rms_norm implementation for tensors on `weight`'s device, chosen once."""
-    return rms_norm_triton if use_triton(weight) else rms_norm_ref
+    return rms_norm_triton if use_triton(weight) else rms_norm_cpu

@@ -5,8 +5,9 @@ shape [num_blocks, BLOCK, heads, dim] (int4: dim/2 bytes), its `scale` (layout p
 kernels.kv_quant), and for formats that quantize whole blocks a `staging` tensor
 [slots, BLOCK, heads, dim] in the dense dtype holding each sequence's block being filled.
 
-The torch functions here are the references; kernels.paged_kv_triton holds the Triton twins and
-the public functions pick one through kernels.dispatch.
+The torch functions here are the references; kernels.paged_kv_triton holds the Triton twins,
+kernels.paged_kv_flat the CPU path of a decode step (flat indices built once per step), and the
+public functions pick one through kernels.dispatch.
 """
 
 from __future__ import annotations
@@ -15,8 +16,10 @@ from dataclasses import dataclass
 
 import torch
 
+from kernels import paged_kv_flat
 from kernels.dispatch import use_triton
 from kernels.formats import KV, KV_BLOCK
+from kernels.paged_kv_flat import DecodeIndex
 
 BLOCK = KV_BLOCK
 
@@ -141,30 +144,31 @@ def mla_decode_ref(
     return torch.matmul(probs, lat)
 
 
-# --- dispatch ----------------------------------------------------------------------------------------
+# --- dispatch: Triton on a GPU, the flat-index path (kernels.paged_kv_flat) on a CPU ------------------
 
 
-def decode_write(store: KVStore, tables, pos, slots, x) -> None:
+def decode_write(store: KVStore, index: DecodeIndex, x: torch.Tensor) -> None:
+    """One new token per sequence of a decode step (x [B, H, D]) into `store`."""
     if use_triton(x):
         from kernels.paged_kv_triton import decode_write_triton
 
-        return decode_write_triton(store, tables, pos, slots, x)
-    return decode_write_ref(store, tables, pos, slots, x)
+        return decode_write_triton(store, index.tables, index.pos, index.slots, x)
+    return paged_kv_flat.write(store, index, x)
 
 
-def gqa_decode(q, k: KVStore, v: KVStore, tables, lengths, slots, scale: float) -> torch.Tensor:
+def gqa_decode(q, k: KVStore, v: KVStore, index: DecodeIndex, scale: float) -> torch.Tensor:
     if use_triton(q):
         from kernels.paged_kv_triton import gqa_decode_triton
 
-        return gqa_decode_triton(q, k, v, tables, lengths, slots, scale)
-    return gqa_decode_ref(q, k, v, tables, lengths, slots, scale)
+        return gqa_decode_triton(q, k, v, index.tables, index.lengths, index.slots, scale)
+    return paged_kv_flat.gqa_decode(q, k, v, index, scale)
 
 
 def mla_decode(
-    q_lat, q_rot, latent: KVStore, rope: KVStore, tables, lengths, slots, scale: float
+    q_lat, q_rot, latent: KVStore, rope: KVStore, index: DecodeIndex, scale: float
 ) -> torch.Tensor:
     if use_triton(q_lat):
         from kernels.paged_kv_triton import mla_decode_triton
 
-        return mla_decode_triton(q_lat, q_rot, latent, rope, tables, lengths, slots, scale)
-    return mla_decode_ref(q_lat, q_rot, latent, rope, tables, lengths, slots, scale)
+        return mla_decode_triton(q_lat, q_rot, latent, rope, index.tables, index.lengths, index.slots, scale)
+    return paged_kv_flat.mla_decode(q_lat, q_rot, latent, rope, index, scale)

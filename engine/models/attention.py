@@ -37,7 +37,7 @@ class PagedAttention:
     heads: int
     out_dim: int
     scale: float
-    # (*queries, *component stores, tables, lengths, slots, scale) -> [B, heads, out_dim]
+    # (*queries, *component stores, kernels.paged_kv_flat.DecodeIndex, scale) -> [B, heads, out_dim]
     decode_kernel: Callable[..., torch.Tensor]
 
     @staticmethod
@@ -61,7 +61,7 @@ class PagedAttention:
     def _decode(self, kv: LayerKV, meta, queries: Parts, parts: Parts) -> torch.Tensor:
         kv.decode_write(meta, parts)
         stores = [kv.store(i) for i in range(len(parts))]
-        return self.decode_kernel(*queries, *stores, meta.tables, meta.lengths, meta.slots, self.scale)
+        return self.decode_kernel(*queries, *stores, meta.index, self.scale)
 
     def attend(self, batch: StepBatch, queries: Parts, parts: Parts) -> torch.Tensor:
         """Attention output [n, heads, out_dim] for the step's n rows; `parts` are written to the

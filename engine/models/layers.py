@@ -215,7 +215,12 @@ class SigmoidRouter:
 
 class RoutedExperts:
     """The routed experts, stacked per projection ([E, out, in]); gate and up stacked together
-    ([E, 2I, in]) when dense, so each expert runs two matmuls."""
+    ([E, 2I, in]) when dense, so each expert runs two matmuls.
+
+    On a CPU: the (token, expert) pairs sorted by expert, the tokens gathered once in that order,
+    each active expert's rows run as one slice of that batch into one output buffer, then one
+    weighting and one index_add_ for all pairs. The only host read is the expert ids (batch 1-2)
+    or the per-expert counts, once per layer. kernels.moe.fused_moe_ref is the reference."""
 
     PAIR_LOOP_MAX = 4  # up to this many (token, expert) pairs, skip sorting: decode at batch 1-2
 
@@ -231,16 +236,20 @@ class RoutedExperts:
         if self.fused:  # dense: [E, in, out] layouts, gate and up side by side
             self.w_gate_up_t = torch.cat([gate, up], dim=1).transpose(1, 2).contiguous()
             self.w_down_t = down.transpose(1, 2).contiguous()
+            # per-expert views, indexed in Python: no select op per expert call
+            self._gate_up = list(self.w_gate_up_t.unbind(0))
+            self._down = list(self.w_down_t.unbind(0))
         else:
             self.w_gate, self.w_up, self.w_down = gate, up, down
         self.num_experts = num_experts
 
-    def _expert(self, e: int, h: torch.Tensor) -> torch.Tensor:
+    def _expert(self, e: int, h: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
         if self.fused:
-            gate, up = torch.matmul(h, self.w_gate_up_t[e]).chunk(2, dim=-1)
-            return torch.matmul(F.silu(gate) * up, self.w_down_t[e])
+            gate, up = torch.matmul(h, self._gate_up[e]).chunk(2, dim=-1)
+            return torch.matmul(F.silu(gate) * up, self._down[e], out=out)
         gate, up = kernels.linear(h, self.w_gate[e]), kernels.linear(h, self.w_up[e])
-        return kernels.linear(F.silu(gate) * up, self.w_down[e])
+        y = kernels.linear(F.silu(gate) * up, self.w_down[e])
+        return y if out is None else out.copy_(y)
 
     def __call__(self, x: torch.Tensor, weights: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
         """Sum over each token's k experts of weight * expert(x); only experts with tokens run."""
@@ -250,29 +259,25 @@ class RoutedExperts:
                 w = self.w_gate_up_t.transpose(1, 2)  # [E, 2I, H] views, no copy
                 return kernels.fused_moe(x, weights, ids, w[:, :i], w[:, i:], self.w_down_t.transpose(1, 2))
             return kernels.fused_moe(x, weights, ids, self.w_gate, self.w_up, self.w_down)
-        out = torch.zeros_like(x)
-        k = ids.shape[1]
-        if ids.numel() <= self.PAIR_LOOP_MAX:
-            for pair, (e, w) in enumerate(
-                zip(ids.reshape(-1).tolist(), weights.reshape(-1).tolist(), strict=True)
-            ):
-                token = pair // k
-                out[token] += self._expert(e, x[token : token + 1])[0] * w
+        flat_ids, flat_weights = ids.reshape(-1), weights.reshape(-1, 1).to(x.dtype)
+        if ids.shape[0] == 1 and flat_ids.numel() <= self.PAIR_LOOP_MAX:  # one token: no sort
+            out = None
+            for e, w in zip(flat_ids.tolist(), flat_weights.unbind(0), strict=True):
+                y = self._expert(e, x)
+                out = y * w if out is None else torch.addcmul(out, y, w)
             return out
-        flat_ids = ids.reshape(-1)
         order = flat_ids.argsort(stable=True)
         counts = torch.bincount(flat_ids, minlength=self.num_experts).tolist()
-        token_of_slot = order // k
-        slot_weights = weights.reshape(-1)[order]
+        token_of_slot = order // ids.shape[1]
+        xs = x.index_select(0, token_of_slot)
+        ys = torch.empty_like(xs)
         start = 0
         for expert, count in enumerate(counts):
-            if count == 0:
-                continue
-            tokens = token_of_slot[start : start + count]
-            h = self._expert(expert, x[tokens]) * slot_weights[start : start + count, None].to(x.dtype)
-            out.index_add_(0, tokens, h)
-            start += count
-        return out
+            if count:
+                self._expert(expert, xs[start : start + count], out=ys[start : start + count])
+                start += count
+        ys.mul_(flat_weights.index_select(0, order))
+        return torch.zeros_like(x).index_add_(0, token_of_slot, ys)
 
 
 class MoE:
