@@ -25,17 +25,25 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+HELLO_WORKER = (
+    "from workers import WorkerEntrypoint, Response\n\n"
+    "class Default(WorkerEntrypoint):\n"
+    "    async def fetch(self, request):\n"
+    '        return Response("ok")\n'
+)
+
+
 def write_project(
-    folder: Path, name: str, extra_toml: str = "", model: str = MODEL, models_dir: Path | None = None
+    folder: Path,
+    name: str,
+    extra_toml: str = "",
+    model: str = MODEL,
+    models_dir: Path | None = None,
+    worker: str = HELLO_WORKER,
 ) -> None:
-    """worker.py and wrangler-like.toml in `folder`, serving `model` from `models_dir` (default the
-    shipped models); `extra_toml` is appended (more tables)."""
-    (folder / "worker.py").write_text(
-        "from workers import WorkerEntrypoint, Response\n\n"
-        "class Default(WorkerEntrypoint):\n"
-        "    async def fetch(self, request):\n"
-        '        return Response("ok")\n'
-    )
+    """`worker` as worker.py and a wrangler-like.toml in `folder`, serving `model` from `models_dir`
+    (default the shipped models); `extra_toml` is appended (more tables)."""
+    (folder / "worker.py").write_text(worker)
     config = textwrap.dedent(f"""
         name = "{name}"
         main = "worker.py"

@@ -19,8 +19,9 @@ from hypothesis.errors import Unsatisfiable
 from schemathesis.checks import not_a_server_error
 from schemathesis.specs.openapi.checks import response_schema_conformance
 
+from runtime.bench.devserver import write_project
 from runtime.openapi import PATH
-from tests.integration.dev_server import REPO, DevServer
+from tests.integration.dev_server import DevServer
 
 pytestmark = pytest.mark.slow
 
@@ -60,20 +61,7 @@ FUZZ = settings(
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     d = tmp_path_factory.mktemp("fuzz")
-    (d / "worker.py").write_text(textwrap.dedent(WORKER).replace("@MODEL@", MODEL))
-    (d / "wrangler-like.toml").write_text(
-        textwrap.dedent(f"""
-        name = "fuzz"
-        main = "worker.py"
-        compatibility_date = "2026-11-01"
-        [ai]
-        binding = "AI"
-        [edge]
-        pops = ["ICN"]
-        models = ["{MODEL}"]
-        models_dir = "{REPO / "models"}"
-    """)
-    )
+    write_project(d, "fuzz", worker=textwrap.dedent(WORKER).replace("@MODEL@", MODEL))
     with DevServer(d / "wrangler-like.toml", cwd=d) as srv:
         srv.token = (d / ".edge" / "api-token").read_text().strip()
         srv.admin = (d / ".edge" / "admin-token").read_text().strip()
