@@ -51,8 +51,11 @@ class Perplexity:
 
 
 def parse_bench_json(text: str) -> list[BenchResult]:
-    """llama-bench -o json: a JSON array of tests (any log lines around it are skipped)."""
-    start, end = text.index("["), text.rindex("]") + 1
+    """llama-bench -o json: a JSON array of tests, from the first line that opens it (log lines before
+    it, which may hold brackets of their own, are skipped)."""
+    lines = text.splitlines(keepends=True)
+    opening = next(i for i, line in enumerate(lines) if line.strip() == "[")
+    text = "".join(lines[opening:])
     return [
         BenchResult(
             int(t["n_prompt"]),
@@ -61,7 +64,7 @@ def parse_bench_json(text: str) -> list[BenchResult]:
             float(t["avg_ts"]),
             tuple(float(s) for s in t.get("samples_ts", [])),
         )
-        for t in json.loads(text[start:end])
+        for t in json.loads(text[: text.rindex("]") + 1])
     ]
 
 
@@ -110,11 +113,13 @@ def completion_of(stdout: str, prompt: str) -> str:
     return stdout[len(prompt) :].removesuffix("\n")
 
 
-def _run(argv: list[str | Path], env: dict[str, str] | None = None) -> str:
-    done = subprocess.run([str(a) for a in argv], capture_output=True, text=True, env=env)
+def _run(argv: list, stdout_only: bool = False) -> str:
+    """A tool's output: its results on stdout, its log (where llama-perplexity says how many chunks
+    it scored) on stderr."""
+    done = subprocess.run([str(a) for a in argv], capture_output=True, text=True)
     if done.returncode != 0:
         raise RuntimeError(f"{Path(argv[0]).name} failed ({done.returncode}):\n{done.stderr[-2000:]}")
-    return done.stdout + done.stderr
+    return done.stdout if stdout_only else done.stdout + done.stderr
 
 
 class LlamaTools:
@@ -126,7 +131,7 @@ class LlamaTools:
     def bench(self, prompt: int, gen: int, depth: int, repetitions: int) -> BenchResult:
         argv = [self.bin / "llama-bench", "-m", self.gguf, "-p", prompt, "-n", gen, "-d", depth]
         argv += ["-t", self.threads, "-r", repetitions, "-o", "json"]
-        (result,) = parse_bench_json(_run(argv))
+        (result,) = parse_bench_json(_run(argv, stdout_only=True))
         return result
 
     def batched(self, pp: int, tg: int, sequences: list[int]) -> list[BatchedRow]:
@@ -146,7 +151,4 @@ class LlamaTools:
 
     def greedy(self, prompt: str, tokens: int) -> str:
         argv = [self.bin / "llama-simple", "-m", self.gguf, "-n", tokens, prompt]
-        done = subprocess.run([str(a) for a in argv], capture_output=True, text=True)
-        if done.returncode != 0:
-            raise RuntimeError(f"llama-simple failed ({done.returncode}):\n{done.stderr[-2000:]}")
-        return completion_of(done.stdout, prompt)
+        return completion_of(_run(argv, stdout_only=True), prompt)

@@ -10,8 +10,10 @@ import torch
 
 from bench.engine_runs import second_half_nll, second_half_perplexity, windows
 from bench.llamacpp_gguf import is_gpt2_byte_level, patched_config, stage
-from bench.llamacpp_runs import completion_of
+from bench.llamacpp_runs import completion_of, parse_batched_table, parse_bench_json, parse_perplexity
 from tests.conftest import REPO
+
+FIXTURES = REPO / "tests" / "fixtures" / "llamacpp"  # captured from real runs on kimi-k2-mini
 
 
 def _config(name: str) -> dict:
@@ -58,6 +60,31 @@ def test_stage_links_the_checkpoint_and_patches_only_the_config(tmp_path):
     assert json.loads((staged / "config.json").read_text())["q_lora_rank"] == 0
     assert (staged / "model.safetensors").resolve() == (model / "model.safetensors").resolve()
     assert _config("kimi-k2-mini")["q_lora_rank"] is None  # the shipped file is untouched
+
+
+def test_llama_bench_json():
+    decode, prefill = (parse_bench_json((FIXTURES / f).read_text()) for f in ("bench_tg.txt", "bench_pp.txt"))
+    ((tg,), (pp,)) = decode, prefill
+    assert (tg.n_prompt, tg.n_gen, tg.n_depth) == (0, 64, 64) and tg.tok_s > 0 and len(tg.samples) == 3
+    assert (pp.n_prompt, pp.n_gen, pp.n_depth) == (512, 0, 0) and pp.tok_s > 0
+    assert min(tg.samples) <= tg.tok_s <= max(tg.samples)
+
+
+def test_llama_batched_bench_table():
+    rows = parse_batched_table((FIXTURES / "batched_bench.txt").read_text())
+    assert [(r.pp, r.tg, r.sequences) for r in rows] == [(64, 64, 1), (64, 64, 8), (64, 64, 32)]
+    for r in rows:
+        assert r.total_s == pytest.approx(r.prefill_s + r.decode_s, abs=0.002)
+        assert r.generated_tok_s == pytest.approx(r.sequences * 64 / r.total_s)
+    with pytest.raises(ValueError, match="no llama-batched-bench table"):
+        parse_batched_table("llama_model_load: error loading model\n")
+
+
+def test_llama_perplexity_final_estimate():
+    got = parse_perplexity((FIXTURES / "perplexity.txt").read_text())
+    assert (got.context, got.chunks, got.value) == (1024, 4, 29.2404) and got.error == 1.81668
+    with pytest.raises(ValueError, match="no final perplexity"):
+        parse_perplexity("perplexity: tokenizing the input ..\n")
 
 
 def test_llama_simple_completion():
