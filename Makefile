@@ -3,7 +3,7 @@
 #   make test   the same set-up, then the whole suite
 # Both are idempotent: the install step re-runs only when pyproject.toml changes, and the native
 # step (the simulator's and the policy's hot paths compiled by mypyc: engine/native.py) only when
-# their sources change; if it fails they run interpreted, correct and about 2.5x slower.
+# their sources change; if it fails they run interpreted, correct and about 3x slower.
 
 PYTHON ?= $(shell command -v python3.11 2>/dev/null || command -v python3)
 VENV ?= .venv

@@ -4,8 +4,8 @@ loop, built by mypyc from these same Python sources and loaded only while they a
 Why: the simulator runs the engine's own policy object step by step (one policy, not a copy), which
 costs about 50 us of interpreted Python per simulated request; the planner needs 50,000 simulated
 requests per second (bench/sim_speed.py). mypyc compiles the typed sources of MODULES to C
-extensions, about 2.5x faster, without a second implementation: the .py files stay the one source,
-and without a build everything runs interpreted, as before.
+extensions, 2.5-3.5x faster there, without a second implementation: the .py files stay the one
+source, and without a build everything runs interpreted, as before.
 
 Safety of a build: it lives in `.native/` (never beside the sources, where Python would prefer a
 stale .so to an edited .py) with a manifest of each source's SHA-256 and the interpreter it was built
@@ -183,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             build()
         except RuntimeError as e:
-            print(f"{e}\nthe hot paths stay interpreted (correct, about 2.5x slower)", file=sys.stderr)
+            print(f"{e}\nthe hot paths stay interpreted (correct, about 3x slower)", file=sys.stderr)
             return 1
         print(_current_build()[1])
         return 0
