@@ -26,7 +26,7 @@ $(STAMP): pyproject.toml | $(BIN)/python
 install: $(STAMP) native
 
 native: $(STAMP)
-	@$(BIN)/python -c "import sys, engine.native as n; sys.exit(n.main(['build']))" || \
+	@$(BIN)/python -c "import sys, engine.native as n; sys.exit(n.main())" || \
 		echo "warning: the native build failed (above); the hot paths run interpreted" >&2
 
 dev: install

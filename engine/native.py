@@ -105,24 +105,21 @@ def install() -> str:
     if "status" in _state:
         return _state["status"]
     _state["status"] = "interpreted: deciding"  # re-entry while the packages import each other
-    if os.environ.get("EDGE_NATIVE", "1") == "0":
-        status = "interpreted: EDGE_NATIVE=0"
-    else:
-        files, status = _current_build()
+    files, why = None, "EDGE_NATIVE=0"
+    if os.environ.get("EDGE_NATIVE", "1") != "0":
+        files, why = _current_build()
         loaded = [m for m in MODULES if m in sys.modules]
         if files is not None and loaded:  # too late for all of them: none (see the docstring)
-            files, status = None, f"interpreted: {', '.join(loaded)} imported before the build was found"
-        if files is None:
-            status = status if status.startswith("interpreted") else f"interpreted: {status}"
-        else:
-            sys.meta_path.insert(0, _CompiledFinder(files))
-    _state["status"] = status
-    return status
+            files, why = None, f"{', '.join(loaded)} imported before the build was found"
+    if files is not None:
+        sys.meta_path.insert(0, _CompiledFinder(files))
+    _state["status"] = why if files is not None else f"interpreted: {why}"
+    return _state["status"]
 
 
 def status() -> str:
     """'compiled (...)' or 'interpreted: why', for this interpreter."""
-    return _state.get("status") or install()
+    return install()
 
 
 def build(build_dir: Path = BUILD_DIR, quiet: bool = False) -> Path:
@@ -152,12 +149,11 @@ def build(build_dir: Path = BUILD_DIR, quiet: bool = False) -> Path:
         done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
         if done.returncode != 0:
             raise RuntimeError(f"mypyc build failed:\n{done.stdout[-4000:]}\n{done.stderr[-4000:]}")
-        lib = work / "lib"
+        lib, suffix = work / "lib", str(sysconfig.get_config_var("EXT_SUFFIX"))
         files = {}
-        for so in lib.rglob("*" + str(sysconfig.get_config_var("EXT_SUFFIX"))):
+        for so in lib.rglob("*" + suffix):
             rel = so.relative_to(lib)
-            name = ".".join(rel.parts)[: -len(str(sysconfig.get_config_var("EXT_SUFFIX")))]
-            files[name] = str(Path("lib") / rel)
+            files[".".join(rel.parts)[: -len(suffix)]] = str(Path("lib") / rel)
         missing = [m for m in MODULES if m not in files]
         if missing:
             raise RuntimeError(f"mypyc build made no extension for {', '.join(missing)}")
@@ -177,22 +173,13 @@ def build(build_dir: Path = BUILD_DIR, quiet: bool = False) -> Path:
         shutil.rmtree(work, ignore_errors=True)
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    if args[:1] == ["build"]:
-        try:
-            build()
-        except RuntimeError as e:
-            print(f"{e}\nthe hot paths stay interpreted (correct, about 3x slower)", file=sys.stderr)
-            return 1
-        print(_current_build()[1])
-        return 0
-    if args[:1] == ["status"]:
-        print(_current_build()[1] if os.environ.get("EDGE_NATIVE", "1") != "0" else "EDGE_NATIVE=0")
-        return 0
-    print(__doc__.strip().splitlines()[-2:], file=sys.stderr)
-    return 2
-
-
-if __name__ == "__main__":  # `make native` calls main(["build"]) after importing the package
-    sys.exit(main())
+def main() -> int:
+    """`make native`: build (or keep) and say what the next interpreter will load; 1 when the build
+    failed (the reason on stderr)."""
+    try:
+        build()
+    except RuntimeError as e:
+        print(f"{e}\nthe hot paths stay interpreted (correct, about 3x slower)", file=sys.stderr)
+        return 1
+    print(_current_build()[1])
+    return 0
