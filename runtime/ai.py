@@ -25,7 +25,7 @@ from engine import InvalidRequestError, SamplingParams
 from engine.fair_queue import TenantShare
 from runtime.ai_shapes import Schema, shape_result, workers_ai_events
 from runtime.rate_limit import AccountRateLimits
-from runtime.rollout import Rollouts
+from runtime.rollout import CANARY_SUFFIX, Rollouts
 from runtime.validation import describe
 from workers import AIError
 
@@ -129,9 +129,15 @@ class AIService:
             return alias[1]
         return self.schemas.get(self.resolve(model), "text-generation")
 
+    def served(self) -> list[str]:
+        """The models a call may name: those the PoPs serve, less a rollout's canaries (which only
+        the runtime routes to, by session key, so that a client can neither pick the new version
+        nor count its calls to it against another rate-limit bucket than the model's)."""
+        return [m for m in self.edge.models() if not m.endswith(CANARY_SUFFIX)]
+
     def names(self) -> list[str]:
         """Every name a call can use now: the models served and the aliases they answer to."""
-        served = self.edge.models()
+        served = self.served()
         return [*served, *(a for a, (target, _) in self.aliases.items() if target in served)]
 
     def prepare(
@@ -141,7 +147,7 @@ class AIService:
         to the PoP (which only checks that it fits); raises AIError with the Workers AI code.
         `session`: the client's x-session-affinity key (edge_sim.affinity)."""
         asked, model = model, self.resolve(model)  # an alias is served by its stand-in
-        if model not in self.edge.models():
+        if model not in self.served():
             refusal = self.edge.refusal(model)
             name = repr(asked) if model == asked else f"{asked!r} (served here by {model!r})"
             if refusal:

@@ -209,3 +209,35 @@ def test_a_stream_that_fails_at_the_pop_is_not_charged_and_a_finished_one_once(s
     req, _ = limited.prepare(MODEL, {"prompt": "def f(x):", "max_tokens": 3, "temperature": 0}, "whole")
     *_, result = asyncio.run(drain(req))
     assert limits.limiter._windows[("whole", MODEL)].token_sum == result.total_tokens
+
+
+def test_a_rollouts_canary_is_reached_only_by_its_session_share_and_charged_as_the_model(
+    service, tiny_model_dir
+):
+    """A client can name neither the canary (it would pick the new version, and count its calls in a
+    rate-limit bucket of their own) nor see it listed; a session in the share is routed to it and
+    charged to the model's own limits."""
+    from runtime.rate_limit import AccountRateLimits, Limits
+    from runtime.rollout import Canary, Rollouts, canary_name
+
+    canary = canary_name(MODEL)
+    assert all(
+        r is None
+        for r in service.edge.reload(ModelSpec(canary, str(tiny_model_dir), allow_unsigned=True)).values()
+    )
+    try:
+        limits = AccountRateLimits(lambda account: Limits(rpm=2, tpm=None))
+        rolled = AIService(service.edge, rate_limits=limits)
+        rolled.rollouts = Rollouts()
+        rolled.rollouts.canaries[MODEL] = Canary(MODEL, str(tiny_model_dir), 100.0)
+        assert canary in service.edge.models() and canary not in rolled.names()
+        inputs = {"prompt": "def f(x):", "max_tokens": 2}
+        with pytest.raises(AIError, match="^5007"):
+            rolled.prepare(canary, inputs, "client")
+        req, _ = rolled.prepare(MODEL, inputs, "client", session="s-1")
+        assert req.model == canary  # the whole share: every session key goes to the new version
+        assert rolled.prepare(MODEL, inputs, "client")[0].model == MODEL  # no key: the serving version
+        with pytest.raises(AIError, match="^3036"):  # both calls counted under the model: the third waits
+            rolled.prepare(MODEL, inputs, "client", session="s-2")
+    finally:
+        service.edge.unload(canary)
