@@ -18,6 +18,8 @@ from edge_sim.accounting import LatencyAccount
 from edge_sim.errors import EdgeError
 from engine import SamplingParams, SeqEvent
 from engine.fair_queue import TenantShare
+from engine.sequence import Logprobs
+from engine.tool_types import ToolCall, ToolChoice, ToolFunction
 
 if TYPE_CHECKING:
     from engine import LLM
@@ -53,6 +55,11 @@ class GenerateRequest(msgspec.Struct, kw_only=True):
     tenant: str = "local"
     share: TenantShare = TenantShare()  # the account's fair-share weight and KV share
     session: str | None = None  # x-session-affinity: back to the PoP that served it (edge_sim.affinity)
+    # tools the model may call: the PoP renders them (and a tool round trip's messages) in the
+    # model's own tool-call format and constrains the output to it (engine.tool_calls)
+    tools: list[ToolFunction] | None = None
+    tool_choice: ToolChoice = "auto"
+    parallel_tool_calls: bool = True
 
     def estimated_tokens(self) -> int:
         """The prompt's length in tokens, estimated from its characters, for routing: only the PoP
@@ -61,6 +68,38 @@ class GenerateRequest(msgspec.Struct, kw_only=True):
             return -(-len(self.prompt or "") // CHARS_PER_TOKEN)
         chars = sum(len(str(m.get("content", ""))) for m in self.messages)
         return -(-chars // CHARS_PER_TOKEN) + TOKENS_PER_MESSAGE * len(self.messages)
+
+
+class ToolCallDelta(msgspec.Struct, kw_only=True):
+    """A piece of a streamed tool call, as OpenAI streams it: the first piece of call `index`
+    carries its id and name, the rest pieces of its arguments' text."""
+
+    index: int
+    id: str | None = None
+    name: str | None = None
+    arguments: str = ""
+
+
+class Delta(msgspec.Struct, kw_only=True):
+    """A piece of a streamed answer for choice `index`: text, its tokens' logprobs (when asked
+    for), and pieces of tool calls parsed from the model's tool-call format."""
+
+    text: str = ""
+    index: int = 0
+    logprobs: list[Logprobs] | None = None
+    tool_calls: list[ToolCallDelta] | None = None
+
+
+class Choice(msgspec.Struct, kw_only=True):
+    """One of a request's n answers: its text (tool-call markup removed), how it ended, its tokens,
+    their logprobs when asked for, and the tool calls it made (finish_reason "tool_calls")."""
+
+    index: int = 0
+    text: str
+    finish_reason: str
+    completion_tokens: int
+    logprobs: list[Logprobs] | None = None
+    tool_calls: list[ToolCall] | None = None
 
 
 class GenerateResult(msgspec.Struct, kw_only=True):
@@ -78,6 +117,9 @@ class GenerateResult(msgspec.Struct, kw_only=True):
     formats: Formats
     timing: LatencyAccount | None = None  # set by the edge (network parts need the ingress)
     cached_tokens: int = 0  # prompt tokens the PoP's prefix cache held (not run again)
+    # every choice in index order (choice 0's text and finish_reason are `text` and `finish_reason`;
+    # completion_tokens counts all of them, as OpenAI's usage does)
+    choices: list[Choice] = msgspec.field(default_factory=list)
 
     @property
     def total_tokens(self) -> int:

@@ -17,6 +17,7 @@ import msgspec
 import torch
 
 from engine.errors import InvalidRequestError
+from engine.guide import Guide
 
 MAX_STOP_STRINGS = 4  # as OpenAI
 MAX_STOP_CHARS = 256  # per stop string: matching a new token costs O(this), not O(output)
@@ -27,6 +28,8 @@ MAX_TEMPERATURE = 5.0  # Workers AI's range is 0-5
 GREEDY_BELOW_TEMPERATURE = 1e-5
 REPETITION_PENALTY_RANGE = (0.01, 2.0)  # Workers AI's range is 0-2; 0 would divide by zero
 SEED_RANGE = (-(2**63), 2**64 - 1)  # what torch.Generator.manual_seed takes (OpenAI: int64)
+MAX_LOGPROBS = 20  # OpenAI's top_logprobs range is 0-20
+MAX_N = 8  # choices per request (each is a sequence of its own after the shared prompt)
 
 
 class SamplingError(RuntimeError):
@@ -47,6 +50,9 @@ class SamplingParams(msgspec.Struct, kw_only=True):
     stop: list[str] = msgspec.field(default_factory=list)  # never part of the returned text
     stop_token_ids: list[int] = msgspec.field(default_factory=list)
     ignore_eos: bool = False
+    guide: Guide | None = None  # a grammar the output must follow (engine.guide)
+    logprobs: int | None = None  # None: none; k: each token's log-probability and the k likeliest
+    n: int = 1  # sequences sampled from the one prompt (its KV computed once)
 
     def validate(self) -> None:
         def bad(param: str, message: str) -> InvalidRequestError:
@@ -81,6 +87,12 @@ class SamplingParams(msgspec.Struct, kw_only=True):
             raise bad("stop_token_ids", f"give at most {MAX_STOP_TOKEN_IDS}, got {len(self.stop_token_ids)}")
         if self.seed is not None and not SEED_RANGE[0] <= self.seed <= SEED_RANGE[1]:
             raise bad("seed", f"must be a 64-bit integer, in [-2**63, 2**64 - 1], got {self.seed}")
+        if self.logprobs is not None and not 0 <= self.logprobs <= MAX_LOGPROBS:
+            raise bad("top_logprobs", f"must be in [0, {MAX_LOGPROBS}], got {self.logprobs}")
+        if not 1 <= self.n <= MAX_N:
+            raise bad("n", f"must be in [1, {MAX_N}], got {self.n}")
+        if self.guide is not None:
+            self.guide.validate()
 
     @property
     def greedy(self) -> bool:

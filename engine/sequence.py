@@ -25,8 +25,25 @@ class RequestMetrics(msgspec.Struct):
     cached_tokens: int = 0  # prompt tokens found in the prefix cache at admission (not run again)
 
 
+class TokenLogprob(msgspec.Struct, array_like=True):
+    """One token as OpenAI's logprobs show it: its text, log-probability and UTF-8 bytes."""
+
+    token: str
+    logprob: float
+    bytes: list[int]
+
+
+class Logprobs(msgspec.Struct):
+    """The sampled token's log-probability and the `k` likeliest tokens at that step (k of
+    SamplingParams.logprobs), from the model's distribution before any penalty or filter."""
+
+    chosen: TokenLogprob
+    top: list[TokenLogprob]
+
+
 class SeqEvent(msgspec.Struct):
-    """What a step produced for one request: a token and its text delta, or the end."""
+    """What a step produced for one request: a token and its text delta, or the end. A request
+    with n > 1 has n sequences; `index` says which one (each ends with its own last event)."""
 
     request_id: str
     token_id: int | None
@@ -34,6 +51,8 @@ class SeqEvent(msgspec.Struct):
     finish_reason: str | None = None  # "stop" | "length" | "abort" | "error"
     error: str | None = None
     metrics: RequestMetrics | None = None  # on the last event
+    index: int = 0  # which of the request's n sequences
+    logprobs: Logprobs | None = None  # when asked for (SamplingParams.logprobs)
 
 
 class Sequence:

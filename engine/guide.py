@@ -1,0 +1,40 @@
+"""A constraint on what one sequence may generate (JSON, a JSON schema, a regex, a Lark grammar),
+applied by the sampler as a token mask at every step.
+
+`Guide` is the declarative spec that travels in SamplingParams (over the wire to a remote PoP
+too); the PoP's engine compiles it against its own tokenizer.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import msgspec
+
+from engine.errors import InvalidRequestError
+
+GuideKind = Literal["json", "json_schema", "regex", "lark"]
+MAX_GUIDE_CHARS = 64 * 1024  # a schema, regex or grammar larger than this is refused where it enters
+
+
+class Guide(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, frozen=True):
+    """`json`: any JSON object; `json_schema`: JSON matching `schema`; `regex`: text matching
+    `pattern`; `lark`: text in `grammar` (llguidance's Lark dialect, which may embed
+    `%json{...}` schemas)."""
+
+    kind: GuideKind
+    schema: dict[str, Any] | None = None
+    pattern: str | None = None
+    grammar: str | None = None
+
+    def validate(self, param: str = "guide") -> None:
+        """The spec's shape (that it compiles is checked by the engine that runs it)."""
+        needs = {"json": None, "json_schema": "schema", "regex": "pattern", "lark": "grammar"}[self.kind]
+        given = [name for name in ("schema", "pattern", "grammar") if getattr(self, name) is not None]
+        if given != ([needs] if needs else []):
+            want = f"'{needs}'" if needs else "nothing else"
+            raise InvalidRequestError(param, f"a {self.kind} guide takes {want}, got {given or 'none'}")
+        size = len(msgspec.json.encode(self.schema)) if self.schema is not None else 0
+        size += len(self.pattern or "") + len(self.grammar or "")
+        if size > MAX_GUIDE_CHARS:
+            raise InvalidRequestError(param, f"is {size} characters; at most {MAX_GUIDE_CHARS} are taken")
