@@ -106,7 +106,6 @@ class AIService:
             parsed = inputs
         else:
             parsed = decode_inputs(inputs, TextGenerationInputs, "Workers AI")
-        self._fits_schema(parsed, self.schema(asked))
         try:
             session = check_key(session)
         except ValueError as exc:
@@ -115,6 +114,7 @@ class AIService:
             model = self.rollouts.route(model, session)
         share = self.share_of(account) if self.share_of is not None else TenantShare()
         req = generate_request(parsed, model=model, tenant=account, share=share, session=session)
+        self._fits_schema(parsed, self.schema(asked))
         return req, parsed
 
     @staticmethod

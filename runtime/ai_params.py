@@ -17,6 +17,7 @@ from edge_sim.request import GenerateRequest
 from engine import InvalidRequestError, SamplingParams
 from engine.fair_queue import TenantShare
 from engine.guide import MAX_GUIDE_CHARS, Guide
+from engine.sampling import MAX_LOGPROBS
 from engine.tool_types import ToolFunction
 from runtime.ai_inputs import (
     MAX_MESSAGES,
@@ -148,6 +149,8 @@ def _logprobs(inputs: Inputs) -> int | None:
         if inputs.logprobs is not None and not 0 <= inputs.logprobs <= MAX_COMPLETION_LOGPROBS:
             raise InputError("logprobs", f"must be in [0, {MAX_COMPLETION_LOGPROBS}], got {inputs.logprobs}")
         return inputs.logprobs
+    if inputs.top_logprobs is not None and not 0 <= inputs.top_logprobs <= MAX_LOGPROBS:
+        raise InputError("top_logprobs", f"must be in [0, {MAX_LOGPROBS}], got {inputs.top_logprobs}")
     if inputs.top_logprobs is not None and not inputs.logprobs:
         raise InputError("top_logprobs", "needs logprobs: true")
     return (inputs.top_logprobs or 0) if inputs.logprobs else None

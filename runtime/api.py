@@ -335,15 +335,15 @@ class AIApi:
         )
 
     async def openai_model(self, request: Request) -> Response:
-        """models.retrieve: one catalog entry, or 404 in OpenAI's shape (code model_not_found)."""
+        """models.retrieve: a model in the catalog or served, or 404 in OpenAI's shape (model_not_found)."""
         try:
             self.authenticate(request)
         except AuthError as exc:
             return openai_error(exc.status, str(exc), AUTH_ERROR)
         wanted = request.path_params["model"]
-        for entry in self.runtime.catalog_view():
-            if entry["name"] == wanted:
-                return JSONResponse(_model_object(entry, int(time.time())))
+        known = {m["name"] for m in self.runtime.catalog_view()} | set(self.runtime.ai.names())
+        if wanted in known:
+            return JSONResponse(_model_object({"name": wanted}, int(time.time())))
         return openai_error(
             404,
             f"The model {wanted!r} does not exist here; GET /models lists those served",
