@@ -115,6 +115,8 @@ class AIService:
         share = self.share_of(account) if self.share_of is not None else TenantShare()
         req = generate_request(parsed, model=model, tenant=account, share=share, session=session)
         self._fits_schema(parsed, self.schema(asked))
+        if isinstance(parsed, TextGenerationInputs) and parsed.model not in (None, asked):
+            raise InputError("model", f"names {parsed.model!r}, but this call is to {asked!r}; leave it out")
         return req, parsed
 
     @staticmethod

@@ -11,6 +11,7 @@ from starlette.testclient import TestClient
 from engine.guide import Guide
 from runtime.ai_refusals import REFUSED, InputError
 from runtime.app import Runtime, create_app
+from runtime.catalog import accepted_inputs
 from runtime.config import parse_config
 from tests.conftest import TINY_MODEL
 
@@ -168,11 +169,18 @@ def test_env_ai_run_refuses_unknown_and_unserved_inputs(runtime):
         runtime.ai.prepare(TINY_MODEL, {"prompt": "x", "lora": "a"}, "local")
     with pytest.raises(InputError, match=r"^5004: raw: raw takes a prompt"):
         runtime.ai.prepare(TINY_MODEL, {"messages": USER, "raw": True}, "local")
-    req, _ = runtime.ai.prepare(TINY_MODEL, {"prompt": "x", "raw": True, "audio": None}, "local")
+    with pytest.raises(InputError, match=r"^5004: model: names '@cf/other'"):
+        runtime.ai.prepare(TINY_MODEL, {"prompt": "x", "model": "@cf/other"}, "local")
+    req, _ = runtime.ai.prepare(
+        TINY_MODEL, {"prompt": "x", "raw": True, "audio": None, "model": TINY_MODEL}, "local"
+    )
     assert req.prompt == "x" and req.messages is None
 
 
 def test_every_refused_name_says_what_to_do():
+    listed = accepted_inputs()  # what each catalog entry shows under "inputs"
+    assert {"guided_json", "tools", "response_format", "raw"} <= set(listed["parameters"])
+    assert set(listed["refused"]) == set(REFUSED) and not set(listed["parameters"]) & {"lora", "audio"}
     for name, (refused, why) in REFUSED.items():
         assert refused(object()) or name in ("store", "modalities"), name
         assert not refused(None), name  # a null is never refused
