@@ -21,7 +21,7 @@ from edge_sim.request import GenerateRequest, GenerateResult
 from edge_sim.topology import PoP
 from engine.fair_queue import TenantShare
 from runtime.ai_inputs import SamplingFields, TextGenerationInputs
-from runtime.ai_params import Inputs, generate_request
+from runtime.ai_params import Inputs, generate_request, json_mode_failure
 from runtime.ai_refusals import InputError, decode_inputs
 from runtime.ai_shapes import Schema, shape_result, workers_ai_events
 from runtime.rate_limit import AccountRateLimits
@@ -148,7 +148,10 @@ class AIService:
         """Run `model` on `inputs` for a request that entered at `ingress`, shaped in the model's
         schema, with its latency account; raises AIError."""
         req, _ = self.prepare(model, inputs, account, session)
-        result = await self.generate(req, ingress=ingress, client_rtt_ms=client_rtt_ms)
+        try:
+            result = await self.generate(req, ingress=ingress, client_rtt_ms=client_rtt_ms)
+        except AIError as exc:
+            raise json_mode_failure(req, exc) from None
         return shape_result(self.schema(model), model, result), result.timing
 
     async def generate(self, req: GenerateRequest, *, ingress: PoP, client_rtt_ms: float) -> GenerateResult:

@@ -34,12 +34,14 @@ from runtime.ai_inputs import (
     Tool,
 )
 from runtime.ai_refusals import InputError, decode_inputs
+from workers import AIError
 
 MAX_COMPLETION_LOGPROBS = 5  # OpenAI's Completions range is 0-5
 MAX_USER_CHARS = 256
 DEFAULT_MAX_TOKENS = 256  # Workers AI's default; OpenAI chat without a limit gets it too
 TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")  # as OpenAI
 JSON_MODE_STREAMING = "JSON Mode is not supported with streaming"  # Cloudflare's words
+JSON_MODE_UNMET = "JSON Mode couldn't be met"  # Cloudflare's words for a generation that broke its schema
 
 Inputs = TextGenerationInputs | ChatFields | CompletionRequest
 
@@ -331,3 +333,11 @@ def guide(inputs: ChatFields) -> Guide | None:
     except InvalidRequestError as exc:
         raise InputError(exc.param, str(exc).split(": ", 1)[1]) from None
     return spec
+
+
+def json_mode_failure(req: GenerateRequest, exc: AIError) -> AIError:
+    """A guided generation that failed (its grammar could not continue) as Cloudflare words it;
+    any other failure as it came."""
+    if req.params.guide is None or exc.code != 5004 or JSON_MODE_UNMET in exc.detail:
+        return exc
+    return AIError(exc.code, f"{JSON_MODE_UNMET}: {exc.detail}")

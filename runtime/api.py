@@ -30,6 +30,7 @@ from edge_sim.topology import PoP, TopologyError
 from runtime.addressing import LOCATION_HEADER
 from runtime.ai import workers_ai_sse
 from runtime.ai_inputs import ChatCompletionRequest, CompletionRequest
+from runtime.ai_params import json_mode_failure
 from runtime.ai_refusals import InputError, decode_inputs
 from runtime.ai_shapes import openai_events, shape_result, text_completion
 from runtime.json_body import BadJSON, decode_json
@@ -292,7 +293,7 @@ class AIApi:
         try:
             result = await self.runtime.ai.generate(req, ingress=ingress, client_rtt_ms=rtt)
         except AIError as exc:
-            return openai_ai_error(exc, 500)
+            return openai_ai_error(json_mode_failure(req, exc), 500)
         except Exception as exc:  # an engine bug must not take the API down with it
             log.exception("OpenAI-compatible call failed")
             return openai_error(HTTP_STATUS[3007], str(exc), 3007)

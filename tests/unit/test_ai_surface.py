@@ -9,11 +9,13 @@ import pytest
 from starlette.testclient import TestClient
 
 from engine.guide import Guide
+from runtime.ai_params import json_mode_failure
 from runtime.ai_refusals import REFUSED, InputError
 from runtime.app import Runtime, create_app
 from runtime.catalog import accepted_inputs
 from runtime.config import parse_config
 from tests.conftest import TINY_MODEL
+from workers import AIError
 
 ADMIN = {"authorization": "Bearer adm-token"}
 A = "/client/v4/accounts/acme"
@@ -273,3 +275,14 @@ def test_models_retrieve_and_embeddings_answer_in_openai_shape(client):
     assert missing.status_code == 404 and missing.json()["error"]["code"] == "model_not_found"
     emb = client.post(f"{A}/ai/v1/embeddings", json={"model": TINY_MODEL, "input": "x"})
     assert emb.status_code == 404 and "no embedding model is served here" in emb.json()["error"]["message"]
+
+
+def test_a_guided_generation_that_fails_says_json_mode_could_not_be_met(runtime):
+    guided, _ = runtime.ai.prepare(TINY_MODEL, {"prompt": "x", "guided_json": {"type": "object"}}, "local")
+    plain, _ = runtime.ai.prepare(TINY_MODEL, {"prompt": "x"}, "local")
+    failed = AIError(5004, "generation failed: the grammar allows no token")
+    assert str(json_mode_failure(guided, failed)).startswith(
+        "5004: JSON Mode couldn't be met: generation failed"
+    )
+    assert json_mode_failure(plain, failed) is failed
+    assert json_mode_failure(guided, AIError(3040, "busy")).code == 3040
