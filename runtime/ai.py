@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Callable
-from typing import Any, Literal
-
-import msgspec
+from typing import Any
 
 from edge_sim.accounting import LatencyAccount
 from edge_sim.affinity import check_key
@@ -21,12 +19,13 @@ from edge_sim.edge import Edge
 from edge_sim.errors import EdgeError
 from edge_sim.request import GenerateRequest, GenerateResult
 from edge_sim.topology import PoP
-from engine import InvalidRequestError, SamplingParams
 from engine.fair_queue import TenantShare
+from runtime.ai_inputs import SamplingFields, TextGenerationInputs
+from runtime.ai_params import Inputs, generate_request, json_mode_failure
+from runtime.ai_refusals import InputError, decode_inputs
 from runtime.ai_shapes import Schema, shape_result, workers_ai_events
 from runtime.rate_limit import AccountRateLimits
 from runtime.rollout import CANARY_SUFFIX, Rollouts
-from runtime.validation import describe
 from workers import AIError
 
 ERROR_CODES = {
@@ -38,63 +37,8 @@ ERROR_CODES = {
 }
 
 
-class ChatMessage(msgspec.Struct):
-    role: Literal["system", "user", "assistant"]
-    content: str
-
-
-class TextGenerationInputs(msgspec.Struct, kw_only=True):
-    prompt: str | None = None
-    messages: list[ChatMessage] | None = None
-    max_tokens: int = 256
-    max_completion_tokens: int | None = None  # Cloudflare's Kimi and GLM schema; wins over max_tokens
-    temperature: float = 0.6
-    top_p: float = 1.0
-    top_k: int = 0
-    seed: int | None = None
-    repetition_penalty: float = 1.0
-    frequency_penalty: float = 0.0
-    presence_penalty: float = 0.0
-    stop: list[str] = msgspec.field(default_factory=list)
-    stream: bool = False
-
-    def sampling_params(self) -> SamplingParams:
-        """The engine's parameters for these inputs (max_completion_tokens wins over max_tokens)."""
-        limit = self.max_tokens if self.max_completion_tokens is None else self.max_completion_tokens
-        return SamplingParams(max_tokens=limit, **{name: getattr(self, name) for name in _SAMPLING})
-
-
-# inputs that pass to the engine's SamplingParams under the same name
-_SAMPLING = (
-    "temperature",
-    "top_p",
-    "top_k",
-    "seed",
-    "repetition_penalty",
-    "frequency_penalty",
-    "presence_penalty",
-    "stop",
-)
-
-
 def _ai_error(exc: EdgeError) -> AIError:
     return AIError(ERROR_CODES[exc.kind], exc.message)
-
-
-def _decode_inputs(inputs: Any) -> TextGenerationInputs:
-    if not isinstance(inputs, dict):
-        raise AIError(
-            5004, f"inputs must be an object such as {{'prompt': '...'}}, got {type(inputs).__name__}"
-        )
-    try:
-        parsed = msgspec.convert(inputs, TextGenerationInputs)
-    except msgspec.ValidationError as exc:
-        raise AIError(5004, f"invalid input: {describe(exc)}") from None
-    if (parsed.prompt is None) == (parsed.messages is None):
-        raise AIError(5004, "invalid input: give exactly one of 'prompt' (a string) or 'messages' (a list)")
-    if parsed.messages is not None and not parsed.messages:
-        raise AIError(5004, "invalid input: 'messages' must not be empty")
-    return parsed
 
 
 class AIService:
@@ -142,7 +86,7 @@ class AIService:
 
     def prepare(
         self, model: str, inputs: Any, account: str, session: str | None = None
-    ) -> tuple[GenerateRequest, TextGenerationInputs]:
+    ) -> tuple[GenerateRequest, Inputs]:
         """Validate a call before any work is queued, once, into the typed request that flows down
         to the PoP (which only checks that it fits); raises AIError with the Workers AI code.
         `session`: the client's x-session-affinity key (edge_sim.affinity)."""
@@ -158,25 +102,38 @@ class AIService:
             raise AIError(5007, f"no such model {name}; available: {known}")
         if self.rate_limits is not None:  # before the inputs are even read: a limited call costs nothing
             self.rate_limits.check(account, model, asked)
-        parsed = _decode_inputs(inputs)
-        params = parsed.sampling_params()
+        if isinstance(inputs, SamplingFields):  # decoded already, by an API of its own (OpenAI's)
+            parsed = inputs
+        else:
+            parsed = decode_inputs(inputs, TextGenerationInputs, "Workers AI")
         try:
-            params.validate()
             session = check_key(session)
-        except (InvalidRequestError, ValueError) as exc:
+        except ValueError as exc:
             raise AIError(5004, str(exc)) from None
         if self.rollouts is not None:  # a session in a canary's share is served by the new version
             model = self.rollouts.route(model, session)
-        req = GenerateRequest(
-            model=model,
-            prompt=parsed.prompt,
-            messages=[msgspec.to_builtins(m) for m in parsed.messages] if parsed.messages else None,
-            params=params,
-            tenant=account,
-            share=self.share_of(account) if self.share_of is not None else TenantShare(),
-            session=session,
-        )
+        share = self.share_of(account) if self.share_of is not None else TenantShare()
+        req = generate_request(parsed, model=model, tenant=account, share=share, session=session)
+        self._fits_schema(parsed, self.schema(asked))
+        if isinstance(parsed, TextGenerationInputs) and parsed.model not in (None, asked):
+            raise InputError("model", f"names {parsed.model!r}, but this call is to {asked!r}; leave it out")
         return req, parsed
+
+    @staticmethod
+    def _fits_schema(parsed: Inputs, schema: Schema) -> None:
+        """Workers AI's text-generation answer ({"response", "tool_calls", "usage"}) has room for
+        one answer and no logprobs: ask a chat-completions model, or the OpenAI API, for those."""
+        if not isinstance(parsed, TextGenerationInputs) or schema != "text-generation":
+            return
+        elsewhere = "call it through /ai/v1/chat/completions (OpenAI's shape) for that"
+        if parsed.n != 1:
+            raise InputError(
+                "n", f"this model answers in Workers AI's text-generation shape, one response; {elsewhere}"
+            )
+        if parsed.logprobs or parsed.top_logprobs is not None:
+            raise InputError(
+                "logprobs", f"Workers AI's text-generation shape carries no logprobs; {elsewhere}"
+            )
 
     async def run(
         self,
@@ -191,7 +148,10 @@ class AIService:
         """Run `model` on `inputs` for a request that entered at `ingress`, shaped in the model's
         schema, with its latency account; raises AIError."""
         req, _ = self.prepare(model, inputs, account, session)
-        result = await self.generate(req, ingress=ingress, client_rtt_ms=client_rtt_ms)
+        try:
+            result = await self.generate(req, ingress=ingress, client_rtt_ms=client_rtt_ms)
+        except AIError as exc:
+            raise json_mode_failure(req, exc) from None
         return shape_result(self.schema(model), model, result), result.timing
 
     async def generate(self, req: GenerateRequest, *, ingress: PoP, client_rtt_ms: float) -> GenerateResult:

@@ -5,6 +5,11 @@
     POST /client/v4/accounts/{account}/ai/v1/chat/completions  OpenAI ChatCompletion (and streaming)
     POST /client/v4/accounts/{account}/ai/v1/completions       OpenAI Completion (and streaming)
     GET  /client/v4/accounts/{account}/ai/v1/models            OpenAI model list
+    GET  /client/v4/accounts/{account}/ai/v1/models/{model}    OpenAI model (404 in OpenAI's shape)
+    POST /client/v4/accounts/{account}/ai/v1/embeddings        404 in OpenAI's shape: none served
+
+Request bodies: runtime.ai_inputs (the structs), runtime.ai_refusals (what is refused and why),
+runtime.ai_params (the mapping to the typed request).
 
 Every call carries `Authorization: Bearer <token>`; a token works only for its own account.
 """
@@ -16,7 +21,6 @@ import time
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any, Protocol
 
-import msgspec
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
@@ -25,11 +29,13 @@ from edge_sim.request import GenerateRequest, GenerateResult
 from edge_sim.topology import PoP, TopologyError
 from runtime.addressing import LOCATION_HEADER
 from runtime.ai import workers_ai_sse
+from runtime.ai_inputs import ChatCompletionRequest, CompletionRequest
+from runtime.ai_params import json_mode_failure
+from runtime.ai_refusals import InputError, decode_inputs
 from runtime.ai_shapes import openai_events, shape_result, text_completion
 from runtime.json_body import BadJSON, decode_json
 from runtime.rate_limit import AccountLimited
 from runtime.responses import BAD_LOCATION
-from runtime.validation import describe
 from workers import AIError
 
 if TYPE_CHECKING:
@@ -88,7 +94,7 @@ def openai_ai_error(exc: AIError, status: int) -> JSONResponse:
         kind = "requests" if exc.refusal.limit == "rpm" else "tokens"
         body = {"message": exc.detail, "type": kind, "param": None, "code": "rate_limit_exceeded"}
         return _retry_after(JSONResponse({"error": body}, status_code=429), exc)
-    return openai_error(HTTP_STATUS.get(exc.code, status), exc.detail, exc.code)
+    return openai_error(HTTP_STATUS.get(exc.code, status), exc.detail, exc.code, getattr(exc, "param", None))
 
 
 def _retry_after(response: JSONResponse, exc: AIError) -> JSONResponse:
@@ -101,37 +107,6 @@ class AuthError(Exception):
     def __init__(self, status: int, message: str):
         super().__init__(message)
         self.status = status
-
-
-class OpenAIMessage(msgspec.Struct):
-    role: str
-    content: str
-
-
-class OpenAIRequest(msgspec.Struct, kw_only=True):
-    """What the chat and the (legacy) completion requests share."""
-
-    model: str
-    temperature: float = 1.0
-    top_p: float = 1.0
-    stream: bool = False
-    stop: str | list[str] | None = None
-    seed: int | None = None
-    frequency_penalty: float = 0.0
-    presence_penalty: float = 0.0
-    n: int = 1
-    user: str | None = None
-
-
-class ChatCompletionRequest(OpenAIRequest, kw_only=True):
-    messages: list[OpenAIMessage]
-    max_tokens: int | None = None
-    max_completion_tokens: int | None = None
-
-
-class CompletionRequest(OpenAIRequest, kw_only=True):
-    prompt: str
-    max_tokens: int = 16
 
 
 def openai_error(
@@ -194,6 +169,8 @@ class AIApi:
             Route(PREFIX + "/ai/v1/chat/completions", self.chat_completions, methods=["POST"]),
             Route(PREFIX + "/ai/v1/completions", self.completions, methods=["POST"]),
             Route(PREFIX + "/ai/v1/models", self.openai_models, methods=["GET"]),
+            Route(PREFIX + "/ai/v1/models/{model:path}", self.openai_model, methods=["GET"]),
+            Route(PREFIX + "/ai/v1/embeddings", self.embeddings, methods=["POST"]),
         ]
 
     # --- shared -----------------------------------------------------------------------------------
@@ -284,33 +261,12 @@ class AIApi:
         except AuthError as exc:
             return openai_error(exc.status, str(exc), AUTH_ERROR)
         try:
-            body = decode_json(await request.body(), kind)
-        except msgspec.ValidationError as exc:
-            return openai_error(400, f"invalid request: {describe(exc)}")
+            body = decode_inputs(decode_json(await request.body()), kind, "OpenAI's API")
+        except InputError as exc:
+            return openai_ai_error(exc, 400)
         except BadJSON as exc:
             return openai_error(400, str(exc))
-        if body.n != 1:
-            return openai_error(400, "only n = 1 is supported", param="n")
         return account, body
-
-    def _inputs(self, body: Any, chat: bool) -> dict[str, Any]:
-        stop = [body.stop] if isinstance(body.stop, str) else list(body.stop or [])
-        inputs: dict[str, Any] = {
-            "temperature": body.temperature,
-            "top_p": body.top_p,
-            "seed": body.seed,
-            "stop": stop,
-            "frequency_penalty": body.frequency_penalty,
-            "presence_penalty": body.presence_penalty,
-        }
-        if chat:
-            inputs["messages"] = [msgspec.to_builtins(m) for m in body.messages]
-            limit = body.max_completion_tokens or body.max_tokens
-            if limit is not None:
-                inputs["max_tokens"] = limit
-        else:
-            inputs["prompt"], inputs["max_tokens"] = body.prompt, body.max_tokens
-        return inputs
 
     async def chat_completions(self, request: Request) -> Response:
         return await self._openai(request, ChatCompletionRequest, chat=True)
@@ -325,19 +281,19 @@ class AIApi:
         account, body = call
         try:
             ingress, rtt = self._where(request)
-            req, _ = self.runtime.ai.prepare(
-                body.model, self._inputs(body, chat), account, session_key(request)
-            )
+            req, _ = self.runtime.ai.prepare(body.model, body, account, session_key(request))
         except AIError as exc:
             return openai_ai_error(exc, 400)
         if body.stream:
+            usage_chunk = body.stream_options is not None and body.stream_options.include_usage
             return StreamingResponse(
-                self._openai_stream(req, body.model, chat, ingress, rtt), media_type="text/event-stream"
+                self._openai_stream(req, body.model, chat, ingress, rtt, usage_chunk),
+                media_type="text/event-stream",
             )
         try:
             result = await self.runtime.ai.generate(req, ingress=ingress, client_rtt_ms=rtt)
         except AIError as exc:
-            return openai_ai_error(exc, 500)
+            return openai_ai_error(json_mode_failure(req, exc), 500)
         except Exception as exc:  # an engine bug must not take the API down with it
             log.exception("OpenAI-compatible call failed")
             return openai_error(HTTP_STATUS[3007], str(exc), 3007)
@@ -357,10 +313,17 @@ class AIApi:
         )
 
     def _openai_stream(
-        self, req: GenerateRequest, model: str, chat: bool, ingress: PoP, rtt: float
+        self, req: GenerateRequest, model: str, chat: bool, ingress: PoP, rtt: float, usage_chunk: bool
     ) -> AsyncIterator[bytes]:
         items = self.runtime.ai.stream(req, ingress=ingress, client_rtt_ms=rtt)
-        return openai_events(items, model, chat, lambda result: self._count_tokens(model, result))
+        return openai_events(
+            items,
+            model,
+            chat,
+            lambda result: self._count_tokens(model, result),
+            include_usage=usage_chunk,
+            n=req.params.n,
+        )
 
     async def openai_models(self, request: Request) -> Response:
         try:
@@ -369,11 +332,40 @@ class AIApi:
             return openai_error(exc.status, str(exc), AUTH_ERROR)
         created = int(time.time())
         return JSONResponse(
-            {
-                "object": "list",
-                "data": [
-                    {"id": m["name"], "object": "model", "created": created, "owned_by": "edge-workers"}
-                    for m in self.runtime.catalog_view()
-                ],
-            }
+            {"object": "list", "data": [_model_object(m, created) for m in self.runtime.catalog_view()]}
         )
+
+    async def openai_model(self, request: Request) -> Response:
+        """models.retrieve: a model in the catalog or served, or 404 in OpenAI's shape (model_not_found)."""
+        try:
+            self.authenticate(request)
+        except AuthError as exc:
+            return openai_error(exc.status, str(exc), AUTH_ERROR)
+        wanted = request.path_params["model"]
+        known = {m["name"] for m in self.runtime.catalog_view()} | set(self.runtime.ai.names())
+        if wanted in known:
+            return JSONResponse(_model_object({"name": wanted}, int(time.time())))
+        return openai_error(
+            404,
+            f"The model {wanted!r} does not exist here; GET /models lists those served",
+            "model_not_found",
+            "model",
+        )
+
+    async def embeddings(self, request: Request) -> Response:
+        """No embedding model is served: answered here (never by the user's worker), in OpenAI's shape."""
+        try:
+            self.authenticate(request)
+        except AuthError as exc:
+            return openai_error(exc.status, str(exc), AUTH_ERROR)
+        return openai_error(
+            404,
+            "no embedding model is served here; the catalog's models are text generation "
+            "(use /chat/completions or /completions)",
+            "model_not_found",
+            "model",
+        )
+
+
+def _model_object(entry: dict[str, Any], created: int) -> dict[str, Any]:
+    return {"id": entry["name"], "object": "model", "created": created, "owned_by": "edge-workers"}

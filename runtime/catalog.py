@@ -17,6 +17,8 @@ import msgspec
 from edge_sim.pop import ModelSpec
 from edge_sim.roofline import SimulationError
 from edge_sim.target import TargetSpec
+from runtime.ai_inputs import TextGenerationInputs
+from runtime.ai_refusals import REFUSED
 from runtime.config import MODELS_DIR_ENV, ConfigError
 
 if TYPE_CHECKING:
@@ -146,6 +148,15 @@ def quality_view(folder: Path) -> list[dict]:
     ]
 
 
+def accepted_inputs() -> dict[str, Any]:
+    """What a model's Workers AI inputs take (runtime.ai_inputs) and refuse by name, with why
+    (runtime.ai_refusals): the same for every text-generation model here."""
+    return {
+        "parameters": sorted(TextGenerationInputs.__struct_fields__),
+        "refused": {name: why for name, (_, why) in REFUSED.items()},
+    }
+
+
 def catalog_view(catalog: dict[str, tuple[CatalogEntry, Path]], edge: Edge) -> list[dict[str, Any]]:
     """The catalog as the models search API shows it: formats that serve each model, always;
     then each alias (another provider's name, `@cf/...`) with the miniature that stands in."""
@@ -166,6 +177,7 @@ def catalog_view(catalog: dict[str, tuple[CatalogEntry, Path]], edge: Edge) -> l
                 "served": name in edge.models(),
                 "served_by": {"model": name, "stand_in": False, "weights": weights, "kv_cache": kv},
                 "aliases": [a.name for a in entry.aliases],
+                "inputs": accepted_inputs(),
             }
         )
     views = {view["name"]: view for view in out}

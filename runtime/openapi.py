@@ -14,8 +14,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from runtime.ai import TextGenerationInputs
-from runtime.api import ChatCompletionRequest, CompletionRequest
+from runtime.ai_inputs import ChatCompletionRequest, CompletionRequest, TextGenerationInputs
+from runtime.ai_refusals import REFUSED
 from runtime.control import DeployRequest, RollbackRequest, SecretRequest, Upload
 from runtime.edge_endpoints import ReloadRequest
 from runtime.rollout_endpoints import FinishRequest, StartRequest
@@ -39,6 +39,7 @@ SCRIPT = ACCOUNT + "/workers/scripts/{name}"
 CDN = "/cdn-cgi/edge"
 
 _ANY_OBJECT: dict[str, Any] = {"type": "object"}
+_ref_model: dict[str, Any] = {"$ref": REF.format(name="Model")}
 _SCHEMAS: dict[str, Any] = {
     "Envelope": {  # Cloudflare's v4 answer, success or not
         "type": "object",
@@ -95,10 +96,20 @@ _SCHEMAS: dict[str, Any] = {
             "usage": _ANY_OBJECT,
         },
     },
+    "Model": {
+        "type": "object",
+        "required": ["id", "object", "created", "owned_by"],
+        "properties": {
+            "id": {"type": "string"},
+            "object": {"const": "model"},
+            "created": {"type": "integer"},
+            "owned_by": {"type": "string"},
+        },
+    },
     "ModelList": {
         "type": "object",
         "required": ["object", "data"],
-        "properties": {"object": {"const": "list"}, "data": {"type": "array", "items": _ANY_OBJECT}},
+        "properties": {"object": {"const": "list"}, "data": {"type": "array", "items": _ref_model}},
     },
     "AccountSettings": {  # runtime.accounts: what POST and PATCH take (null: unlimited)
         "type": "object",
@@ -198,6 +209,18 @@ def _paths() -> dict[str, dict[str, Any]]:
         ACCOUNT + "/ai/v1/models": {
             "get": _op("OpenAI model list", a, _answers(_ref("ModelList"), "OpenAIError"))
         },
+        ACCOUNT + "/ai/v1/models/{model}": {
+            "get": _op(
+                "OpenAI model (404 for one not served)", a + ["model"], _answers(_ref("Model"), "OpenAIError")
+            )
+        },
+        ACCOUNT + "/ai/v1/embeddings": {
+            "post": _op(
+                "always 404 in OpenAI's shape: no embedding model is served",
+                a,
+                {"default": {"description": "404: no embedding model", **_json(_ref("OpenAIError"))}},
+            )
+        },
         SCRIPT: {"put": _cf("upload and deploy a version", s, "Upload")},
         SCRIPT + "/versions": {"get": _cf("versions, newest first", s)},
         SCRIPT + "/deployments": {
@@ -260,6 +283,9 @@ def _paths() -> dict[str, dict[str, Any]]:
 
 def document() -> dict[str, Any]:
     _, components = msgspec.json.schema_components(STRUCTS, ref_template=REF)
+    for name in ("TextGenerationInputs", "ChatCompletionRequest", "CompletionRequest"):
+        # documented by the APIs, refused here by name (runtime.ai_refusals): what and why
+        components[name]["x-refused"] = {param: why for param, (_, why) in REFUSED.items()}
     return {
         "openapi": "3.1.0",
         "info": {"title": "edge-workers runtime", "version": "1"},

@@ -81,14 +81,14 @@ def test_chat_messages_use_the_template(service):
 @pytest.mark.parametrize(
     "inputs, code, fragment",
     [
-        ("just a string", 5004, "inputs must be an object"),
+        ("just a string", 5004, "inputs: must be an object"),
         ({}, 5004, "exactly one of 'prompt'"),
         ({"prompt": "a", "messages": [{"role": "user", "content": "b"}]}, 5004, "exactly one of 'prompt'"),
-        ({"prompt": "a", "max_tokens": "many"}, 5004, "max_tokens: expected `int`"),
+        ({"prompt": "a", "max_tokens": "many"}, 5004, "max_tokens: expected `int | null`"),
         ({"messages": [{"role": "robot", "content": "b"}]}, 5004, "messages.0.role"),
         ({"prompt": "a", "temperature": -1}, 5004, "temperature"),
         ({"prompt": ""}, 5004, "prompt: must not be empty"),
-        ({"prompt": "a", "stop": "x"}, 5004, "stop: expected `array`"),
+        ({"prompt": "a", "stop": 5}, 5004, "stop: expected `str | array | null`"),
         # the reproductions of a tenant that failed another's generation, or held the engine
         ({"prompt": "a", "repetition_penalty": 1e-300}, 5004, "repetition_penalty: must be in [0.01, 2]"),
         ({"prompt": "a", "stop": ["z" * 1_000_000] * 2}, 5004, "at most 256 characters"),
