@@ -36,9 +36,10 @@ class Default(WorkerEntrypoint):
                 return Response.json({"error": str(exc)}, status=503)
             return Response(stream, headers={"content-type": "text/event-stream"})
         if path == "generate":
+            n = int(request.url.split("n=")[1]) if "n=" in request.url else 8
             out = await self.env.AI.run(
                 "@edge/moonshotai/kimi-k2-mini",
-                {"prompt": "def fib(n):", "max_tokens": 8, "temperature": 0},
+                {"prompt": "def fib(n):", "max_tokens": n, "temperature": 0},
             )
             return Response.json(out)
         if path == "sleep":
@@ -144,6 +145,14 @@ def descendants(pid: int) -> list[int]:
             out.append(child)
             todo.append(child)
     return out
+
+
+def isolate_root(runtime_pid: int, bundle: Path) -> int | None:
+    """The jail launcher (the isolate tree's root) of the worker whose bundle is `bundle`."""
+    mark = f'"source": "{bundle}"'
+    return next(
+        (p for p in descendants(runtime_pid) if "runtime.jail" in cmdline(p) and mark in cmdline(p)), None
+    )
 
 
 def cmdline(pid: int) -> str:
