@@ -3,10 +3,10 @@ the same port: the running stream ends with an error that names a code (not a ha
 cut), health checks mark the node down (requests go to the next PoP), and bring it back (requests
 are served there again)."""
 
+import json
 import signal
 import subprocess
 import sys
-import textwrap
 import threading
 import time
 
@@ -60,20 +60,10 @@ def until(server, wanted: str) -> tuple[str, str]:
 def edge(tmp_path, monkeypatch):
     port = free_port()
     monkeypatch.setenv("EDGE_NODE_TOKEN", "node-token-for-the-fault-test")
-    (tmp_path / "topology.toml").write_text(
-        textwrap.dedent(f"""
-        [[pop]]
-        code = "FRA"
-        city = "Frankfurt"
-        country = "DE"
-        continent = "EU"
-        lat = 50.11
-        lon = 8.68
-        timezone = "Europe/Berlin"
-        gpus = {{ H200 = 8 }}
-        url = "http://127.0.0.1:{port}"
-        """)
-    )
+    fra = {"code": "FRA", "city": "Frankfurt", "country": "DE", "continent": "EU", "lat": 50.11, "lon": 8.68}
+    fra |= {"timezone": "Europe/Berlin", "url": f"http://127.0.0.1:{port}"}
+    fields = ", ".join(f"{k} = {json.dumps(v)}" for k, v in fra.items())
+    (tmp_path / "topology.toml").write_text(f"pop = [{{ {fields}, gpus = {{ H200 = 8 }} }}]\n")
     config = write_project(tmp_path, pops=("ICN", "FRA"))
     config.write_text(config.read_text().replace("[edge]\n", '[edge]\ntopology = "topology.toml"\n'))
     nodes = [start_node(tmp_path, port)]
