@@ -74,7 +74,9 @@ def test_queued_requests_are_rerouted_and_none_is_lost(server):
 
 
 def test_with_no_pop_left_queued_requests_fail_with_3040(server):
-    outcomes, answers = asyncio.run(down_mid_load(server.url, server.admin, ["FRA", "ICN"]))
+    r = httpx.post(f"{server.url}/cdn-cgi/edge/pops/FRA/down", headers=server.admin, timeout=60)
+    assert r.status_code == 200, r.text  # all 20 queue at ICN, and nothing can take them
+    outcomes, answers = asyncio.run(down_mid_load(server.url, server.admin, ["ICN"]))
     up(server, "ICN", "FRA")
     lost = {rid: why for rid, (kind, why) in outcomes.items() if kind == "lost"}
     assert not lost, lost
