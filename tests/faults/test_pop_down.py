@@ -61,11 +61,14 @@ def up(server, *codes):
 
 
 def test_queued_requests_are_rerouted_and_none_is_lost(server):
-    outcomes, [answer] = asyncio.run(down_mid_load(server.url, server.admin, ["ICN"]))
-    up(server, "ICN")
-    lost = {rid: why for rid, (kind, why) in outcomes.items() if kind == "lost"}
-    assert not lost, lost
-    assert len(outcomes) == REQUESTS
+    for _ in range(3):  # a round where every stream had started before the down has no queue to hand back
+        outcomes, [answer] = asyncio.run(down_mid_load(server.url, server.admin, ["ICN"]))
+        up(server, "ICN")
+        lost = {rid: why for rid, (kind, why) in outcomes.items() if kind == "lost"}
+        assert not lost, lost
+        assert len(outcomes) == REQUESTS
+        if answer["rerouted"]:
+            break
     assert answer["rerouted"] > 0, "ICN had nothing queued when it went down: the fault did not happen"
     served = [where for kind, where in outcomes.values() if kind == "completed"]
     assert "FRA" in served, outcomes  # the queued ones were taken by the next PoP
