@@ -12,7 +12,14 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Match, Route
 
 from runtime.api import cf_error
-from runtime.responses import BAD_CONTROL_REQUEST, METHOD_NOT_ALLOWED, NO_ROUTE, error_response
+from runtime.responses import (
+    BAD_CONTROL_REQUEST,
+    METHOD_NOT_ALLOWED,
+    NO_ROUTE,
+    STORAGE_UNAVAILABLE,
+    error_response,
+)
+from runtime.storage_errors import StorageUnavailable, storage_failure
 
 METHODS = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
 
@@ -42,7 +49,23 @@ def assemble(
             Route("/{path:path}", worker_path, methods=METHODS),
         ],
         lifespan=lifespan,
+        exception_handlers={StorageUnavailable: _storage_unavailable, OSError: _disk_full},
     )
+
+
+async def _storage_unavailable(request: Request, exc: StorageUnavailable) -> Response:
+    """A state write that could not happen (runtime.storage_errors): 503 in the caller's shape."""
+    if request.url.path.startswith("/client/v4"):
+        return cf_error(STORAGE_UNAVAILABLE, str(exc), 503)
+    return error_response(503, STORAGE_UNAVAILABLE, str(exc))
+
+
+async def _disk_full(request: Request, exc: OSError) -> Response:
+    """A bundle or token file the disk had no room for: 503 as above; any other OSError is a bug."""
+    failure = storage_failure(exc, "the state directory")
+    if failure is None:
+        raise exc
+    return await _storage_unavailable(request, failure)
 
 
 def _cf_shape(status: int, message: str) -> Response:

@@ -310,23 +310,31 @@ def run(spec: dict) -> None:
         _, status = os.waitpid(child, 0)
         os._exit(os.waitstatus_to_exitcode(status) & 0xFF)
     os.close(alive_w)
-    libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     os.set_blocking(alive_r, False)
-    try:
-        if os.read(alive_r, 1) == b"":
-            os._exit(SETUP_FAILED)  # the launcher died before PDEATHSIG was set
-    except BlockingIOError:
-        pass
-    os.close(alive_r)
+    _die_with_launcher(libc, alive_r)
     sources = _Sources(spec)
     _become_worker()
     _build_view(libc, sources, spec)
     _drop_privileges(libc)
     _set_limits(spec)
+    # a change of uid cleared PDEATHSIG: without it again, a launcher killed (SIGKILL from outside)
+    # would leave this PID 1, and the request it runs, alive with no one to answer
+    _die_with_launcher(libc, alive_r)
+    os.close(alive_r)
     if seccomp_lib is not None:
         install_seccomp(seccomp_lib, NAMESPACES)
     argv = spec["argv"]
     os.execve(argv[0], argv, spec["env"])
+
+
+def _die_with_launcher(libc, alive_r: int) -> None:
+    """Be killed when the launcher dies; exit now if it already has (its end of the pipe closed)."""
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    try:
+        if os.read(alive_r, 1) == b"":
+            os._exit(SETUP_FAILED)
+    except BlockingIOError:
+        pass
 
 
 def probe() -> None:

@@ -19,6 +19,7 @@ BODY_TOO_LARGE = 1113
 BAD_CONTROL_REQUEST = 1120  # also: no /cdn-cgi/ endpoint at that path (404) or for that method (405)
 NO_SUCH_WORKER = 1121
 ADMIN_AUTH = 1124  # a control endpoint without the admin token (401) or with a wrong one (403)
+STORAGE_UNAVAILABLE = 1125  # a state write refused: its file locked elsewhere, or the disk full (503)
 # /client/v4/ paths no API serves, in the Cloudflare envelope
 NO_ROUTE = 7000  # Cloudflare's "No route for that URI"
 METHOD_NOT_ALLOWED = 7001

@@ -32,6 +32,7 @@ from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from runtime.rate_limit import DEFAULT_RPM
+from runtime.storage_errors import BUSY_TIMEOUT_S, storage_failure
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS accounts (id TEXT PRIMARY KEY, created REAL NOT NULL);
@@ -138,7 +139,9 @@ class State:
         for p in (self.path, *(self.path.with_name(self.path.name + x) for x in ("-wal", "-shm"))):
             if p == self.path or p.exists():
                 private_file(p)
-        self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+        self._db = sqlite3.connect(
+            self.path, timeout=BUSY_TIMEOUT_S, check_same_thread=False, isolation_level=None
+        )
         self._db.executescript("PRAGMA journal_mode=WAL; PRAGMA secure_delete=ON;" + SCHEMA)
         migrate_accounts(self._db)
         self._lock = threading.Lock()
@@ -153,7 +156,10 @@ class State:
     def query(self, sql: str, args: tuple = ()) -> list[tuple]:
         """One statement, its rows (runtime.accounts keeps its tables' SQL beside its logic)."""
         with self._lock:
-            return self._db.execute(sql, args).fetchall()
+            try:
+                return self._db.execute(sql, args).fetchall()
+            except sqlite3.OperationalError as exc:  # locked by another process, or the disk full
+                raise (storage_failure(exc, "the state database") or exc) from exc
 
     _q = query
 

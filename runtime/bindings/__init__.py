@@ -14,6 +14,7 @@ turn without holding a thread.
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 import threading
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
@@ -28,6 +29,7 @@ from runtime.bindings.do_storage import ObjectStorageStore
 from runtime.bindings.kv import KVStore
 from runtime.bindings.queues import QueueStore
 from runtime.bindings.r2 import R2Store
+from runtime.storage_errors import storage_failure
 
 __all__ = [
     "BindingError",
@@ -175,7 +177,13 @@ class BindingStores:
         }.get(ref.kind)
         if store is None:
             raise BindingError("TypeError", f"unknown binding kind {ref.kind!r}")
-        return store().call(account, ref.id, method, args, kwargs)
+        try:
+            return store().call(account, ref.id, method, args, kwargs)
+        except (sqlite3.OperationalError, OSError) as exc:  # its file locked elsewhere, or the disk full
+            failure = storage_failure(exc, f"the local {ref.kind.upper()} store")
+            if failure is None:
+                raise
+            raise BindingError(f"{ref.kind.upper()}_ERROR", str(failure)) from exc
 
     async def call(self, account: str, ref: BindingRef, method: str, args: Any, kwargs: Any) -> Any:
         """One call, run in the pool; BindingError says what the worker did wrong."""

@@ -80,7 +80,8 @@ class ObjectStorage(D1Database):
                         list(entries.items()),
                     )
                 except BaseException:
-                    self._db.execute("ROLLBACK")
+                    if self._db.in_transaction:  # SQLite ends it itself on a full disk
+                        self._db.execute("ROLLBACK")
                     raise
                 self._db.execute("COMMIT")
             except sqlite3.Error as exc:

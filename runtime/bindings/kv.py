@@ -129,7 +129,8 @@ class KVStore:
                 )
                 self._db.execute("COMMIT")
             except BaseException:
-                self._db.execute("ROLLBACK")
+                if self._db.in_transaction:  # SQLite ends it itself on a full disk
+                    self._db.execute("ROLLBACK")
                 raise
 
     def delete(self, account: str, namespace: str, args: list, kwargs: dict) -> None:

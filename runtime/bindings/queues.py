@@ -173,7 +173,8 @@ class QueueStore:
                 )
                 self._db.execute("COMMIT")
             except BaseException:
-                self._db.execute("ROLLBACK")
+                if self._db.in_transaction:  # SQLite ends it itself on a full disk
+                    self._db.execute("ROLLBACK")
                 raise
 
     # --- consumers --------------------------------------------------------------------------------
@@ -212,7 +213,8 @@ class QueueStore:
                 )
                 self._db.execute("COMMIT")
             except BaseException:
-                self._db.execute("ROLLBACK")
+                if self._db.in_transaction:  # SQLite ends it itself on a full disk
+                    self._db.execute("ROLLBACK")
                 raise
         return [
             QueueMessage(mid, ts, decode_body(body, ctype), ctype, attempts + 1)
@@ -267,7 +269,8 @@ class QueueStore:
                         spent.append((mid, "dropped"))
                 self._db.execute("COMMIT")
             except BaseException:
-                self._db.execute("ROLLBACK")
+                if self._db.in_transaction:  # SQLite ends it itself on a full disk
+                    self._db.execute("ROLLBACK")
                 raise
         return spent
 

@@ -21,7 +21,9 @@ def free_port() -> int:
 
 
 class DevServer:
-    def __init__(self, config: Path, cwd: Path = REPO):
+    def __init__(self, config: Path, cwd: Path = REPO, prefix: tuple[str, ...] = ()):
+        """`prefix`: a command the runtime runs under (tests/faults uses `unshare` to give it a
+        small disk of its own)."""
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = (
@@ -30,6 +32,7 @@ class DevServer:
         self._log_file = open(self.log, "w")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(
             [
+                *prefix,
                 sys.executable,
                 "-m",
                 "runtime.cli",
