@@ -23,10 +23,10 @@ from engine.errors import InvalidRequestError, RequestTooLargeError
 from engine.fair_queue import TenantShare
 from engine.guided import GuideBatch, GuideCompiler, GuideState
 from engine.kv_cache import BLOCK_SIZE, PagedKVCache
-from engine.logprobs import TokenSpeller, step_logprobs
+from engine.logprobs import TokenSpeller, attach_logprobs
 from engine.policy import SchedulerConfig, SchedulingPolicy
 from engine.prefix_hash import new_salt_key, tenant_salt
-from engine.sampling import SEED_RANGE, Sampler, SamplingError, SamplingParams
+from engine.sampling import Sampler, SamplingError, SamplingParams, choice_seed
 from engine.sequence import SeqEvent, SeqStatus, Sequence
 from engine.tokenizer import IncrementalDetokenizer, TextTokenizer
 
@@ -196,11 +196,7 @@ class LLMEngine:
         parent.forked = True
         p = parent.params
         for index in range(1, p.n):
-            seed = p.seed
-            if seed is not None:  # seed s -> s + i, wrapped into the seed range
-                low, high = SEED_RANGE
-                seed = (seed + index - low) % (high - low + 1) + low
-            params = msgspec.structs.replace(p, seed=seed)
+            params = msgspec.structs.replace(p, seed=choice_seed(p.seed, index))
             child = self._new_sequence(
                 parent.request_id, parent.prompt_ids, params, parent.tenant, parent.salt, index
             )
@@ -331,16 +327,8 @@ class LLMEngine:
                 self._fork(seq)
             events.append(self._sample(seq, logits, row, finite[row], best[row], dead.get(row)))
         if asking:
-            live = [(i, row) for i, row in enumerate(asking) if events[row].token_id is not None]
-            if live:
-                lps = step_logprobs(
-                    raw[[i for i, _ in live]],
-                    [events[row].token_id for _, row in live],
-                    [samplers[row][0].params.logprobs for _, row in live],
-                    self.speller(),
-                )
-                for (_, row), lp in zip(live, lps, strict=True):
-                    events[row].logprobs = lp
+            ks = [samplers[row][0].params.logprobs for row in asking]
+            attach_logprobs([events[row] for row in asking], raw, ks, self.speller())
         return events
 
     def _sample(

@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 import torch
 
-from engine.sequence import Logprobs, TokenLogprob
+from engine.sequence import Logprobs, SeqEvent, TokenLogprob
 
 
 class TokenSpeller:
@@ -47,3 +47,13 @@ def step_logprobs(raw: torch.Tensor, chosen: list[int], ks: list[int], spell: To
         )
         for row, (token, lp) in enumerate(zip(chosen, picked, strict=True))
     ]
+
+
+def attach_logprobs(events: list[SeqEvent], raw: torch.Tensor, ks: list[int], spell: TokenSpeller) -> None:
+    """Set `logprobs` on each event that carries a token (row i of `raw` is events[i]'s)."""
+    live = [i for i, event in enumerate(events) if event.token_id is not None]
+    if not live:
+        return
+    chosen = [events[i].token_id for i in live]
+    for i, lp in zip(live, step_logprobs(raw[live], chosen, [ks[i] for i in live], spell), strict=True):
+        events[i].logprobs = lp
