@@ -33,6 +33,7 @@ from engine.guide import Guide
 
 MAX_COMPILED = 128  # compiled grammars kept per engine (least recently used dropped)
 JSON_OPTIONS = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
+SERIAL_ROWS = 4  # up to this many guided rows, one thread fills their masks in turn
 DEAD_GRAMMAR = "JSON Mode couldn't be met"  # Cloudflare's wording for a guide that cannot be followed
 _BITS = torch.arange(32, dtype=torch.int32)
 
@@ -121,15 +122,20 @@ class GuideBatch:
         self._future = self.compiler.worker.submit(self._fill)
 
     def _fill(self) -> None:
+        if len(self.guides) <= SERIAL_ROWS:  # a hand-off to the executor's threads costs more than these
+            for i, g in enumerate(self.guides):
+                llg_torch.fill_next_token_bitmask(g.matcher, self.bitmask, i)
+            return
         pairs = [(g.matcher, i) for i, g in enumerate(self.guides)]
         llg_torch.fill_next_token_bitmask_par(self.compiler.executor, pairs, self.bitmask)
 
     def apply(self, logits: torch.Tensor) -> list[str | None]:
         """Mask the guided rows of `logits` in place (disallowed tokens to -inf); per guided row, an
         error text when its grammar allows no token at all (it cannot continue)."""
-        if self._future is None:
-            self.start()
-        self._future.result()
+        if self._future is None:  # not started: fill them here
+            self._fill()
+        else:
+            self._future.result()
         errors = [g.matcher.get_error() if g.matcher.is_error() else None for g in self.guides]
         bits = self.bitmask.to(logits.device, non_blocking=True)
         allowed = (bits.unsqueeze(-1) >> _BITS.to(logits.device)) & 1  # [rows, words, 32]
