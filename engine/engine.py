@@ -11,6 +11,7 @@ from __future__ import annotations
 import itertools
 import logging
 import math
+import os
 import time
 from collections import deque
 
@@ -20,10 +21,12 @@ import torch
 from engine.batch import SeqSlice, StepBatch
 from engine.errors import InvalidRequestError, RequestTooLargeError
 from engine.fair_queue import TenantShare
+from engine.guided import GuideBatch, GuideCompiler, GuideState
 from engine.kv_cache import BLOCK_SIZE, PagedKVCache
+from engine.logprobs import TokenSpeller, attach_logprobs
 from engine.policy import SchedulerConfig, SchedulingPolicy
 from engine.prefix_hash import new_salt_key, tenant_salt
-from engine.sampling import Sampler, SamplingError, SamplingParams
+from engine.sampling import Sampler, SamplingError, SamplingParams, choice_seed
 from engine.sequence import SeqEvent, SeqStatus, Sequence
 from engine.tokenizer import IncrementalDetokenizer, TextTokenizer
 
@@ -82,7 +85,9 @@ class LLMEngine:
         self.scheduler = SchedulingPolicy(cache.pool, scheduler or SchedulerConfig())  # it counts blocks only
         self.device = cache.device
         self._ids = itertools.count()
-        self._seqs: dict[str, Sequence] = {}
+        self._seqs: dict[str, list[Sequence]] = {}  # by request: its live sequences (n of them at most)
+        self._guides: GuideCompiler | None = None  # built at the first guide or logprobs request
+        self._speller: TokenSpeller | None = None
         self.steps: deque[StepStats] = deque(maxlen=1024)
         self.total_prompt_tokens = 0
         self.total_generated_tokens = 0
@@ -118,6 +123,29 @@ class LLMEngine:
                 f"prompt plus max_tokens needs {blocks} KV blocks; this engine's cache holds "
                 f"{self.cache.num_blocks}; ask for fewer tokens",
             )
+        if params.guide is not None:
+            self._compile(params.guide)  # compiled once here; the sequences copy the cached matcher
+
+    def guide_compiler(self) -> GuideCompiler:
+        """This engine's llguidance tokenizer and compiled-grammar cache (built at first use)."""
+        if self._guides is None:
+            if self.tokenizer is None:
+                raise InvalidRequestError("response_format", "this model has no tokenizer.json to guide")
+            # the tokenizers library's own JSON of the model's tokenizer.json
+            tokenizer_json = self.tokenizer._tok.to_str()  # noqa: SLF001
+            self._guides = GuideCompiler(tokenizer_json, sorted(self.eos_ids), self.vocab_size)
+        return self._guides
+
+    def _compile(self, guide) -> GuideState:
+        return GuideState(self.guide_compiler().compile(guide))
+
+    def speller(self) -> TokenSpeller:
+        if self._speller is None:
+            if self.tokenizer is None:
+                self._speller = TokenSpeller(lambda token: f"<{token}>".encode())
+            else:
+                self._speller = TokenSpeller(self.guide_compiler().token_bytes)
+        return self._speller
 
     def add_request(
         self,
@@ -137,27 +165,71 @@ class LLMEngine:
         request_id = request_id or f"req-{next(self._ids)}"
         if request_id in self._seqs:
             raise InvalidRequestError("request_id", f"{request_id!r} is already running")
-        sampler = Sampler(params, self.vocab_size, prompt_ids, self.device)
-        detok = IncrementalDetokenizer(self.tokenizer) if self.tokenizer is not None else None
-        seq = Sequence(
-            request_id, prompt_ids, params, sampler, self.cache.new_sequence(), detok, self.eos_ids, tenant
-        )
+        if self.prefix_caching:  # the tenant is the authenticated account's, never the client's word
+            salt = tenant_salt(self._salt_key, tenant)
+        else:  # n > 1 still shares the prompt's blocks, under a salt no other request can match
+            salt = os.urandom(16) if params.n > 1 else None
+        seq = self._new_sequence(request_id, prompt_ids, params, tenant, salt, 0)
         if arrival is not None:
             seq.arrival = min(seq.arrival, arrival)
-        if self.prefix_caching:  # the tenant is the authenticated account's, never the client's word
-            self.cache.pool.track(seq.kv, seq.tokens, tenant_salt(self._salt_key, tenant))
-        self._seqs[request_id] = seq
+        self._seqs[request_id] = [seq]
         self.scheduler.add(seq)
         return request_id
 
+    def _new_sequence(
+        self, request_id: str, prompt_ids: list[int], params: SamplingParams, tenant: str, salt, index: int
+    ) -> Sequence:
+        sampler = Sampler(params, self.vocab_size, prompt_ids, self.device)
+        detok = IncrementalDetokenizer(self.tokenizer) if self.tokenizer is not None else None
+        guide = self._compile(params.guide) if params.guide is not None else None
+        kv = self.cache.new_sequence()
+        seq = Sequence(request_id, prompt_ids, params, sampler, kv, detok, self.eos_ids, tenant, index, guide)
+        seq.salt = salt
+        if salt is not None:
+            self.cache.pool.track(seq.kv, seq.tokens, salt)
+        return seq
+
+    def _fork(self, parent: Sequence) -> None:
+        """The parent's prompt is computed (its full blocks registered in the prefix cache): the
+        request's other n - 1 sequences join, attaching those blocks at admission. Each runs only the
+        prompt's partial last block again (1-16 tokens), and samples with its own seed (s + i)."""
+        parent.forked = True
+        p = parent.params
+        for index in range(1, p.n):
+            params = msgspec.structs.replace(p, seed=choice_seed(p.seed, index))
+            child = self._new_sequence(
+                parent.request_id, parent.prompt_ids, params, parent.tenant, parent.salt, index
+            )
+            child.arrival = parent.arrival
+            self._seqs[parent.request_id].append(child)
+            self.scheduler.add(child)
+
+    def sequences(self, request_id: str) -> list[Sequence]:
+        """A request's live sequences (index 0 first; n > 1 adds the others once its prompt is computed)."""
+        return list(self._seqs.get(request_id, ()))
+
     def abort(self, request_id: str) -> SeqEvent | None:
-        """Cancel a request (its client went away); its blocks are freed at once."""
-        seq = self._seqs.pop(request_id, None)
-        if seq is None:
-            return None
-        seq.finish("abort")
-        self.scheduler.finish(seq)
-        return SeqEvent(request_id, None, "", "abort", metrics=seq.metrics())
+        """Cancel a request (its client went away); its blocks are freed at once. The first of
+        abort_all's events (a request with n > 1 ends each of its sequences: use abort_all)."""
+        events = self.abort_all(request_id)
+        return events[0] if events else None
+
+    def abort_all(self, request_id: str) -> list[SeqEvent]:
+        """Cancel every sequence of a request, one abort event per index (those not yet forked too)."""
+        seqs = self._seqs.pop(request_id, None)
+        if not seqs:
+            return []
+        events = []
+        for seq in seqs:
+            seq.finish("abort")
+            self.scheduler.finish(seq)
+            events.append(SeqEvent(request_id, None, "", "abort", metrics=seq.metrics(), index=seq.index))
+        parent = seqs[0]
+        if not parent.forked:
+            for index in range(1, parent.params.n):
+                metrics = msgspec.structs.replace(parent.metrics(), completion_tokens=0, cached_tokens=0)
+                events.append(SeqEvent(request_id, None, "", "abort", metrics=metrics, index=index))
+        return events
 
     def has_unfinished(self) -> bool:
         return self.scheduler.has_work()
@@ -187,16 +259,21 @@ class LLMEngine:
             slices.append(SeqSlice(seq.kv, len(ids), n, seq.num_computed))
             ids.extend(tokens)
             positions.extend(range(seq.num_computed, seq.num_computed + n))
-        hidden = self.model.forward(
-            torch.tensor(ids, dtype=torch.long, device=self.device),
-            torch.tensor(positions, dtype=torch.long, device=self.device),
-            StepBatch(slices, self.device, self.cache.layers),
-        )
         samplers = [
             (seq, sl)
             for (seq, n), sl in zip(plan, slices, strict=True)
             if seq.num_computed + n == len(seq.tokens)
         ]
+        guided = [row for row, (seq, _) in enumerate(samplers) if seq.guide is not None]
+        masks = None
+        if guided:  # their masks are computed while the forward pass runs
+            masks = GuideBatch(self.guide_compiler(), guided, [samplers[row][0].guide for row in guided])
+            masks.start()
+        hidden = self.model.forward(
+            torch.tensor(ids, dtype=torch.long, device=self.device),
+            torch.tensor(positions, dtype=torch.long, device=self.device),
+            StepBatch(slices, self.device, self.cache.layers),
+        )
         logits = self.model.logits(hidden[[sl.stop - 1 for _, sl in samplers]]) if samplers else None
         events: list[SeqEvent] = []
         self.scheduler.completed(policy_plan)
@@ -206,10 +283,7 @@ class LLMEngine:
             seq.kv.length = seq.num_computed
             pool.commit(seq.kv, seq.num_computed)  # its full computed blocks enter the prefix cache
         if samplers:
-            finite = torch.isfinite(logits.sum(dim=-1)).tolist()  # any nan/inf in a row poisons its sum
-            best = logits.argmax(dim=-1).tolist()  # one reduction for every greedy sequence
-            for row, (seq, _) in enumerate(samplers):
-                events.append(self._sample(seq, logits, row, finite[row], best[row]))
+            events = self._sample_all(samplers, logits, masks)
         prefill = sum(n for _, n in policy_plan.chunks)  # the decoders' tokens are the rest
         pairs = sum(
             n * (past + (n + 1) / 2) for (_, n), past in zip(policy_plan.chunks, chunk_past, strict=True)
@@ -239,9 +313,32 @@ class LLMEngine:
         if seq.admissions == 1:
             seq.cached_tokens = seq.num_computed
 
-    def _sample(self, seq: Sequence, logits: torch.Tensor, row: int, finite: bool, best: int) -> SeqEvent:
+    def _sample_all(self, samplers: list, logits: torch.Tensor, masks: GuideBatch | None) -> list[SeqEvent]:
+        """One event per sampling row. Batched: the finiteness check, the raw log_softmax of the rows
+        that ask for logprobs (before any mask), the grammar masks, the greedy argmax (after them)."""
+        finite = torch.isfinite(logits.sum(dim=-1)).tolist()  # any nan/inf in a row poisons its sum
+        asking = [row for row, (seq, _) in enumerate(samplers) if seq.params.logprobs is not None]
+        raw = torch.log_softmax(logits[asking].float(), dim=-1) if asking else None
+        dead = dict(zip(masks.rows, masks.apply(logits), strict=True)) if masks is not None else {}
+        best = logits.argmax(dim=-1).tolist()  # one reduction for every greedy sequence, masks applied
+        events = []
+        for row, (seq, _) in enumerate(samplers):
+            if not seq.forked:
+                self._fork(seq)
+            events.append(self._sample(seq, logits, row, finite[row], best[row], dead.get(row)))
+        if asking:
+            ks = [samplers[row][0].params.logprobs for row in asking]
+            attach_logprobs([events[row] for row in asking], raw, ks, self.speller())
+        return events
+
+    def _sample(
+        self, seq: Sequence, logits: torch.Tensor, row: int, finite: bool, best: int, dead: str | None
+    ) -> SeqEvent:
         if not finite:
             seq.finish("error", "the model produced non-finite logits for this request")
+            return self._finished(seq, None, "")
+        if dead is not None:  # its grammar allows no token: it alone ends
+            seq.finish("error", dead)
             return self._finished(seq, None, "")
         p = seq.params
         # a batch is shared by every tenant: whatever goes wrong sampling one row ends that row
@@ -255,15 +352,23 @@ class LLMEngine:
             log.exception("sampling request %s failed; it alone ends", seq.request_id)
             seq.finish("error", "sampling failed for this request (internal error; the others went on)")
             return self._finished(seq, None, "")
+        if seq.finish_reason == "error":  # the grammar refused the token
+            return self._finished(seq, None, text)
         self.total_generated_tokens += 1
         if seq.status == SeqStatus.FINISHED:
             return self._finished(seq, token, text)
-        return SeqEvent(seq.request_id, token, text)
+        return SeqEvent(seq.request_id, token, text, index=seq.index)
 
     def _finished(self, seq: Sequence, token: int | None, text: str) -> SeqEvent:
         self.scheduler.finish(seq)
-        self._seqs.pop(seq.request_id, None)
-        return SeqEvent(seq.request_id, token, text, seq.finish_reason, seq.error, seq.metrics())
+        live = self._seqs.get(seq.request_id)
+        if live is not None and seq in live:
+            live.remove(seq)
+            if not live and seq.forked:  # (an unforked parent's n - 1 are still to join)
+                del self._seqs[seq.request_id]
+        return SeqEvent(
+            seq.request_id, token, text, seq.finish_reason, seq.error, seq.metrics(), index=seq.index
+        )
 
     # --- introspection ----------------------------------------------------------------------------
 

@@ -21,7 +21,7 @@ from engine.kv_cache import BLOCK_SIZE, KV_CACHE_DTYPES, PagedKVCache
 from engine.models import causal_lm, expected_tensors, float32_tensors
 from engine.policy import SchedulerConfig
 from engine.sampling import SamplingParams
-from engine.sequence import RequestMetrics, SeqEvent
+from engine.sequence import Logprobs, RequestMetrics, SeqEvent
 from engine.tokenizer import TextTokenizer
 from engine.verified_load import load_verified
 from engine.weight_parts import apply_weight_format, check_format, formats_by_part, parse_parts, weights_label
@@ -36,6 +36,8 @@ class Generation(msgspec.Struct):
     prefill_ms: float
     decode_ms: float
     metrics: RequestMetrics | None = None
+    index: int = 0  # which of the request's n choices
+    logprobs: list[Logprobs] | None = None  # per token, when SamplingParams.logprobs asked for them
 
     @property
     def completion_tokens(self) -> int:
@@ -262,16 +264,20 @@ class LLM:
         return torch.cat(out)
 
     def stream(self, prompt_ids: list[int], params: SamplingParams) -> Iterator[SeqEvent]:
-        """Generate for one prompt on this engine, yielding an event per token; the last is final.
+        """Generate for one prompt on this engine, yielding an event per token; with n > 1 the
+        events of all n sequences interleave (event.index says whose), and each index's last event
+        is final. Ends after the last of them.
 
         Drives the engine in the caller's thread; for concurrent serving use engine.serving.EngineLoop.
         """
         request_id = self.engine.add_request(prompt_ids, params)
+        left = params.n
         while True:
             for event in self.engine.step():
                 if event.request_id == request_id:
                     yield event
-                    if event.finish_reason is not None:
+                    left -= event.finish_reason is not None
+                    if not left:
                         return
 
     def chat(self, messages: list[dict[str, str]], params: SamplingParams | None = None) -> Generation:
@@ -279,39 +285,62 @@ class LLM:
         return self.generate(self.tokenizer.apply_chat_template(messages), params)[0]
 
     def generate(self, prompts: str | list[str], params: SamplingParams | None = None) -> list[Generation]:
-        """Generate for every prompt at once (continuously batched); results in prompt order."""
+        """Generate for every prompt at once (continuously batched); results in prompt order. For
+        n > 1 (several choices per prompt) use generate_choices."""
+        params = params or SamplingParams()
+        if params.n > 1:
+            raise InvalidRequestError(
+                "n", f"generate returns one choice per prompt; use generate_choices for n={params.n}"
+            )
+        return [choices[0] for choices in self.generate_choices(prompts, params)]
+
+    def generate_choices(
+        self, prompts: str | list[str], params: SamplingParams | None = None
+    ) -> list[list[Generation]]:
+        """Per prompt, its params.n choices in index order (the prompt computed once for all n)."""
         params = params or SamplingParams()
         prompts = [prompts] if isinstance(prompts, str) else prompts
         encoded = [self.encode(p) for p in prompts]
         for ids in encoded:  # reject a bad request before doing any work
             self.check_request(ids, params)
         order = [self.engine.add_request(ids, params) for ids in encoded]
-        tokens: dict[str, list[int]] = {r: [] for r in order}
-        text: dict[str, list[str]] = {r: [] for r in order}
-        done: dict[str, SeqEvent] = {}
-        while len(done) < len(order):
+        keys = [(rid, index) for rid in order for index in range(params.n)]
+        tokens: dict[tuple[str, int], list[int]] = {key: [] for key in keys}
+        text: dict[tuple[str, int], list[str]] = {key: [] for key in keys}
+        logprobs: dict[tuple[str, int], list[Logprobs]] = {key: [] for key in keys}
+        done: dict[tuple[str, int], SeqEvent] = {}
+        while len(done) < len(keys):
             for event in self.engine.step():
+                key = (event.request_id, event.index)
                 if event.token_id is not None and not (
                     event.finish_reason == "stop" and event.token_id in self.eos_token_ids
                 ):
-                    tokens[event.request_id].append(event.token_id)
-                text[event.request_id].append(event.text)
+                    tokens[key].append(event.token_id)
+                    if event.logprobs is not None:
+                        logprobs[key].append(event.logprobs)
+                text[key].append(event.text)
                 if event.finish_reason is not None:
-                    done[event.request_id] = event
+                    done[key] = event
         results = []
         for rid, ids in zip(order, encoded, strict=True):
-            m = done[rid].metrics
-            if done[rid].finish_reason == "error":
-                raise EngineError(f"request {rid}: {done[rid].error}")
-            results.append(
-                Generation(
-                    ids,
-                    tokens[rid],
-                    "".join(text[rid]),
-                    done[rid].finish_reason,
-                    m.prefill_ms,
-                    m.decode_ms,
-                    m,
+            choices = []
+            for index in range(params.n):
+                end = done[rid, index]
+                if end.finish_reason == "error":
+                    raise EngineError(f"request {rid}: {end.error}")
+                m = end.metrics
+                choices.append(
+                    Generation(
+                        ids,
+                        tokens[rid, index],
+                        "".join(text[rid, index]),
+                        end.finish_reason,
+                        m.prefill_ms,
+                        m.decode_ms,
+                        m,
+                        index=index,
+                        logprobs=logprobs[rid, index] if params.logprobs is not None else None,
+                    )
                 )
-            )
+            results.append(choices)
         return results

@@ -103,6 +103,15 @@ class SamplingParams(msgspec.Struct, kw_only=True):
         return self.repetition_penalty != 1 or self.frequency_penalty != 0 or self.presence_penalty != 0
 
 
+def choice_seed(seed: int | None, index: int) -> int | None:
+    """Choice `index` of a seeded request with n > 1 samples with seed s + index (wrapped into the
+    seed range), so a seeded n is reproducible and each choice differs."""
+    if seed is None:
+        return None
+    low, high = SEED_RANGE
+    return (seed + index - low) % (high - low + 1) + low
+
+
 class Sampler:
     """Picks the next token of one sequence; a request with a seed gets its own generator."""
 

@@ -7,6 +7,7 @@ import time
 import msgspec
 
 from engine.block_pool import SeqBlocks
+from engine.guided import GuideState
 from engine.policy import SeqStatus
 from engine.sampling import Sampler, SamplingParams
 from engine.tokenizer import IncrementalDetokenizer
@@ -66,8 +67,14 @@ class Sequence:
         detok: IncrementalDetokenizer | None,
         eos_ids: frozenset[int],
         tenant: str = "local",
+        index: int = 0,
+        guide: GuideState | None = None,
     ):
         self.request_id = request_id
+        self.index = index  # which of the request's n sequences (0: the one that prefills first)
+        self.guide = guide  # its grammar's matcher, fed every token it samples
+        self.forked = params.n == 1 or index > 0  # index 0 of n > 1: not until its prompt is computed
+        self.salt: bytes | None = None  # its prefix-cache salt (the request's n sequences share it)
         self.prompt_ids = list(prompt_ids)
         self.output_ids: list[int] = []
         self.token_ids = list(prompt_ids)  # prompt then output, one growing list (the prefix cache hashes it)
@@ -109,20 +116,26 @@ class Sequence:
         now = time.perf_counter()
         if self.first_token is None:
             self.first_token = now
+        if self.guide is not None and (error := self.guide.consume(token)) is not None:
+            self.finish("error", error)  # (not recorded: the grammar refused it)
+            return ""
         self.output_ids.append(token)
         self.token_ids.append(token)
         self.sampler.observe(token)
         if token in self.eos_ids:
             self.finish("stop")
-            return self._release(final=True)
+            return self._release(final=True, flush=False)
         if self.detok is not None:
             self._held += self.detok.push(token)
-        if len(self.output_ids) >= self.params.max_tokens:
+        if self.guide is not None and self.guide.complete:
+            self.finish("stop")  # the grammar is complete: nothing but the end may follow
+        elif len(self.output_ids) >= self.params.max_tokens:
             self.finish("length")
-        return self._release(final=self.status == SeqStatus.FINISHED)
+        final = self.status == SeqStatus.FINISHED
+        return self._release(final=final, flush=final)
 
-    def _release(self, final: bool) -> str:
-        if final and self.detok is not None and self.finish_reason != "stop":
+    def _release(self, final: bool, flush: bool) -> str:
+        if flush and self.detok is not None:
             self._held += self.detok.flush()
         text, stops = self._held, self.params.stop
         if stops:

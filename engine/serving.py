@@ -36,6 +36,7 @@ class EngineLoop:
         self._incoming: deque[tuple[str, list[int], SamplingParams, str, EventCallback, float]] = deque()
         self._cancelled: deque[str] = deque()
         self._callbacks: dict[str, EventCallback] = {}
+        self._open: dict[str, int] = {}  # by request: its sequences not yet ended (n at the start)
         self._stopped = False
         self._retiring = False  # stop once the requests already running have finished
         self._name = name
@@ -98,13 +99,11 @@ class EngineLoop:
             try:
                 self.engine.add_request(prompt_ids, params, request_id, tenant, arrival, share)
                 self._callbacks[request_id] = on_event
+                self._open[request_id] = params.n
             except Exception as exc:  # validated before submit; anything left is reported, not raised
                 self._deliver(on_event, SeqEvent(request_id, None, "", "error", error=str(exc)))
         for request_id in cancelled:
-            event = self.engine.abort(request_id)
-            callback = self._callbacks.pop(request_id, None)
-            if event is not None and callback is not None:
-                self._deliver(callback, event)
+            self._dispatch(self.engine.abort_all(request_id))
 
     def _run(self) -> None:
         torch.set_grad_enabled(False)
@@ -124,15 +123,24 @@ class EngineLoop:
                     self._log_step()
             except Exception:  # an engine bug: fail what is running, keep the loop alive
                 log.exception("engine step failed")
-                events = [e for rid in list(self._callbacks) if (e := self.engine.abort(rid)) is not None]
+                events = [e for rid in list(self._callbacks) for e in self.engine.abort_all(rid)]
                 for e in events:
                     e.finish_reason, e.error = "error", "internal engine error"
-            for event in events:
-                callback = self._callbacks.get(event.request_id)
-                if event.finish_reason is not None:
+            self._dispatch(events)
+
+    def _dispatch(self, events: list[SeqEvent]) -> None:
+        """Deliver events; a request's callback is dropped once each of its n sequences has ended."""
+        for event in events:
+            callback = self._callbacks.get(event.request_id)
+            if event.finish_reason is not None:
+                left = self._open.get(event.request_id, 1) - 1
+                if left <= 0:
                     self._callbacks.pop(event.request_id, None)
-                if callback is not None:
-                    self._deliver(callback, event)
+                    self._open.pop(event.request_id, None)
+                else:
+                    self._open[event.request_id] = left
+            if callback is not None:
+                self._deliver(callback, event)
 
     def _log_step(self) -> None:
         self._logged = self.engine.steps[-1]

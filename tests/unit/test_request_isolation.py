@@ -62,7 +62,7 @@ def _run(engine, requests):
     for prompt, params, tamper in requests:
         rid = engine.add_request(prompt, params)
         if tamper is not None:
-            tamper(engine._seqs[rid])
+            tamper(engine.sequences(rid)[0])
         ids.append(rid)
     tokens = {rid: [] for rid in ids}
     last = {}

@@ -1,0 +1,152 @@
+"""Grammar-constrained decoding: a Guide (engine.guide) compiled by llguidance against the engine's
+tokenizer, one matcher per sequence, its allowed-token mask applied to that sequence's logits row.
+
+Why llguidance: it is CPU-native (Rust, no GPU kernels needed), takes JSON schema, regex and Lark
+alike, and its mask costs are small enough on our vocabulary to hide: measured on the shipped
+miniatures' 4096-token vocab (this machine, loaded): building the LLTokenizer ~25 ms (once per
+engine), compiling a five-field JSON schema ~1 ms (cached by spec afterwards), one mask
+0.04-0.08 ms on average (under 1 ms at worst) per sequence per step.
+
+Masks are computed off the critical path: `GuideBatch.start` fills the guided rows' bitmask on a
+worker thread (llguidance releases the GIL, and fans the rows out over its own thread pool) while
+the forward pass runs; `apply` waits for it and masks the logits in one batched operation. A step
+with no guided rows builds no GuideBatch and pays nothing.
+
+JSON guides are compiled with compact, fixed separators (", " and ": ", no free whitespace, which a
+schema may turn back on with its own "x-guidance" options): free whitespace lets a model wander
+into endless newlines, the classic way JSON mode fails to close.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from concurrent.futures import Future, ThreadPoolExecutor
+
+import llguidance
+import llguidance.torch as llg_torch
+import msgspec
+import torch
+
+from engine.errors import InvalidRequestError
+from engine.guide import Guide
+
+MAX_COMPILED = 128  # compiled grammars kept per engine (least recently used dropped)
+JSON_OPTIONS = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
+SERIAL_ROWS = 4  # up to this many guided rows, one thread fills their masks in turn
+DEAD_GRAMMAR = "JSON Mode couldn't be met"  # Cloudflare's wording for a guide that cannot be followed
+_BITS = torch.arange(32, dtype=torch.int32)
+
+
+def grammar_text(guide: Guide) -> str:
+    """The llguidance grammar for a guide (ValueError when llguidance cannot even read it)."""
+    if guide.kind == "json":
+        return llguidance.LLMatcher.grammar_from_json_schema({"type": "object"}, defaults=JSON_OPTIONS)
+    if guide.kind == "json_schema":
+        return llguidance.LLMatcher.grammar_from_json_schema(guide.schema, defaults=JSON_OPTIONS)
+    if guide.kind == "regex":
+        return llguidance.LLMatcher.grammar_from_regex(guide.pattern)
+    return llguidance.LLMatcher.grammar_from_lark(guide.grammar)
+
+
+class GuideCompiler:
+    """One per engine: the llguidance tokenizer (built once, from the model's tokenizer.json and its
+    EOS ids) and a bounded cache of compiled grammars keyed by the spec."""
+
+    def __init__(self, tokenizer_json: str, eos_ids: list[int], vocab_size: int):
+        self.vocab_size = vocab_size
+        self.tokenizer = llguidance.LLTokenizer(tokenizer_json, n_vocab=vocab_size, eos_token=eos_ids)
+        self._compiled: OrderedDict[bytes, llguidance.LLMatcher] = OrderedDict()
+        self._lock = threading.Lock()  # check_request runs on callers' threads, matchers on the engine's
+        self.executor = llguidance.LLExecutor()  # fans a step's rows out over its threads
+        self.worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="guide-mask")
+
+    def compile(self, guide: Guide, param: str = "response_format") -> llguidance.LLMatcher:
+        """A fresh matcher for `guide`; InvalidRequestError(param, llguidance's message) if it does
+        not compile."""
+        key = msgspec.json.encode(guide)
+        with self._lock:
+            template = self._compiled.get(key)
+            if template is not None:
+                self._compiled.move_to_end(key)
+                return template.deep_copy()
+        try:
+            grammar = grammar_text(guide)
+        except (ValueError, TypeError) as exc:
+            raise InvalidRequestError(param, f"the {guide.kind} guide does not compile: {exc}") from None
+        template = llguidance.LLMatcher(self.tokenizer, grammar, log_level=0)
+        if template.is_error():
+            why = template.get_error().strip()
+            raise InvalidRequestError(param, f"the {guide.kind} guide does not compile: {why}")
+        with self._lock:
+            self._compiled[key] = template
+            while len(self._compiled) > MAX_COMPILED:
+                self._compiled.popitem(last=False)
+        return template.deep_copy()
+
+    def token_bytes(self, token: int) -> bytes:
+        """A token's bytes as the tokenizer spells it (a byte-level piece's real bytes)."""
+        return self.tokenizer.decode_bytes([token])
+
+
+class GuideState:
+    """One sequence's matcher: what it may emit next, fed each token it samples."""
+
+    def __init__(self, matcher: llguidance.LLMatcher):
+        self.matcher = matcher
+
+    def consume(self, token: int) -> str | None:
+        """Feed the sampled token; an error text when the grammar cannot go on."""
+        if not self.matcher.consume_token(token) or self.matcher.is_error():
+            return f"{DEAD_GRAMMAR}: {self.matcher.get_error() or f'token {token} is not allowed here'}"
+        return None
+
+    @property
+    def complete(self) -> bool:
+        """The grammar is done: nothing but the end may follow."""
+        return self.matcher.is_stopped()
+
+
+class GuideBatch:
+    """The guided rows of one sampling step: their bitmask, filled on a worker thread."""
+
+    def __init__(self, compiler: GuideCompiler, rows: list[int], guides: list[GuideState]):
+        self.compiler = compiler
+        self.rows = rows
+        self.guides = guides
+        self.bitmask = llg_torch.allocate_token_bitmask(len(rows), compiler.vocab_size)
+        self._future: Future | None = None
+
+    def start(self) -> None:
+        """Compute the masks in the background (call before the forward pass)."""
+        self._future = self.compiler.worker.submit(self._fill)
+
+    def _fill(self) -> None:
+        if len(self.guides) <= SERIAL_ROWS:  # a hand-off to the executor's threads costs more than these
+            for i, g in enumerate(self.guides):
+                llg_torch.fill_next_token_bitmask(g.matcher, self.bitmask, i)
+            return
+        pairs = [(g.matcher, i) for i, g in enumerate(self.guides)]
+        llg_torch.fill_next_token_bitmask_par(self.compiler.executor, pairs, self.bitmask)
+
+    def apply(self, logits: torch.Tensor) -> list[str | None]:
+        """Mask the guided rows of `logits` in place (disallowed tokens to -inf); per guided row, an
+        error text when its grammar allows no token at all (it cannot continue)."""
+        if self._future is None:  # not started: fill them here
+            self._fill()
+        else:
+            self._future.result()
+        errors = [g.matcher.get_error() if g.matcher.is_error() else None for g in self.guides]
+        bits = self.bitmask.to(logits.device, non_blocking=True)
+        allowed = (bits.unsqueeze(-1) >> _BITS.to(logits.device)) & 1  # [rows, words, 32]
+        allowed = allowed.flatten(1)[:, : logits.shape[-1]].bool()
+        if allowed.shape[1] < logits.shape[-1]:  # model rows past the tokenizer's vocabulary
+            pad = allowed.new_zeros(len(self.rows), logits.shape[-1] - allowed.shape[1])
+            allowed = torch.cat([allowed, pad], dim=1)
+        index = torch.tensor(self.rows, device=logits.device)
+        logits[index] = logits[index].masked_fill(~allowed, float("-inf"))
+        alive = allowed.any(dim=1).tolist()
+        return [
+            f"{DEAD_GRAMMAR}: {err or 'the grammar allows no token here'}" if err or not ok else None
+            for err, ok in zip(errors, alive, strict=True)
+        ]

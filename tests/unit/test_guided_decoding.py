@@ -1,0 +1,153 @@
+"""Grammar-constrained decoding (engine.guided) on the shipped miniatures: outputs follow their
+guide, the mask is exact, and a guide that cannot go on ends its own sequence only."""
+
+import json
+import re
+from pathlib import Path
+
+import jsonschema_rs
+import llguidance
+import llguidance.torch as llg_torch
+import pytest
+import torch
+
+from engine.errors import InvalidRequestError
+from engine.guide import Guide
+from engine.guided import DEAD_GRAMMAR
+from engine.llm import LLM
+from engine.sampling import SamplingParams
+
+REPO = Path(__file__).resolve().parents[2]
+MODELS = ["kimi-k2-mini", "glm-4.5-mini"]
+PERSON = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string", "maxLength": 12},
+        "age": {"type": "integer", "minimum": 0, "maximum": 150},
+        "color": {"enum": ["red", "green", "blue"]},
+        "tags": {"type": "array", "items": {"type": "string", "maxLength": 8}, "maxItems": 3},
+    },
+    "required": ["name", "age", "color", "tags"],
+    "additionalProperties": False,
+}
+PATTERN = r"[a-z]{3}-\d{2,4}"
+
+
+@pytest.fixture(scope="module", params=MODELS)
+def llm(request) -> LLM:
+    return LLM(REPO / "models" / request.param, device="cpu")
+
+
+def run(llm: LLM, prompts: list[str], params: SamplingParams):
+    return llm.generate(prompts, params)
+
+
+def test_json_schema_outputs_validate_in_20_of_20_sampled_trials(llm):
+    params = SamplingParams(max_tokens=160, temperature=1.0, guide=Guide(kind="json_schema", schema=PERSON))
+    gens = run(llm, ["Describe a person as JSON:"] * 20, params)  # unseeded: fresh randomness
+    validator = jsonschema_rs.validator_for(PERSON)
+    for gen in gens:
+        assert gen.finish_reason == "stop", gen.text
+        assert validator.is_valid(json.loads(gen.text)), gen.text
+    assert len({g.text for g in gens}) > 1  # sampled, not one greedy answer
+
+
+def test_json_schema_greedy_validates(llm):
+    params = SamplingParams(max_tokens=160, temperature=0, guide=Guide(kind="json_schema", schema=PERSON))
+    (gen,) = run(llm, ["A person:"], params)
+    assert gen.finish_reason == "stop"
+    assert jsonschema_rs.validator_for(PERSON).is_valid(json.loads(gen.text))
+
+
+def test_json_mode_gives_an_object(llm):
+    params = SamplingParams(max_tokens=400, temperature=0, guide=Guide(kind="json"))
+    for prompt in ("Answer in JSON:", "{"):
+        (gen,) = run(llm, [prompt], params)
+        assert gen.finish_reason == "stop", gen.text
+        assert isinstance(json.loads(gen.text), dict)
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_regex_outputs_fullmatch(llm, temperature):
+    params = SamplingParams(
+        max_tokens=40, temperature=temperature, guide=Guide(kind="regex", pattern=PATTERN)
+    )
+    for gen in run(llm, ["Code:"] * 8, params):
+        assert gen.finish_reason == "stop"
+        assert re.fullmatch(PATTERN, gen.text), gen.text
+
+
+def allowed_set(matcher: llguidance.LLMatcher, vocab: int) -> torch.Tensor:
+    """The reference: the matcher's bitmask unpacked with plain torch into a bool per token."""
+    bits = llg_torch.allocate_token_bitmask(1, vocab)
+    llg_torch.fill_next_token_bitmask(matcher, bits)
+    unpacked = (bits[0].unsqueeze(1) >> torch.arange(32, dtype=torch.int32)) & 1
+    return unpacked.flatten()[:vocab].bool()
+
+
+def test_mask_is_exact_and_unguided_neighbours_are_unchanged(llm):
+    eng = llm.engine
+    plain = SamplingParams(max_tokens=24, temperature=0, ignore_eos=True)
+    alone = run(llm, ["The neighbour says"], plain)[0].token_ids
+    guide = Guide(kind="json_schema", schema=PERSON)
+    guided_params = SamplingParams(max_tokens=160, temperature=1.0, guide=guide)
+    prompt = llm.encode("Describe a person as JSON:")
+    rid = eng.add_request(prompt, guided_params)
+    other = eng.add_request(llm.encode("The neighbour says"), plain)
+    tokens = {rid: [], other: []}
+    while eng.has_unfinished():
+        for event in eng.step():
+            if event.token_id is not None:
+                tokens[event.request_id].append(event.token_id)
+    assert tokens[other] == alone  # the guided row's mask touched its row only
+    reference = eng.guide_compiler().compile(guide)  # a fresh matcher, replayed token by token
+    for token in tokens[rid]:
+        assert allowed_set(reference, llm.config.vocab_size)[token], f"token {token} was not allowed"
+        assert reference.consume_token(token)
+    assert reference.is_stopped()
+
+
+def test_a_dead_grammar_ends_its_sequence_alone(llm):
+    eng = llm.engine
+    guide = Guide(kind="regex", pattern=PATTERN)
+    doomed = eng.add_request(llm.encode("Code:"), SamplingParams(max_tokens=40, temperature=1.0, guide=guide))
+    fine = eng.add_request(llm.encode("Code:"), SamplingParams(max_tokens=40, temperature=1.0, guide=guide))
+    eng.step()  # both prefill and sample their first token
+    matcher = eng.sequences(doomed)[0].guide.matcher
+    matcher.consume_token(next(t for t in range(llm.config.vocab_size) if not allowed_set(matcher, 4096)[t]))
+    assert matcher.is_error()  # a matcher that cannot go on (as a grammar past its limits would be)
+    ends = {}
+    while eng.has_unfinished():
+        for event in eng.step():
+            if event.finish_reason is not None:
+                ends[event.request_id] = event
+    assert ends[doomed].finish_reason == "error"
+    assert ends[doomed].error.startswith(DEAD_GRAMMAR + ": ")
+    assert ends[fine].finish_reason == "stop" and ends[fine].error is None
+    assert eng.cache.used_blocks == 0
+
+
+@pytest.mark.parametrize(
+    "guide",
+    [
+        Guide(kind="regex", pattern="((("),
+        Guide(kind="json_schema", schema={"type": "objectx"}),
+        Guide(kind="lark", grammar="start: undefined_rule"),
+    ],
+)
+def test_a_guide_that_does_not_compile_is_refused_before_queueing(llm, guide):
+    with pytest.raises(InvalidRequestError) as info:
+        llm.engine.check_request([1, 2, 3], SamplingParams(guide=guide))
+    assert info.value.param == "response_format"
+    assert "does not compile" in str(info.value)
+    assert not llm.engine.has_unfinished()
+
+
+def test_compiled_grammars_are_cached_and_bounded(llm, monkeypatch):
+    import engine.guided as guided
+
+    monkeypatch.setattr(guided, "MAX_COMPILED", 3)
+    compiler = llm.engine.guide_compiler()
+    for i in range(6):
+        compiler.compile(Guide(kind="regex", pattern=f"a{{{i + 1}}}"))
+    assert len(compiler._compiled) == 3
