@@ -98,9 +98,11 @@ def decode_request(body: Any) -> ResponsesRequest:
         req = msgspec.convert(body, ResponsesRequest)
     except msgspec.ValidationError as exc:
         message = describe(exc)
-        unknown = message.split("`")[1] if "unknown field" in message and "`" in message else None
-        if unknown is not None:
-            raise bad(unknown, "is not a Responses parameter this API takes; remove it") from None
+        named = message.split("`")[1] if "field `" in message else None
+        if named is not None and "unknown field" in message:
+            raise bad(named, "is not a Responses parameter this API takes; remove it") from None
+        if named is not None and "missing required field" in message:
+            raise bad(named, "is required: give the input as text or a list of items") from None
         param, _, why = message.partition(": ")
         raise bad(param if why else "(body)", why or message) from None
     for name, why in _REFUSED.items():

@@ -114,6 +114,7 @@ def test_plain_text_format_and_auto_or_none_choice_add_nothing():
         ({"input": "x", "tool_choice": {"type": "file_search"}}, "tool_choice", "built-in"),
         ({"input": "x", "text": {"format": {"type": "yaml"}}}, "text.format.type", "json_schema"),
         ({"input": "x", "frobnicate": 1}, "frobnicate", "remove it"),
+        ({"instructions": "x"}, "input", "is required"),
         (
             {"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "u"}]}]},
             "input.0.content.0",
