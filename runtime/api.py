@@ -29,9 +29,11 @@ from edge_sim.request import GenerateRequest, GenerateResult
 from edge_sim.topology import PoP, TopologyError
 from runtime.addressing import LOCATION_HEADER
 from runtime.ai import workers_ai_sse
+from runtime.ai_batch import BatchNotFound
 from runtime.ai_inputs import ChatCompletionRequest, CompletionRequest
 from runtime.ai_params import json_mode_failure
 from runtime.ai_refusals import InputError, decode_inputs
+from runtime.ai_run_modes import Answer, special_call
 from runtime.ai_shapes import openai_events, shape_result, text_completion
 from runtime.json_body import BadJSON, decode_json
 from runtime.rate_limit import AccountLimited
@@ -40,6 +42,7 @@ from workers import AIError
 
 if TYPE_CHECKING:
     from runtime.ai import AIService
+    from runtime.ai_batch import BatchQueue
     from runtime.metrics import Metrics
     from runtime.state import State
     from runtime.worker_spec import RequestContext
@@ -152,6 +155,7 @@ class AIApiHost(Protocol):
     state: State
     ai: AIService
     metrics: Metrics
+    batches: BatchQueue | None  # queued batch requests (runtime.ai_batch)
 
     def locate(self, request: Request) -> RequestContext: ...
 
@@ -204,6 +208,20 @@ class AIApi:
             return cf_error(5004, f"{exc}; send the model inputs as a JSON object")
         try:
             ingress, rtt = self._where(request)
+            queue = request.query_params.get("queueRequest", "").lower() == "true"
+            special = await special_call(
+                self.runtime.ai,
+                self.runtime.batches,
+                model,
+                inputs,
+                queue=queue,
+                account=account,
+                session=session_key(request),
+                ingress=ingress,
+                client_rtt_ms=rtt,
+            )
+            if special is not None:  # a batch submit or poll, or the Responses shape
+                return self._special(model, special)
             if isinstance(inputs, dict) and inputs.get("stream") is True:
                 req, _ = self.runtime.ai.prepare(model, inputs, account, session_key(request))
                 stream = workers_ai_sse(self.runtime.ai, req, model, ingress=ingress, client_rtt_ms=rtt)
@@ -216,11 +234,22 @@ class AIApi:
                 account=account,
                 session=session_key(request),
             )
+        except BatchNotFound as exc:
+            return cf_error(exc.code, exc.detail, 404)
         except AIError as exc:
             return ai_error(exc)
         self.runtime.metrics.ai_tokens(model, result["usage"])
         response = envelope(result)
         response.headers["server-timing"] = latency.server_timing()
+        return response
+
+    def _special(self, model: str, answer: Answer) -> Response:
+        if answer.stream is not None:
+            return StreamingResponse(answer.stream, media_type="text/event-stream")
+        response = envelope(answer.body)
+        if answer.result is not None:
+            self._count_tokens(model, answer.result)
+            response.headers["server-timing"] = answer.result.timing.server_timing()
         return response
 
     async def search(self, request: Request) -> Response:

@@ -11,7 +11,7 @@ serves it; runtime.http_app), so none ever reaches a worker. The control endpoin
 reveal state need the admin token.
 
 Runtime builds the parts, starts and stops the background work (PoP health checks, the source
-watcher, cron triggers, queue consumers) and holds nothing a part reaches back for.
+watcher, cron triggers, queue consumers, the AI batch queue) and holds nothing a part reaches back for.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from runtime.account_endpoints import AccountEndpoints
 from runtime.accounts import Accounts
 from runtime.addressing import Locator, refuse_worker_host
 from runtime.ai import AIService
+from runtime.ai_batch import BatchQueue
 from runtime.api import AIApi
 from runtime.assets import AssetServer
 from runtime.bindings import BindingStores
@@ -48,6 +49,7 @@ from runtime.openapi import routes as openapi_routes
 from runtime.queue_consumers import ConsumerError, ConsumerSettings, consume
 from runtime.rate_limit import AccountRateLimits
 from runtime.registry import WorkerRegistry
+from runtime.responses_api import ResponsesApi
 from runtime.rollout import Rollouts
 from runtime.rollout_endpoints import RolloutEndpoints
 from runtime.service_binding import ServiceBindings
@@ -71,6 +73,7 @@ class ApiServices:
     locator: Locator
     catalog: dict[str, tuple[CatalogEntry, Path]]
     edge: Edge
+    batches: BatchQueue | None = None
 
     def locate(self, request: Request) -> RequestContext:
         return self.locator.locate(request)
@@ -107,6 +110,8 @@ class Runtime:
             self.rate_limits,
             share_of=lambda account: self.accounts.settings(account).share(),
         )
+        # queued batch requests, kept in the state database; run by a task started in start()
+        self.batches = BatchQueue(self.state, self.ai, lambda code: edge.topology.pops[code])
         self.tail = TailHub()
         self.bindings = BindingStores(config.state_dir)  # KV, D1, R2 of every account, under .edge/
         self.default_location = edge.locate(config.edge.client_location)
@@ -149,6 +154,7 @@ class Runtime:
             call_service=dispatch.call,
             emulate=lambda: edge.emulate,
             event_origin=lambda: (self.default_location, edge.ingress(self.default_location)[0]),
+            batches=self.batches,
         )
         self.workers = WorkerRegistry(config, self.state, start, self.objects, deps)
         self.front = WorkerFront(self.locator, self.workers, self.assets, lambda: edge.emulate)
@@ -165,7 +171,10 @@ class Runtime:
         self.rollout_endpoints = RolloutEndpoints(
             config, edge, self.metrics, self.tail, self.ai.rollouts, self.endpoints.admin_body
         )
-        self.api = AIApi(ApiServices(self.state, self.ai, self.metrics, self.locator, self.catalog, edge))
+        self.api = AIApi(
+            ApiServices(self.state, self.ai, self.metrics, self.locator, self.catalog, edge, self.batches)
+        )
+        self.responses = ResponsesApi(self.api)
         self.control = ControlApi(self.state, config.state_dir, self.tail, self.workers.restart_worker)
         self._tasks: list[asyncio.Task] = []
 
@@ -200,6 +209,7 @@ class Runtime:
             log.info("cron triggers (UTC): %s", ", ".join(c.text for c in crons))
             self._tasks.append(asyncio.create_task(run_schedule(crons, self.run_scheduled)))
         self._start_queue_consumers()
+        self._tasks.append(asyncio.create_task(self.batches.run_forever()))
 
     def _start_queue_consumers(self) -> None:
         """One delivery loop per queues.consumers entry of the dev worker (runtime.queue_consumers)."""
@@ -245,6 +255,7 @@ def create_app(runtime: Runtime) -> Starlette:
         *runtime.account_endpoints.routes(),
         *runtime.rollout_endpoints.routes(),
         *runtime.api.routes(),
+        *runtime.responses.routes(),
         *runtime.control.routes(),
         *openapi_routes(),
     ]

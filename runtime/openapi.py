@@ -14,10 +14,12 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from runtime.ai_batch import MAX_REQUESTS
 from runtime.ai_inputs import ChatCompletionRequest, CompletionRequest, TextGenerationInputs
 from runtime.ai_refusals import REFUSED
 from runtime.control import DeployRequest, RollbackRequest, SecretRequest, Upload
 from runtime.edge_endpoints import ReloadRequest
+from runtime.responses_inputs import ResponsesRequest
 from runtime.rollout_endpoints import FinishRequest, StartRequest
 
 PATH = "/client/v4/openapi.json"
@@ -26,6 +28,7 @@ STRUCTS = [
     TextGenerationInputs,
     ChatCompletionRequest,
     CompletionRequest,
+    ResponsesRequest,
     Upload,
     DeployRequest,
     RollbackRequest,
@@ -105,6 +108,42 @@ _SCHEMAS: dict[str, Any] = {
             "created": {"type": "integer"},
             "owned_by": {"type": "string"},
         },
+    },
+    "Response": {  # OpenAI's Response object (runtime.responses_shapes)
+        "type": "object",
+        "required": ["id", "object", "created_at", "status", "model", "output"],
+        "properties": {
+            "id": {"type": "string"},
+            "object": {"const": "response"},
+            "created_at": {"type": "integer"},
+            "status": {"enum": ["completed", "incomplete", "failed", "in_progress"]},
+            "model": {"type": "string"},
+            "output": {"type": "array", "items": _ANY_OBJECT},
+            "output_text": {"type": "string"},
+            "usage": {"type": ["object", "null"]},
+        },
+    },
+    "AIRunInputs": {  # what /ai/run and env.AI.run take: a run, the Responses shape, a batch, a poll
+        "oneOf": [
+            {"$ref": REF.format(name="TextGenerationInputs")},
+            {"$ref": REF.format(name="ResponsesRequest")},
+            {"$ref": REF.format(name="BatchRequest")},
+            {"$ref": REF.format(name="BatchPoll")},
+        ]
+    },
+    "BatchRequest": {  # with ?queueRequest=true (runtime.ai_batch)
+        "type": "object",
+        "required": ["requests"],
+        "additionalProperties": False,
+        "properties": {
+            "requests": {"type": "array", "minItems": 1, "maxItems": MAX_REQUESTS, "items": _ANY_OBJECT}
+        },
+    },
+    "BatchPoll": {
+        "type": "object",
+        "required": ["request_id"],
+        "additionalProperties": False,
+        "properties": {"request_id": {"type": "string"}},
     },
     "ModelList": {
         "type": "object",
@@ -187,7 +226,13 @@ def _paths() -> dict[str, dict[str, Any]]:
     return {
         PATH: {"get": _op("this document", [], _answers(_ANY_OBJECT, "Envelope"), security="")},
         ACCOUNT + "/ai/run/{model}": {
-            "post": _op("run a model (Workers AI)", a + ["model"], sse_or_envelope, "TextGenerationInputs")
+            "post": _op(
+                "run a model (Workers AI), queue a batch (queueRequest=true) or poll one",
+                a + ["model"],
+                sse_or_envelope,
+                "AIRunInputs",
+                query={"queueRequest": {"type": "boolean"}},
+            )
         },
         ACCOUNT + "/ai/models/search": {
             "get": _cf(
@@ -206,6 +251,9 @@ def _paths() -> dict[str, dict[str, Any]]:
             "post": _op("OpenAI chat completion", a, openai, "ChatCompletionRequest")
         },
         ACCOUNT + "/ai/v1/completions": {"post": _op("OpenAI completion", a, openai, "CompletionRequest")},
+        ACCOUNT + "/ai/v1/responses": {
+            "post": _op("OpenAI Responses", a, _streamed(_ref("Response"), "OpenAIError"), "ResponsesRequest")
+        },
         ACCOUNT + "/ai/v1/models": {
             "get": _op("OpenAI model list", a, _answers(_ref("ModelList"), "OpenAIError"))
         },

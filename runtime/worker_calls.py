@@ -11,6 +11,7 @@ import time
 
 from runtime import ipc
 from runtime.ai import workers_ai_sse
+from runtime.ai_run_modes import Answer, queue_option, special_call
 from runtime.bindings import BindingError, BindingRef
 from runtime.fetch_guard import FetchError
 from runtime.objects import OBJECT_STORAGE
@@ -42,6 +43,19 @@ class WorkerCalls:
             return ipc.AIReply(call.call, error_code=5004, error_message=ENDED)
         ai = self.services.ai
         try:
+            special = await special_call(
+                ai,
+                self.services.batches,
+                call.model,
+                call.inputs,
+                queue=queue_option(call.options),
+                account=self.spec.account,
+                session=_session(call.options),
+                ingress=ctx.ingress,
+                client_rtt_ms=ctx.client_rtt_ms,
+            )
+            if special is not None:  # a batch submit or poll, or the Responses shape
+                return self._special(call, special, ctx)
             if isinstance(call.inputs, dict) and call.inputs.get("stream") is True:
                 req, _ = ai.prepare(call.model, call.inputs, self.spec.account, _session(call.options))
                 return self._ai_stream(call, req, ctx)
@@ -67,6 +81,23 @@ class WorkerCalls:
         )
         self.services.metrics.ai_tokens(call.model, result["usage"])
         return ipc.AIReply(call.call, result=result)
+
+    def _special(self, call: ipc.AICall, answer: Answer, ctx: RequestContext):
+        if answer.stream is not None:
+            return self._chunks(call, answer.stream)
+        if answer.result is not None:
+            ctx.accounts.append(answer.result.timing)
+            usage = {
+                "prompt_tokens": answer.result.prompt_tokens,
+                "completion_tokens": answer.result.completion_tokens,
+            }
+            self.services.metrics.ai_tokens(call.model, usage)
+        return ipc.AIReply(call.call, result=answer.body)
+
+    async def _chunks(self, call: ipc.AICall, stream):
+        async for data in stream:
+            yield ipc.AIChunk(call.call, data)
+        yield ipc.AIReply(call.call)
 
     async def _ai_stream(self, call: ipc.AICall, req, ctx: RequestContext):
         """env.AI.run(..., {stream: true}): SSE bytes as AIChunk messages, then the closing AIReply."""

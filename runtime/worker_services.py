@@ -14,6 +14,7 @@ from typing import Protocol
 from edge_sim.topology import Location, PoP
 from runtime import ipc
 from runtime.ai import AIService
+from runtime.ai_batch import BatchQueue
 from runtime.bindings import BindingStores
 from runtime.fetch_guard import FetchGuard
 from runtime.metrics import Metrics
@@ -49,3 +50,4 @@ class WorkerServices:
     call_service: ServiceCall  # a service binding's fetch (another worker, or the assets)
     emulate: Callable[[], bool]  # whether the client's round trip is really waited
     event_origin: Callable[[], tuple[Location, PoP]]  # where a cron or queue event's AI calls start
+    batches: BatchQueue | None = None  # env.AI.run's queued batches (runtime.ai_batch)

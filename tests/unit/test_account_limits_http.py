@@ -107,7 +107,7 @@ def test_the_openai_api_answers_its_own_429_shape(client, runtime):
 def test_env_ai_run_raises_3036_for_a_limited_account(runtime, icn_edge):
     location = icn_edge.locate("Seoul")
     ctx = RequestContext(location, icn_edge.ingress(location)[0], 0.0)
-    services = types.SimpleNamespace(ai=runtime.ai, metrics=runtime.metrics)
+    services = types.SimpleNamespace(ai=runtime.ai, metrics=runtime.metrics, batches=None)
     calls = WorkerCalls(types.SimpleNamespace(account="small"), {1: ctx}, services)
     replies = [asyncio.run(calls.ai(ipc.AICall(i, 1, MODEL, dict(ASK)))) for i in range(4)]
     assert [r.error_code for r in replies] == [None, None, None, 3036]

@@ -32,7 +32,9 @@ def client(icn_edge):
         ingress, rtt = icn_edge.ingress(icn_edge.locate("Seoul"))
         return types.SimpleNamespace(ingress=ingress, client_rtt_ms=rtt)
 
-    host = types.SimpleNamespace(ai=service, metrics=Metrics(), locate=locate, catalog_view=lambda: [])
+    host = types.SimpleNamespace(
+        ai=service, metrics=Metrics(), locate=locate, catalog_view=lambda: [], batches=None
+    )
     return TestClient(Starlette(routes=_Api(host).routes()))
 
 
