@@ -13,11 +13,11 @@ from typing import Any, Literal
 
 import msgspec
 
-from edge_sim.request import GenerateResult
+from edge_sim.request import Delta, GenerateResult
 from workers import AIError
 
 Schema = Literal["text-generation", "chat-completions"]
-Items = AsyncIterator[str | GenerateResult]  # text deltas, then the result; failures raise AIError
+Items = AsyncIterator[Delta | GenerateResult]  # deltas, then the result; failures raise AIError
 
 
 def usage(result: GenerateResult) -> dict[str, Any]:
@@ -146,8 +146,8 @@ async def workers_ai_events(items: Items, model: str, chat: bool) -> AsyncIterat
     chunks = Chunks(model, chat=True)
     try:
         async for item in items:
-            if isinstance(item, str):
-                yield chunks.chunk(item, None) if chat else sse({"response": item})
+            if isinstance(item, Delta):
+                yield chunks.chunk(item.text, None) if chat else sse({"response": item.text})
                 continue
             final = {
                 "usage": usage(item),
@@ -171,8 +171,8 @@ async def openai_events(
         yield chunks.role()
     try:
         async for item in items:
-            if isinstance(item, str):
-                yield chunks.chunk(item, None)
+            if isinstance(item, Delta):
+                yield chunks.chunk(item.text, None)
                 continue
             on_result(item)
             yield chunks.chunk(
