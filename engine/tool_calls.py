@@ -313,23 +313,18 @@ def tool_grammar(fmt: str, tools: list[ToolFunction], choice: ToolChoice, parall
         tools, parallel = [t for t in tools if t.name == choice], False
     if fmt == KIMI_K2:
         rules = ["call: " + " | ".join(f"call_{i}" for i in range(len(tools))), *_kimi_rules(tools)]
-        calls = "call+" if parallel else "call"
-        if choice == "auto":
-            start = f"start: TEXT | TEXT_OPEN {calls} {_lit(KIMI_SECTION_END)}"
-            rules += _opened_by(KIMI_SECTION_BEGIN)
-        else:
-            start = f"start: {_lit(KIMI_SECTION_BEGIN)} {calls} {_lit(KIMI_SECTION_END)}"
+        calls = f"{'call+' if parallel else 'call'} {_lit(KIMI_SECTION_END)}"
+        opener, whole, opened = KIMI_SECTION_BEGIN, f"{_lit(KIMI_SECTION_BEGIN)} {calls}", calls
     elif fmt == GLM45:
         rules = _glm_rules(tools)
         more = ' ("\\n" call)*' if parallel else ""
-        if choice == "auto":
-            start = f"start: TEXT | TEXT_OPEN body{more}"
-            rules += _opened_by(GLM_CALL_BEGIN)
-        else:
-            start = f"start: call{more}"
+        opener, whole, opened = GLM_CALL_BEGIN, f"call{more}", f"body{more}"
     else:
         raise InvalidRequestError("tools", "this model has no tool-call format; send no tools")
-    return "\n".join([start, *rules]) + "\n"
+    if choice != "auto":
+        return "\n".join([f"start: {whole}", *rules]) + "\n"
+    # "auto": text without the opening marker, or text up to it and then the calls
+    return "\n".join([f"start: TEXT | TEXT_OPEN {opened}", *rules, *_opened_by(opener)]) + "\n"
 
 
 def guide_for(

@@ -21,27 +21,10 @@ from engine.guide import Guide
 from engine.sequence import Logprobs, TokenLogprob
 from engine.tool_calls import KIMI_K2
 from engine.tool_types import ToolFunction
+from tests.unit.test_tool_calls import ROUND_TRIP, WEATHER
 
 MODEL = "@edge/test/tiny"
 TOKEN = "node-token"
-WEATHER = ToolFunction(
-    name="get_weather", parameters={"type": "object", "properties": {"city": {"type": "string"}}}
-)
-ROUND_TRIP = [
-    {"role": "user", "content": "Weather in Oslo?"},
-    {
-        "role": "assistant",
-        "content": None,
-        "tool_calls": [
-            {
-                "id": "call_1",
-                "type": "function",
-                "function": {"name": "get_weather", "arguments": '{"city": "Oslo"}'},
-            }
-        ],
-    },
-    {"role": "tool", "tool_call_id": "call_1", "content": "snow"},
-]
 
 
 @pytest.fixture(scope="module")
@@ -64,7 +47,7 @@ def test_the_pop_renders_a_tool_round_trip_in_the_models_format(node):
     prompt = engine.tokenizer.decode(node._prompt_ids(engine, request(tools=[WEATHER])))
     assert '"name": "get_weather"' in prompt  # declared
     assert "functions.get_weather:0<|tool_call_argument_begin|>" in prompt  # the call
-    assert "## Return of functions.get_weather:0\nsnow" in prompt  # its result
+    assert "## Return of functions.get_weather:0\nsunny" in prompt  # its result
     bare = engine.tokenizer.decode(node._prompt_ids(engine, request(tools=[WEATHER], tool_choice="none")))
     assert '"name": "get_weather"' not in bare and "functions.get_weather:0" in bare
 
