@@ -8,12 +8,13 @@ from collections.abc import AsyncIterator
 
 from edge_sim.accounting import LatencyAccount
 from edge_sim.affinity import SessionAffinity
+from edge_sim.choices import ChoiceAssembler
 from edge_sim.errors import EdgeError, PopDown
 from edge_sim.network import NetworkModel
 from edge_sim.node import PopNodeLike
 from edge_sim.pop import ModelSpec, PopNode
 from edge_sim.remote import RemotePopNode
-from edge_sim.request import GenerateRequest, GenerateResult, finish_result
+from edge_sim.request import Delta, GenerateRequest, GenerateResult
 from edge_sim.router import Router
 from edge_sim.target import TargetSpec, modeled_times
 from edge_sim.topology import Location, PoP, Topology
@@ -89,8 +90,10 @@ class Edge:
 
     async def stream(
         self, req: GenerateRequest, ingress: PoP, client_rtt_ms: float
-    ) -> AsyncIterator[str | GenerateResult]:
-        """Text deltas as the chosen PoP produces them, then the whole result with its timing.
+    ) -> AsyncIterator[Delta | GenerateResult]:
+        """Deltas as the chosen PoP produces them (per choice: text, logprobs when asked for, tool
+        calls parsed from the model's format when tools were declared), then the whole result, its
+        n choices in index order, with its timing.
 
         Routing ranks PoPs by the prompt's estimated length (only the PoP that serves the request
         tokenizes it). A PoP that goes down before it starts the request hands it back and the
@@ -105,16 +108,16 @@ class Edge:
             node, backbone_ms = next(((n, rtt) for n, rtt in ranked if n.code == sticky), ranked[0])
             if self.emulate:  # the request travels ingress -> PoP for real
                 await asyncio.sleep(backbone_ms / 2000)
-            pieces: list[str] = []
+            choices = ChoiceAssembler(req, node.formats(req.model).tool_format)
             last = None
             batch = 1
             try:
                 async for event in node.stream(req):
                     if last is None:  # the request is in flight: how many decode beside it
                         batch = max(1, node.in_flight)
-                    if event.text:
-                        pieces.append(event.text)
-                        yield event.text
+                    delta = choices.push(event)
+                    if delta is not None:
+                        yield delta
                     last = event
                 break
             except PopDown:
@@ -125,8 +128,12 @@ class Edge:
         self.affinity.served(req.tenant, req.model, req.session, node.code)
         if self.emulate:
             await asyncio.sleep(backbone_ms / 2000)
-        result = finish_result(pieces, last, node.code, req.model, node.formats(req.model))
-        result.timing = self._account(req.model, node.pop, ingress, client_rtt_ms, backbone_ms, last, batch)
+        if not choices.done:
+            raise EdgeError("no_capacity", f"PoP {node.code} ended the answer before every choice ended")
+        result = choices.result(node.code, req.model, node.formats(req.model))
+        result.timing = self._account(
+            req.model, node.pop, ingress, client_rtt_ms, backbone_ms, choices.last, batch
+        )
         yield result
 
     def _account(

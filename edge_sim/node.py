@@ -8,8 +8,9 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
+from edge_sim.choices import collect
 from edge_sim.load import PopLoad
-from edge_sim.request import Formats, GenerateRequest, GenerateResult, collect
+from edge_sim.request import Formats, GenerateRequest, GenerateResult
 from engine import SeqEvent
 
 if TYPE_CHECKING:
@@ -92,4 +93,4 @@ class NodeBase:
         return model in self.models()
 
     async def generate(self, req: GenerateRequest) -> GenerateResult:
-        return await collect(self.stream(req), self.code, req.model, self.formats(req.model))
+        return await collect(self.stream(req), req, self.code, self.formats(req.model))

@@ -20,8 +20,9 @@ from edge_sim.node import NodeBase
 from edge_sim.request import Formats, GenerateRequest
 from edge_sim.status import ModelStatus, PopStatus
 from edge_sim.topology import PoP
-from engine import LLM, InvalidRequestError, ModelLoadError, SeqEvent
+from engine import LLM, InvalidRequestError, ModelLoadError, SamplingParams, SeqEvent
 from engine.serving import EngineLoop
+from engine.tool_calls import check_tools, format_for, guide_for, render_messages
 
 log = logging.getLogger("edge.pop")
 
@@ -167,14 +168,35 @@ class PopNode(NodeBase):
         self.up = True
 
     def _prompt_ids(self, engine: LLM, req: GenerateRequest) -> list[int]:
-        """The request's prompt tokens: the one place on the path that renders and tokenizes it."""
-        if req.messages is not None:  # bounded before the template renders it
-            engine.check_prompt_chars(sum(len(str(m.get("content", ""))) for m in req.messages))
-            return engine.encode_prompt(engine.tokenizer.apply_chat_template(req.messages))
-        return engine.encode_prompt(req.prompt or "")
+        """The request's prompt tokens: the one place on the path that renders and tokenizes it.
+        Chat messages (a tool round trip too) and the declared tools are written in the model's
+        own tool-call format (engine.tool_calls), then through its chat template."""
+        tools = req.tools if req.tools and req.tool_choice != "none" else None
+        if req.messages is None:
+            if tools:
+                raise InvalidRequestError("tools", "tools are declared in chat 'messages'; send messages")
+            return engine.encode_prompt(req.prompt or "")
+        # bounded before anything renders it (the tools' size is bounded by check_tools)
+        engine.check_prompt_chars(sum(len(str(m.get("content", ""))) for m in req.messages))
+        fmt = format_for(engine.config.model_type)
+        if tools:
+            check_tools(tools, fmt)
+        messages = render_messages(fmt, req.messages, tools)
+        return engine.encode_prompt(engine.tokenizer.apply_chat_template(messages))
+
+    @staticmethod
+    def _params(engine: LLM, req: GenerateRequest) -> SamplingParams:
+        """The engine's parameters: with tools, the guide of their format (it wins over a
+        response_format guide, which the runtime refuses beside tools anyway)."""
+        guide = guide_for(
+            format_for(engine.config.model_type), req.tools, req.tool_choice, req.parallel_tool_calls
+        )
+        return req.params if guide is None else msgspec.structs.replace(req.params, guide=guide)
 
     async def stream(self, req: GenerateRequest) -> AsyncIterator[SeqEvent]:
-        """Token events for one request as the engine produces them; the last one carries metrics.
+        """Token events for one request as the engine produces them, for each of its n sequences
+        (SeqEvent.index); each sequence's last event carries metrics, and the stream ends when
+        every sequence has ended.
 
         The request was validated where it entered; here it is only checked to fit (which needs
         its tokens) before anything is queued; leaving the iterator early cancels the
@@ -185,7 +207,8 @@ class PopNode(NodeBase):
             raise EdgeError("model_not_found", f"PoP {self.code} does not serve {req.model!r}")
         try:
             prompt_ids = self._prompt_ids(engine, req)
-            engine.check_request(prompt_ids, req.params)
+            params = self._params(engine, req)
+            engine.check_request(prompt_ids, params)
         except InvalidRequestError as exc:
             raise from_engine(exc) from None
         loop = asyncio.get_running_loop()
@@ -199,12 +222,13 @@ class PopNode(NodeBase):
         engine_loop.submit(
             request_id,
             prompt_ids,
-            req.params,
+            params,
             lambda e: _deliver(loop, events, e),
             tenant=req.tenant,
             share=req.share,
         )
         finished = False
+        running = set(range(params.n))  # each of the n sequences ends with its own last event
         try:
             while True:
                 event = await events.get()
@@ -213,8 +237,10 @@ class PopNode(NodeBase):
                     raise event
                 self._pending.pop(request_id, None)
                 if event.finish_reason is not None:
-                    finished = True
-                    self._finishes.setdefault(req.model, FinishRate()).tick(time.perf_counter() * 1000.0)
+                    running.discard(event.index)
+                    finished = not running
+                    if finished:
+                        self._finishes.setdefault(req.model, FinishRate()).tick(time.perf_counter() * 1000.0)
                 yield event
                 if finished:
                     return
@@ -252,6 +278,7 @@ class PopNode(NodeBase):
             weights=formats.weights,
             weights_by_part=formats.weights_by_part,
             kv_cache_dtype=formats.kv_cache,
+            tool_format=formats.tool_format,
             verification=llm.verification,
             kv_bytes_per_token=stats.kv_bytes_per_token,
             kv_blocks_total=stats.kv_blocks_total,

@@ -9,16 +9,15 @@ or OpenAI JSON.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import msgspec
 
 from edge_sim.accounting import LatencyAccount
-from edge_sim.errors import EdgeError
-from engine import SamplingParams, SeqEvent
+from engine import SamplingParams
 from engine.fair_queue import TenantShare
 from engine.sequence import Logprobs
+from engine.tool_calls import format_for
 from engine.tool_types import ToolCall, ToolChoice, ToolFunction
 
 if TYPE_CHECKING:
@@ -29,15 +28,19 @@ TOKENS_PER_MESSAGE = 4  # a chat template's role markers around each message
 
 
 class Formats(NamedTuple):
-    """The formats an engine serves a model in: weights (one label), KV cache, weights per part."""
+    """The formats an engine serves a model in: weights (one label), KV cache, weights per part,
+    and its tool-call format (engine.tool_calls; "" for none), which the edge parses replies by."""
 
     weights: str
     kv_cache: str
     weights_by_part: dict[str, str]
+    tool_format: str = ""
 
     @classmethod
     def of(cls, llm: LLM) -> Formats:
-        return cls(llm.weights_label, llm.kv_cache_dtype, llm.weight_formats)
+        return cls(
+            llm.weights_label, llm.kv_cache_dtype, llm.weight_formats, format_for(llm.config.model_type)
+        )
 
     @classmethod
     def unknown(cls) -> Formats:
@@ -124,36 +127,3 @@ class GenerateResult(msgspec.Struct, kw_only=True):
     @property
     def total_tokens(self) -> int:
         return self.prompt_tokens + self.completion_tokens
-
-
-def finish_result(
-    pieces: list[str], last: SeqEvent | None, pop: str, model: str, formats: Formats
-) -> GenerateResult:
-    """The whole answer once the last event (which carries the metrics) has arrived."""
-    assert last is not None and last.metrics is not None
-    if last.finish_reason == "error":
-        raise EdgeError("invalid_input", f"generation failed: {last.error}")
-    m = last.metrics
-    return GenerateResult(
-        text="".join(pieces),
-        finish_reason=last.finish_reason,
-        prompt_tokens=m.prompt_tokens,
-        completion_tokens=m.completion_tokens,
-        queue_ms=m.queue_ms,
-        prefill_ms=m.prefill_ms,
-        decode_ms=m.decode_ms,
-        pop=pop,
-        model=model,
-        formats=formats,
-        cached_tokens=m.cached_tokens,
-    )
-
-
-async def collect(events: AsyncIterator[SeqEvent], pop: str, model: str, formats: Formats) -> GenerateResult:
-    """A whole answer from a stream of engine events (in-process or from a remote node)."""
-    pieces: list[str] = []
-    last: SeqEvent | None = None
-    async for event in events:
-        pieces.append(event.text)
-        last = event
-    return finish_result(pieces, last, pop, model, formats)

@@ -33,9 +33,10 @@ class ModelStatus(msgspec.Struct, kw_only=True):
     finish_per_s: float = 0.0  # recent rate of finished requests
     recent_steps: list[StepStats] = []
     expert_load: list[list[int]] = []
+    tool_format: str = ""  # engine.tool_calls' format of the model ("" for none)
 
     def formats(self) -> Formats:
-        return Formats(self.weights, self.kv_cache_dtype, self.weights_by_part)
+        return Formats(self.weights, self.kv_cache_dtype, self.weights_by_part, self.tool_format)
 
     def load(self) -> PopLoad:
         """What the router ranks this engine by (edge_sim.router.route_score)."""

@@ -17,7 +17,7 @@ from edge_sim.accounting import LatencyAccount
 from edge_sim.affinity import check_key
 from edge_sim.edge import Edge
 from edge_sim.errors import EdgeError
-from edge_sim.request import GenerateRequest, GenerateResult
+from edge_sim.request import Delta, GenerateRequest, GenerateResult
 from edge_sim.topology import PoP
 from engine.fair_queue import TenantShare
 from runtime.ai_inputs import SamplingFields, TextGenerationInputs
@@ -165,8 +165,9 @@ class AIService:
 
     async def stream(
         self, req: GenerateRequest, *, ingress: PoP, client_rtt_ms: float
-    ) -> AsyncIterator[str | GenerateResult]:
-        """Text deltas, then the whole result; errors raise AIError (a prepared request)."""
+    ) -> AsyncIterator[Delta | GenerateResult]:
+        """Deltas (edge_sim.request.Delta: text, choice index, logprobs, tool-call pieces), then the
+        whole result; errors raise AIError (a prepared request)."""
         deltas, counted = 0, False
         try:
             async for item in self.edge.stream(req, ingress, client_rtt_ms):

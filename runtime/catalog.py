@@ -163,7 +163,11 @@ def catalog_view(catalog: dict[str, tuple[CatalogEntry, Path]], edge: Edge) -> l
     out = []
     for name, (entry, folder) in catalog.items():
         formats = next((n.formats(name) for n in edge.nodes.values() if name in n.models()), None)
-        weights, kv, by_part = formats if formats else (entry.weights, entry.kv_cache_dtype, {})
+        weights, kv, by_part = (
+            (formats.weights, formats.kv_cache, formats.weights_by_part)
+            if formats
+            else (entry.weights, entry.kv_cache_dtype, {})
+        )
         out.append(
             {
                 "id": name,

@@ -7,6 +7,7 @@ import pytest
 from edge_sim.edge import Edge
 from edge_sim.network import NetworkModel
 from edge_sim.pop import ModelSpec
+from edge_sim.request import Delta
 from edge_sim.topology import Topology
 from runtime.ai import AIService
 from workers import AIError
@@ -186,7 +187,8 @@ def test_a_stream_dropped_before_its_end_still_counts_against_tokens_per_minute(
         await stream.aclose()  # the client went away after one delta
         return first
 
-    assert isinstance(asyncio.run(take_one_then_drop()), str)
+    first = asyncio.run(take_one_then_drop())
+    assert isinstance(first, Delta) and first.text and first.index == 0
     window = limits.limiter._windows[("dropper", MODEL)]
     assert window.token_sum >= req.estimated_tokens() + 1  # the prompt and what it was sent
 

@@ -1,0 +1,125 @@
+"""A request's n choices assembled from its engine events: the Delta items a stream yields and the
+GenerateResult at its end.
+
+Each event names its choice (SeqEvent.index). Tool-call markup is parsed per choice
+(edge_sim.tool_parser) when the request declared tools, so no delta carries markup; logprobs ride
+with the delta of their token when they were asked for. A choice that fails while others finish
+keeps finish_reason "error"; a request whose every choice failed (its one, when n is 1) fails.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+from edge_sim.errors import EdgeError
+from edge_sim.request import Choice, Delta, Formats, GenerateRequest, GenerateResult
+from edge_sim.tool_parser import ToolCallParser
+from engine import SeqEvent
+from engine.sequence import Logprobs
+
+
+class _ChoiceState:
+    """What one choice has produced so far."""
+
+    def __init__(self, parser: ToolCallParser | None, logprobs: bool):
+        self.parser = parser
+        self.pieces: list[str] = []
+        self.logprobs: list[Logprobs] | None = [] if logprobs else None
+        self.tokens = 0
+        self.last: SeqEvent | None = None  # its final event
+
+
+class ChoiceAssembler:
+    """push(event) -> the deltas to stream for it; result(...) once every choice has ended."""
+
+    def __init__(self, req: GenerateRequest, tool_format: str):
+        parse = bool(req.tools) and req.tool_choice != "none" and bool(tool_format)
+        logprobs = req.params.logprobs is not None
+        self._choices = [
+            _ChoiceState(ToolCallParser(tool_format, req.tools) if parse else None, logprobs)
+            for _ in range(req.params.n)
+        ]
+        self.last: SeqEvent | None = None  # the latest final event: it carries the request's metrics
+
+    @property
+    def done(self) -> bool:
+        return all(c.last is not None for c in self._choices)
+
+    def push(self, event: SeqEvent) -> Delta | None:
+        """The delta to stream for `event` (None when it adds nothing a client sees)."""
+        if not 0 <= event.index < len(self._choices):
+            raise EdgeError("invalid_input", f"generation failed: an event for choice {event.index}")
+        choice = self._choices[event.index]
+        if event.token_id is not None:
+            choice.tokens += 1
+        logprobs = [event.logprobs] if event.logprobs is not None and choice.logprobs is not None else None
+        if logprobs:
+            choice.logprobs.extend(logprobs)
+        text, calls = event.text, []
+        if choice.parser is not None:
+            text, calls = choice.parser.feed(event.text)
+        if event.finish_reason is not None:
+            choice.last = event
+            if event.metrics is not None:
+                self.last = event
+            if choice.parser is not None:
+                tail, more = choice.parser.flush()
+                text, calls = text + tail, calls + more
+        if choice.parser is None and text:
+            choice.pieces.append(text)
+        if not (text or logprobs or calls):
+            return None
+        return Delta(text=text, index=event.index, logprobs=logprobs, tool_calls=calls or None)
+
+    def _choice(self, index: int, state: _ChoiceState) -> Choice:
+        last = state.last
+        assert last is not None and last.finish_reason is not None
+        text, calls = "".join(state.pieces), None
+        reason = last.finish_reason
+        if state.parser is not None:
+            text, made = state.parser.finish()
+            calls = made or None
+            if made and reason == "stop" and state.parser.complete:
+                reason = "tool_calls"
+        tokens = last.metrics.completion_tokens if last.metrics is not None else state.tokens
+        return Choice(
+            index=index,
+            text=text,
+            finish_reason=reason,
+            completion_tokens=tokens,
+            logprobs=state.logprobs,
+            tool_calls=calls,
+        )
+
+    def result(self, pop: str, model: str, formats: Formats) -> GenerateResult:
+        """The whole answer once every choice has ended (the last event carries the metrics)."""
+        assert self.done and self.last is not None and self.last.metrics is not None
+        failed = [c.last for c in self._choices if c.last.finish_reason == "error"]
+        if len(failed) == len(self._choices):  # nothing to answer with
+            raise EdgeError("invalid_input", f"generation failed: {failed[0].error}")
+        choices = [self._choice(i, c) for i, c in enumerate(self._choices)]
+        m = self.last.metrics
+        return GenerateResult(
+            text=choices[0].text,
+            finish_reason=choices[0].finish_reason,
+            prompt_tokens=m.prompt_tokens,
+            completion_tokens=sum(c.completion_tokens for c in choices),
+            queue_ms=m.queue_ms,
+            prefill_ms=m.prefill_ms,
+            decode_ms=m.decode_ms,
+            pop=pop,
+            model=model,
+            formats=formats,
+            cached_tokens=m.cached_tokens,
+            choices=choices,
+        )
+
+
+async def collect(
+    events: AsyncIterator[SeqEvent], req: GenerateRequest, pop: str, formats: Formats
+) -> GenerateResult:
+    """A whole answer from a stream of engine events (in-process or from a remote node)."""
+    choices = ChoiceAssembler(req, formats.tool_format)
+    async for event in events:
+        choices.push(event)
+    return choices.result(pop, req.model, formats)

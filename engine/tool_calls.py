@@ -1,0 +1,340 @@
+"""Each model's own tool-call format: how declared tools and a tool round trip are written into the
+prompt, and the grammar a reply that may call tools must follow.
+
+Two formats, picked from config.json's model_type (`format_for`):
+
+- "kimi_k2" (deepseek_v3, kimi_k2): a reply's calls sit in one section,
+  `<|tool_calls_section_begin|>` then per call `<|tool_call_begin|>functions.NAME:IDX`
+  `<|tool_call_argument_begin|>{json arguments}<|tool_call_end|>`, then `<|tool_calls_section_end|>`;
+  the tools are declared as a JSON list in a system turn of their own (Kimi's `tool_declare` turn)
+  and a result comes back in a system turn headed `## Return of functions.NAME:IDX`.
+- "glm45" (glm4_moe): each call is `<tool_call>NAME\\n` then `<arg_key>K</arg_key>\\n<arg_value>V`
+  `</arg_value>\\n` per argument (a string argument raw, any other as JSON), then `</tool_call>`; the
+  tools are declared in the system prompt and results come back as `<tool_response>` blocks in an
+  observation turn.
+
+The shipped miniatures' chat templates know plain {role, content} turns with string content only,
+so `render_messages` writes every piece of a format's markup into the content of such turns; the
+template then renders them as any other turn. The streaming parser is engine.tool_parser.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from engine.errors import InvalidRequestError
+from engine.guide import MAX_GUIDE_CHARS, Guide
+from engine.tool_types import ToolChoice, ToolFunction
+
+KIMI_K2 = "kimi_k2"
+GLM45 = "glm45"
+FORMAT_OF_MODEL_TYPE = {"deepseek_v3": KIMI_K2, "kimi_k2": KIMI_K2, "glm4_moe": GLM45}
+
+MAX_TOOLS = 128
+TOOL_NAME = re.compile(r"[a-zA-Z0-9_-]{1,64}")
+GLM_ARG_KEY = re.compile(r"[^<>\n]{1,128}")  # a key must not be able to close its own markup
+MAX_CALL_INDEX_DIGITS = 6
+
+# Kimi K2's markers
+KIMI_SECTION_BEGIN = "<|tool_calls_section_begin|>"
+KIMI_SECTION_END = "<|tool_calls_section_end|>"
+KIMI_CALL_BEGIN = "<|tool_call_begin|>"
+KIMI_ARGS_BEGIN = "<|tool_call_argument_begin|>"
+KIMI_CALL_END = "<|tool_call_end|>"
+# GLM-4.5's markers
+GLM_CALL_BEGIN = "<tool_call>"
+GLM_CALL_END = "</tool_call>"
+GLM_KEY_BEGIN, GLM_KEY_END = "<arg_key>", "</arg_key>"
+GLM_VALUE_BEGIN, GLM_VALUE_END = "<arg_value>", "</arg_value>"
+GLM_OBSERVATION = "observation"  # the turn GLM-4.5 reads tool results in (its <|observation|> token)
+
+
+def format_for(model_type: str) -> str:
+    """The tool-call format of a model type ("" for one without)."""
+    return FORMAT_OF_MODEL_TYPE.get(model_type, "")
+
+
+def check_tools(tools: list[ToolFunction], fmt: str, param: str = "tools") -> None:
+    """Bound what a client declares: how many tools, their names and their schemas' size."""
+    if not fmt:
+        raise InvalidRequestError(param, "this model has no tool-call format; send no tools")
+    if len(tools) > MAX_TOOLS:
+        raise InvalidRequestError(param, f"give at most {MAX_TOOLS} tools, got {len(tools)}")
+    names = [t.name for t in tools]
+    for name in names:
+        if not TOOL_NAME.fullmatch(name):
+            raise InvalidRequestError(
+                param, f"a function name must match ^[a-zA-Z0-9_-]{{1,64}}$, got {name!r}"
+            )
+    if len(set(names)) != len(names):
+        raise InvalidRequestError(param, "function names must be unique")
+    size = sum(len(json.dumps(t.parameters)) + len(t.description) for t in tools)
+    if size > MAX_GUIDE_CHARS:
+        raise InvalidRequestError(
+            param, f"the tools are {size} characters; at most {MAX_GUIDE_CHARS} are taken"
+        )
+    for tool in tools:
+        if tool.parameters.get("type", "object") != "object":
+            raise InvalidRequestError(param, f"{tool.name}: parameters must be an object schema")
+        if fmt == GLM45:
+            for key in tool.parameters.get("properties") or {}:
+                if not GLM_ARG_KEY.fullmatch(key):
+                    raise InvalidRequestError(
+                        param, f"{tool.name}: argument name {key!r} has '<', '>' or a newline"
+                    )
+
+
+# --- prompts -------------------------------------------------------------------------------------------
+
+
+def _text(content: Any, where: str) -> str:
+    """A message's content as text: a string, None, or a list of text parts."""
+    if content is None or isinstance(content, str):
+        return content or ""
+    if isinstance(content, list):
+        parts = []
+        for part in content:
+            if not (
+                isinstance(part, dict) and part.get("type") == "text" and isinstance(part.get("text"), str)
+            ):
+                raise InvalidRequestError(where, "content parts must be {'type': 'text', 'text': '...'}")
+            parts.append(part["text"])
+        return "".join(parts)
+    raise InvalidRequestError(where, "content must be a string or a list of text parts")
+
+
+def _declared(tools: list[ToolFunction]) -> list[dict[str, Any]]:
+    return [
+        {
+            "type": "function",
+            "function": {"name": t.name, "description": t.description, "parameters": t.parameters},
+        }
+        for t in tools
+    ]
+
+
+def _glm_declaration(tools: list[ToolFunction]) -> str:
+    lines = "\n".join(json.dumps(d["function"], ensure_ascii=False) for d in _declared(tools))
+    return (
+        "# Tools\n\nYou may call the functions below when they help with the request. Their "
+        f"signatures, one per line, are inside <tools></tools>:\n<tools>\n{lines}\n</tools>\n\n"
+        "To call one, write its name and arguments like this:\n"
+        f"{GLM_CALL_BEGIN}{{function-name}}\n{GLM_KEY_BEGIN}{{key}}{GLM_KEY_END}\n"
+        f"{GLM_VALUE_BEGIN}{{value}}{GLM_VALUE_END}\n...\n{GLM_CALL_END}"
+    )
+
+
+def _call_arguments(call: Any, where: str) -> tuple[str, str, str]:
+    """An assistant message's tool call, OpenAI-shaped: (id, name, arguments text)."""
+    fn = call.get("function") if isinstance(call, dict) else None
+    if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
+        raise InvalidRequestError(
+            where, "each tool call needs {'id', 'type': 'function', 'function': {'name', 'arguments'}}"
+        )
+    arguments = fn.get("arguments", "{}")
+    if not isinstance(arguments, str):
+        arguments = json.dumps(arguments, ensure_ascii=False)
+    return str(call.get("id") or ""), fn["name"], arguments
+
+
+def _glm_call(name: str, arguments: str, where: str) -> str:
+    try:
+        args = json.loads(arguments or "{}")
+    except ValueError:
+        raise InvalidRequestError(where, f"the arguments of {name!r} are not JSON") from None
+    if not isinstance(args, dict):
+        raise InvalidRequestError(where, f"the arguments of {name!r} must be a JSON object")
+    pairs = "".join(
+        f"{GLM_KEY_BEGIN}{k}{GLM_KEY_END}\n{GLM_VALUE_BEGIN}"
+        f"{v if isinstance(v, str) else json.dumps(v, ensure_ascii=False)}{GLM_VALUE_END}\n"
+        for k, v in args.items()
+    )
+    return f"{GLM_CALL_BEGIN}{name}\n{pairs}{GLM_CALL_END}"
+
+
+def render_messages(
+    fmt: str, messages: list[dict[str, Any]], tools: list[ToolFunction] | None = None
+) -> list[dict[str, str]]:
+    """OpenAI-shaped messages (roles system, developer, user, assistant, tool; content a string or a
+    list of text parts; an assistant's `tool_calls` with `content: null`; a `tool` message's
+    `tool_call_id`) and the declared tools, as the plain {role, content} turns the model's chat
+    template takes, each format's markup written into their content. `tools` None or empty: none
+    declared (tool_choice "none" declares none either). Plain string-content turns come out as they
+    went in."""
+    out: list[dict[str, str]] = []
+    if tools:
+        if fmt == KIMI_K2:
+            out.append({"role": "system", "content": json.dumps(_declared(tools), ensure_ascii=False)})
+        elif fmt == GLM45:
+            out.append({"role": "system", "content": _glm_declaration(tools)})
+    kimi_ids: dict[str, str] = {}  # an OpenAI call id -> Kimi's functions.NAME:IDX
+    for i, message in enumerate(messages):
+        where = f"messages[{i}]"
+        role = message.get("role")
+        text = _text(message.get("content"), f"{where}.content")
+        if role in ("system", "developer"):
+            if out and out[-1]["role"] == "system" and fmt == GLM45 and tools and len(out) == 1:
+                out[-1] = {"role": "system", "content": out[-1]["content"] + "\n\n" + text}
+            else:
+                out.append({"role": "system", "content": text})
+        elif role == "user":
+            out.append({"role": "user", "content": text})
+        elif role == "assistant":
+            calls = message.get("tool_calls") or []
+            if not isinstance(calls, list):
+                raise InvalidRequestError(f"{where}.tool_calls", "must be a list")
+            rendered = [_call_arguments(c, f"{where}.tool_calls") for c in calls]
+            if rendered and fmt == KIMI_K2:
+                pieces = []
+                for call_id, name, arguments in rendered:
+                    kimi_ids[call_id] = f"functions.{name}:{len(kimi_ids)}"
+                    pieces.append(
+                        f"{KIMI_CALL_BEGIN}{kimi_ids[call_id]}{KIMI_ARGS_BEGIN}{arguments}{KIMI_CALL_END}"
+                    )
+                text += KIMI_SECTION_BEGIN + "".join(pieces) + KIMI_SECTION_END
+            elif rendered and fmt == GLM45:
+                text += "".join(
+                    "\n" + _glm_call(name, args, f"{where}.tool_calls") for _, name, args in rendered
+                )
+            elif rendered:
+                raise InvalidRequestError(f"{where}.tool_calls", "this model has no tool-call format")
+            out.append({"role": "assistant", "content": text})
+        elif role == "tool":
+            call_id = str(message.get("tool_call_id") or "")
+            if fmt == KIMI_K2:
+                out.append(
+                    {"role": "system", "content": f"## Return of {kimi_ids.get(call_id, call_id)}\n{text}"}
+                )
+            elif fmt == GLM45:
+                block = f"<tool_response>\n{text}\n</tool_response>"
+                if out and out[-1]["role"] == GLM_OBSERVATION:  # one observation turn per round
+                    out[-1] = {"role": GLM_OBSERVATION, "content": out[-1]["content"] + "\n" + block}
+                else:
+                    out.append({"role": GLM_OBSERVATION, "content": block})
+            else:
+                raise InvalidRequestError(
+                    f"{where}.role", "this model has no tool-call format for 'tool' messages"
+                )
+        else:
+            raise InvalidRequestError(f"{where}.role", "must be system, developer, user, assistant or tool")
+    return out
+
+
+# --- grammars ------------------------------------------------------------------------------------------
+
+
+def _lit(text: str) -> str:
+    """A Lark string literal (JSON's escaping is Lark's)."""
+    return json.dumps(text)
+
+
+def _json(schema: dict[str, Any]) -> str:
+    return "%json " + json.dumps(schema)
+
+
+def _re(text: str) -> str:
+    """`text` matched literally inside a Lark /regex/."""
+    return re.escape(text).replace("/", "\\/")
+
+
+def _excluding(marker: str) -> str:
+    """A Lark regex for any text that does not contain `marker`."""
+    return rf"/(?s:.*)/ & ~/(?s:.*){_re(marker)}(?s:.*)/"
+
+
+def _kimi_rules(tools: list[ToolFunction]) -> list[str]:
+    rules = []
+    for i, tool in enumerate(tools):
+        head = _lit(f"{KIMI_CALL_BEGIN}functions.{tool.name}:")
+        args = f"{_lit(KIMI_ARGS_BEGIN)} {_json(tool.parameters)} {_lit(KIMI_CALL_END)}"
+        rules.append(f"call_{i}: {head} CALL_INDEX {args}")
+    rules.append(f"CALL_INDEX: /[0-9]{{1,{MAX_CALL_INDEX_DIGITS}}}/")
+    return rules
+
+
+def glm_raw_string(schema: Any) -> bool:
+    """Whether GLM-4.5 writes an argument of this schema as raw text (a string, at most an enum of
+    them) rather than as JSON: the grammar and the parser must agree."""
+    return (
+        isinstance(schema, dict)
+        and schema.get("type") == "string"
+        and set(schema) <= {"type", "description", "title", "enum"}
+        and all(isinstance(v, str) for v in schema.get("enum") or [])
+    )
+
+
+def _glm_value(schema: Any) -> str:
+    if glm_raw_string(schema) and schema.get("enum"):
+        return "(" + " | ".join(_lit(v + GLM_VALUE_END) for v in schema["enum"]) + ")"
+    if glm_raw_string(schema):
+        return "STRING_VALUE_END"
+    return f"{_json(schema if isinstance(schema, dict) else {})} {_lit(GLM_VALUE_END)}"
+
+
+def _glm_rules(tools: list[ToolFunction]) -> list[str]:
+    """`body`: one call after its `<tool_call>` marker (the marker opens `call`, or ends TEXT_OPEN)."""
+    rules = [_up_to(GLM_VALUE_END, "STRING_VALUE_END"), r"ANY_KEY: /[^<>\n]{1,128}/"]
+    rules.append("body: " + " | ".join(f"body_{i}" for i in range(len(tools))))
+    rules.append(f"call: {_lit(GLM_CALL_BEGIN)} body")
+    for i, tool in enumerate(tools):
+        props: dict[str, Any] = tool.parameters.get("properties") or {}
+        required = set(tool.parameters.get("required") or [])
+        args = []
+        for j, (key, schema) in enumerate(props.items()):
+            opening = _lit(f"{GLM_KEY_BEGIN}{key}{GLM_KEY_END}\n{GLM_VALUE_BEGIN}")
+            rules.append(f"arg_{i}_{j}: {opening} {_glm_value(schema)} {_lit(chr(10))}")
+            args.append(f"arg_{i}_{j}" + ("" if key in required else "?"))
+        if not props:  # a free-form object: any keys, string values
+            opening, middle = _lit(GLM_KEY_BEGIN), _lit(f"{GLM_KEY_END}\n{GLM_VALUE_BEGIN}")
+            rules.append(f"arg_{i}_any: {opening} ANY_KEY {middle} STRING_VALUE_END {_lit(chr(10))}")
+            args.append(f"arg_{i}_any*")
+        rules.append(f"body_{i}: {_lit(tool.name + chr(10))} {' '.join(args)} {_lit(GLM_CALL_END)}")
+    return rules
+
+
+def _up_to(marker: str, name: str) -> str:
+    """A lexeme for text up to and including the first `marker`: one lexeme, so that the marker
+    ends the text (a text lexeme followed by the marker's own would swallow the marker's bytes)."""
+    m = _re(marker)
+    return rf"{name}: /(?s:.*){m}/ & ~/(?s:.*){m}(?s:.+)/"
+
+
+def _opened_by(marker: str) -> list[str]:
+    """TEXT (no `marker` in it) and TEXT_OPEN (text up to and including the first `marker`)."""
+    return [f"TEXT: {_excluding(marker)}", _up_to(marker, "TEXT_OPEN")]
+
+
+def tool_grammar(fmt: str, tools: list[ToolFunction], choice: ToolChoice, parallel: bool) -> str:
+    """The Lark grammar (llguidance's dialect) of a reply under `choice` ("auto", "required" or a
+    function's name): calls are well formed and their arguments follow each function's schema."""
+    if choice not in ("auto", "required"):
+        tools, parallel = [t for t in tools if t.name == choice], False
+    if fmt == KIMI_K2:
+        rules = ["call: " + " | ".join(f"call_{i}" for i in range(len(tools))), *_kimi_rules(tools)]
+        calls = f"{'call+' if parallel else 'call'} {_lit(KIMI_SECTION_END)}"
+        opener, whole, opened = KIMI_SECTION_BEGIN, f"{_lit(KIMI_SECTION_BEGIN)} {calls}", calls
+    elif fmt == GLM45:
+        rules = _glm_rules(tools)
+        more = ' ("\\n" call)*' if parallel else ""
+        opener, whole, opened = GLM_CALL_BEGIN, f"call{more}", f"body{more}"
+    else:
+        raise InvalidRequestError("tools", "this model has no tool-call format; send no tools")
+    if choice != "auto":
+        return "\n".join([f"start: {whole}", *rules]) + "\n"
+    # "auto": text without the opening marker, or text up to it and then the calls
+    return "\n".join([f"start: TEXT | TEXT_OPEN {opened}", *rules, *_opened_by(opener)]) + "\n"
+
+
+def guide_for(
+    fmt: str, tools: list[ToolFunction] | None, tool_choice: ToolChoice, parallel_tool_calls: bool = True
+) -> Guide | None:
+    """The guide a reply follows when it may call `tools`: "required", one or more calls (one if not
+    parallel) and nothing else; a function's name, exactly that call; "auto", plain text, or text
+    then the calls (well formed, arguments per each schema); "none" or no tools: no guide."""
+    if not tools or tool_choice == "none":
+        return None
+    if tool_choice not in ("auto", "required") and tool_choice not in {t.name for t in tools}:
+        raise InvalidRequestError("tool_choice", f"names no declared function: {tool_choice!r}")
+    return Guide(kind="lark", grammar=tool_grammar(fmt, tools, tool_choice, parallel_tool_calls))
