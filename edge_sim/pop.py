@@ -288,6 +288,7 @@ class PopNode(NodeBase):
             waiting=stats.waiting,
             preemptions=stats.preemptions,
             generated_tokens=stats.generated_tokens,
+            prompt_tokens=stats.prompt_tokens,
             prefill_ms_per_token=self.prefill_ms_per_token(name),
             pending_tokens=self.pending_tokens(name),
             step_ms=stats.last_step_ms if stats.running else 0.0,

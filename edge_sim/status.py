@@ -26,6 +26,7 @@ class ModelStatus(msgspec.Struct, kw_only=True):
     waiting: int
     preemptions: int
     generated_tokens: int
+    prompt_tokens: int = 0  # prompt tokens run through the model since start (prefix-cache hits not)
     prefill_ms_per_token: float  # measured over recent steps (a default before any)
     pending_tokens: int  # prompt tokens submitted at the PoP that have not started yet
     step_ms: float = 0.0  # the step in progress (the last step's time while it runs anything)

@@ -15,6 +15,16 @@ from engine.errors import InvalidRequestError
 
 GuideKind = Literal["json", "json_schema", "regex", "lark"]
 MAX_GUIDE_CHARS = 64 * 1024  # a schema, regex or grammar larger than this is refused where it enters
+# JSON is generated with compact, fixed separators: free whitespace lets a model wander into spaces and
+# newlines until max_tokens ends it mid-object (a schema may turn it back on with its own "x-guidance")
+JSON_OPTIONS = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
+
+
+def with_json_options(schema: dict[str, Any]) -> dict[str, Any]:
+    """`schema` with the compact-JSON options as llguidance reads them inside a Lark `%json{...}`
+    (its own "x-guidance" options win)."""
+    own = schema.get("x-guidance")
+    return {**schema, "x-guidance": {**JSON_OPTIONS, **(own if isinstance(own, dict) else {})}}
 
 
 class Guide(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, frozen=True):

@@ -29,10 +29,9 @@ import msgspec
 import torch
 
 from engine.errors import InvalidRequestError
-from engine.guide import Guide
+from engine.guide import JSON_OPTIONS, Guide
 
 MAX_COMPILED = 128  # compiled grammars kept per engine (least recently used dropped)
-JSON_OPTIONS = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
 SERIAL_ROWS = 4  # up to this many guided rows, one thread fills their masks in turn
 DEAD_GRAMMAR = "JSON Mode couldn't be met"  # Cloudflare's wording for a guide that cannot be followed
 _BITS = torch.arange(32, dtype=torch.int32)

@@ -25,7 +25,7 @@ import re
 from typing import Any
 
 from engine.errors import InvalidRequestError
-from engine.guide import MAX_GUIDE_CHARS, Guide
+from engine.guide import MAX_GUIDE_CHARS, Guide, with_json_options
 from engine.tool_types import ToolChoice, ToolFunction
 
 KIMI_K2 = "kimi_k2"
@@ -231,7 +231,7 @@ def _lit(text: str) -> str:
 
 
 def _json(schema: dict[str, Any]) -> str:
-    return "%json " + json.dumps(schema)
+    return "%json " + json.dumps(with_json_options(schema))
 
 
 def _re(text: str) -> str:

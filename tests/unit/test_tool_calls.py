@@ -288,3 +288,9 @@ def test_glm_string_arguments_stay_strings():
 def test_a_call_cut_off_by_max_tokens_is_incomplete():
     (_, _, _, calls), parser = parse(KIMI_K2, KIMI_CALLS[:-40], 4)
     assert not parser.complete and calls[0].arguments.startswith('{"city"')
+
+
+def test_call_arguments_take_no_free_whitespace(tokenizers):
+    # free whitespace let a model at temperature 0 write newlines until max_tokens cut the call
+    assert not accepts(tokenizers, KIMI_K2, "required", KIMI_CALLS.replace('{"city": ', '{"city"\n    : '))
+    assert not accepts(tokenizers, KIMI_K2, "required", KIMI_CALLS.replace('{"city"', '{ "city"'))
