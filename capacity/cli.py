@@ -3,8 +3,10 @@
     edge sim --workload chat|rag|code|agent|FILE --kv auto,fp8,int4 --duration 600 --seed 1
              [--model kimi-k2|glm-4.5|DIR] [--weights fp8] [--topology FILE] [--out DIR] [--json]
              [--cost roofline|profiled] [--profile FILE] [--knee 0.25,0.5,1,2,4|none]
+    edge sim --fleet [--fleet-models kimi-k2:fp8,glm-4.5:fp8] [--fleet-workloads chat,rag,code,agent]
+             [--fleet-loads 1,2,5,10] [--fleet-concurrency 32] [--kv fp8] --duration 120
     edge plan --model kimi-k2|glm-4.5|DIR --gpu H200 --weights fp8 --kv int4
-              --context 131072 --concurrency 64 [--json]
+              --context 131072 --concurrency 64 [--json] [--launch vllm|sglang]
 
 `register(subparsers)` adds both to the `edge` command line; `main(argv)` runs them on their own.
 """
@@ -37,16 +39,16 @@ def _kv_list(text: str) -> list[str]:
     return list(dict.fromkeys(kvs))
 
 
-def _multipliers(text: str) -> list[float]:
+def _multipliers(text: str, flag: str = "--knee") -> list[float]:
     if text.strip().lower() in ("none", "off", ""):
         return []
     try:
         values = [float(x) for x in text.split(",") if x.strip()]
     except ValueError:
-        raise ValueError(f"--knee: {text!r} is not a comma-separated list of rate multipliers") from None
+        raise ValueError(f"{flag}: {text!r} is not a comma-separated list of rate multipliers") from None
     bad = [v for v in values if not v > 0]
     if bad:
-        raise ValueError(f"--knee: rate multipliers must be > 0, got {bad[0]!r}")
+        raise ValueError(f"{flag}: rate multipliers must be > 0, got {bad[0]!r}")
     return sorted(set(values))
 
 
@@ -92,7 +94,50 @@ def _cost_model(args: argparse.Namespace, kvs: list[str], log):
     return cost
 
 
+def cmd_fleet(args: argparse.Namespace) -> int:
+    """`edge sim --fleet`: every GPU PoP in the planner's layout, per model, workload and load."""
+    import msgspec
+
+    from capacity.fleet import parse_models, run_fleet
+    from capacity.report import _clean, to_json
+    from capacity.report_fleet import format_fleet
+    from capacity.workload import load_topology
+    from edge_sim.roofline import Efficiency, SimulationError
+    from edge_sim.topology import TopologyError
+
+    def log(message: str) -> None:
+        if not args.quiet:
+            print(f"edge sim: {message}", file=sys.stderr, flush=True)
+
+    try:
+        kv = _kv_list(args.kv or "fp8")
+        if len(kv) > 1:
+            raise ValueError("--fleet: give one KV dtype (--kv fp8): the launch commands have one")
+        setup = load_topology(args.topology)
+        setup = msgspec.structs.replace(setup, prices={**setup.prices, **_prices(args.price)})
+        report = run_fleet(
+            parse_models(args.fleet_models),
+            [w.strip() for w in args.fleet_workloads.split(",") if w.strip()],
+            _multipliers(args.fleet_loads, "--fleet-loads"),
+            duration_s=args.duration,
+            seed=args.seed,
+            kv=kv[0],
+            context=args.fleet_context,
+            concurrency=args.fleet_concurrency,
+            setup=setup,
+            efficiency=Efficiency(args.mfu, args.mbu),
+            usable_fraction=args.usable_fraction,
+            progress=log,
+        )
+    except (SimulationError, TopologyError, ValueError) as exc:
+        return _fail(str(exc))
+    print(to_json(_clean(msgspec.to_builtins(report))) if args.json else format_fleet(report))
+    return 0
+
+
 def cmd_sim(args: argparse.Namespace) -> int:
+    if args.fleet:
+        return cmd_fleet(args)
     from capacity.report import build_report, format_table, load_sweep, to_json, write_outputs
     from capacity.simulator import simulate
     from capacity.workload import load_topology, load_workload
@@ -112,7 +157,7 @@ def cmd_sim(args: argparse.Namespace) -> int:
         for w in caught:
             print(f"edge: warning: {w.message}", file=sys.stderr)
         workload = _override(workload, args)
-        kvs = _kv_list(args.kv)
+        kvs = _kv_list(args.kv or "auto")
         multipliers = _multipliers(args.knee)
         if not args.duration > 0:
             raise ValueError(f"--duration must be a positive number of seconds, got {args.duration!r}")
@@ -212,6 +257,26 @@ def cmd_plan(args: argparse.Namespace) -> int:
         )
     except (SimulationError, ValueError) as exc:
         return _fail(str(exc))
+    if args.launch:
+        from capacity.launch_flags import format_launch, launch_command
+
+        try:
+            cmd = launch_command(
+                result, args.launch, checkpoint=args.checkpoint, served_name=args.served_model_name
+            )
+        except SimulationError as exc:
+            return _fail(str(exc))
+        if args.json:
+            print(
+                json.dumps(
+                    {"plan": msgspec.to_builtins(result), "launch": msgspec.to_builtins(cmd)}, indent=2
+                )
+            )
+        else:
+            print(format_plan(result))
+            print("")
+            print(format_launch(cmd))
+        return 0
     if args.json:
         print(json.dumps(msgspec.to_builtins(result), indent=2))
     else:
@@ -243,7 +308,7 @@ def register(subparsers) -> None:
         "goodput, GPU and KV use and cost, per KV dtype.",
     )
     sim.add_argument("--workload", default="chat", help="chat, rag, code, agent or a TOML/JSON workload file")
-    sim.add_argument("--kv", default="auto", help="KV dtypes to compare, e.g. auto,fp8,int4")
+    sim.add_argument("--kv", help="KV dtypes to compare, e.g. auto,fp8,int4 (default auto; --fleet: fp8)")
     sim.add_argument("--duration", type=float, default=600.0, help="seconds of arrivals (then drained)")
     sim.add_argument("--seed", type=int, default=1)
     sim.add_argument("--topology", help="TOML/JSON topology file (default: the built-in world)")
@@ -279,6 +344,18 @@ def register(subparsers) -> None:
         "--knee-duration", type=float, help="seconds per sweep point (default min(duration, 300))"
     )
     sim.add_argument("--no-plots", action="store_true", help="write report.json only")
+    sim.add_argument(
+        "--fleet", action="store_true", help="every GPU PoP in edge plan's layout: models x workloads x loads"
+    )
+    sim.add_argument(
+        "--fleet-models", default="kimi-k2:fp8,kimi-k2:int4,glm-4.5:fp8", help="MODEL:WEIGHTS,..."
+    )
+    sim.add_argument("--fleet-workloads", default="chat,rag,code,agent", help="workloads, comma-separated")
+    sim.add_argument("--fleet-loads", default="1,2,5,10", help="rate multipliers, comma-separated")
+    sim.add_argument(
+        "--fleet-context", type=int, help="tokens per sequence planned (default: the longest request)"
+    )
+    sim.add_argument("--fleet-concurrency", type=int, default=32, help="sequences per replica planned")
     sim.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     sim.set_defaults(func=cmd_sim)
 
@@ -294,6 +371,11 @@ def register(subparsers) -> None:
     plan.add_argument("--context", type=int, default=131072, help="tokens per sequence")
     plan.add_argument("--concurrency", type=int, default=64, help="sequences decoding together")
     plan.add_argument("--json", action="store_true", help="print the plan as JSON")
+    plan.add_argument(
+        "--launch", choices=["vllm", "sglang"], help="also print the layout as that engine's launch command"
+    )
+    plan.add_argument("--checkpoint", help="--launch: the checkpoint to serve (default: the published one)")
+    plan.add_argument("--served-model-name", help="--launch: the model name the upstream answers to")
     plan.set_defaults(func=cmd_plan)
 
 

@@ -23,6 +23,7 @@ from capacity.planner import DEFAULT_USABLE_FRACTION, min_layout
 from edge_sim.roofline import (
     GIB,
     Efficiency,
+    RooflineModel,
     SimulationError,
     check_kv,
     check_weights,
@@ -142,14 +143,12 @@ class RooflineCostModel:
             plan = self._plans[key] = self._plan_pop(gpus, kv, min_kv_tokens)
         return plan
 
-    def _plan_pop(self, gpus: dict[str, int], kv: str, min_kv_tokens: int) -> ReplicaPlan:
-        check_kv(kv)
-        name, count = _pick_gpu(gpus)
-        gpu = gpu_type(name, self.prices)
-        context = max(1, min(min_kv_tokens, self.model.max_context))
-        r = min_layout(
+    def _layout(self, gpu: str, count: int, kv: str, context: int) -> RooflineModel | None:
+        """The layout a replica runs: the smallest of at most `count` GPUs that holds the weights
+        plus one `context`-token sequence (capacity.fleet sizes it for a planned concurrency)."""
+        return min_layout(
             self.model,
-            name,
+            gpu,
             self.weights,
             kv,
             context,
@@ -159,6 +158,19 @@ class RooflineCostModel:
             self.efficiency,
             self.prices,
         )
+
+    def _max_context(self, context: int) -> int:
+        return self.model.max_context
+
+    def _sequences(self, context: int) -> str:
+        return f"one {context}-token sequence"
+
+    def _plan_pop(self, gpus: dict[str, int], kv: str, min_kv_tokens: int) -> ReplicaPlan:
+        check_kv(kv)
+        name, count = _pick_gpu(gpus)
+        gpu = gpu_type(name, self.prices)
+        context = max(1, min(min_kv_tokens, self.model.max_context))
+        r = self._layout(name, count, kv, context)
         if r is None:
             need = weight_bytes(self.model, self.weights).total_bytes / GIB
             return ReplicaPlan(
@@ -166,7 +178,7 @@ class RooflineCostModel:
                 0,
                 0,
                 note=f"too little memory for {self.model.name} ({need:.0f} GiB of {self.weights} weights) "
-                f"plus one {context}-token sequence",
+                f"plus {self._sequences(context)}",
             )
         free = (gpu.memory_gib * GIB * self.usable_fraction - r.weight_bytes_per_gpu) * r.gpus
         return ReplicaPlan(
@@ -178,7 +190,7 @@ class RooflineCostModel:
             block_bytes=r.kv_block_bytes,
             max_num_seqs=self.max_num_seqs,
             max_batched_tokens=self.max_batched_tokens,
-            max_context=self.model.max_context,
+            max_context=self._max_context(context),
             price_per_hour=gpu.price_per_hour * r.gpus,
             step_ms=r.times.step_ms,
             decode_ms=r.times.decode_ms,

@@ -114,6 +114,7 @@ class Plan(msgspec.Struct):
     mbu: float
     layout: LayoutOption
     alternatives: list[LayoutOption]
+    prefill_chunk: int = DEFAULT_PREFILL_CHUNK  # tokens per step (chunked prefill)
 
 
 def _option(
@@ -199,6 +200,7 @@ def plan(
         mbu=best.eff.mbu,
         layout=options[0],
         alternatives=options[1:],
+        prefill_chunk=prefill_chunk,
     )
 
 
