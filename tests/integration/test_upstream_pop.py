@@ -24,11 +24,12 @@ KEY_ENV = "EDGE_TEST_UPSTREAM_KEY"
 
 
 def front_topology(folder: Path, base_url: str, cache_salt: bool = False) -> None:
+    """FRA forwards to `base_url`, one request at a time (the rest wait in its fair queue)."""
     pop = "".join(f"{k} = {json.dumps(v)}\n" for k, v in FRA.items())
     (folder / "topology.toml").write_text(
         f"[[pop]]\n{pop}timezone = 'Europe/Berlin'\ngpus = {{ H200 = 8 }}\n"
         f"[pop.upstream]\nbackend = 'openai'\nbase_url = {json.dumps(base_url)}\n"
-        f"api_key_env = '{KEY_ENV}'\ncache_salt = {str(cache_salt).lower()}\n"
+        f"api_key_env = '{KEY_ENV}'\ncache_salt = {str(cache_salt).lower()}\nmax_concurrent = 1\n"
         f"[[pop.upstream.models]]\nname = '{MODEL}'\nupstream_model = '{MODEL}'\n"
         "weights = 'fp8'\nkv_cache = 'fp8_e4m3'\n"
     )
@@ -163,17 +164,39 @@ def test_the_upstream_killed_mid_stream_fails_the_stream_reroutes_and_comes_back
     streamer = threading.Thread(target=long_stream)
     streamer.start()
     assert first.wait(60), "the stream never started"
+    # sent while FRA's one slot is taken (and ICN is out, so the router cannot prefer it): it
+    # waits in FRA's queue
+    admin = token(folder, "admin-token")
+    pop_state(server, admin, "ICN", "down")
+    queued: list = []
+    waiter = threading.Thread(target=lambda: queued.append(outcome(*_stream(server, 4))))
+    waiter.start()
+    for _ in range(100):
+        pops = httpx.get(server.url + "/cdn-cgi/edge/pops", headers=admin, timeout=30).json()["pops"]
+        if next(p for p in pops if p["code"] == "FRA")["queue_depth"] == 1:
+            break
+        time.sleep(0.05)
+    else:
+        raise AssertionError("no request waited in FRA's queue")
+    pop_state(server, admin, "ICN", "up")
     up.proc.send_signal(signal.SIGKILL)
     up.proc.wait(timeout=30)
     streamer.join(timeout=120)
     assert not streamer.is_alive(), "the stream hung after its upstream was killed"
     assert got["outcome"][0] == "failed" and got["outcome"][1].isdigit(), got
+    waiter.join(timeout=120)
+    assert queued == [("completed", "ICN")]  # the queued one was handed back and re-routed, not lost
 
     # requests while it is down are served at ICN, none lost
     outcomes = [outcome(*_stream(server, 4)) for _ in range(4)]
     assert outcomes == [("completed", "ICN")] * 4, outcomes
     restart()
     assert _until(server, "FRA") == ("completed", "FRA")  # back after its health check
+
+
+def pop_state(server: DevServer, admin: dict, code: str, action: str) -> None:
+    r = httpx.post(f"{server.url}/cdn-cgi/edge/pops/{code}/{action}", headers=admin, json={}, timeout=30)
+    assert r.status_code == 200, r.text
 
 
 def _stream(server: DevServer, n: int) -> tuple[int, str]:
