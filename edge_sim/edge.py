@@ -18,6 +18,7 @@ from edge_sim.request import Delta, GenerateRequest, GenerateResult
 from edge_sim.router import Router
 from edge_sim.target import TargetSpec, modeled_times
 from edge_sim.topology import Location, PoP, Topology
+from edge_sim.upstream import UpstreamPopNode
 from engine import SeqEvent
 
 log = logging.getLogger("edge.edge")
@@ -50,14 +51,19 @@ class Edge:
         nodes: dict[str, PopNodeLike] = {}
         for code in gpu_pops:
             pop = topology.pop(code)
-            # a PoP with a URL in the topology is a node process elsewhere (`edge pop serve`)
-            nodes[pop.code] = (
-                RemotePopNode(pop, pop.url) if pop.url else PopNode.load(pop, models, device=device)
-            )
+            # a PoP with a URL in the topology is a node process elsewhere (`edge pop serve`); one
+            # with an upstream forwards to an OpenAI-compatible server (vLLM, SGLang, ...)
+            if pop.upstream is not None:
+                nodes[pop.code] = UpstreamPopNode(pop)
+            elif pop.url:
+                nodes[pop.code] = RemotePopNode(pop, pop.url)
+            else:
+                nodes[pop.code] = PopNode.load(pop, models, device=device)
         return cls(topology, network, nodes)
 
-    def remote_nodes(self) -> list[RemotePopNode]:
-        return [n for n in self.nodes.values() if isinstance(n, RemotePopNode)]
+    def remote_nodes(self) -> list[RemotePopNode | UpstreamPopNode]:
+        """The nodes in other processes: health-checked, and never reachable from a worker's fetch."""
+        return [n for n in self.nodes.values() if isinstance(n, RemotePopNode | UpstreamPopNode)]
 
     def locate(self, text: str) -> Location:
         return self.topology.resolve_location(text)

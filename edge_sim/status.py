@@ -35,6 +35,7 @@ class ModelStatus(msgspec.Struct, kw_only=True):
     recent_steps: list[StepStats] = []
     expert_load: list[list[int]] = []
     tool_format: str = ""  # engine.tool_calls' format of the model ("" for none)
+    upstream_model: str | None = None  # an upstream PoP's: the name its server serves the model under
 
     def formats(self) -> Formats:
         return Formats(self.weights, self.kv_cache_dtype, self.weights_by_part, self.tool_format)
@@ -62,3 +63,4 @@ class PopStatus(msgspec.Struct, kw_only=True, omit_defaults=True):
     # set only for a remote node, by the runtime's side (omitted otherwise)
     remote: str | None = None
     reachable: bool | None = None
+    backend: str | None = None  # an upstream PoP's backend ("openai"); omitted for our own engine

@@ -14,6 +14,8 @@ from collections.abc import Iterable
 
 import msgspec
 
+from edge_sim.upstream_config import UpstreamConfig, check_upstream
+
 __all__ = [
     "CONTINENTS",
     "EARTH_RADIUS_KM",
@@ -85,6 +87,8 @@ class PoP(msgspec.Struct, frozen=True):
     timezone: str  # IANA
     gpus: dict[str, int] = {}  # GPU type name -> count; empty = no GPU here
     url: str | None = None  # remote PoP node URL; None = in-process
+    # an OpenAI-compatible server (vLLM, SGLang, ...) this PoP forwards to (edge_sim.upstream)
+    upstream: UpstreamConfig | None = None
 
     @property
     def has_gpu(self) -> bool:
@@ -211,6 +215,15 @@ def _validate(pop: PoP) -> None:
         raise TopologyError(
             f"PoP {code}: unknown continent code {pop.continent!r}; known: {', '.join(sorted(CONTINENTS))}"
         )
+    if pop.upstream is not None:
+        if pop.url is not None:
+            raise TopologyError(f"PoP {code}: give url (an `edge pop serve` node) or upstream, not both")
+        if not pop.has_gpu:
+            raise TopologyError(f"PoP {code}: upstream needs gpus, the GPUs it runs on (e.g. H200 = 8)")
+        try:
+            check_upstream(code, pop.upstream)
+        except ValueError as exc:
+            raise TopologyError(str(exc)) from None
     for gpu, count in pop.gpus.items():
         if gpu not in GPU_TYPES:
             raise TopologyError(f"PoP {code}: unknown GPU type {gpu!r}; known types: {', '.join(GPU_TYPES)}")

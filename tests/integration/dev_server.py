@@ -21,10 +21,10 @@ def free_port() -> int:
 
 
 class DevServer:
-    def __init__(self, config: Path, cwd: Path = REPO, prefix: tuple[str, ...] = ()):
+    def __init__(self, config: Path, cwd: Path = REPO, prefix: tuple[str, ...] = (), port: int | None = None):
         """`prefix`: a command the runtime runs under (tests/faults uses `unshare` to give it a
-        small disk of its own)."""
-        self.port = free_port()
+        small disk of its own); `port`: a given one (a restart on the same URL), else a free one."""
+        self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = (
             cwd / f".edge-dev-{self.port}.log" if cwd != REPO else Path(f"/tmp/edge-dev-{self.port}.log")
