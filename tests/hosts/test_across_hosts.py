@@ -5,6 +5,8 @@ over the link, and a node refuses whoever lacks its node token."""
 
 from __future__ import annotations
 
+import time
+
 import httpx
 import msgspec
 
@@ -29,6 +31,10 @@ def test_each_client_is_served_by_the_host_nearest_it(two_hosts):
     pops = two_hosts.pops()  # the runtime reaches each PoP at its host's own address
     for code in ("FRA", "ICN"):
         assert pops[code]["remote"] == two_hosts.url[code] and pops[code]["reachable"], pops[code]
+        assert (
+            f"GPU PoP {code} ({two_hosts.city(code)}) at {two_hosts.url[code]}"
+            in two_hosts.dev.log.read_text()
+        )
 
 
 def test_tokens_stream_while_the_remote_host_is_still_generating(two_hosts):
@@ -62,3 +68,15 @@ def test_a_node_refuses_requests_without_its_node_token(two_hosts):
     assert msgspec.msgpack.decode(httpx.get(url + "/v1/health", timeout=10).content) == {"up": True}
     assert "models" in msgspec.msgpack.decode(two_hosts.node_health("FRA").content)
     assert two_hosts.served_by("Paris") == "FRA"  # /v1/down with the wrong token did nothing
+
+
+def test_a_client_that_hangs_up_frees_its_place_at_the_remote_host(two_hosts):
+    with two_hosts.stream("Seoul", max_tokens=3000) as r:
+        lines = r.iter_lines()
+        next(line for line in lines if line.startswith("data: "))
+        assert msgspec.msgpack.decode(two_hosts.node_health("ICN").content)["in_flight"] == 1
+    # closed after one token: edge dev drops the request, and so does the ICN host
+    deadline = time.monotonic() + 30
+    while msgspec.msgpack.decode(two_hosts.node_health("ICN").content)["in_flight"]:
+        assert time.monotonic() < deadline, "the ICN host kept generating for a client that left"
+        time.sleep(0.05)
