@@ -44,6 +44,9 @@ MSGPACK = "application/vnd.msgpack"
 NODE_TOKEN_ENV = "EDGE_NODE_TOKEN"
 GENERATE_BODY_BYTES = 8 * 1024 * 1024  # a prompt far past any context window
 CONTROL_BODY_BYTES = 64 * 1024
+# how often a stream waiting for its node's next frame looks whether a health check has failed since
+# it started: a cut link sends no reset, so the read alone would wait out its whole timeout
+STALL_POLL_S = 0.5
 
 
 class Frame(msgspec.Struct):
@@ -173,6 +176,7 @@ class RemotePopNode(NodeBase):
         self.reachable = False
         self.refused: dict[str, str] = {}
         self._token_refused = False
+        self.failed_checks = 0  # health checks that got no answer, ever: streams in flight watch it
 
     @property
     def up(self) -> bool:
@@ -213,6 +217,7 @@ class RemotePopNode(NodeBase):
             if self.reachable:
                 log.warning("remote PoP %s at %s failed its health check: %s", self.code, self.url, exc)
             self.reachable = False
+            self.failed_checks += 1
         return self.reachable
 
     def models(self) -> list[str]:
@@ -237,7 +242,8 @@ class RemotePopNode(NodeBase):
                 if r.status_code != 200:
                     raise EdgeError("invalid_input", f"PoP {self.code} refused the request ({r.status_code})")
                 buffer = b""
-                async for chunk in r.aiter_bytes():
+                chunks, checks_failed = r.aiter_bytes(), self.failed_checks
+                while (chunk := await self._next_chunk(chunks, checks_failed)) is not None:
                     buffer += chunk
                     while len(buffer) >= _HEADER.size:
                         (n,) = _HEADER.unpack_from(buffer)
@@ -253,6 +259,21 @@ class RemotePopNode(NodeBase):
         except httpx.HTTPError as exc:
             self.reachable = False
             raise EdgeError("no_capacity", f"remote PoP {self.code} failed mid-request ({exc})") from None
+
+    async def _next_chunk(self, chunks: AsyncIterator[bytes], checks_failed: int) -> bytes | None:
+        """The stream's next bytes (None at its end); an EdgeError once a health check made after
+        the stream started has failed and the node is still unreachable (its link is cut, say)."""
+        pending = asyncio.ensure_future(anext(chunks, None))
+        try:
+            while not (await asyncio.wait({pending}, timeout=STALL_POLL_S))[0]:
+                if self.failed_checks > checks_failed and not self.reachable:
+                    raise EdgeError(
+                        "no_capacity",
+                        f"remote PoP {self.code} stopped answering its health checks mid-request",
+                    )
+            return pending.result()
+        finally:
+            pending.cancel()  # a no-op once it is done
 
     def formats(self, model: str) -> Formats:
         m = self._status.models.get(model) if self._status else None

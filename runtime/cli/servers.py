@@ -134,7 +134,10 @@ def cmd_dev(args: argparse.Namespace) -> int:
             flush=True,
         )
     for node in edge.nodes.values():
-        print(f"  GPU PoP {node.code} ({node.pop.city}): {', '.join(sorted(node.models()))}", flush=True)
+        where = f" at {node.pop.url} (its models once its first health check answers)" if node.pop.url else ""
+        print(
+            f"  GPU PoP {node.code} ({node.pop.city}){where}: {', '.join(sorted(node.models()))}", flush=True
+        )
     if not edge.nodes:
         why = "[edge] pops is empty" if config.edge.pops is not None else "the worker has no AI binding"
         print(f"  no GPU PoP, no engine loaded: {why}", flush=True)

@@ -21,9 +21,18 @@ def free_port() -> int:
 
 
 class DevServer:
-    def __init__(self, config: Path, cwd: Path = REPO, prefix: tuple[str, ...] = (), port: int | None = None):
+    def __init__(
+        self,
+        config: Path,
+        cwd: Path = REPO,
+        prefix: tuple[str, ...] = (),
+        args: tuple[str, ...] = (),
+        env: dict[str, str] | None = None,
+        port: int | None = None,
+    ):
         """`prefix`: a command the runtime runs under (tests/faults uses `unshare` to give it a
-        small disk of its own); `port`: a given one (a restart on the same URL), else a free one."""
+        small disk of its own); `args`: more `edge dev` arguments; `env`: more environment;
+        `port`: a given one (a restart on the same URL), else a free one."""
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = (
@@ -43,11 +52,12 @@ class DevServer:
                 str(self.port),
                 "--log-level",
                 "warning",
+                *args,
             ],
             cwd=cwd,
             stdout=self._log_file,
             stderr=subprocess.STDOUT,
-            env={**os.environ, "PYTHONPATH": str(REPO)},
+            env={**os.environ, **(env or {}), "PYTHONPATH": str(REPO)},
         )
 
     def wait_ready(self, timeout: float = 120.0) -> None:
