@@ -175,7 +175,6 @@ def test_health_and_metrics_stay_open_without_worker_names(project):
 
 
 CF_404 = [
-    ("POST", "/client/v4/accounts/local/ai/v1/embeddings"),
     ("GET", "/client/v4/anything"),
     ("GET", "/client/v4"),
     ("DELETE", "/client/v4/accounts/local/workers/scripts/x/versions/y"),
@@ -203,6 +202,12 @@ def never_the_worker(project, method, path):
 def test_the_echo_worker_shows_what_reaches_it(project):
     r = httpx.get(project.url + "/client/v5/x", headers=bearer(project.token), timeout=30)
     assert r.headers["x-from-worker"] == "1" and r.json()["authorization"] == f"Bearer {project.token}"
+
+
+def test_embeddings_are_answered_by_the_api_in_openais_shape(project):
+    # no embedding model is served; the OpenAI API says so itself (the worker never sees the call)
+    r = never_the_worker(project, "POST", "/client/v4/accounts/local/ai/v1/embeddings")
+    assert r.status_code == 404 and r.json()["error"]["type"] == "invalid_request_error"
 
 
 @pytest.mark.parametrize(("method", "path"), CF_404)
