@@ -63,7 +63,8 @@ class FairGate:
     def served(self, ticket: Ticket, tokens: int) -> None:
         """Charge `tokens` generated for `ticket`'s tenant."""
         if self._queue.fair and tokens:
-            self._queue.charge_prefill(ticket.tenant, OUTPUT_COST * tokens)
+            # an int: the compiled fair queue (engine.native) holds its counters' inputs to their types
+            self._queue.charge_prefill(ticket.tenant, round(OUTPUT_COST * tokens))
 
     def leave(self, ticket: Ticket) -> None:
         """The request is done with its slot: the next one goes."""
