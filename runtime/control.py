@@ -286,11 +286,13 @@ class ControlApi:
             finally:
                 await probe.stop()
             stored = msgspec.to_builtins(cfg)
-            version = state.add_version(account, name, upload.main, upload.files, stored, upload.message)
+            version = await asyncio.to_thread(
+                state.add_version, account, name, upload.main, upload.files, stored, upload.message
+            )
             staging.rename(private_dir(state_dir / "scripts") / version)
         finally:
             shutil.rmtree(staging, ignore_errors=True)
-        deployment = state.deploy(account, name, [(version, 100)], upload.message)
+        deployment = await asyncio.to_thread(state.deploy, account, name, [(version, 100)], upload.message)
         return envelope({"id": version, "deployment_id": deployment, "entry": probe.entry})
 
     async def versions(self, request: Request) -> Response:
@@ -318,9 +320,8 @@ class ControlApi:
             return cf_error(NOT_FOUND, f"no version {', '.join(unknown)} of worker {name!r}", 404)
         if sum(s.percentage for s in body.versions) != 100 or any(s.percentage < 0 for s in body.versions):
             return cf_error(BAD_REQUEST, "percentages must be non-negative and add up to 100")
-        deployment = state.deploy(
-            account, name, [(s.version_id, s.percentage) for s in body.versions], body.message
-        )
+        split = [(s.version_id, s.percentage) for s in body.versions]
+        deployment = await asyncio.to_thread(state.deploy, account, name, split, body.message)
         return envelope({"id": deployment})
 
     async def rollback(self, request: Request) -> Response:
@@ -349,7 +350,8 @@ class ControlApi:
                 return cf_error(NOT_FOUND, f"{name!r} has no earlier version to roll back to", 404)
         elif state.version(account, name, version) is None:  # another worker's version included
             return cf_error(NOT_FOUND, f"no version {version} of worker {name!r}", 404)
-        deployment = state.deploy(account, name, [(version, 100)], body.message or f"rollback to {version}")
+        message = body.message or f"rollback to {version}"
+        deployment = await asyncio.to_thread(state.deploy, account, name, [(version, 100)], message)
         return envelope({"id": deployment, "version_id": version})
 
     async def secrets(self, request: Request) -> Response:
@@ -366,7 +368,7 @@ class ControlApi:
             return cf_error(BAD_REQUEST, str(exc))
         if not body.name.isidentifier():
             return cf_error(BAD_REQUEST, f"secret name {body.name!r} must be a valid identifier")
-        state.put_secret(account, name, body.name, body.text)
+        await asyncio.to_thread(state.put_secret, account, name, body.name, body.text)
         await self.restart_worker(account, name)  # the next request sees the new env
         return envelope({"name": body.name, "type": "secret_text"})
 
@@ -375,7 +377,8 @@ class ControlApi:
             account, name = self._auth(request)
         except AuthError as exc:
             return cf_error(AUTH_ERROR, str(exc), exc.status)
-        if not self.state.delete_secret(account, name, request.path_params["secret"]):
+        secret = request.path_params["secret"]
+        if not await asyncio.to_thread(self.state.delete_secret, account, name, secret):
             return cf_error(NOT_FOUND, f"no secret {request.path_params['secret']!r}", 404)
         await self.restart_worker(account, name)
         return envelope(None)

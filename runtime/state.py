@@ -145,13 +145,21 @@ class State:
         self._db.executescript("PRAGMA journal_mode=WAL; PRAGMA secure_delete=ON;" + SCHEMA)
         migrate_accounts(self._db)
         self._lock = threading.Lock()
+        # the request path's reads (a token's account, the active deployment, a version) have a
+        # connection of their own: in WAL mode a reader is not blocked by a writer, so a write that
+        # waits out another process's lock (up to the busy timeout) does not hold up serving
+        self._reader = sqlite3.connect(
+            self.path, timeout=BUSY_TIMEOUT_S, check_same_thread=False, isolation_level=None
+        )
+        self._read_lock = threading.Lock()
         self._key_path = self.path.parent / KEY_FILE
         self._aead: AESGCM | None = None
         self._encrypt_plaintext_rows()
 
     def close(self) -> None:
-        with self._lock:
+        with self._lock, self._read_lock:
             self._db.close()
+            self._reader.close()
 
     def query(self, sql: str, args: tuple = ()) -> list[tuple]:
         """One statement, its rows (runtime.accounts keeps its tables' SQL beside its logic)."""
@@ -162,6 +170,14 @@ class State:
                 raise (storage_failure(exc, "the state database") or exc) from exc
 
     _q = query
+
+    def _read(self, sql: str, args: tuple = ()) -> list[tuple]:
+        """One read on the request path's own connection (see __init__)."""
+        with self._read_lock:
+            try:
+                return self._reader.execute(sql, args).fetchall()
+            except sqlite3.OperationalError as exc:
+                raise (storage_failure(exc, "the state database") or exc) from exc
 
     # --- accounts and tokens --------------------------------------------------------------------------
 
@@ -186,7 +202,7 @@ class State:
         )
 
     def account_for(self, token: str) -> str | None:
-        rows = self._q("SELECT account_id FROM tokens WHERE hash = ?", (token_hash(token),))
+        rows = self._read("SELECT account_id FROM tokens WHERE hash = ?", (token_hash(token),))
         return rows[0][0] if rows else None
 
     # --- versions and deployments ---------------------------------------------------------------------
@@ -209,7 +225,7 @@ class State:
 
     def version(self, account_id: str, worker: str, version_id: str) -> dict[str, Any] | None:
         """A version of this worker (None for an unknown id, or one of another worker)."""
-        rows = self._q(
+        rows = self._read(
             "SELECT id, worker, created, main, files, config, message FROM versions "
             "WHERE account_id = ? AND worker = ? AND id = ?",
             (account_id, worker, version_id),
@@ -228,7 +244,7 @@ class State:
         }
 
     def versions(self, account_id: str, worker: str) -> list[dict[str, Any]]:
-        rows = self._q(
+        rows = self._read(
             "SELECT id, created, message FROM versions WHERE account_id = ? AND worker = ? "
             "ORDER BY created DESC",
             (account_id, worker),
@@ -246,7 +262,7 @@ class State:
         return deployment
 
     def deployments(self, account_id: str, worker: str) -> list[dict[str, Any]]:
-        rows = self._q(
+        rows = self._read(
             "SELECT id, created, strategy, message FROM deployments WHERE account_id = ? AND worker = ? "
             "ORDER BY created DESC",
             (account_id, worker),
@@ -262,7 +278,7 @@ class State:
         ]
 
     def active(self, account_id: str, worker: str) -> list[tuple[str, int]] | None:
-        rows = self._q(
+        rows = self._read(
             "SELECT strategy FROM deployments WHERE account_id = ? AND worker = ? "
             "ORDER BY created DESC LIMIT 1",
             (account_id, worker),
@@ -346,7 +362,7 @@ class State:
     def secret_names(self, account_id: str, worker: str) -> list[str]:
         return [
             r[0]
-            for r in self._q(
+            for r in self._read(
                 "SELECT name FROM secrets WHERE account_id = ? AND worker = ? ORDER BY name",
                 (account_id, worker),
             )

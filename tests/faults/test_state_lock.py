@@ -5,6 +5,8 @@ half-written (`integrity_check` ok, the old secret and deployment stand), and th
 deployed keeps serving while the lock is held and after."""
 
 import sqlite3
+import threading
+import time
 from contextlib import contextmanager
 
 import httpx
@@ -70,6 +72,24 @@ def test_writes_to_a_locked_state_database_are_refused_and_nothing_is_torn(serve
     assert not list((server.folder / ".edge" / "staging").glob("*")), "a refused deploy left files"
     assert other(server) == "v1"
     assert deploy(server, "v3").status_code == 200 and other(server) == "v3"  # and writes work again
+
+
+def test_serving_goes_on_while_a_write_waits_out_the_lock(server):
+    # the write waits (up to the busy timeout) off the event loop, and the request path reads on a
+    # connection of its own: requests are served while it waits, not after it gives up
+    db = server.folder / ".edge" / "state.db"
+    with locked(db):
+        outcome: list[httpx.Response] = []
+        writer = threading.Thread(target=lambda: outcome.append(secret(server, "waiting")))
+        writer.start()
+        time.sleep(0.5)  # the write is in flight, waiting on the lock
+        served = [other(server) for _ in range(3)]
+        token_checked = api(server.url, server.folder, "GET", "/ai/models/search").status_code
+        still_waiting = writer.is_alive()
+        writer.join(timeout=60)
+    assert served == [served[0]] * 3 and token_checked == 200
+    assert still_waiting, "the requests were served only once the write had given up"
+    assert outcome[0].status_code == 503
 
 
 def test_a_kv_put_into_a_locked_store_fails_with_a_clear_error(server):
