@@ -105,6 +105,28 @@ def test_json_mode_outputs_are_json_objects_in_every_sampled_trial(server, model
         assert isinstance(json.loads(choice.message.content), dict), (trial, choice)
 
 
+@pytest.mark.xfail(
+    reason="known gap (issue 14): any-JSON mode bounds no string, so at temperature 1 a miniature can "
+    "wander inside a key until max_tokens (measured closed: kimi 17/20, glm 13/20 at 400 tokens); "
+    "strict schemas with maxLength close in 20/20 (the test above)",
+    strict=False,
+)
+@pytest.mark.parametrize("model", MODELS)
+def test_json_mode_closes_its_object_in_every_sampled_trial(server, model):
+    closed = 0
+    for trial in range(TRIALS):
+        out = server.client.chat.completions.create(
+            model=model,
+            messages=ASK,
+            response_format={"type": "json_object"},
+            temperature=1.0,
+            max_tokens=400,
+            seed=100 + trial,
+        )
+        closed += out.choices[0].finish_reason == "stop"
+    assert closed == TRIALS
+
+
 def _call(out):
     choice = out.choices[0]
     assert choice.finish_reason == "tool_calls", choice
