@@ -59,6 +59,9 @@ class PopNode(NodeBase):
         # requests submitted that have not produced a token yet: request id -> (model, prompt
         # tokens, their event queue); a PoP taken down hands these back to be re-routed
         self._pending: dict[str, tuple[str, int, asyncio.Queue]] = {}
+        # requests that have produced a token: request id -> (model, their event queue); a PoP
+        # taken down cuts these (the edge ends each with an error event: it cannot re-route them)
+        self._started: dict[str, tuple[str, asyncio.Queue]] = {}
         self.max_in_flight = 256  # admission limit per PoP: beyond it the router spills elsewhere
 
     @classmethod
@@ -154,15 +157,17 @@ class PopNode(NodeBase):
         return True  # in-process: what the router ranks by is always current
 
     async def take_down(self) -> int:
-        """Stop taking requests; the ones still queued here are handed back to be re-routed
-        (requests already generating finish here). Returns how many were handed back."""
+        """Stop taking requests, as a PoP that fails does: the ones still queued here are handed
+        back to be re-routed, the ones already generating are cut (each ends with an error event
+        upstream). Returns how many were handed back."""
         self.up = False
-        handed = 0
-        for request_id, (model, _, events) in list(self._pending.items()):
+        cut = [(rid, model, events) for rid, (model, events) in self._started.items()]
+        queued = [(rid, model, events) for rid, (model, _, events) in self._pending.items()]
+        for request_id, model, events in cut + queued:
             self._loops[model].cancel(request_id)
             events.put_nowait(PopDown(self.code))
-            handed += 1
-        return handed
+        self._started.clear()
+        return len(queued)
 
     async def bring_up(self) -> None:
         self.up = True
@@ -235,7 +240,8 @@ class PopNode(NodeBase):
                 if isinstance(event, PopDown):
                     finished = True  # already cancelled by take_down
                     raise event
-                self._pending.pop(request_id, None)
+                if self._pending.pop(request_id, None) is not None:
+                    self._started[request_id] = (req.model, events)
                 if event.finish_reason is not None:
                     running.discard(event.index)
                     finished = not running
@@ -247,6 +253,7 @@ class PopNode(NodeBase):
         finally:
             self._waiting -= 1
             self._pending.pop(request_id, None)
+            self._started.pop(request_id, None)
             if not finished:
                 engine_loop.cancel(request_id)
 

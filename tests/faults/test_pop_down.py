@@ -1,7 +1,8 @@
 """A GPU PoP taken down (the admin API `edge pops down` calls) while ~20 streams are in flight and
 its queue is full: the requests it had queued are re-routed to the next PoP, the ones it had
-started end there, and every request id ends as completed (usage, [DONE]) or failed with a code;
-none hangs or is cut off silently. With no PoP left to take them, queued requests fail with 3040."""
+started end with an error event (3040: they cannot be re-routed once tokens went out), and every
+request id ends as completed (usage, [DONE]) or failed with a code; none hangs or is cut off
+silently. With no PoP left to take them, queued requests fail with 3040 too."""
 
 import asyncio
 
@@ -73,19 +74,22 @@ def test_queued_requests_are_rerouted_and_none_is_lost(server):
     served = [where for kind, where in outcomes.values() if kind == "completed"]
     assert "FRA" in served, outcomes  # the queued ones were taken by the next PoP
     failed = [code for kind, code in outcomes.values() if kind == "failed"]
-    assert all(code.isdigit() for code in failed), failed
+    # the stream whose first byte set off the down was generating at ICN: it was cut, with a code
+    assert failed and set(failed) == {"3040"}, outcomes
 
 
 def test_with_no_pop_left_queued_requests_fail_with_3040(server):
     r = httpx.post(f"{server.url}/cdn-cgi/edge/pops/FRA/down", headers=server.admin, timeout=60)
     assert r.status_code == 200, r.text  # all 20 queue at ICN, and nothing can take them
-    outcomes, answers = asyncio.run(down_mid_load(server.url, server.admin, ["ICN"]))
+    outcomes, _ = asyncio.run(down_mid_load(server.url, server.admin, ["ICN"]))
     up(server, "ICN", "FRA")
     lost = {rid: why for rid, (kind, why) in outcomes.items() if kind == "lost"}
     assert not lost, lost
     failed = [code for kind, code in outcomes.values() if kind == "failed"]
+    # queued ones found no PoP to take them, started ones were cut: 3040 either way
     assert failed and set(failed) == {"3040"}, outcomes
-    assert sum(a["rerouted"] for a in answers) >= len(failed)
+    completed = [rid for rid, (kind, _) in outcomes.items() if kind == "completed"]
+    assert len(completed) + len(failed) == REQUESTS
     # and the edge serves again once its PoPs are back
     r = httpx.post(server.url + "/stream", json={"prompt": "def f():", "n": 3}, timeout=60)
     assert outcome(r.status_code, r.text)[0] == "completed", r.text
