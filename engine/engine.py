@@ -136,8 +136,12 @@ class LLMEngine:
             self._guides = GuideCompiler(tokenizer_json, sorted(self.eos_ids), self.vocab_size)
         return self._guides
 
-    def _compile(self, guide) -> GuideState:
-        return GuideState(self.guide_compiler().compile(guide))
+    def _compile(self, guide, max_tokens: int | None = None) -> GuideState:
+        """A sequence's guide state; any-JSON mode's also closes the object within max_tokens."""
+        compiler = self.guide_compiler()
+        if guide.kind == "json" and max_tokens is not None:
+            return GuideState(compiler.compile(guide), compiler, max_tokens)
+        return GuideState(compiler.compile(guide))
 
     def speller(self) -> TokenSpeller:
         if self._speller is None:
@@ -181,7 +185,7 @@ class LLMEngine:
     ) -> Sequence:
         sampler = Sampler(params, self.vocab_size, prompt_ids, self.device)
         detok = IncrementalDetokenizer(self.tokenizer) if self.tokenizer is not None else None
-        guide = self._compile(params.guide) if params.guide is not None else None
+        guide = self._compile(params.guide, params.max_tokens) if params.guide is not None else None
         kv = self.cache.new_sequence()
         seq = Sequence(request_id, prompt_ids, params, sampler, kv, detok, self.eos_ids, tenant, index, guide)
         seq.salt = salt

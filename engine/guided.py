@@ -14,11 +14,14 @@ with no guided rows builds no GuideBatch and pays nothing.
 
 JSON guides are compiled with compact, fixed separators (", " and ": ", no free whitespace, which a
 schema may turn back on with its own "x-guidance" options): free whitespace lets a model wander
-into endless newlines, the classic way JSON mode fails to close.
+into endless newlines, the classic way JSON mode fails to close. Any-JSON mode also closes the
+object within max_tokens (GuideState.closing_token, engine.json_close): a sampled answer that
+wanders inside a key or down nested brackets gets its closing tokens forced once only they fit.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections import OrderedDict
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -30,11 +33,18 @@ import torch
 
 from engine.errors import InvalidRequestError
 from engine.guide import JSON_OPTIONS, Guide
+from engine.json_close import JsonCloser
 
+log = logging.getLogger(__name__)
 MAX_COMPILED = 128  # compiled grammars kept per engine (least recently used dropped)
 SERIAL_ROWS = 4  # up to this many guided rows, one thread fills their masks in turn
 DEAD_GRAMMAR = "JSON Mode couldn't be met"  # Cloudflare's wording for a guide that cannot be followed
 _BITS = torch.arange(32, dtype=torch.int32)
+# any-JSON mode starts forcing the closing tokens when the budget left is within CLOSE_MARGIN of
+# their count: room for one free token to open a few more brackets; CLOSE_SLACK bounds the closing
+# text's bytes beyond the open brackets (`"": 0` and an escape's rest), so most steps skip the check
+CLOSE_MARGIN = 4
+CLOSE_SLACK = 16
 
 
 def grammar_text(guide: Guide) -> str:
@@ -89,16 +99,43 @@ class GuideCompiler:
 
 
 class GuideState:
-    """One sequence's matcher: what it may emit next, fed each token it samples."""
+    """One sequence's matcher: what it may emit next, fed each token it samples. In any-JSON mode
+    also a JsonCloser and the token budget: once what is left is only just enough to close the
+    object, the closing tokens are forced (a grammar cannot see max_tokens; without this a wandering
+    answer is cut mid-object and is not JSON)."""
 
-    def __init__(self, matcher: llguidance.LLMatcher):
+    def __init__(
+        self,
+        matcher: llguidance.LLMatcher,
+        compiler: GuideCompiler | None = None,
+        budget: int | None = None,
+    ):
         self.matcher = matcher
+        self.compiler = compiler
+        self.closer = JsonCloser() if compiler is not None and budget is not None else None
+        self.left = budget or 0  # tokens still allowed (max_tokens less those consumed)
+        self.closed_by_budget = False  # the budget, not the model, closed the object: it ends as "length"
 
     def consume(self, token: int) -> str | None:
         """Feed the sampled token; an error text when the grammar cannot go on."""
         if not self.matcher.consume_token(token) or self.matcher.is_error():
             return f"{DEAD_GRAMMAR}: {self.matcher.get_error() or f'token {token} is not allowed here'}"
+        if self.closer is not None:
+            self.left -= 1
+            self.closer.feed(self.compiler.token_bytes(token))
         return None
+
+    def closing_token(self) -> int | None:
+        """The token to force now, or None to let the model choose: the first of the tokens that
+        close the object, once the budget left is within CLOSE_MARGIN of how many those are."""
+        closer = self.closer
+        if closer is None or closer.lost or self.left > closer.depth + CLOSE_SLACK:
+            return None  # (a cheap bound first: the closing text is at most depth + a few bytes)
+        suffix = closer.suffix()
+        if not suffix:
+            return None
+        tokens = self.compiler.tokenizer.tokenize_bytes(suffix)
+        return tokens[0] if tokens and self.left <= len(tokens) + CLOSE_MARGIN else None
 
     @property
     def complete(self) -> bool:
@@ -124,9 +161,28 @@ class GuideBatch:
         if len(self.guides) <= SERIAL_ROWS:  # a hand-off to the executor's threads costs more than these
             for i, g in enumerate(self.guides):
                 llg_torch.fill_next_token_bitmask(g.matcher, self.bitmask, i)
-            return
-        pairs = [(g.matcher, i) for i, g in enumerate(self.guides)]
-        llg_torch.fill_next_token_bitmask_par(self.compiler.executor, pairs, self.bitmask)
+        else:
+            pairs = [(g.matcher, i) for i, g in enumerate(self.guides)]
+            llg_torch.fill_next_token_bitmask_par(self.compiler.executor, pairs, self.bitmask)
+        for i, g in enumerate(self.guides):
+            try:
+                if (token := g.closing_token()) is not None and self._force(i, token):
+                    g.closed_by_budget = True
+            except Exception:  # a closing that fails leaves the row to its grammar, never the batch
+                log.exception("closing a JSON-mode row failed; its grammar alone decides")
+                if g.closer is not None:
+                    g.closer.lost = True
+
+    def _force(self, row: int, token: int) -> bool:
+        """Leave `token` the row's only allowed one, if its grammar allows it (else leave the row)."""
+        word, bit = divmod(token, 32)
+        mask = self.bitmask[row]
+        if not (int(mask[word]) >> bit) & 1:
+            return False
+        with torch.inference_mode():  # the bitmask was made in the engine's inference mode
+            mask.zero_()
+            mask[word] = (1 << bit) - (1 << 32 if bit == 31 else 0)  # an int32 word
+        return True
 
     def apply(self, logits: torch.Tensor) -> list[str | None]:
         """Mask the guided rows of `logits` in place (disallowed tokens to -inf); per guided row, an

@@ -128,7 +128,9 @@ class Sequence:
         if self.detok is not None:
             self._held += self.detok.push(token)
         if self.guide is not None and self.guide.complete:
-            self.finish("stop")  # the grammar is complete: nothing but the end may follow
+            # the grammar is complete: nothing but the end may follow ("length" when the budget
+            # closed it: the answer is whole JSON, but the model did not end it there)
+            self.finish("length" if self.guide.closed_by_budget else "stop")
         elif len(self.output_ids) >= self.params.max_tokens:
             self.finish("length")
         final = self.status == SeqStatus.FINISHED

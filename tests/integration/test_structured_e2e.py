@@ -90,6 +90,7 @@ def test_strict_schema_outputs_validate_in_every_sampled_trial(server, model):
 
 @pytest.mark.parametrize("model", MODELS)
 def test_json_mode_outputs_are_json_objects_in_every_sampled_trial(server, model):
+    by_budget = 0
     for trial in range(TRIALS):
         out = server.client.chat.completions.create(
             model=model,
@@ -100,31 +101,12 @@ def test_json_mode_outputs_are_json_objects_in_every_sampled_trial(server, model
             seed=100 + trial,
         )
         choice = out.choices[0]
-        if choice.finish_reason == "length":  # any-JSON has no bound on a string's length
-            continue
+        # a wandering answer is closed by the budget: whole JSON still, its finish "length"
+        assert choice.finish_reason in ("stop", "length"), (trial, choice)
         assert isinstance(json.loads(choice.message.content), dict), (trial, choice)
-
-
-@pytest.mark.xfail(
-    reason="known gap (issue 14): any-JSON mode bounds no string, so at temperature 1 a miniature can "
-    "wander inside a key until max_tokens (measured closed: kimi 17/20, glm 13/20 at 400 tokens); "
-    "strict schemas with maxLength close in 20/20 (the test above)",
-    strict=False,
-)
-@pytest.mark.parametrize("model", MODELS)
-def test_json_mode_closes_its_object_in_every_sampled_trial(server, model):
-    closed = 0
-    for trial in range(TRIALS):
-        out = server.client.chat.completions.create(
-            model=model,
-            messages=ASK,
-            response_format={"type": "json_object"},
-            temperature=1.0,
-            max_tokens=400,
-            seed=100 + trial,
-        )
-        closed += out.choices[0].finish_reason == "stop"
-    assert closed == TRIALS
+        assert out.usage.completion_tokens <= 400
+        by_budget += choice.finish_reason == "length"
+    assert by_budget < TRIALS  # most end by themselves: the closing is a net, not the answer
 
 
 def _call(out):
