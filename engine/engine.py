@@ -21,7 +21,7 @@ import torch
 from engine.batch import SeqSlice, StepBatch
 from engine.errors import InvalidRequestError, RequestTooLargeError
 from engine.fair_queue import TenantShare
-from engine.guided import GuideBatch, GuideCompiler, GuideState
+from engine.guided import GuideBatch, GuideCompiler, GuideState, overlap_masks
 from engine.kv_cache import BLOCK_SIZE, PagedKVCache
 from engine.logprobs import TokenSpeller, attach_logprobs
 from engine.policy import SchedulerConfig, SchedulingPolicy
@@ -270,9 +270,10 @@ class LLMEngine:
         ]
         guided = [row for row, (seq, _) in enumerate(samplers) if seq.guide is not None]
         masks = None
-        if guided:  # their masks are computed while the forward pass runs
+        if guided:
             masks = GuideBatch(self.guide_compiler(), guided, [samplers[row][0].guide for row in guided])
-            masks.start()
+            if overlap_masks(self.device):
+                masks.start()  # computed while the forward pass runs (else after it, in apply)
         hidden = self.model.forward(
             torch.tensor(ids, dtype=torch.long, device=self.device),
             torch.tensor(positions, dtype=torch.long, device=self.device),

@@ -173,3 +173,14 @@ def test_compiled_grammars_are_cached_and_bounded(llm, monkeypatch):
     for i in range(6):
         compiler.compile(Guide(kind="regex", pattern=f"a{{{i + 1}}}"))
     assert len(compiler._compiled) == 3
+
+
+def test_masks_overlap_the_forward_pass_only_where_a_core_is_free(monkeypatch):
+    from engine.guided import overlap_masks
+
+    monkeypatch.setattr("os.cpu_count", lambda: 2)
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 2)
+    assert not overlap_masks(torch.device("cpu"))  # torch takes both cores: fill after the pass
+    assert overlap_masks(torch.device("cuda"))  # the pass runs on the GPU: the CPU is free
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 1)
+    assert overlap_masks(torch.device("cpu"))
