@@ -12,8 +12,10 @@ processes), with psutil when installed, else from /proc. It prints one row per s
 summary: per role, the first and last values and the least-squares slope per hour, and the
 requests that failed; with --plot, the lines (matplotlib). The goal is flat lines and no error.
 
-Without --url it starts its own `edge dev` (runtime.bench.devserver: one PoP, the miniature). The
-30-minute default is for a quiet machine; a few minutes show whether anything climbs fast."""
+Without --url it starts its own `edge dev` (runtime.bench.devserver: one PoP, the miniature), its
+account's rate limit raised to `--rpm` (the default 300 rpm is far under a soak's load; with --url,
+give the account room first, `edge accounts` / [edge.accounts.NAME] rpm). The 30-minute default is
+for a quiet machine; a few minutes show whether anything climbs fast."""
 
 from __future__ import annotations
 
@@ -177,6 +179,9 @@ def main() -> int:
     p.add_argument("--round-prompts", type=int, default=20, help="requests per round of load")
     p.add_argument("--max-tokens", type=int, default=16, help="output tokens per request")
     p.add_argument("--plot", help="draw the lines to this PNG")
+    p.add_argument(
+        "--rpm", type=int, default=1_000_000, help="requests per minute the soak's own account may send"
+    )
     p.add_argument("--url", help="a running edge dev (default: start one)")
     p.add_argument("--pid", type=int, help="with --url: the runtime's process id, to sample")
     args = p.parse_args()
@@ -190,7 +195,9 @@ def main() -> int:
             url, root, folder = args.url, args.pid, None
         else:
             folder = Path(tmp)
-            write_project(folder, "soak")
+            # the account's rate limit (300 rpm by default) would refuse a soak's load with 3036:
+            # the soak measures the runtime, so its own account is given room for it
+            write_project(folder, "soak", f"[edge.accounts.local]\nrpm = {args.rpm}\n")
             (folder / "soak.toml").write_text(
                 f'name = "soak"\n[prompt]\ndist = "fixed"\nmean = 48\n[output]\ndist = "fixed"\n'
                 f"mean = {args.max_tokens}\n"

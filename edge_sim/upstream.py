@@ -143,6 +143,8 @@ class UpstreamPopNode(NodeBase):
             log.warning("%s: handed %d queued requests back to be re-routed", self.code, handed)
 
     async def take_down(self) -> int:
+        """Stop taking requests: queued ones are handed back to be re-routed, forwarded ones are
+        cut at their next line from the upstream (as PopNode's are)."""
         self.enabled = False
         return self._gate.hand_back(lambda: PopDown(self.code))
 
@@ -186,6 +188,10 @@ class UpstreamPopNode(NodeBase):
                     raise await self._refusal(r)
                 self.reachable = True
                 async for line in _lines(r):
+                    if not self.enabled:  # taken down: cut as a failing PoP would (closing the stream)
+                        if not started:
+                            raise PopDown(self.code)
+                        raise EdgeError("no_capacity", f"PoP {self.code} went down mid-answer")
                     data = sse_data(line)
                     if data is None:
                         continue

@@ -204,26 +204,37 @@ def test_two_tenants_are_interleaved_fairly_before_forwarding():
     assert max(i for i, t in enumerate(tenants) if t == "b") <= 4, tenants  # first come would be 7
 
 
-def test_a_node_going_down_hands_its_queued_requests_back():
-    release = asyncio.Event
-
+def test_a_node_going_down_hands_its_queued_requests_back_and_cuts_the_started_one():
     async def scenario():
-        gate = release()
+        gate = asyncio.Event()
+
+        async def body():
+            yield b"data: " + json.dumps(chat_chunk({"content": "a"})).encode() + b"\n\n"
+            await gate.wait()
+            yield sse(chat_chunk({"content": "b"}, "stop"), USAGE)
 
         async def handler(request):
-            await gate.wait()
-            return httpx.Response(200, content=sse(chat_chunk({"content": "a"}, "stop"), USAGE))
+            return httpx.Response(200, content=body())
 
         node = node_with(handler, max_concurrent=1)
-        running = asyncio.create_task(run(node, chat()))
+        started, first = [], asyncio.Event()
+
+        async def consume():
+            async for event in node.stream(chat()):
+                started.append(event)
+                first.set()
+
+        running = asyncio.create_task(consume())
         queued = asyncio.create_task(run(node, chat(tenant="b")))
-        await asyncio.sleep(0.01)
+        await asyncio.wait_for(first.wait(), 5)
         assert node.status().queue_depth == 1
         assert await node.take_down() == 1
         with pytest.raises(PopDown):
-            await queued
+            await queued  # never forwarded: the edge re-routes it
         gate.set()
-        await running  # the one forwarded already finishes there
+        with pytest.raises(EdgeError) as cut:
+            await running  # forwarded and started: it ends with an error, as at an in-process PoP
+        assert cut.value.kind == "no_capacity" and len(started) == 1
 
     asyncio.run(scenario())
 
