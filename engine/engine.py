@@ -324,53 +324,31 @@ class LLMEngine:
         finite = torch.isfinite(logits.sum(dim=-1)).tolist()  # any nan/inf in a row poisons its sum
         asking = [row for row, (seq, _) in enumerate(samplers) if seq.params.logprobs is not None]
         raw = torch.log_softmax(logits[asking].float(), dim=-1) if asking else None
-        dead, speculated = {}, {}
-        if masks is not None:
-            if not masks.started:  # rows that may pick first and mask only if the pick is refused
-                positions = masks.speculative([samplers[row][0].params for row in masks.rows])
-                speculated = {masks.rows[i]: i for i in positions}
-            dead = masks.apply(logits, [i for i, row in enumerate(masks.rows) if row not in speculated])
+        dead = dict(zip(masks.rows, masks.apply(logits), strict=True)) if masks is not None else {}
         best = logits.argmax(dim=-1).tolist()  # one reduction for every greedy sequence, masks applied
         events = []
         for row, (seq, _) in enumerate(samplers):
             if not seq.forked:
                 self._fork(seq)
-            check = (masks, speculated[row]) if row in speculated else None
-            events.append(self._sample(seq, logits, row, finite[row], best[row], dead.get(row), check))
+            events.append(self._sample(seq, logits, row, finite[row], best[row], dead.get(row)))
         if asking:
             ks = [samplers[row][0].params.logprobs for row in asking]
             attach_logprobs([events[row] for row in asking], raw, ks, self.speller())
         return events
 
     def _sample(
-        self,
-        seq: Sequence,
-        logits: torch.Tensor,
-        row: int,
-        finite: bool,
-        best: int,
-        dead: str | None,
-        check: tuple[GuideBatch, int] | None = None,
+        self, seq: Sequence, logits: torch.Tensor, row: int, finite: bool, best: int, dead: str | None
     ) -> SeqEvent:
-        """Pick and record one row's token. `check`: the row is guided but was not masked; the pick
-        stands if its grammar accepts it, else the row is masked and picked again."""
         if not finite:
             seq.finish("error", "the model produced non-finite logits for this request")
             return self._finished(seq, None, "")
+        if dead is not None:  # its grammar allows no token: it alone ends
+            seq.finish("error", dead)
+            return self._finished(seq, None, "")
         p = seq.params
         # a batch is shared by every tenant: whatever goes wrong sampling one row ends that row
-        plain_argmax = p.greedy and not p.penalised
         try:
-            token = None
-            if dead is None:
-                token = best if plain_argmax else seq.sampler(logits[row])
-                if check is not None and not check[0].accepts(check[1], token):
-                    dead = check[0].apply(logits, [check[1]])[row]  # masked now, picked again
-                    if dead is None:
-                        token = int(logits[row].argmax()) if plain_argmax else seq.sampler(logits[row])
-            if dead is not None:  # its grammar allows no token: it alone ends
-                seq.finish("error", dead)
-                return self._finished(seq, None, "")
+            token = best if p.greedy and not p.penalised else seq.sampler(logits[row])
             text = seq.append(token)
         except SamplingError as exc:
             seq.finish("error", str(exc))

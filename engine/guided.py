@@ -180,17 +180,7 @@ class GuideState:
 
 
 class GuideBatch:
-    """The guided rows of one sampling step and their bitmask. Two ways to use it:
-
-    - `start()` before the forward pass fills every row's mask on the worker thread (where
-      `overlap_masks` says a core is free for it), then `apply(logits)` masks them all;
-    - otherwise rows whose sampling allows it are *speculated* (`speculative()`): the token is
-      picked from the unmasked row and only checked against the grammar (`accepts`); a row whose
-      pick is refused is masked alone (`apply(logits, [i])`) and picked again. For greedy rows the
-      masked argmax is the unmasked one whenever that is allowed; for sampled rows without top-k,
-      top-p or min-p this is rejection sampling, and the token is distributed exactly as a pick from
-      the masked row. Most steps of a model writing JSON it means pay no mask at all.
-    """
+    """The guided rows of one sampling step: their bitmask, filled on a worker thread."""
 
     def __init__(self, compiler: GuideCompiler, rows: list[int], guides: list[GuideState]):
         self.compiler = compiler
@@ -199,45 +189,18 @@ class GuideBatch:
         self.bitmask = compiler.bitmask(len(rows))
         self._future: Future | None = None
 
-    @property
-    def started(self) -> bool:
-        return self._future is not None
-
     def start(self) -> None:
-        """Compute every row's mask in the background (call before the forward pass)."""
-        self._future = self.compiler.worker.submit(self._fill, list(range(len(self.rows))))
+        """Compute the masks in the background (call before the forward pass)."""
+        self._future = self.compiler.worker.submit(self._fill)
 
-    def speculative(self, params: list) -> list[int]:
-        """The positions (in `rows`) that may pick before masking: their sampling keeps a pick
-        from the unmasked row exact (see the class), no closing token is due, and the grammar
-        forces no bytes next. (Where it does, llguidance's mask admits only the forced text's
-        canonical tokens while `validate_tokens` admits any spelling of it: measured on
-        kimi-k2-mini, the two agreed on all 922 checks without forced bytes and differed on 5 of
-        285 with them.)"""
-        out = []
-        for i, (g, p) in enumerate(zip(self.guides, params, strict=True)):
-            if not (p.greedy or (p.top_k == 0 and p.top_p >= 1 and p.min_p == 0)):
-                continue
-            try:
-                if g.closing_token() is None and not g.matcher.compute_ff_tokens():
-                    out.append(i)
-            except Exception:  # whatever fails here, the row is masked as it would be without this
-                log.exception("a guided row could not be speculated; it is masked")
-        return out
-
-    def accepts(self, i: int, token: int) -> bool:
-        """May row `i` (a position in `rows`) emit `token` next?"""
-        return self.guides[i].matcher.validate_tokens([token]) == 1
-
-    def _fill(self, which: list[int]) -> None:
-        guides = [(i, self.guides[i]) for i in which]
-        if len(guides) <= SERIAL_ROWS:  # a hand-off to the executor's threads costs more than these
-            for i, g in guides:
+    def _fill(self) -> None:
+        if len(self.guides) <= SERIAL_ROWS:  # a hand-off to the executor's threads costs more than these
+            for i, g in enumerate(self.guides):
                 llg_torch.fill_next_token_bitmask(g.matcher, self.bitmask, i)
         else:
-            pairs = [(g.matcher, i) for i, g in guides]
+            pairs = [(g.matcher, i) for i, g in enumerate(self.guides)]
             llg_torch.fill_next_token_bitmask_par(self.compiler.executor, pairs, self.bitmask)
-        for i, g in guides:
+        for i, g in enumerate(self.guides):
             try:
                 if (token := g.closing_token()) is not None and self._force(i, token):
                     g.closed_by_budget = True
@@ -257,35 +220,27 @@ class GuideBatch:
             mask[word] = (1 << bit) - (1 << 32 if bit == 31 else 0)  # an int32 word
         return True
 
-    def apply(self, logits: torch.Tensor, which: list[int] | None = None) -> dict[int, str | None]:
-        """Mask rows `which` (positions in `rows`; default all) of `logits` in place (disallowed
-        tokens to -inf), filling their masks first unless `start` did; per logits row masked, an
-        error text when its grammar allows no token at all (it cannot continue), else None."""
-        which = list(range(len(self.rows))) if which is None else which
-        if not which:
-            return {}
-        if self._future is None:
-            self._fill(which)
+    def apply(self, logits: torch.Tensor) -> list[str | None]:
+        """Mask the guided rows of `logits` in place (disallowed tokens to -inf); per guided row, an
+        error text when its grammar allows no token at all (it cannot continue)."""
+        if self._future is None:  # not started: fill them here
+            self._fill()
         else:
             self._future.result()
-        guides = [self.guides[i] for i in which]
-        errors = [g.matcher.get_error() if g.matcher.is_error() else None for g in guides]
-        vocab = logits.shape[-1]
-        words = self.bitmask if len(which) == len(self.rows) else self.bitmask[which]
-        bits = words.to(logits.device, non_blocking=True)  # (the int32 words, not the floats, travel)
+        errors = [g.matcher.get_error() if g.matcher.is_error() else None for g in self.guides]
+        rows, vocab = len(self.rows), logits.shape[-1]
+        bits = self.bitmask.to(logits.device, non_blocking=True)  # (the int32 words, not the floats, travel)
         table = _byte_bias(logits.device, logits.dtype)
-        bias = table.index_select(0, bits.view(torch.uint8).flatten().long()).view(len(which), -1)
+        bias = table.index_select(0, bits.view(torch.uint8).flatten().long()).view(rows, -1)
         if bias.shape[1] < vocab:  # model rows past the tokenizer's vocabulary: never allowed
-            pad = bias.new_full((len(which), vocab - bias.shape[1]), float("-inf"))
-            bias = torch.cat([bias, pad], dim=1)
+            bias = torch.cat([bias, bias.new_full((rows, vocab - bias.shape[1]), float("-inf"))], dim=1)
         bias = bias[:, :vocab]
-        rows = [self.rows[i] for i in which]
-        if rows == list(range(logits.shape[0])):  # every row guided: in place
+        if self.rows == list(range(logits.shape[0])):  # every row guided: in place
             logits.add_(bias)
         else:
-            logits.index_add_(0, torch.tensor(rows, device=logits.device), bias)
+            logits.index_add_(0, torch.tensor(self.rows, device=logits.device), bias)
         alive = bits.ne(0).any(dim=1).tolist()  # (bits past the vocabulary are never set)
-        return {
-            row: f"{DEAD_GRAMMAR}: {err or 'the grammar allows no token here'}" if err or not ok else None
-            for row, err, ok in zip(rows, errors, alive, strict=True)
-        }
+        return [
+            f"{DEAD_GRAMMAR}: {err or 'the grammar allows no token here'}" if err or not ok else None
+            for err, ok in zip(errors, alive, strict=True)
+        ]
