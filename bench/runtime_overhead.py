@@ -2,9 +2,12 @@
 the same uvicorn settings, with the load generated from a separate process; and the latency
 env.AI.run adds over the engine's own time.
 
-    python bench/runtime_overhead.py [--seconds 8] [--concurrency 16]
+    python bench/runtime_overhead.py [--seconds 8] [--concurrency 16] [--burst 200]
 
 Goals: at least 40% of the bare app's throughput; env.AI.run adds at most 3 ms at p50.
+`--burst N` also sends N requests at once (N connections, a fresh client) to each server, three
+bursts each, the best kept: what a burst costs beyond the runtime (the same client and cores
+against the bare app) is its baseline.
 """
 
 from __future__ import annotations
@@ -72,7 +75,24 @@ async def main(url, seconds, concurrency):
     print(json.dumps({"rps": len(latencies) / elapsed, "p50": latencies[len(latencies) // 2],
                       "p99": latencies[int(len(latencies) * 0.99)], "n": len(latencies)}))
 
-asyncio.run(main(sys.argv[1], float(sys.argv[2]), int(sys.argv[3])))
+async def burst(url, n):
+    latencies = []
+    async with httpx.AsyncClient(timeout=60, limits=httpx.Limits(max_connections=n)) as client:
+        async def one():
+            t = time.perf_counter()
+            r = await client.get(url)
+            assert r.status_code == 200, r.text
+            latencies.append((time.perf_counter() - t) * 1000)
+        started = time.perf_counter()
+        await asyncio.gather(*(one() for _ in range(n)))
+        elapsed = time.perf_counter() - started
+    latencies.sort()
+    print(json.dumps({"rps": n / elapsed, "p50": latencies[n // 2], "p99": latencies[int(n * 0.99)], "n": n}))
+
+if sys.argv[2] == "burst":
+    asyncio.run(burst(sys.argv[1], int(sys.argv[3])))
+else:
+    asyncio.run(main(sys.argv[1], float(sys.argv[2]), int(sys.argv[3])))
 """
 
 
@@ -92,7 +112,8 @@ def wait(url: str) -> None:
     raise TimeoutError(url)
 
 
-def load(url: str, seconds: float, concurrency: int) -> dict:
+def load(url: str, seconds: float | str, concurrency: int) -> dict:
+    """`concurrency` connections for `seconds` (or, with seconds="burst", that many at once)."""
     out = subprocess.run(
         [sys.executable, "-c", LOADGEN, url, str(seconds), str(concurrency)],
         capture_output=True,
@@ -109,6 +130,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=8)
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--ai-calls", type=int, default=60)
+    parser.add_argument("--burst", type=int, help="also N requests at once to each server")
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp())
     (tmp / "bare.py").write_text(textwrap.dedent(BARE))
@@ -160,6 +182,11 @@ def main() -> None:
         load(f"http://127.0.0.1:{edge_port}/", 1, 4)  # warm-up
         bare = load(f"http://127.0.0.1:{bare_port}/", args.seconds, args.concurrency)
         edge = load(f"http://127.0.0.1:{edge_port}/", args.seconds, args.concurrency)
+        bursts = {}
+        if args.burst:
+            for name, url in (("bare", bare_port), ("edge", edge_port)):
+                runs = [load(f"http://127.0.0.1:{url}/", "burst", args.burst) for _ in range(3)]
+                bursts[name] = min(runs, key=lambda r: r["p50"])
         overhead = []
         for _ in range(args.ai_calls):
             r = httpx.get(f"http://127.0.0.1:{edge_port}/ai", timeout=60).json()
@@ -182,6 +209,14 @@ def main() -> None:
         f"{edge['p99']:.2f} | "
         f"{edge['rps'] / bare['rps']:.2f}x |"
     )
+    if bursts:
+        bare_b, edge_b = bursts["bare"], bursts["edge"]
+        print(f"\n{args.burst} requests at once (best of 3 bursts by p50)\n")
+        print("| server | burst req/s | p50 ms | p99 ms | p50 vs bare |")
+        print("|---|---:|---:|---:|---:|")
+        for name, b in (("bare Starlette on uvicorn (baseline)", bare_b), ("edge-workers runtime", edge_b)):
+            ratio = b["p50"] / bare_b["p50"]
+            print(f"| {name} | {b['rps']:.0f} | {b['p50']:.1f} | {b['p99']:.1f} | {ratio:.2f}x |")
     print(
         f"\nenv.AI.run overhead over the engine's own time ({args.ai_calls} calls, 1 token): "
         f"p50 {statistics.median(overhead):.2f} ms, "
