@@ -379,7 +379,7 @@ class ControlApi:
             return cf_error(AUTH_ERROR, str(exc), exc.status)
         secret = request.path_params["secret"]
         if not await asyncio.to_thread(self.state.delete_secret, account, name, secret):
-            return cf_error(NOT_FOUND, f"no secret {request.path_params['secret']!r}", 404)
+            return cf_error(NOT_FOUND, f"no secret {secret!r}", 404)
         await self.restart_worker(account, name)
         return envelope(None)
 
