@@ -52,6 +52,8 @@ def request_body(req: GenerateRequest, model: UpstreamModel, cache_salt: str | N
         body["stop"] = list(p.stop)
     if p.stop_token_ids:
         body["stop_token_ids"] = list(p.stop_token_ids)
+    if p.logit_bias:  # (token ids of the upstream's model, as the client named them)
+        body["logit_bias"] = {str(token): bias for token, bias in p.logit_bias.items()}
     if cache_salt is not None:
         body["cache_salt"] = cache_salt
     if req.messages is None:

@@ -26,7 +26,7 @@ from engine.kv_cache import BLOCK_SIZE, PagedKVCache
 from engine.logprobs import TokenSpeller, attach_logprobs
 from engine.policy import SchedulerConfig, SchedulingPolicy
 from engine.prefix_hash import new_salt_key, tenant_salt
-from engine.sampling import Sampler, SamplingError, SamplingParams, choice_seed
+from engine.sampling import Sampler, SamplingError, SamplingParams, apply_logit_bias, choice_seed
 from engine.sequence import SeqEvent, SeqStatus, Sequence
 from engine.tokenizer import IncrementalDetokenizer, TextTokenizer
 
@@ -102,6 +102,7 @@ class LLMEngine:
     def check_request(self, prompt_ids: list[int], params: SamplingParams) -> None:
         """Raises InvalidRequestError naming the parameter; call before queueing any work."""
         params.validate()
+        params.check_vocab(self.vocab_size)
         if not prompt_ids:
             raise InvalidRequestError("prompt", "must not be empty")
         window = self.context_window
@@ -324,6 +325,8 @@ class LLMEngine:
         finite = torch.isfinite(logits.sum(dim=-1)).tolist()  # any nan/inf in a row poisons its sum
         asking = [row for row, (seq, _) in enumerate(samplers) if seq.params.logprobs is not None]
         raw = torch.log_softmax(logits[asking].float(), dim=-1) if asking else None
+        # each row's logit_bias, after `raw` (logprobs stay the model's own) and before the masks
+        apply_logit_bias(logits, [seq.params.logit_bias for seq, _ in samplers])
         dead = dict(zip(masks.rows, masks.apply(logits), strict=True)) if masks is not None else {}
         best = logits.argmax(dim=-1).tolist()  # one reduction for every greedy sequence, masks applied
         events = []

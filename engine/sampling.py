@@ -30,6 +30,8 @@ REPETITION_PENALTY_RANGE = (0.01, 2.0)  # Workers AI's range is 0-2; 0 would div
 SEED_RANGE = (-(2**63), 2**64 - 1)  # what torch.Generator.manual_seed takes (OpenAI: int64)
 MAX_LOGPROBS = 20  # OpenAI's top_logprobs range is 0-20
 MAX_N = 8  # choices per request (each is a sequence of its own after the shared prompt)
+MAX_LOGIT_BIAS = 300  # entries, as OpenAI documents
+LOGIT_BIAS_RANGE = (-100.0, 100.0)  # OpenAI's: -100 bans a token, 100 all but forces it
 
 
 class SamplingError(RuntimeError):
@@ -53,6 +55,8 @@ class SamplingParams(msgspec.Struct, kw_only=True):
     guide: Guide | None = None  # a grammar the output must follow (engine.guide)
     logprobs: int | None = None  # None: none; k: each token's log-probability and the k likeliest
     n: int = 1  # sequences sampled from the one prompt (its KV computed once)
+    # token id -> what is added to its logit before sampling (OpenAI's logit_bias); the row's own
+    logit_bias: dict[int, float] = msgspec.field(default_factory=dict)
 
     def validate(self) -> None:
         def bad(param: str, message: str) -> InvalidRequestError:
@@ -91,6 +95,14 @@ class SamplingParams(msgspec.Struct, kw_only=True):
             raise bad("top_logprobs", f"must be in [0, {MAX_LOGPROBS}], got {self.logprobs}")
         if not 1 <= self.n <= MAX_N:
             raise bad("n", f"must be in [1, {MAX_N}], got {self.n}")
+        if len(self.logit_bias) > MAX_LOGIT_BIAS:
+            raise bad("logit_bias", f"give at most {MAX_LOGIT_BIAS} tokens, got {len(self.logit_bias)}")
+        low, high = LOGIT_BIAS_RANGE
+        for token, bias in self.logit_bias.items():
+            if token < 0:
+                raise bad("logit_bias", f"token ids are >= 0, got {token}")
+            if not low <= bias <= high:  # NaN fails both comparisons
+                raise bad("logit_bias", f"biases are in [{low:g}, {high:g}], got {bias} for token {token}")
         if self.guide is not None:
             self.guide.validate()
 
@@ -98,9 +110,33 @@ class SamplingParams(msgspec.Struct, kw_only=True):
     def greedy(self) -> bool:
         return self.temperature < GREEDY_BELOW_TEMPERATURE
 
+    def check_vocab(self, vocab: int) -> None:
+        """Token ids the request names must be the model's."""
+        if self.logit_bias and (top := max(self.logit_bias)) >= vocab:
+            raise InvalidRequestError(
+                "logit_bias", f"token {top} is not in this model's vocabulary of {vocab} tokens"
+            )
+
     @property
     def penalised(self) -> bool:
         return self.repetition_penalty != 1 or self.frequency_penalty != 0 or self.presence_penalty != 0
+
+
+def apply_logit_bias(logits: torch.Tensor, biases: list[dict[int, float]]) -> None:
+    """Add each row's logit bias to its row of `logits` [rows, vocab], in place, in one scatter:
+    the greedy argmax, the grammar masks and the sampler all see the biased logits. A row with no
+    bias is untouched, so one request's bias never reaches another's row."""
+    rows: list[int] = []
+    ids: list[int] = []
+    values: list[float] = []
+    for row, bias in enumerate(biases):
+        if bias:
+            rows += [row] * len(bias)
+            ids += bias.keys()
+            values += bias.values()
+    if rows:
+        at = (torch.tensor(rows, device=logits.device), torch.tensor(ids, device=logits.device))
+        logits.index_put_(at, torch.tensor(values, dtype=logits.dtype, device=logits.device), accumulate=True)
 
 
 def choice_seed(seed: int | None, index: int) -> int | None:

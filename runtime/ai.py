@@ -38,7 +38,9 @@ ERROR_CODES = {
 
 
 def _ai_error(exc: EdgeError) -> AIError:
-    return AIError(ERROR_CODES[exc.kind], exc.message)
+    error = AIError(ERROR_CODES[exc.kind], exc.message)
+    error.param = exc.param  # (OpenAI's error names it)
+    return error
 
 
 class AIService:
@@ -85,11 +87,12 @@ class AIService:
         return [*served, *(a for a, (target, _) in self.aliases.items() if target in served)]
 
     def prepare(
-        self, model: str, inputs: Any, account: str, session: str | None = None
+        self, model: str, inputs: Any, account: str, session: str | None = None, responses: bool = False
     ) -> tuple[GenerateRequest, Inputs]:
         """Validate a call before any work is queued, once, into the typed request that flows down
         to the PoP (which only checks that it fits); raises AIError with the Workers AI code.
-        `session`: the client's x-session-affinity key (edge_sim.affinity)."""
+        `session`: the client's x-session-affinity key (edge_sim.affinity); `responses`: the answer
+        takes the Responses shape (which carries logprobs), whatever the model's own schema."""
         asked, model = model, self.resolve(model)  # an alias is served by its stand-in
         if model not in self.served():
             refusal = self.edge.refusal(model)
@@ -114,7 +117,8 @@ class AIService:
             model = self.rollouts.route(model, session)
         share = self.share_of(account) if self.share_of is not None else TenantShare()
         req = generate_request(parsed, model=model, tenant=account, share=share, session=session)
-        self._fits_schema(parsed, self.schema(asked))
+        if not responses:
+            self._fits_schema(parsed, self.schema(asked))
         if isinstance(parsed, TextGenerationInputs) and parsed.model not in (None, asked):
             raise InputError("model", f"names {parsed.model!r}, but this call is to {asked!r}; leave it out")
         return req, parsed

@@ -17,7 +17,7 @@ from edge_sim.request import GenerateRequest
 from engine import InvalidRequestError, SamplingParams
 from engine.fair_queue import TenantShare
 from engine.guide import MAX_GUIDE_CHARS, Guide
-from engine.sampling import MAX_LOGPROBS
+from engine.sampling import MAX_LOGIT_BIAS, MAX_LOGPROBS
 from engine.tool_types import ToolFunction
 from runtime.ai_inputs import (
     MAX_MESSAGES,
@@ -37,6 +37,7 @@ from runtime.ai_refusals import InputError, decode_inputs
 from workers import AIError
 
 MAX_COMPLETION_LOGPROBS = 5  # OpenAI's Completions range is 0-5
+MAX_TOKEN_ID_DIGITS = 9  # a logit_bias key: no vocabulary has a billion tokens
 MAX_USER_CHARS = 256
 DEFAULT_MAX_TOKENS = 256  # Workers AI's default; OpenAI chat without a limit gets it too
 TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")  # as OpenAI
@@ -117,6 +118,7 @@ def sampling_params(inputs: Inputs) -> SamplingParams:
         stop=stop,
         n=inputs.n,
         logprobs=_logprobs(inputs),
+        logit_bias=_logit_bias(inputs.logit_bias),
         guide=None if isinstance(inputs, CompletionRequest) else guide(inputs),
     )
 
@@ -143,6 +145,20 @@ def _check_thinking(inputs: ChatFields) -> None:
         raise InputError("chat_template_kwargs.enable_thinking", f"{why}; send false or leave it out")
     if inputs.reasoning_effort not in (None, "none"):
         raise InputError("reasoning_effort", f"{why}; send 'none' or leave it out")
+
+
+def _logit_bias(raw: dict[str, float] | None) -> dict[int, float]:
+    """OpenAI's logit_bias, {"token id": bias}, with integer ids (the engine bounds the rest)."""
+    if raw is not None and len(raw) > MAX_LOGIT_BIAS:
+        raise InputError("logit_bias", f"give at most {MAX_LOGIT_BIAS} tokens, got {len(raw)}")
+    bias = {}
+    for key, value in (raw or {}).items():
+        if not (key.isascii() and key.isdigit() and len(key) <= MAX_TOKEN_ID_DIGITS):
+            raise InputError(
+                "logit_bias", f"keys are token ids (decimal integers as strings), got {key[:32]!r}"
+            )
+        bias[int(key)] = value
+    return bias
 
 
 def _logprobs(inputs: Inputs) -> int | None:

@@ -44,10 +44,6 @@ def _other_tier(value: Any) -> bool:
     return value not in (None, "auto", "default")
 
 
-def _nonempty(value: Any) -> bool:
-    return bool(value)
-
-
 # name -> (is this value refused?, why, what to do); those that are no field of the structs are
 # dropped once they pass (a null `audio`, `modalities: ["text"]`)
 REFUSED: dict[str, tuple[Callable[[Any], bool], str]] = {
@@ -63,11 +59,6 @@ REFUSED: dict[str, tuple[Callable[[Any], bool], str]] = {
     "service_tier": (
         _other_tier,
         "one tier serves every call here: send 'auto' or 'default', or leave it out",
-    ),
-    "logit_bias": (
-        _nonempty,
-        "per-token biases are not supported by this sampler yet; remove 'logit_bias' "
-        "(response_format or guided_json constrain the output instead)",
     ),
 }
 

@@ -23,16 +23,15 @@ from workers import AIError
 MAX_ITEMS = 512  # input items (messages, calls, call outputs) in one request
 MAX_TOOLS = 128  # as OpenAI
 MAX_METADATA_KEYS, MAX_METADATA_KEY, MAX_METADATA_VALUE = 16, 64, 512  # as OpenAI
+LOGPROBS_INCLUDE = "message.output_text.logprobs"  # the one `include` value there is something for
 
 # Documented by OpenAI, not served here: why, in the refusal's words.
 _REFUSED: dict[str, str] = {
     "previous_response_id": "no response is stored here; send the whole conversation as input items",
     "conversation": "no conversation is stored here; send the whole conversation as input items",
     "background": "responses run in the foreground; use the batch API (queueRequest) to queue work",
-    "include": "there is nothing extra to include: no reasoning, no built-in tool output",
     "prompt": "no prompt templates are stored here; send instructions and input",
     "service_tier": "there is one service tier",
-    "top_logprobs": "not served through the Responses API here; use chat completions with logprobs",
     "max_tool_calls": "not served; bound the calls with tool_choice",
     "truncation": "the input is never truncated: one that does not fit is refused",
     "prompt_cache_key": "prefix caching is automatic; route by the x-session-affinity header",
@@ -61,14 +60,14 @@ class ResponsesRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True)
     user: str | None = None
     store: bool | None = None
     reasoning: dict[str, Any] | None = None
+    include: list[str] | None = None
+    top_logprobs: int | None = None
     # documented by OpenAI and refused (_REFUSED) when given a value
     previous_response_id: Any = None
     conversation: Any = None
     background: Any = None
-    include: Any = None
     prompt: Any = None
     service_tier: Any = None
-    top_logprobs: Any = None
     max_tool_calls: Any = None
     truncation: Any = None
     prompt_cache_key: Any = None
@@ -114,7 +113,20 @@ def decode_request(body: Any) -> ResponsesRequest:
     if req.reasoning and (effort not in (None, "none") or set(req.reasoning) - {"effort"}):
         raise bad("reasoning", "these models do not reason; leave it out (or give effort 'none')")
     _check_metadata(req.metadata)
+    for i, name in enumerate(req.include or []):
+        if name != LOGPROBS_INCLUDE:
+            raise bad(
+                f"include.{i}",
+                f"only {LOGPROBS_INCLUDE!r} can be included here (no reasoning, images or built-in tool "
+                f"output), got {name!r}",
+            )
     return req
+
+
+def wants_logprobs(req: ResponsesRequest) -> bool:
+    """The output text's logprobs are asked for: by `include` (OpenAI's way) or by `top_logprobs`
+    alone (OpenAI then answers an empty list; asking for alternatives means asking for logprobs)."""
+    return LOGPROBS_INCLUDE in (req.include or []) or req.top_logprobs is not None
 
 
 def _check_metadata(metadata: dict[str, str] | None) -> None:
@@ -304,6 +316,8 @@ def chat_inputs(req: ResponsesRequest) -> dict[str, Any]:
             inputs["tool_choice"] = choice
         elif choice != "none":
             raise bad("tool_choice", "asks for a tool call, but no tools are given")
+    if wants_logprobs(req):  # (chat's checks bound top_logprobs to 0-20)
+        inputs["logprobs"], inputs["top_logprobs"] = True, req.top_logprobs or 0
     if req.text is not None and (fmt := _response_format(req.text)) is not None:
         inputs["response_format"] = fmt
     known = TextGenerationInputs.__struct_fields__

@@ -30,7 +30,7 @@ def prepare_responses(
         raise bad(
             "model", f"names {req.model!r}, but the call is to {model!r}; leave it out or make them one"
         )
-    prepared, _ = service.prepare(model, chat_inputs(req), account, session)
+    prepared, _ = service.prepare(model, chat_inputs(req), account, session, responses=True)
     return prepared, req
 
 

@@ -11,7 +11,9 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from edge_sim.request import Delta, GenerateResult
+from engine.sequence import Logprobs
 from engine.tool_types import ToolCall
+from runtime.ai_shape_parts import chat_logprobs
 from runtime.ai_shapes import quantization, served_by, timing
 from runtime.responses_inputs import ResponsesRequest
 from workers import AIError
@@ -21,8 +23,15 @@ def _ident(prefix: str) -> str:
     return f"{prefix}_{uuid.uuid4().hex}"
 
 
-def message_item(ident: str, text: str, status: str) -> dict[str, Any]:
-    content = [{"type": "output_text", "text": text, "annotations": [], "logprobs": []}]
+def output_logprobs(steps: list[Logprobs] | None) -> list[dict[str, Any]]:
+    """The Responses shape of a text's logprobs: per token {token, logprob, bytes, top_logprobs}."""
+    return chat_logprobs(steps)["content"] if steps else []
+
+
+def message_item(
+    ident: str, text: str, status: str, logprobs: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
+    content = [{"type": "output_text", "text": text, "annotations": [], "logprobs": logprobs or []}]
     return {"type": "message", "id": ident, "role": "assistant", "status": status, "content": content}
 
 
@@ -116,7 +125,8 @@ def response_object(model: str, req: ResponsesRequest, result: GenerateResult) -
     output = []
     text, calls = _text(result), _tool_calls(result)
     if text or not calls:
-        output.append(message_item(_ident("msg"), text, status))
+        steps = result.choices[0].logprobs if result.choices else None
+        output.append(message_item(_ident("msg"), text, status, output_logprobs(steps)))
     for call in calls:
         output.append(call_item(_ident("fc"), call.id, call.name, call.arguments, "completed"))
     return shape.body(status, output, result)
@@ -134,6 +144,7 @@ class _Events:
         self.output: list[dict[str, Any]] = []  # items done, in order
         self.message: dict[str, Any] | None = None  # the message item being streamed
         self.calls: dict[int, dict[str, Any]] = {}  # tool-call index -> its item being streamed
+        self.pending: list[dict[str, Any]] = []  # logprobs of tokens whose text is not out yet
 
     def event(self, kind: str, **fields: Any) -> bytes:
         data = {"type": kind, "sequence_number": self.seq, **fields}
@@ -143,7 +154,12 @@ class _Events:
     def _index(self, item: dict[str, Any]) -> int:
         return self.output.index(item)
 
-    def text(self, piece: str) -> list[bytes]:
+    def text(self, piece: str, logprobs: list[dict[str, Any]] | None = None) -> list[bytes]:
+        """A text delta and its tokens' logprobs (those of tokens whose text is still held back, a
+        stop string's start or part of a character, come with the next delta or the done event)."""
+        self.pending += logprobs or []
+        if not piece and self.message is not None:
+            return []
         out = []
         if self.message is None:
             self.message = message_item(_ident("msg"), "", "in_progress")
@@ -162,6 +178,8 @@ class _Events:
                 )
             )
         self.message["content"][0]["text"] += piece
+        shown, self.pending = self.pending, []
+        self.message["content"][0]["logprobs"] += shown
         out.append(
             self.event(
                 "response.output_text.delta",
@@ -169,7 +187,7 @@ class _Events:
                 output_index=self._index(self.message),
                 content_index=0,
                 delta=piece,
-                logprobs=[],
+                logprobs=shown,
             )
         )
         return out
@@ -204,6 +222,8 @@ class _Events:
             if item["type"] == "message":
                 item["status"] = status
                 part = item["content"][0]
+                part["logprobs"] += self.pending
+                self.pending = []
                 ident = item["id"]
                 out.append(
                     self.event(
@@ -212,7 +232,7 @@ class _Events:
                         output_index=i,
                         content_index=0,
                         text=part["text"],
-                        logprobs=[],
+                        logprobs=part["logprobs"],
                     )
                 )
                 out.append(
@@ -277,7 +297,8 @@ async def response_events(
 def _piece(events: _Events, item: str | Delta) -> list[bytes]:
     if isinstance(item, str):
         return events.text(item) if item else []
-    out = events.text(item.text) if item.text else []
+    logprobs = output_logprobs(item.logprobs)
+    out = events.text(item.text, logprobs) if item.text or logprobs else []
     for call in item.tool_calls or []:
         out += events.call_piece(call.index, call.id, call.name, call.arguments)
     return out

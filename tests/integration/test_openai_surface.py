@@ -1,6 +1,6 @@
 """The OpenAI request surface with the official `openai` client against a running `edge dev`:
-refused parameters get a 400 naming them, unknown fields too, content parts and `developer` are
-read, an image part is refused, models.retrieve, embeddings answer 404 from the API (never the
+refused parameters get a 400 naming them, unknown fields too, logit_bias is honoured, content parts
+and `developer` are read, an image part is refused, models.retrieve, embeddings answer 404 from the API (never the
 user's worker), and stream_options.include_usage ends the stream with the usage chunk."""
 
 import textwrap
@@ -53,7 +53,8 @@ REFUSED = [
     ("function_call", {"function_call": "auto"}),
     ("store", {"store": True}),
     ("service_tier", {"service_tier": "flex"}),
-    ("logit_bias", {"logit_bias": {"1": 5}}),
+    ("logit_bias", {"logit_bias": {"1": 101}}),
+    ("logit_bias", {"logit_bias": {"4096": 1}}),
     ("n", {"n": 9}),
     ("top_logprobs", {"logprobs": True, "top_logprobs": 21}),
     ("reasoning_effort", {"reasoning_effort": "high"}),
@@ -71,6 +72,19 @@ def test_each_refused_parameter_is_a_400_naming_it(client, param, kwargs):
         err.value.status_code == 400 and error["param"] == param and error["type"] == "invalid_request_error"
     )
     assert error["message"].startswith(f"{param}: ")
+
+
+def test_logit_bias_forces_the_token_it_names(client):
+    def tokens(bias):
+        chat = client.chat.completions.create(
+            model=MODEL, messages=USER, max_tokens=4, temperature=1, seed=1, logprobs=True, logit_bias=bias
+        )
+        return [t.token for t in chat.choices[0].logprobs.content]
+
+    forced = tokens({"300": 100})
+    assert len(forced) == 4 and len(set(forced)) == 1
+    other = tokens({"301": 100})
+    assert len(set(other)) == 1 and other != forced
 
 
 def test_content_parts_and_developer_are_read_and_an_image_part_is_refused(client):

@@ -70,6 +70,23 @@ def test_streamed_events_equal_the_whole_answer(server):
     assert text == whole.output_text == events[-1].response.output_text
 
 
+def test_top_logprobs_come_with_the_text_whole_and_streamed(server):
+    kw = dict(model=MODEL, input="import os", max_output_tokens=6, temperature=0, top_logprobs=2)
+    whole = server.client.responses.create(**kw, include=["message.output_text.logprobs"])
+    steps = whole.output[0].content[0].logprobs
+    assert len(steps) == whole.usage.output_tokens and all(len(s.top_logprobs) == 2 for s in steps)
+    assert "".join(s.token for s in steps) == whole.output_text
+    assert all(s.top_logprobs[0].logprob >= s.logprob for s in steps)  # greedy: the likeliest
+    events = list(server.client.responses.create(**kw, stream=True))
+    streamed = [s for e in events if e.type == "response.output_text.delta" for s in e.logprobs]
+    assert [s.token for s in streamed] == [s.token for s in steps]
+    done = next(e for e in events if e.type == "response.output_text.done")
+    assert [s.logprob for s in done.logprobs] == [s.logprob for s in steps]
+    with pytest.raises(openai.BadRequestError) as info:
+        server.client.responses.create(model=MODEL, input="x", top_logprobs=21)
+    assert info.value.body["param"] == "top_logprobs"
+
+
 def test_refused_parameters(server):
     for kw, param in [
         ({"previous_response_id": "resp_1"}, "previous_response_id"),

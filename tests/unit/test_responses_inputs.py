@@ -127,6 +127,7 @@ def test_plain_text_format_and_auto_or_none_choice_add_nothing():
         ({"input": ["x"] * (MAX_ITEMS + 1)}, "input", f"at most {MAX_ITEMS}"),
         ({"input": "x", "metadata": {str(i): "v" for i in range(17)}}, "metadata", "at most 16"),
         ({"input": "x", "max_output_tokens": "many"}, "max_output_tokens", "int"),
+        ({"input": "x", "include": ["reasoning.encrypted_content"]}, "include.0", "only"),
     ],
 )
 def test_refusals_name_the_parameter_and_say_why(body, param, words):
@@ -138,3 +139,11 @@ def test_reasoning_effort_none_and_store_false_are_accepted():
     assert translate(
         {"input": "x", "reasoning": {"effort": "none"}, "store": False, "metadata": {"k": "v"}, "user": "u"}
     )
+
+
+def test_logprobs_are_asked_for_by_include_or_by_top_logprobs():
+    assert "logprobs" not in translate({"input": "x"})
+    included = translate({"input": "x", "include": ["message.output_text.logprobs"]})
+    assert included["logprobs"] is True and included["top_logprobs"] == 0
+    alternatives = translate({"input": "x", "top_logprobs": 3})
+    assert alternatives["logprobs"] is True and alternatives["top_logprobs"] == 3

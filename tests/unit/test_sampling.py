@@ -83,3 +83,56 @@ def test_bad_parameters_are_named_before_any_work(llm, kwargs, param):
         llm.generate("x", SamplingParams(**kwargs))
     assert err.value.param == param
     assert llm.engine.has_unfinished() == before
+
+
+def _tokens_of(llm, requests):
+    """Run (prompt, params) pairs in one batch through the engine: each request's generated ids."""
+    ids = [llm.engine.add_request(llm.encode(prompt), params) for prompt, params in requests]
+    out = {rid: [] for rid in ids}
+    finished = set()
+    while len(finished) < len(ids):
+        for event in llm.engine.step():
+            if event.token_id is not None:
+                out[event.request_id].append(event.token_id)
+            if event.finish_reason is not None:
+                finished.add(event.request_id)
+    return [out[rid] for rid in ids]
+
+
+def test_logit_bias_bans_and_forces_tokens_for_its_own_row_only(llm):
+    plain = SamplingParams(max_tokens=12, temperature=0, ignore_eos=True)
+    (alone,) = _tokens_of(llm, [("def f(x):", plain)])
+    banned = {t: -100.0 for t in set(alone)}
+    forced = {1234: 100.0}
+    ban = SamplingParams(max_tokens=12, temperature=0, ignore_eos=True, logit_bias=banned)
+    force = SamplingParams(max_tokens=12, temperature=0.8, seed=3, ignore_eos=True, logit_bias=forced)
+    same, without, only = _tokens_of(llm, [("def f(x):", plain), ("def f(x):", ban), ("import os", force)])
+    assert same == alone  # a neighbour's bias in the same batch changes nothing for this row
+    assert len(without) == 12 and not set(without) & set(alone)  # -100 bans, greedy or not
+    assert only == [1234] * 12  # +100 all but forces a token, sampled at temperature 0.8
+
+
+def test_logit_bias_shows_the_models_own_logprobs(llm):
+    params = SamplingParams(max_tokens=4, temperature=0, ignore_eos=True, logprobs=1, logit_bias={77: 100.0})
+    out = llm.generate("x", params)[0]
+    assert out.token_ids == [77] * 4
+    # the raw distribution's logprob of a token the model itself would not pick (vLLM's default):
+    # under the bias it would be ~0 and the likeliest token
+    for step in out.logprobs:
+        assert step.chosen.logprob < -1.0 and step.top[0].logprob > step.chosen.logprob
+
+
+@pytest.mark.parametrize(
+    "bias, words",
+    [
+        ({i: 1.0 for i in range(301)}, "at most 300"),
+        ({5: 100.5}, "[-100, 100]"),
+        ({5: float("nan")}, "[-100, 100]"),
+        ({-1: 1.0}, ">= 0"),
+        ({4096: 1.0}, "vocabulary of 4096"),
+    ],
+)
+def test_bad_logit_bias_is_refused_before_any_work(llm, bias, words):
+    with pytest.raises(InvalidRequestError) as err:
+        llm.generate("x", SamplingParams(logit_bias=bias))
+    assert err.value.param == "logit_bias" and words in str(err.value)
