@@ -15,7 +15,6 @@ Request bodies are capped.
 from __future__ import annotations
 
 import asyncio
-import hmac
 import logging
 import os
 import struct
@@ -30,6 +29,7 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
 from edge_sim.errors import EdgeError, PopDown
+from edge_sim.http_guard import bearer_ok, read_capped
 from edge_sim.load import PopLoad
 from edge_sim.node import NodeBase
 from edge_sim.pop import PopNode
@@ -65,28 +65,6 @@ _decode_request = msgspec.msgpack.Decoder(GenerateRequest).decode
 def _frame(frame: Frame) -> bytes:
     body = _encode(frame)
     return _HEADER.pack(len(body)) + body
-
-
-def bearer_ok(authorization: str | None, token: str) -> bool:
-    """Whether `Authorization: Bearer <x>` carries `token` (compared in constant time)."""
-    header = (authorization or "").strip()
-    if not token or not header.lower().startswith("bearer "):
-        return False
-    return hmac.compare_digest(header[7:].strip().encode(), token.encode())
-
-
-async def read_capped(request: Request, limit: int) -> bytes | None:
-    """The request body, read in chunks; None as soon as it is known to exceed `limit` bytes."""
-    declared = request.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > limit:
-        return None
-    chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            return None
-        chunks.append(chunk)
-    return b"".join(chunks)
 
 
 # --- the node process ---------------------------------------------------------------------------------

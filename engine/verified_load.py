@@ -15,7 +15,9 @@ from engine.weights import Checkpoint
 log = logging.getLogger("edge.integrity")
 
 TRUSTED_KEYS_ENV = "EDGE_TRUSTED_KEYS"
-DEFAULT_KEYS_DIR = Path(__file__).resolve().parents[1] / "models" / "keys"
+# the shipped models' keys: models/keys in a checkout, runtime/shipped_models/keys in a wheel (setup.py)
+_SHIPPED = Path(__file__).resolve().parents[1] / "runtime" / "shipped_models"
+DEFAULT_KEYS_DIR = (_SHIPPED if _SHIPPED.is_dir() else _SHIPPED.parents[1] / "models") / "keys"
 
 
 class VerificationRecord(msgspec.Struct):

@@ -12,7 +12,7 @@ import os
 import secrets
 from pathlib import Path
 
-from edge_sim.remote import bearer_ok, read_capped
+from edge_sim.http_guard import bearer_ok, read_capped
 
 ADMIN_TOKEN_ENV = "EDGE_ADMIN_TOKEN"
 ADMIN_TOKEN_FILE = "admin-token"

@@ -49,7 +49,8 @@ def isolation_problem() -> str | None:
 def _child_env() -> dict[str, str]:
     keep = ("PATH", "LANG", "LC_ALL", "TZ", "SYSTEMROOT")
     env = {k: os.environ[k] for k in keep if k in os.environ}
-    env["PYTHONPATH"] = str(_PROJECT_ROOT)
+    # the Pyodide stand-ins first (top-level names here only), then our packages
+    env["PYTHONPATH"] = os.pathsep.join((str(isolate_view.PYODIDE_MODULES), str(_PROJECT_ROOT)))
     env["PYTHONUNBUFFERED"] = "1"
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     return env

@@ -45,13 +45,10 @@ ERROR_CHARS = 64 * 1024  # of an exception's message and of its traceback
 
 
 def sandbox_paths(script: Path, deps: str = "") -> list[str]:
-    """What a worker may read: its own folder, Python itself, the SDK it imports and the
-    project's installed dependencies (`deps`)."""
+    """What a worker may read: its own folder, Python itself, the SDK it imports (with the
+    Pyodide stand-ins in workers/_pyodide/) and the project's installed dependencies (`deps`)."""
     import site
 
-    import asgi
-    import js
-    import pyodide
     import runtime
     import workers
 
@@ -59,7 +56,7 @@ def sandbox_paths(script: Path, deps: str = "") -> list[str]:
         sys.prefix,
         sys.base_prefix,
         sys.exec_prefix,
-        *(str(Path(m.__file__).parent) for m in (workers, runtime, pyodide, js, asgi)),
+        *(str(Path(m.__file__).parent) for m in (workers, runtime)),
     }
     if deps:
         paths.add(deps)

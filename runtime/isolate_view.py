@@ -31,7 +31,10 @@ ISOLATE_MODULES = (
     "isolate_entry.py",
     "sandbox.py",
 )
-SHIMS = ("pyodide", "js", "asgi")  # top-level packages of this project that Cloudflare provides
+# The stand-ins for what Cloudflare's Python runtime provides beside `workers` (pyodide.ffi, js, asgi):
+# top-level names inside an isolate only, so they live in a folder no other sys.path holds
+PYODIDE_MODULES = Path(workers.__file__).resolve().parent / "_pyodide"
+SHIMS = ("pyodide", "js", "asgi")  # the packages in PYODIDE_MODULES
 # unprivileged uids for isolates when the runtime is root: one per isolate, far from real users
 UID_BASE, UID_SPAN = 1_100_000_000, 1 << 20
 
@@ -66,7 +69,7 @@ def view_spec(
     binds.append((os.path.dirname(msgspec.__file__), f"{LIB}/msgspec"))
     binds.append((os.path.dirname(workers.__file__), f"{LIB}/workers"))
     # the pyodide.ffi, js and asgi stand-ins that scripts written for Cloudflare import
-    binds += [(str(_PROJECT_ROOT / m), f"{LIB}/{m}") for m in SHIMS]
+    binds += [(str(PYODIDE_MODULES / m), f"{LIB}/{m}") for m in SHIMS]
     if deps:
         binds.append((deps, DEPS))
     copies = [(str(_PROJECT_ROOT / "runtime" / m), f"{LIB}/runtime/{m}") for m in ISOLATE_MODULES]

@@ -9,7 +9,10 @@ import torch
 # any kernel module is imported.
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
-torch.set_num_threads(min(2, os.cpu_count() or 1))
+# Under pytest-xdist each worker takes its share of the cores (two workers on two cores: one each),
+# so that workers do not fight over the same cores with torch's threads.
+_WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+torch.set_num_threads(max(1, min(2, os.cpu_count() or 1) // _WORKERS))
 
 REPO = Path(__file__).resolve().parent.parent
 SHIPPED_KIMI = REPO / "models" / "kimi-k2-mini"

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import httpx
 
+from runtime.config_schema import INSTALLED_MODELS_DIR
+
 REPO = Path(__file__).resolve().parents[2]
 MODEL = "@edge/moonshotai/kimi-k2-mini"
 
@@ -53,7 +55,7 @@ def write_project(
         [edge]
         pops = ["ICN"]
         models = ["{model}"]
-        models_dir = "{models_dir or REPO / "models"}"
+        models_dir = "{models_dir or INSTALLED_MODELS_DIR}"
         max_in_flight = 100000
         """)
     (folder / "wrangler-like.toml").write_text(config + textwrap.dedent(extra_toml))

@@ -22,9 +22,10 @@ from capacity.workload import Arrivals, TopologySetup, Workload, WorkloadSample
 from edge_sim.network import NetworkModel
 from edge_sim.topology import Topology
 from runtime.bench.metrics import BenchmarkMetrics
+from runtime.config_schema import INSTALLED_MODELS_DIR
 
 DEFAULT_PROFILE = "sim-out/profile.json"
-MINIATURE = Path(__file__).resolve().parents[2] / "models" / "kimi-k2-mini"
+MINIATURE = INSTALLED_MODELS_DIR / "kimi-k2-mini"
 
 
 def cost_model(kind: str, model: str | None, profile: str, log):

@@ -9,6 +9,7 @@ Needs root and a kernel with network namespaces and veth; `problem()` says why n
 
 from __future__ import annotations
 
+import fcntl
 import os
 import re
 import shutil
@@ -16,6 +17,7 @@ import subprocess
 from dataclasses import dataclass, field
 
 SUBNET = "10.213"
+LOCK = "/tmp/edge-workers-test-hosts.lock"
 _OURS = re.compile(r"^ew-(\d+)-\d+")
 
 
@@ -125,15 +127,18 @@ class Hosts:
     processes: list[subprocess.Popen] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        sweep_stale()
-        try:
-            for i, octet in enumerate(_free_octets(self.count)):
-                host = Host(f"ew-{os.getpid()}-{i}", octet)
-                self.hosts.append(host)  # before it exists: close() removes a half-made one too
-                self._make(host)
-        except BaseException:
-            self.close()
-            raise
+        # one test process at a time picks free subnets and takes them (pytest-xdist runs several)
+        with open(LOCK, "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            sweep_stale()
+            try:
+                for i, octet in enumerate(_free_octets(self.count)):
+                    host = Host(f"ew-{os.getpid()}-{i}", octet)
+                    self.hosts.append(host)  # before it exists: close() removes a half-made one too
+                    self._make(host)
+            except BaseException:
+                self.close()
+                raise
 
     @staticmethod
     def _make(host: Host) -> None:

@@ -1,7 +1,8 @@
 """The OpenAI request surface with the official `openai` client against a running `edge dev`:
-refused parameters get a 400 naming them, unknown fields too, logit_bias is honoured, content parts
-and `developer` are read, an image part is refused, models.retrieve, embeddings answer 404 from the API (never the
-user's worker), and stream_options.include_usage ends the stream with the usage chunk."""
+refused parameters get a 400 naming them, unknown fields too, logit_bias is honoured, content
+parts and `developer` are read, an image part is refused, models.retrieve, embeddings answer 404
+from the API (never the user's worker), and stream_options.include_usage ends the stream with the
+usage chunk."""
 
 import textwrap
 

@@ -3,15 +3,19 @@ sees, the body in and out, streaming, lifespan once, and a Starlette app in a ja
 
 import asyncio
 import json
+import sys
 import textwrap
 from pathlib import Path
 
 import starlette
 
-import asgi
 from runtime import ipc
 from runtime.isolate import Isolate, use_insecure_isolation
+from runtime.isolate_view import PYODIDE_MODULES
 from workers import Request, Response
+
+sys.path.insert(0, str(PYODIDE_MODULES))  # a top-level name inside an isolate only, as there
+import asgi  # noqa: E402
 
 
 def run(coro):

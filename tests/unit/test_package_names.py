@@ -1,8 +1,10 @@
 """Our top-level `kernels` package must not confuse transformers, which integrates a PyPI package of
-the same name when it believes that one is installed; and our top-level packages import each other
-only in their dependency order."""
+the same name when it believes that one is installed; an install adds no top-level names but the
+design's packages (tests/unit/test_wheel_install.py installs the wheel itself); and our top-level
+packages import each other only in their dependency order."""
 
 import ast
+import runpy
 import subprocess
 import sys
 from pathlib import Path
@@ -34,7 +36,28 @@ def test_transformers_imports_and_runs_beside_our_kernels_package():
 FORBIDDEN_IMPORTS = {
     "capacity": ("runtime",),
     "edge_sim": ("capacity",),
+    # the SDK runs inside the isolate: nothing of ours but itself and the Pyodide stand-ins beside it
+    "workers": ("runtime", "capacity", "edge_sim", "engine", "kernels", "models"),
 }
+DESIGN_PACKAGES = {"workers", "runtime", "capacity", "edge_sim", "engine", "kernels"}
+
+
+def test_an_install_adds_only_the_design_packages_at_top_level(monkeypatch):
+    import setuptools
+
+    root = Path(__file__).resolve().parents[2]
+    given = {}
+    monkeypatch.setattr(setuptools, "setup", lambda **kwargs: given.update(kwargs))
+    monkeypatch.chdir(root)
+    runpy.run_path(str(root / "setup.py"))
+    packages = given["packages"]
+    assert {p.split(".")[0] for p in packages} == DESIGN_PACKAGES, packages
+    # the stand-ins for Pyodide's modules only inside workers; models/ as runtime's data, not a package
+    assert {"workers._pyodide.js", "workers._pyodide.asgi", "workers._pyodide.pyodide"} <= set(packages)
+    assert given["package_dir"] == {"runtime.shipped_models": "models"}
+    assert not [p for p in packages if p.startswith("runtime.shipped_models.")], packages
+    for stray in ("js", "asgi", "pyodide"):
+        assert not (root / stray).exists(), f"{stray}/ at the top of the checkout is importable from there"
 
 
 def _imported_top_levels(path: Path) -> set[tuple[int, str]]:

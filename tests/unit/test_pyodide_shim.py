@@ -3,15 +3,28 @@ in a real (jailed) isolate too."""
 
 import asyncio
 import json
+import sys
 import textwrap
 
 import pytest
 
 import workers
-from js import JSON, URL, Headers, Object, Response, console
-from pyodide.ffi import JsArray, JsBuffer, JsObject, JsProxy, create_proxy, jsnull, to_js, to_py
 from runtime import ipc
 from runtime.isolate import Isolate, IsolateLimits, use_insecure_isolation
+from runtime.isolate_view import PYODIDE_MODULES
+
+sys.path.insert(0, str(PYODIDE_MODULES))  # top-level names inside an isolate only, as there
+from js import JSON, URL, Headers, Object, Response, console  # noqa: E402
+from pyodide.ffi import (  # noqa: E402
+    JsArray,
+    JsBuffer,
+    JsObject,
+    JsProxy,
+    create_proxy,
+    jsnull,
+    to_js,
+    to_py,
+)
 
 
 def run(coro):

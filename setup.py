@@ -1,0 +1,23 @@
+"""Which packages `pip install .` puts into site-packages; everything else about the build is in
+pyproject.toml (setuptools' pyproject tables can find packages or rename a folder, not both).
+
+Only the design's code packages are top-level names (README, "What an install adds"). Inside them:
+- workers._pyodide holds the stand-ins for Pyodide's `pyodide`, `js` and `asgi`, which only an
+  isolate puts on its sys.path (runtime.isolate_view.PYODIDE_MODULES);
+- runtime.shipped_models is the repository's models/ folder, installed as data (the files
+  [tool.setuptools.package-data] names): the checkpoints, catalog, release key, held-out text and
+  quality records that runtime.config_schema.INSTALLED_MODELS_DIR finds. Its recipe stays behind.
+"""
+
+from setuptools import find_namespace_packages, setup
+
+TOP_LEVEL = ("workers", "runtime", "capacity", "edge_sim", "engine", "kernels")
+SHIPPED_MODELS = "runtime.shipped_models"
+
+setup(
+    packages=[
+        *find_namespace_packages(include=[f"{name}{sub}" for name in TOP_LEVEL for sub in ("", ".*")]),
+        SHIPPED_MODELS,
+    ],
+    package_dir={SHIPPED_MODELS: "models"},
+)
