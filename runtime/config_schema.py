@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 import msgspec
 
@@ -14,9 +14,10 @@ from runtime.rate_limit import DEFAULT_RPM
 
 DEFAULT_POPS = ["ICN", "FRA", "IAD"]
 MODELS_DIR_ENV = "EDGE_MODELS_DIR"
-# The shipped miniatures and catalog: models/ beside the installed packages (the repository's
-# models/ with the editable install; package data in a wheel, installed beside runtime/).
-INSTALLED_MODELS_DIR = Path(__file__).resolve().parent.parent / "models"
+# The shipped miniatures and catalog: the repository's models/ in a checkout (the editable install,
+# PYTHONPATH); a wheel installs that folder's data as runtime/shipped_models/ (setup.py).
+_SHIPPED_MODELS = Path(__file__).resolve().parent / "shipped_models"
+INSTALLED_MODELS_DIR = _SHIPPED_MODELS if _SHIPPED_MODELS.is_dir() else _SHIPPED_MODELS.parents[1] / "models"
 
 
 class ConfigError(Exception):
@@ -93,15 +94,21 @@ class ServiceBindingConfig(msgspec.Struct):
 # first use).
 
 
+# [observability] locally: `enabled = false` (or logs.enabled) keeps the workers' console lines out
+# of edge dev's terminal (edge tail still has them); head_sampling_rate (logs' wins) is the fraction
+# of events whose lines show there (runtime.isolate_console.configure). invocation_logs is accepted.
+SamplingRate = Annotated[float, msgspec.Meta(ge=0.0, le=1.0)]
+
+
 class ObservabilityLogsConfig(msgspec.Struct, kw_only=True):
     enabled: bool | None = None
-    head_sampling_rate: float | None = None
+    head_sampling_rate: SamplingRate | None = None
     invocation_logs: bool | None = None
 
 
 class ObservabilityConfig(msgspec.Struct, kw_only=True):
     enabled: bool | None = None
-    head_sampling_rate: float | None = None
+    head_sampling_rate: SamplingRate | None = None
     logs: ObservabilityLogsConfig | None = None
 
 

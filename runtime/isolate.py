@@ -9,7 +9,8 @@ when a request goes past its budget, and every pipe between the two is bounded.
 
 Its parts, all on the runtime's side: runtime.isolate_launch (the process and its jail),
 isolate_calls (answering the isolate's calls), isolate_streams (bodies, in windows),
-isolate_watchdog (the limits' books), isolate_output (stdout and stderr).
+isolate_watchdog (the limits' books), isolate_output (stdout and stderr pipes), isolate_console
+(the worker's console lines in edge dev's terminal).
 """
 
 from __future__ import annotations
@@ -77,6 +78,7 @@ class Isolate:
         limits: IsolateLimits | None = None,
         on_fetch: FetchHandler = no_fetch,
         on_log: Callable[[ipc.Log], None] | None = None,
+        on_output: Callable[[str, str], None] | None = None,
         bindings: dict[str, str] | None = None,
         on_binding: BindingHandler = no_binding,
         durable_objects: dict[str, str] | None = None,
@@ -112,7 +114,8 @@ class Isolate:
         self._tasks: set[asyncio.Task] = set()
         self._start_lock = asyncio.Lock()
         self._stopping: ExceededResources | None = None
-        self.output = OutputPump(name)  # stdout and stderr, bounded, into the log
+        # stdout and stderr pipes, bounded: to on_output(level, text), else the console's log
+        self.output = OutputPump(name, on_output)
         self.entry: str | None = None
         self.jailed = False
 
@@ -151,10 +154,10 @@ class Isolate:
         )
         writer.write(ipc.encode(init))
         await writer.drain()
-        self._spawn(self.output.pump(self._proc.stdout, logging.INFO))
-        self._spawn(self.output.pump(self._proc.stderr, logging.WARNING))
+        self._spawn(self.output.pump(self._proc.stdout, "log"))
+        self._spawn(self.output.pump(self._proc.stderr, "error"))
         try:
-            first = await asyncio.wait_for(ipc.read_message(reader, ipc.FROM_ISOLATE), timeout)
+            first = await asyncio.wait_for(self._first_message(reader), timeout)
         except (asyncio.IncompleteReadError, ConnectionError, TimeoutError, ValueError) as exc:
             await asyncio.sleep(0.05)  # let the pumps take the jail's last words
             await self.stop()
@@ -383,6 +386,15 @@ class Isolate:
             self._calls.take(msg)
         elif isinstance(msg, ipc.Log) and self._on_log is not None:
             self._on_log(msg)
+
+    async def _first_message(self, reader: asyncio.StreamReader) -> Any:
+        """The isolate's first message other than a log line: what the script printed while it
+        loaded (at import time, say) goes to the console first, as any other line does. The isolate
+        bounds its lines (LOG_LINES) and `timeout` the whole wait."""
+        while isinstance(msg := await ipc.read_message(reader, ipc.FROM_ISOLATE), ipc.Log):
+            if self._on_log is not None:
+                self._on_log(msg)
+        return msg
 
     # --- ending -----------------------------------------------------------------------------------
 

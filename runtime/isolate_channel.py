@@ -1,6 +1,7 @@
 """Inside the isolate: its end of the runtime's socket. Every call a worker makes of the runtime
-(env.AI.run, fetch, a service binding, KV / D1 / R2, a Durable Object stub, a log line) crosses
-here, tagged with the request it belongs to; replies are matched to their calls.
+(env.AI.run, fetch, a service binding, KV / D1 / R2, a Durable Object stub, a log line: print,
+logging, sys.stdout and sys.stderr) crosses here, tagged with the request it belongs to; replies
+are matched to their calls.
 
 Imported only inside the isolate (runtime.isolate_view binds it into the jail)."""
 
@@ -9,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import builtins
 import contextvars
+import io
 import itertools
 import logging
 import socket
@@ -24,7 +26,9 @@ from workers import AIError, Response
 from workers.bindings import binding_error
 from workers.durable_objects import remote_error
 
-LOG_LINES, LOG_BYTES, LOG_LINE_CHARS = 256, 256 * 1024, 16 * 1024  # per request, as the runtime keeps
+# log lines sent per request (the runtime keeps fewer, and counts the rest for its note on them);
+# past these the isolate drops them without sending, after one line that says so
+LOG_LINES, LOG_BYTES, LOG_LINE_CHARS = 4096, 1024 * 1024, 16 * 1024
 FETCH_BODY_BYTES = 1024 * 1024  # an outbound request body crosses to the runtime in one frame
 
 current_request: contextvars.ContextVar[int | None] = contextvars.ContextVar("edge_request", default=None)
@@ -54,8 +58,13 @@ class Channel:
         self.credits: dict[int, asyncio.Semaphore] = {}  # response chunks we may still send
         self.tasks: dict[int, asyncio.Task] = {}  # request id -> the task serving it
         self._log_budget: dict[int, list[int]] = {}  # request -> [lines left, bytes left]
+        # (request, level) -> (the unfinished line written to sys.stdout / sys.stderr, whether it
+        # was already sent, cut at LOG_LINE_CHARS: then the rest of it, up to its newline, is dropped)
+        self._partial: dict[tuple[int, str], tuple[str, bool]] = {}
 
     def send(self, msg: ipc.Message) -> None:
+        if self._partial and isinstance(msg, _ANSWERS):  # a request's output goes before its answer
+            self.flush_console(request=msg.id)
         frame = ipc.encode(msg)
         if len(frame) > ipc.FROM_ISOLATE:  # the runtime would take a bigger one as an attack
             raise ValueError(f"message of {len(frame)} bytes is over the {ipc.FROM_ISOLATE}-byte limit")
@@ -220,10 +229,11 @@ class Channel:
             raise remote_error(reply.error_type, reply.error_message or f"env.{binding} {method} failed")
         return reply.result
 
-    def log(self, level: str, message: str) -> None:
-        """A line for the tail; past the per-request budget lines are dropped here (the runtime
-        enforces the same budget, since it trusts nothing an isolate sends)."""
-        rid = current_request.get() or 0
+    def log(self, level: str, message: str, request: int | None = None) -> None:
+        """A line for the tail and edge dev's terminal; past the per-request budget lines are
+        dropped here, after one that says so (the runtime keeps a smaller budget of its own, since
+        it trusts nothing an isolate sends)."""
+        rid = (current_request.get() or 0) if request is None else request
         budget = self._log_budget.setdefault(rid, [LOG_LINES, LOG_BYTES])
         if budget[0] <= 0 or budget[1] <= 0:
             return
@@ -231,11 +241,52 @@ class Channel:
         budget[0] -= 1
         budget[1] -= len(message)
         self.send(ipc.Log(rid, level, message))
+        if budget[0] <= 0 or budget[1] <= 0:
+            note = (
+                f"over {LOG_LINES} log lines or {LOG_BYTES // 2**20} MiB: the isolate sends no more for this"
+            )
+            self.send(ipc.Log(rid, "warn", note + (" request" if rid else " process")))
+
+    def write_console(self, level: str, text: str) -> None:
+        """What the worker wrote to sys.stdout ("log") or sys.stderr ("error"): each write's text
+        up to its last newline is one log line of the current request; the rest waits for its
+        newline (or a flush, or the request's answer)."""
+        key = (current_request.get() or 0, level)
+        held, sent = self._partial.pop(key, ("", False))
+        head, newline, rest = text.rpartition("\n")
+        if newline:
+            if sent:  # the first line of head ends one already sent, cut: the rest of it is dropped
+                _, more, head = head.partition("\n")
+                if more:
+                    self.log(level, head, key[0])
+            else:
+                self.log(level, held + head, key[0])
+            held, sent = "", False
+        if not sent:
+            held += rest if newline else text
+            if len(held) > LOG_LINE_CHARS:  # a line that long goes now, cut
+                self.log(level, held, key[0])
+                held, sent = "", True
+        if held or sent:
+            self._partial[key] = (held, sent)
+
+    def flush_console(self, level: str | None = None, request: int | None = None) -> None:
+        """Send the unfinished line(s) of a request (the current one unless named) as they are."""
+        rid = (current_request.get() or 0) if request is None else request
+        for lvl in (level,) if level else ("log", "error"):
+            held, sent = self._partial.pop((rid, lvl), ("", False))
+            if held and not sent:
+                self.log(lvl, held, rid)
 
     def forget(self, rid: int) -> None:
+        self.flush_console(request=rid)
         self._log_budget.pop(rid, None)
         self.credits.pop(rid, None)
         self.tasks.pop(rid, None)
+
+
+# what ends a request's answer (or the request): its unfinished output lines are sent before it
+_ANSWERS = (ipc.InvokeResult, ipc.InvokeStart, ipc.InvokeError, ipc.ObjectResult, ipc.RequestDone)
 
 
 class AIBinding:
@@ -277,16 +328,99 @@ class _LogToRuntime(logging.Handler):
             pass
 
 
+class ConsoleStream(io.TextIOBase):
+    """sys.stdout ("log") or sys.stderr ("error") inside the isolate: what the worker writes (print,
+    sys.stdout.write, a logging.StreamHandler, warnings) reaches the runtime as log lines of the
+    request it belongs to, for the tail and edge dev's terminal. Written outside the event loop's
+    thread (or after it ended), it goes to the real pipe, which the runtime reads bounded too;
+    fileno() is that pipe, for a child process or faulthandler."""
+
+    encoding = "utf-8"
+    errors = "replace"
+
+    def __init__(self, channel: Channel, level: str, real: Any):
+        super().__init__()
+        self._channel, self._level, self._real = channel, level, real
+
+    def _in_loop(self) -> bool:
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return False
+        return not self._channel.writer.is_closing()
+
+    def write(self, text: str) -> int:
+        if not isinstance(text, str):
+            raise TypeError(f"write() argument must be str, not {type(text).__name__}")
+        if self._in_loop():
+            self._channel.write_console(self._level, text)
+        elif self._real is not None:
+            self._real.write(text)
+        return len(text)
+
+    def flush(self) -> None:
+        if self._in_loop():
+            self._channel.flush_console(self._level)
+        elif self._real is not None:
+            self._real.flush()
+
+    def writable(self) -> bool:
+        return True
+
+    def isatty(self) -> bool:
+        return False
+
+    def fileno(self) -> int:
+        if self._real is None:
+            raise io.UnsupportedOperation("fileno")
+        return self._real.fileno()
+
+    def close(self) -> None:  # a worker closing sys.stdout must not silence the next request
+        pass
+
+    @property
+    def buffer(self) -> _ConsoleBytes:
+        return _ConsoleBytes(self)
+
+
+class _ConsoleBytes:
+    """sys.stdout.buffer: bytes written there are decoded (invalid UTF-8 replaced) and written."""
+
+    def __init__(self, stream: ConsoleStream):
+        self._stream = stream
+
+    def write(self, data: bytes) -> int:
+        self._stream.write(bytes(data).decode("utf-8", "replace"))
+        return len(data)
+
+    def flush(self) -> None:
+        self._stream.flush()
+
+
+_real_print = builtins.print
+
+
+def worker_print(*args: Any, sep: str | None = " ", end: str | None = "\n", file: Any = None, flush=False):
+    """print() inside the worker: one call is one write, so that one print is one log line of the
+    tail (print("a\nb") too), as console.log is on Cloudflare."""
+    target = sys.stdout if file is None else file
+    if not isinstance(target, ConsoleStream):
+        return _real_print(*args, sep=sep, end=end, file=file, flush=flush)
+    for name, value in (("sep", sep), ("end", end)):
+        if value is not None and not isinstance(value, str):
+            raise TypeError(f"{name} must be None or a string, not {type(value).__name__}")
+    text = (" " if sep is None else sep).join(map(str, args))
+    target.write(text + ("\n" if end is None else end))
+    if flush:
+        target.flush()
+
+
 def capture_logs(channel: Channel) -> None:
-    """print() and logging inside the worker reach the runtime (edge tail), tagged by request."""
-    real_print = builtins.print
-
-    def worker_print(*args, sep=" ", end="\n", file=None, flush=False):
-        if file not in (None, sys.stdout, sys.stderr):
-            return real_print(*args, sep=sep, end=end, file=file, flush=flush)
-        channel.log("error" if file is sys.stderr else "log", sep.join(str(a) for a in args))
-
+    """print(), logging and writes to sys.stdout / sys.stderr inside the worker reach the runtime
+    (edge tail and edge dev's terminal), tagged by request."""
     builtins.print = worker_print
+    sys.stdout = ConsoleStream(channel, "log", sys.__stdout__)
+    sys.stderr = ConsoleStream(channel, "error", sys.__stderr__)
     root = logging.getLogger()
     root.handlers = [_LogToRuntime(channel)]
     root.setLevel(logging.INFO)

@@ -5,11 +5,14 @@ is, its entry the Durable Object class instead of Default) and is reached only t
 runtime: a stub's call crosses from the caller's isolate as ipc.ObjectCall, is checked here (the
 binding is the caller's own, the id one of that namespace, the method a public name, the values
 JSON-like), and runs in the object's isolate as ipc.ObjectInvoke (fetch: as a request). Calls to
-one object run one at a time, in arrival order (roughly what Cloudflare's input gates give). The
-object's storage (`ctx.storage`) crosses as ipc.BindingCall naming OBJECT_STORAGE, which the
-runtime scopes to that object's id (runtime.bindings.do_storage), so no object can reach
-another's. An instance idle for IDLE_S is stopped; the next call starts it again, its storage
-intact.
+one object run one at a time, in arrival order (roughly what Cloudflare's input gates give), so a
+call that comes back to an object already waiting in its chain (A -> B -> A), or two calls each
+holding an object the other waits for, would wait for ever: the runtime refuses such a call at once
+(DO_CALL_CYCLE), from what it alone tracks (which object each call runs in, and which objects an
+object's current call waits for), never from what a script sends. The object's storage
+(`ctx.storage`) crosses as ipc.BindingCall naming OBJECT_STORAGE, which the runtime scopes to that
+object's id (runtime.bindings.do_storage), so no object can reach another's. An instance idle for
+IDLE_S is stopped; the next call starts it again, its storage intact.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import asyncio
 import hashlib
 import logging
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -27,6 +31,7 @@ from starlette.responses import Response
 
 from runtime import ipc
 from runtime.isolate import IsolateCrashed, WorkerLoadError
+from runtime.isolate_console import indented
 from runtime.responses import InternalRequest
 from runtime.worker_spec import ObjectAddress, RequestContext, WorkerSpec
 from workers.durable_objects import check_rpc_value, valid_id
@@ -40,6 +45,7 @@ IDLE_S = 60.0  # an object's isolate with no call for this long is stopped
 MAX_RUNNING_PER_ACCOUNT = 16
 METHOD_CHARS = 128
 FETCH_BODY_BYTES = ipc.TO_ISOLATE - ipc.CHUNK  # a stub.fetch response crosses back in one frame
+CALL_CYCLE = "DO_CALL_CYCLE"  # the stable code of a refused call cycle, first in its message
 
 
 def namespace_key(account: str, script: str, class_name: str) -> str:
@@ -70,6 +76,21 @@ class _Instance:
     turn: asyncio.Lock = field(default_factory=asyncio.Lock)  # FIFO: calls in arrival order
     waiting: int = 0  # calls holding or waiting for the turn
     last_used: float = field(default_factory=time.monotonic)
+    # the instances (keys) its current call is calling: waiting for their turn, or running there
+    calling: Counter = field(default_factory=Counter)
+
+
+def _show(key: tuple | str) -> str:
+    """An instance key as a cycle names it, `Class(id)`; a worker (a str) as `worker NAME`."""
+    return f"{key[3]}({key[4]})" if isinstance(key, tuple) else f"worker {key}"
+
+
+def _cycle_message(path: list) -> str:
+    return (
+        f"{CALL_CYCLE}: Durable Object call cycle: {' -> '.join(_show(k) for k in path)}; calls to one "
+        "object run one at a time, so this one would wait for a call that waits for it: pass what the "
+        "inner object needs as arguments, or return it to the caller, instead of calling back"
+    )
 
 
 class DurableObjects:
@@ -121,6 +142,11 @@ class DurableObjects:
                 f"{ref.class_name} called itself through a stub: calls to one object run one at a time, "
                 "so it would wait for itself; call the method directly",
             )
+        key = (spec.account, spec.name, spec.version, ref.class_name, call.object_id)
+        caller = (spec.account, spec.name, spec.version, here.class_name, here.id) if here else None
+        if (path := self._cycle(caller, key, ctx, spec.name)) is not None:
+            log.warning("Durable Object call refused: %s", " -> ".join(_show(k) for k in path))
+            return _refuse(call, "Error", _cycle_message(path))
         instance = self._instance(spec, ref.class_name, call.object_id)
         if instance is None:
             return _refuse(
@@ -129,29 +155,65 @@ class DurableObjects:
                 f"more than {MAX_RUNNING_PER_ACCOUNT} Durable Objects of this account are busy at once; "
                 "retry when one has finished",
             )
+        calling = self._instances.get(caller) if caller else None  # the caller's own instance
+        if calling is not None:
+            calling.calling[key] += 1
         instance.waiting += 1
         try:
             async with instance.turn:
                 instance.last_used = time.monotonic()
                 if method == "fetch":
-                    return await self._fetch(instance.handle, call, request, ctx)
-                return await self._rpc(instance.handle, ref.class_name, call, ctx)
+                    return await self._fetch(instance.handle, key, call, request, ctx)
+                return await self._rpc(instance.handle, key, call, ctx)
         finally:
             instance.waiting -= 1
             instance.last_used = time.monotonic()
+            if calling is not None:
+                calling.calling[key] -= 1
+                if calling.calling[key] <= 0:
+                    del calling.calling[key]
+
+    def _cycle(self, caller: tuple | None, target: tuple, ctx: RequestContext, worker: str) -> list | None:
+        """The cycle a call from `caller` (the instance it runs in; None: a worker's request) to
+        `target` would close, as the path of instances from target back to target; None if none.
+        Two ways, both the runtime's own books: the chain of objects the request is nested in
+        (ctx.objects, which crosses service bindings too), and what each busy instance's current
+        call is calling (which also finds two requests each holding what the other waits for)."""
+        held = self._instances.get(target)
+        if target in ctx.objects and held is not None and held.turn.locked():
+            path = list(ctx.objects[ctx.objects.index(target) :])
+            return [*path, worker, target] if caller is None else [*path, target]
+        if caller is None:
+            return None
+        # depth first from target along "its current call is calling": back at caller, a cycle
+        stack, seen = [[target]], {target}
+        while stack:
+            path = stack.pop()
+            if path[-1] == caller:
+                return [*path, target]
+            instance = self._instances.get(path[-1])
+            if instance is None or not instance.turn.locked():
+                continue
+            for nxt in instance.calling:
+                if nxt not in seen:
+                    seen.add(nxt)
+                    stack.append([*path, nxt])
+        return None
 
     async def _rpc(
-        self, handle: ObjectHandle, class_name: str, call: ipc.ObjectCall, ctx: RequestContext
+        self, handle: ObjectHandle, key: tuple, call: ipc.ObjectCall, ctx: RequestContext
     ) -> ipc.ObjectReply:
+        class_name = key[3]
         sub = ctx.sub("RPC", f"{class_name}.{call.method}")
+        sub.objects = (*ctx.objects, key)
         try:
             outcome = await handle.call_object(call.method, call.args, call.kwargs, sub)
         except (WorkerLoadError, IsolateCrashed) as exc:
             return _refuse(call, "Error", f"{class_name}: {exc}")
         if isinstance(outcome, ipc.InvokeError):
             name, _, message = outcome.message.partition(": ")
-            log.warning("Durable Object %s.%s threw: %s\n%s", class_name, call.method, outcome.message,
-                        outcome.traceback)  # fmt: skip
+            log.warning("Durable Object %s.%s threw: %s", class_name, call.method,
+                        indented(f"{outcome.message}\n{outcome.traceback}"))  # fmt: skip
             return _refuse(call, name[:64] or "Error", message or outcome.message)
         try:
             check_rpc_value(outcome.result, f"the result of {class_name}.{call.method}")
@@ -160,10 +222,12 @@ class DurableObjects:
         return ipc.ObjectReply(call.call, result=outcome.result)
 
     async def _fetch(
-        self, handle: ObjectHandle, call: ipc.ObjectCall, request: tuple, ctx: RequestContext
+        self, handle: ObjectHandle, key: tuple, call: ipc.ObjectCall, request: tuple, ctx: RequestContext
     ) -> ipc.ObjectReply:
         method, url, headers, body = request
-        response = await handle.serve(InternalRequest(method, url, headers), body, ctx.sub(method, url), {})
+        sub = ctx.sub(method, url)
+        sub.objects = (*ctx.objects, key)
+        response = await handle.serve(InternalRequest(method, url, headers), body, sub, {})
         if hasattr(response, "body_iterator"):
             chunks, size = [], 0
             async for chunk in response.body_iterator:

@@ -38,17 +38,25 @@ def log_event(script: str, entries: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 class LogBudget:
-    """Lines a worker may log outside any request: `rate` a second, bursts of up to `burst`."""
+    """Lines a worker may log outside any request: `rate` a second, bursts of up to `burst`; the
+    lines refused are counted until `take_dropped()`."""
 
     def __init__(self, rate: float = 20.0, burst: int = 200):
         self.rate, self.burst = rate, burst
         self.tokens, self.at = float(burst), time.monotonic()
+        self.dropped = 0
 
     def take(self) -> bool:
         now = time.monotonic()
         self.tokens = min(self.burst, self.tokens + (now - self.at) * self.rate)
         self.at = now
         if self.tokens < 1:
+            self.dropped += 1
             return False
         self.tokens -= 1
         return True
+
+    def take_dropped(self) -> int:
+        """The lines refused since the last call."""
+        dropped, self.dropped = self.dropped, 0
+        return dropped

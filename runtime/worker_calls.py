@@ -14,6 +14,7 @@ from runtime.ai import workers_ai_sse
 from runtime.ai_run_modes import Answer, queue_option, special_call
 from runtime.bindings import BindingError, BindingRef
 from runtime.fetch_guard import FetchError
+from runtime.isolate_console import WorkerConsole
 from runtime.objects import OBJECT_STORAGE
 from runtime.tail import LogBudget, log_event
 from runtime.worker_services import WorkerServices
@@ -31,11 +32,25 @@ ENDED = "the request that made this call has ended"
 
 class WorkerCalls:
     """The isolate's callbacks for one worker: `requests` maps the isolate's request ids to the
-    requests in flight (shared with the WorkerHandle that serves them)."""
+    requests in flight (shared with the WorkerHandle that serves them); `console`: its lines in
+    edge dev's terminal (by default under the worker's name)."""
 
-    def __init__(self, spec: WorkerSpec, requests: dict[int, RequestContext], services: WorkerServices):
+    def __init__(
+        self,
+        spec: WorkerSpec,
+        requests: dict[int, RequestContext],
+        services: WorkerServices,
+        console: WorkerConsole | None = None,
+    ):
         self.spec, self.requests, self.services = spec, requests, services
+        self._console = console
         self._background_logs = LogBudget()
+
+    @property
+    def console(self) -> WorkerConsole:
+        if self._console is None:
+            self._console = WorkerConsole(self.spec.name)
+        return self._console
 
     async def ai(self, call: ipc.AICall):
         ctx = self.requests.get(call.request)
@@ -108,22 +123,45 @@ class WorkerCalls:
         yield ipc.AIReply(call.call)
 
     def log(self, msg: ipc.Log) -> None:
-        """A line the worker logged. Each request keeps at most LOG_LINES lines and LOG_BYTES
-        (the rest is counted and noted once in its tail event); lines outside any request share
-        a budget that refills over time. The isolate's own counting is not trusted."""
+        """A line the worker logged (print, logging, sys.stdout / sys.stderr): shown at once in
+        edge dev's terminal (runtime.isolate_console, bounded per event) and kept for the tail.
+        Each request keeps at most LOG_LINES lines and LOG_BYTES (the rest is counted and noted
+        once in its tail event); lines outside any request share a budget that refills over time.
+        The isolate's own counting is not trusted."""
         ctx = self.requests.get(msg.request)
-        text = msg.message[:LOG_LINE_CHARS]
-        entry = {"level": msg.level[:16], "message": text, "timestamp": int(time.time() * 1000)}  # ms
-        if ctx is not None:
-            if len(ctx.logs) >= LOG_LINES or ctx.log_bytes + len(text) > LOG_BYTES:
-                ctx.logs_dropped += 1
-                return
-            ctx.log_bytes += len(text)
-            ctx.logs.append(entry)
+        level, text = msg.level[:16], msg.message[:LOG_LINE_CHARS]
+        if ctx is None:
+            self.output(level, text)
             return
-        if not self._background_logs.take():  # module-level output, waitUntil after the response
+        if ctx.console is None:
+            ctx.console = self.console.event()
+        ctx.console.write(level, text)
+        if len(ctx.logs) >= LOG_LINES or ctx.log_bytes + len(text) > LOG_BYTES:
+            ctx.logs_dropped += 1
             return
-        self.services.tail.publish(self.spec.account, self.spec.name, log_event(self.spec.name, [entry]))
+        ctx.log_bytes += len(text)
+        ctx.logs.append({"level": level, "message": text, "timestamp": int(time.time() * 1000)})  # ms
+
+    def output(self, level: str, text: str) -> None:
+        """A line outside any request (module-level output, waitUntil after the response, the
+        isolate's stdout and stderr pipes): terminal and tail alike take at most LogBudget's rate,
+        the lines refused counted in a note before the next one shown."""
+        budget = self._background_logs
+        if not budget.take():
+            return
+        entries = []
+        if dropped := budget.take_dropped():
+            note = (
+                f"… {dropped} line(s) outside any request dropped: at most {budget.rate:g} a second "
+                f"(bursts of {budget.burst}) are kept"
+            )
+            self.console.write("warn", note)
+            entries.append({"level": "warn", "message": note, "timestamp": int(time.time() * 1000)})
+        self.console.write(level, text)
+        entries.append(
+            {"level": level, "message": text[:LOG_LINE_CHARS], "timestamp": int(time.time() * 1000)}
+        )
+        self.services.tail.publish(self.spec.account, self.spec.name, log_event(self.spec.name, entries))
 
     async def fetch(self, call: ipc.FetchCall) -> ipc.FetchReply:
         ctx = self.requests.get(call.request)

@@ -20,6 +20,7 @@ from starlette.responses import Response, StreamingResponse
 from runtime import ipc
 from runtime.addressing import LOCATION_HEADER
 from runtime.isolate import ExceededResources, Isolate, IsolateCrashed, WorkerLoadError
+from runtime.isolate_console import WorkerConsole, indented
 from runtime.objects import namespace_key
 from runtime.responses import WORKER_EXCEPTION, WORKER_LIMITS, WORKER_UNAVAILABLE, error_response
 from runtime.tail import log_event
@@ -35,10 +36,12 @@ class WorkerHandle:
         self.spec = spec
         self.services = services
         self.requests: dict[int, RequestContext] = {}
-        self.calls = WorkerCalls(spec, self.requests, services)
-        env = {**spec.vars, **services.secrets.secrets(spec.account, spec.name)}  # secrets never logged
         label = f"{spec.name}@{spec.version[:8]}" if spec.version else spec.name
         obj = spec.durable_object
+        # its console lines in edge dev's terminal: [name], [name:Counter(1a2b3c4d)] for an object
+        self.console = WorkerConsole(f"{label}:{obj.class_name}({obj.id[:8]})" if obj else label)
+        self.calls = WorkerCalls(spec, self.requests, services, self.console)
+        env = {**spec.vars, **services.secrets.secrets(spec.account, spec.name)}  # secrets never logged
         self.isolate = Isolate(
             f"{label}:{obj.class_name}:{obj.id[:8]}" if obj else label,
             Path(spec.script),
@@ -49,6 +52,7 @@ class WorkerHandle:
             limits=spec.limits,
             on_fetch=self.calls.fetch,
             on_log=self.calls.log,
+            on_output=self.calls.output,
             bindings={name: ref.kind for name, ref in spec.bindings.items()},
             on_binding=self.calls.binding,
             durable_objects={
@@ -67,13 +71,29 @@ class WorkerHandle:
     async def call_object(
         self, method: str, args: list, kwargs: dict, ctx: RequestContext
     ) -> ipc.ObjectResult | ipc.InvokeError:
-        """Run `method` on the Durable Object this handle serves (its isolate started if need be)."""
+        """Run `method` on the Durable Object this handle serves (its isolate started if need be);
+        tailed as Cloudflare tails one, with `event: {rpcMethod}` (not counted as a request)."""
         rid = self.isolate.next_request_id()
         self.requests[rid] = ctx
+        outcome, exception = "canceled", None
         try:
-            return await self.isolate.call_object(method, args, kwargs, request_id=rid)
+            result = await self.isolate.call_object(method, args, kwargs, request_id=rid)
+            if isinstance(result, ipc.InvokeError):
+                name, _, message = result.message.partition(": ")
+                outcome, exception = (
+                    "exception",
+                    {"name": name, "message": message, "stack": result.traceback},
+                )
+            else:
+                outcome = "ok"
+            return result
+        except (ExceededResources, IsolateCrashed, WorkerLoadError) as exc:
+            outcome = exc.outcome if isinstance(exc, ExceededResources) else "exception"
+            exception = {"name": type(exc).__name__, "message": str(exc)}
+            raise
         finally:
             self.requests.pop(rid, None)
+            self._publish(ctx, outcome, exception, {"rpcMethod": method}, count=False)
 
     # --- serving a request --------------------------------------------------------------------------
 
@@ -124,7 +144,9 @@ class WorkerHandle:
                 return error_response(500, WORKER_LIMITS, "Worker exceeded resource limits: memory", timing)
             name, _, message = outcome.message.partition(": ")
             exception = {"name": name, "message": message, "stack": outcome.traceback}
-            log.warning("worker %s threw: %s\n%s", self.spec.name, outcome.message, outcome.traceback)
+            log.warning(
+                "worker %s threw: %s", self.spec.name, indented(f"{outcome.message}\n{outcome.traceback}")
+            )
             self._finish(rid, ctx, "exception", exception, 500)
             return error_response(500, WORKER_EXCEPTION, f"Worker threw exception: {outcome.message}", timing)
         if self.services.emulate():  # the response's half of the client round trip
@@ -166,9 +188,14 @@ class WorkerHandle:
         request = {"method": ctx.method, "url": ctx.url, "cf": {"colo": ctx.ingress.code}}
         self._publish(ctx, outcome, exception, {"request": request, "response": {"status": status}})
 
-    def _publish(self, ctx: RequestContext, outcome: str, exception: dict | None, event: dict) -> None:
-        """An event is over: count it and tail it as Cloudflare's tail shows one (`event` carries
-        what kind it was), with a note for the log lines it was not allowed to keep."""
+    def _publish(
+        self, ctx: RequestContext, outcome: str, exception: dict | None, event: dict, count: bool = True
+    ) -> None:
+        """An event is over: count it (unless not `count`) and tail it as Cloudflare's tail shows
+        one (`event` carries what kind it was), with a note for the log lines it was not allowed
+        to keep; the terminal gets one for the lines it was not allowed to show."""
+        if ctx.console is not None:
+            ctx.console.end()
         if ctx.logs_dropped:
             ctx.logs.append(
                 {
@@ -179,7 +206,8 @@ class WorkerHandle:
                 }
             )
         seconds = time.time() - ctx.started
-        self.services.metrics.request(self.spec.name, outcome, seconds)
+        if count:
+            self.services.metrics.request(self.spec.name, outcome, seconds)
         self.services.tail.publish(
             self.spec.account,
             self.spec.name,
@@ -195,14 +223,16 @@ class WorkerHandle:
             },
         )
 
-    async def _event(self, kind: str, event: dict[str, Any], run) -> tuple[str, dict | None, Any]:
+    async def _event(self, kind: str, tag: str, event: dict[str, Any], run) -> tuple[str, dict | None, Any]:
         """A worker event that is no HTTP request (a cron run, a queue batch): `run(rid)` returns
         (the isolate's answer, anything else the caller needs). Returns (outcome, exception, that
         other thing, None when the isolate broke the protocol), and tails it as Cloudflare shows
-        such events (`event` carries their fields). AI calls made in it start at the PoP the
-        config's client_location lands on."""
+        such events (`event` carries their fields); its console lines show under `tag` (as
+        `cron(*/5 * * * *)`). AI calls made in it start at the PoP the config's client_location
+        lands on."""
         location, ingress = self.services.event_origin()
         ctx = RequestContext(location, ingress, 0.0, method="", url="")
+        ctx.console = self.console.event(tag)
         rid = self.isolate.next_request_id()
         self.requests[rid] = ctx
         outcome, exception, extra = "ok", None, None
@@ -216,7 +246,10 @@ class WorkerHandle:
                 outcome = "exception"
                 exception = {"name": name, "message": message, "stack": result.traceback}
                 log.warning(
-                    "worker %s threw in %s: %s\n%s", self.spec.name, kind, result.message, result.traceback
+                    "worker %s threw in %s: %s",
+                    self.spec.name,
+                    kind,
+                    indented(f"{result.message}\n{result.traceback}"),
                 )
             elif not isinstance(result, ipc.InvokeResult):  # a body for such an event: broken
                 outcome, extra = "exception", None
@@ -242,7 +275,7 @@ class WorkerHandle:
             return await self.isolate.schedule(cron, scheduled_time_ms, request_id=rid), None
 
         event = {"cron": cron, "scheduledTime": scheduled_time_ms}
-        outcome, exception, _ = await self._event("scheduled", event, run)
+        outcome, exception, _ = await self._event("scheduled", f"cron({cron})", event, run)
         return outcome, exception
 
     async def deliver(
@@ -257,7 +290,7 @@ class WorkerHandle:
             return await self.isolate.deliver(queue, messages, request_id=rid)
 
         event = {"queue": queue, "batchSize": len(messages)}
-        outcome, _, settled = await self._event("queue", event, run)
+        outcome, _, settled = await self._event("queue", f"queue({queue})", event, run)
         ids = {m.id for m in messages}
         acked = [i for i in dict.fromkeys(settled.acked) if i in ids] if settled else []
         retried: dict[str, int | None] = {}

@@ -64,11 +64,22 @@ class RequestContext:
     log_bytes: int = 0
     logs_dropped: int = 0
     started: float = field(default_factory=time.time)
+    console: Any = None  # its lines in edge dev's terminal (runtime.isolate_console.EventLines)
+    # the Durable Objects whose calls this one is nested in, outermost first, ending with the one
+    # it runs in (runtime.objects keys): set by the runtime only, to refuse a call cycle
+    objects: tuple[tuple, ...] = ()
 
     def sub(self, method: str, url: str) -> RequestContext:
-        """A call this request makes to another worker or object: same client, fresh counters."""
+        """A call this request makes to another worker or object: same client, fresh counters,
+        the chain of objects it is nested in kept."""
         return RequestContext(
-            self.location, self.ingress, self.client_rtt_ms, method=method, url=url, origin=self.origin
+            self.location,
+            self.ingress,
+            self.client_rtt_ms,
+            method=method,
+            url=url,
+            origin=self.origin,
+            objects=self.objects,
         )
 
 

@@ -171,17 +171,33 @@ def cmd_tail(args: argparse.Namespace) -> int:
 
 
 def _pretty(event: dict) -> str:
-    req = (event.get("event") or {}).get("request", {})
-    status = (event.get("event") or {}).get("response", {}).get("status", "")
-    lines = [
-        # eventTimestamp is in milliseconds, as Cloudflare's tail has it
-        f"[{_when(event.get('eventTimestamp', 0) / 1000)}] {event.get('outcome')} {req.get('method', '')} "
-        f"{req.get('url', '')} {status}".rstrip()
-    ]
-    lines += [f"  ({log['level']}) {log['message']}" for log in event.get("logs", [])]
+    """One tail event for a terminal: the worker's text in it (log lines, exceptions, the URL)
+    with control characters escaped, and its lines after the first indented under the event's."""
+    from runtime.isolate_console import clean
+
+    kind = event.get("event") or {}
+    req = kind.get("request", {})
+    status = kind.get("response", {}).get("status", "")
+    if not req:  # a cron run, a queue batch, a Durable Object's RPC call: what it was
+        named = [(k, kind[k]) for k in ("cron", "queue", "rpcMethod") if k in kind]
+        req = {"method": " ".join(f"{k} {v}" for k, v in named)} if named else {}
+    lines: list[str] = []
+
+    def add(first: str, text: object, more: str) -> None:
+        head, *rest = str(text).splitlines() or [""]
+        lines.append(first + clean(head))
+        lines.extend(more + clean(row) for row in rest)
+
+    # eventTimestamp is in milliseconds, as Cloudflare's tail has it
+    when = _when(event.get("eventTimestamp", 0) / 1000)
+    head = f"[{when}] {event.get('outcome')} {req.get('method', '')} {req.get('url', '')} {status}"
+    add("", head.rstrip(), "  ")
+    for log in event.get("logs", []):
+        add(f"  ({clean(str(log.get('level')))}) ", log.get("message", ""), "    ")
     for exc in event.get("exceptions", []):
-        lines.append(f"  {exc.get('name')}: {exc.get('message')}")
-        lines += [f"    {row}" for row in (exc.get("stack") or "").rstrip().splitlines()]
+        add("  ", f"{exc.get('name')}: {exc.get('message')}", "    ")
+        for row in (exc.get("stack") or "").rstrip().splitlines():
+            add("    ", row, "    ")
     return "\n".join(lines)
 
 

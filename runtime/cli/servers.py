@@ -85,7 +85,9 @@ def cmd_dev(args: argparse.Namespace) -> int:
     logging.basicConfig(
         level=getattr(logging, args.log_level.upper()), format="%(levelname)s %(name)s: %(message)s"
     )
-    from runtime import isolate
+    from runtime import isolate, isolate_console
+
+    isolate_console.install()  # workers' console lines bare in the terminal: `[worker] text`
 
     if args.insecure_isolation:
         isolate.use_insecure_isolation()
@@ -105,6 +107,7 @@ def cmd_dev(args: argparse.Namespace) -> int:
         return _fail(str(exc))
     except Exception as exc:  # a model that fails to load, say: print why, not a traceback
         return _fail(f"{type(exc).__name__}: {exc}")
+    isolate_console.configure(config.observability)
     from runtime.admin import ADMIN_TOKEN_ENV, bootstrap_admin_token
     from runtime.catalog import catalog_if_any
     from runtime.deps import DependencyError, install
@@ -146,6 +149,8 @@ def cmd_dev(args: argparse.Namespace) -> int:
         f"(override per request with the x-edge-client-location header)",
         flush=True,
     )
+    if note := isolate_console.settings.describe():
+        print(f"  {note}", flush=True)
     uvicorn.run(create_app(runtime), host=args.host, port=args.port, log_level=args.log_level)
     return 0
 
@@ -204,7 +209,8 @@ def add_dev_parser(sub) -> None:
         "--log-level",
         default="info",
         choices=["debug", "info", "warning", "error"],
-        help="the runtime's log level",
+        help="the runtime's log level, and the lowest level of the workers' console lines shown "
+        "(print is info, print(file=sys.stderr) error, logging its own)",
     )
     dev.add_argument(
         "--no-reload",

@@ -14,6 +14,7 @@ from runtime.bindings import BindingStores
 from runtime.bindings.common import BindingError
 from runtime.isolate import IsolateLimits
 from runtime.objects import DurableObjects, namespace_key
+from runtime.tail import TailHub
 from runtime.worker_host import WorkerHandle
 from runtime.worker_spec import DurableObjectRef, RequestContext, WorkerSpec
 from workers.durable_objects import (
@@ -156,7 +157,7 @@ class _State:
 def objects(tmp_path):
     script = tmp_path / "worker.py"
     script.write_text(textwrap.dedent(SCRIPT))
-    fake = SimpleNamespace(secrets=_State(), bindings=BindingStores(tmp_path / ".edge"))
+    fake = SimpleNamespace(secrets=_State(), bindings=BindingStores(tmp_path / ".edge"), tail=TailHub())
     fake.objects = DurableObjects(lambda spec: WorkerHandle(spec, fake))
     spec = WorkerSpec(
         account="acct",

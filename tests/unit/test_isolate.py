@@ -325,3 +325,26 @@ def test_module_level_env_and_wait_until_reach_the_current_request(tmp_path):
         return first.body, b""
 
     assert run(with_isolate(script, go, {"GREETING": "hello"})) == (b"queued", b"hello")
+
+
+def test_what_a_script_prints_while_it_loads_reaches_the_console_and_it_still_starts(tmp_path):
+    script = write(
+        tmp_path,
+        """
+        import sys
+        from workers import Response
+        print("loading the worker")
+        print("a warning at import", file=sys.stderr)
+
+        async def on_fetch(request, env):
+            return Response("ok")
+        """,
+    )
+    logs = []
+    res = run(with_limits(script, lambda iso: iso.invoke("GET", "http://x/", [], b"", {}), IsolateLimits(),
+                          on_log=logs.append))  # fmt: skip
+    assert res.body == b"ok"
+    assert [(m.level, m.message) for m in logs] == [
+        ("log", "loading the worker"),
+        ("error", "a warning at import"),
+    ]
