@@ -1,0 +1,156 @@
+"""Compressed-weight matmuls on the CPU that read int8 and int4 weights as stored (kernels/csrc/qlinear.c):
+no dense copy of the weight per call, which is what made quantized weights slower than bf16 here.
+
+The C source is compiled once per source hash with the system's C compiler (`cc -O3 -fopenmp`,
+about a second; `make native` does it ahead of time) into the build folder of engine.native (or the
+user's cache folder where that is not writable), and loaded with ctypes, which releases the GIL
+for the call. Its AVX2 + FMA path is chosen at run time where the CPU has it, else a scalar path of
+the same loops (`isa()` says which). Without a compiler, or with EDGE_CPU_KERNELS=0, `available()`
+is False and kernels.linear keeps the reference (dequantize, then multiply), saying so once.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import fcntl
+import hashlib
+import logging
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import torch
+
+from kernels.formats import QuantizedWeight
+
+log = logging.getLogger(__name__)
+SOURCE = Path(__file__).resolve().parent / "csrc" / "qlinear.c"
+FORMATS = ("int8", "int4")
+ENV = "EDGE_CPU_KERNELS"  # "0": never build or use them
+_lib: ctypes.CDLL | None = None
+_problem: str | None = None  # why they are not available, once known
+
+
+def _build_dirs() -> list[Path]:
+    repo = Path(__file__).resolve().parents[1]
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "edge-workers"
+    return [repo / ".native", cache]
+
+
+def _compile(target: Path) -> None:
+    cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        raise RuntimeError("no C compiler (cc) found")
+    with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
+        out = Path(tmp) / target.name
+        base = [cc, "-O3", "-fPIC", "-shared", "-o", str(out), str(SOURCE)]
+        made = subprocess.run([*base[:4], "-fopenmp", *base[4:]], capture_output=True, text=True, timeout=120)
+        if made.returncode != 0:  # no OpenMP: one thread, still no dense copy
+            made = subprocess.run(base, capture_output=True, text=True, timeout=120)
+        if made.returncode != 0:
+            raise RuntimeError(f"{cc} failed: {made.stderr.strip()[-500:]}")
+        os.replace(out, target)  # atomic: a concurrent loader sees the whole library or none
+
+
+def build() -> Path:
+    """The compiled library for the current source (compiled now if missing); RuntimeError why not."""
+    digest = hashlib.sha256(SOURCE.read_bytes()).hexdigest()[:16]
+    problems = []
+    for folder in _build_dirs():
+        target = folder / f"qlinear-{digest}.so"
+        if target.exists():
+            return target
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            with open(folder / "qlinear.lock", "w") as lock:  # one compiler at a time (pytest-xdist)
+                fcntl.flock(lock, fcntl.LOCK_EX)
+                if not target.exists():
+                    _compile(target)
+            return target
+        except (OSError, RuntimeError, subprocess.TimeoutExpired) as exc:
+            problems.append(f"{folder}: {exc}")
+    raise RuntimeError("; ".join(problems))
+
+
+def _load() -> ctypes.CDLL | None:
+    global _lib, _problem
+    if _lib is not None or _problem is not None:
+        return _lib
+    if os.environ.get(ENV) == "0":
+        _problem = f"{ENV}=0"
+        return None
+    try:
+        lib = ctypes.CDLL(str(build()))
+    except (RuntimeError, OSError) as exc:
+        _problem = str(exc)
+        log.warning("compressed weights run dequantize-then-multiply on this CPU: %s", _problem)
+        return None
+    p, i64, i32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int
+    for name in ("qlinear_int8", "qlinear_int4"):
+        getattr(lib, name).argtypes = [p, i64, i64, p, p, i64, p, i32]
+        getattr(lib, name).restype = None
+    lib.qlinear_isa.restype = ctypes.c_char_p
+    lib.qlinear_force_scalar.argtypes = [i32]
+    _lib = lib
+    return lib
+
+
+def available() -> bool:
+    return _load() is not None
+
+
+def problem() -> str | None:
+    """Why the kernels are not in use (None when they are)."""
+    _load()
+    return _problem
+
+
+def isa() -> str:
+    """The path these kernels run on this CPU: "avx2", "scalar", or "none" (not built)."""
+    lib = _load()
+    return lib.qlinear_isa().decode() if lib is not None else "none"
+
+
+def force_scalar(on: bool) -> None:
+    """Run the portable path even where AVX2 is there (the tests check both)."""
+    lib = _load()
+    if lib is not None:
+        lib.qlinear_force_scalar(int(on))
+
+
+def supports(x: torch.Tensor, w: QuantizedWeight) -> bool:
+    """Whether qlinear takes this product (else the reference does)."""
+    return (
+        x.device.type == "cpu"
+        and w.format in FORMATS
+        and w.data.device.type == "cpu"
+        and len(w.shape) == 2
+        and (w.format != "int4" or w.shape[1] % 32 == 0)
+        and available()
+    )
+
+
+def qlinear(x: torch.Tensor, w: QuantizedWeight, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """x @ W^T (+ b) for an int8 or int4 W [out, in], in x's dtype (computed in float32)."""
+    lib = _load()
+    n, k = w.shape
+    lead = x.shape[:-1]
+    xf = x.reshape(-1, k).to(torch.float32).contiguous()
+    data, scale = w.data.contiguous(), w.scale.contiguous()
+    y = torch.empty((xf.shape[0], n), dtype=torch.float32)
+    fn = lib.qlinear_int8 if w.format == "int8" else lib.qlinear_int4
+    fn(
+        xf.data_ptr(),
+        xf.shape[0],
+        k,
+        data.data_ptr(),
+        scale.data_ptr(),
+        n,
+        y.data_ptr(),
+        torch.get_num_threads(),
+    )
+    if bias is not None:
+        y += bias
+    return y.reshape(*lead, n).to(x.dtype)
