@@ -34,9 +34,11 @@ _problem: str | None = None  # why they are not available, once known
 
 
 def _build_dirs() -> list[Path]:
+    """A checkout's .native/ (beside engine.native's build), else the user's cache folder (an
+    installed wheel: nothing is written into site-packages)."""
     repo = Path(__file__).resolve().parents[1]
     cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "edge-workers"
-    return [repo / ".native", cache]
+    return [repo / ".native", cache] if (repo / "pyproject.toml").exists() else [cache]
 
 
 def _compile(target: Path) -> None:
