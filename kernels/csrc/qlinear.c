@@ -7,7 +7,8 @@
    Four output rows at a time are decoded (scaled) into a small float tile that stays in L1, and
    every row of x is dotted with the four rows of the tile: each weight is decoded once per call
    whatever the batch, and the only memory traffic of W is its compressed bytes. Rows of blocks are
-   split over threads with OpenMP. An AVX2 + FMA path is chosen at run time where the CPU has it
+   split over threads with OpenMP. A single row of x (a decode step at batch 1) skips the tile: each
+   row of W is decoded in registers straight into its dot product. An AVX2 + FMA path is chosen at run time where the CPU has it
    (qlinear_isa says which); the portable path is the same loops in scalar C. */
 
 #include <stdint.h>
@@ -89,11 +90,51 @@ __attribute__((target("avx2,fma"))) static void decode_int4_row_avx2(const uint8
     }
 }
 
+
 __attribute__((target("avx2,fma"))) static inline float hsum_avx(__m256 v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     s = _mm_add_ps(s, _mm_movehl_ps(s, s));
     s = _mm_add_ss(s, _mm_movehdup_ps(s));
     return _mm_cvtss_f32(s);
+}
+
+/* One row of x against one row of W, decoded in registers (m == 1: nothing to share a tile with).
+   int8: the codes summed against x, the row's scale applied once; int4: each group's sum scaled. */
+__attribute__((target("avx2,fma"))) static float dot_int8_avx2(const float *x, const int8_t *w,
+                                                                 float scale, int64_t k) {
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 16 <= k; i += 16) {
+        __m128i b = _mm_loadu_si128((const __m128i *)(w + i));
+        acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i), _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b)), acc0);
+        acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 8),
+                               _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(b, 8))), acc1);
+    }
+    float rest = 0.0f;
+    for (; i < k; i++) rest += x[i] * (float)w[i];
+    return (hsum_avx(_mm256_add_ps(acc0, acc1)) + rest) * scale;
+}
+
+__attribute__((target("avx2,fma"))) static float dot_int4_avx2(const float *x, const uint8_t *w,
+                                                                 const uint16_t *scales, int64_t k) {
+    const __m128i low_mask = _mm_set1_epi8(0x0F), eight = _mm_set1_epi8(8);
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t g = 0; g < k / GROUP; g++) {
+        __m128i b = _mm_loadu_si128((const __m128i *)(w + g * (GROUP / 2)));
+        __m128i lo = _mm_and_si128(b, low_mask);
+        __m128i hi = _mm_and_si128(_mm_srli_epi16(b, 4), low_mask);
+        __m128i first = _mm_sub_epi8(_mm_unpacklo_epi8(lo, hi), eight);
+        __m128i second = _mm_sub_epi8(_mm_unpackhi_epi8(lo, hi), eight);
+        const float *xg = x + g * GROUP;
+        __m256 sum = _mm256_mul_ps(_mm256_loadu_ps(xg), _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(first)));
+        sum = _mm256_fmadd_ps(_mm256_loadu_ps(xg + 8),
+                              _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(first, 8))), sum);
+        sum = _mm256_fmadd_ps(_mm256_loadu_ps(xg + 16), _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(second)), sum);
+        sum = _mm256_fmadd_ps(_mm256_loadu_ps(xg + 24),
+                              _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(second, 8))), sum);
+        acc = _mm256_fmadd_ps(sum, _mm256_set1_ps(bf16_to_f32(scales[g])), acc);
+    }
+    return hsum_avx(acc);
 }
 
 /* y[m, n0 + r] = x[m] . tile[r] for the `rows` (<= ROWS) rows of the tile; k a multiple of 8 */
@@ -147,8 +188,23 @@ static void run(const float *x, int64_t m, int64_t k, int64_t n, float *y, int t
                 const void *w, const void *scales, int fmt) {
     int avx = have_avx2() && !force_scalar && k % 8 == 0;
     int64_t blocks = (n + ROWS - 1) / ROWS;
+    if (threads < 1 || n * k < 128 * 1024) threads = 1; /* a fork and join costs more than these */
+#ifdef EDGE_X86
+    if (avx && m == 1) {
 #ifdef _OPENMP
-    if (threads < 1) threads = 1;
+#pragma omp parallel for schedule(static) num_threads(threads)
+#endif
+        for (int64_t row = 0; row < n; row++) {
+            if (fmt == 8)
+                y[row] = dot_int8_avx2(x, (const int8_t *)w + row * k, ((const float *)scales)[row], k);
+            else
+                y[row] = dot_int4_avx2(x, (const uint8_t *)w + row * (k / 2),
+                                       (const uint16_t *)scales + row * (k / GROUP), k);
+        }
+        return;
+    }
+#endif
+#ifdef _OPENMP
 #pragma omp parallel num_threads(threads)
 #endif
     {

@@ -44,6 +44,7 @@ def test_matches_the_dequantized_product(fmt, m, k, n, scalar):
 
 def test_an_int8_width_off_the_vector_width_is_served_too():
     _check("int8", 3, 77, 9, seed=1)  # K not a multiple of 8: the portable loops take it
+    _check("int8", 1, 40, 5, seed=2)  # one row, K not a multiple of 16: the dot's scalar tail
 
 
 def test_kernels_linear_uses_it_on_the_cpu_keeping_dtype_leading_dims_and_bias(monkeypatch):
