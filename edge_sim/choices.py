@@ -2,9 +2,12 @@
 GenerateResult at its end.
 
 Each event names its choice (SeqEvent.index). Tool-call markup is parsed per choice
-(edge_sim.tool_parser) when the request declared tools, so no delta carries markup; logprobs ride
-with the delta of their token when they were asked for. A choice that fails while others finish
-keeps finish_reason "error"; a request whose every choice failed (its one, when n is 1) fails.
+(edge_sim.tool_parser) when the request declared tools, so no delta carries markup, and a call
+goes out whole once it has ended and its arguments were checked; a choice ends "tool_calls" only
+when every call it began has ended (one cut off by max_tokens is dropped and the choice ends
+"length", as OpenAI's does); logprobs ride with the delta of their token when they were asked for.
+A choice that fails while others finish keeps finish_reason "error"; a request whose every choice
+failed (its one, when n is 1) fails.
 """
 
 from __future__ import annotations
@@ -36,7 +39,12 @@ class ChoiceAssembler:
         parse = bool(req.tools) and req.tool_choice != "none" and bool(tool_format)
         logprobs = req.params.logprobs is not None
         self._choices = [
-            _ChoiceState(ToolCallParser(tool_format, req.tools) if parse else None, logprobs)
+            _ChoiceState(
+                ToolCallParser(tool_format, req.tools, req.tool_choice, req.parallel_tool_calls)
+                if parse
+                else None,
+                logprobs,
+            )
             for _ in range(req.params.n)
         ]
         self.last: SeqEvent | None = None  # the latest final event: it carries the request's metrics
@@ -79,7 +87,9 @@ class ChoiceAssembler:
         if state.parser is not None:
             text, made = state.parser.finish()
             calls = made or None
-            if made and reason == "stop" and state.parser.complete:
+            # "tool_calls" only when every call it began has ended: one cut off by max_tokens was
+            # dropped, and the choice ends "length" (a call the budget closed has ended)
+            if made and reason in ("stop", "length") and state.parser.complete:
                 reason = "tool_calls"
         tokens = last.metrics.completion_tokens if last.metrics is not None else state.tokens
         return Choice(

@@ -2,14 +2,17 @@
 or /v1/completions body, the upstream's server-sent events read back into per-choice pieces, and its
 HTTP errors as the edge's error kinds (which the runtime maps to Workers AI codes).
 
-Tool calls come back parsed by the upstream; they are written again in Kimi K2's tool-call markup
-(CARRIER_FORMAT), which the edge's own parser reads (edge_sim.tool_parser), so the edge streams an
-upstream's calls exactly as it streams our engine's. Call ids are the edge's, not the upstream's.
+Tool calls come back parsed by the upstream, and are not trusted: each is held until it ends and
+kept only if its arguments parse as a JSON object (ChunkReader); it is then written again in Kimi
+K2's tool-call markup (CARRIER_FORMAT), which the edge's own parser reads and checks against the
+declared tools (edge_sim.tool_parser), so the edge streams an upstream's calls exactly as it
+streams our engine's. Call ids are the edge's, not the upstream's.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 from typing import Any, NamedTuple
 
 from edge_sim.errors import EdgeError
@@ -18,6 +21,7 @@ from edge_sim.upstream_config import UpstreamModel
 from engine import tool_calls as fmts
 from engine.sequence import Logprobs, TokenLogprob
 
+log = logging.getLogger(__name__)
 CARRIER_FORMAT = fmts.KIMI_K2  # the markup upstream tool calls are re-written in for the edge's parser
 MAX_LINE_BYTES = 4 * 1024 * 1024  # one server-sent event; an upstream sending more is cut off
 MAX_ERROR_BYTES = 64 * 1024
@@ -120,13 +124,21 @@ def sse_data(line: str) -> str | None:
 
 
 class ChunkReader:
-    """Reads the upstream's chunks (chat or completions) into Pieces, and keeps its usage."""
+    """Reads the upstream's chunks (chat or completions) into Pieces, and keeps its usage.
+
+    Its tool calls are parsed, never trusted: each is held until it ends (the next call, content
+    after it, or the choice's end), then written in the carrier markup only if its name is a
+    function name and its arguments parse as a JSON object; any other is dropped and counted in
+    `rejected` (the edge's parser then checks it against the declared tools, the tool choice and a
+    strict tool's schema)."""
 
     def __init__(self, n: int):
         self.n = n
         self.usage: dict[str, Any] | None = None
-        self._calls: list[dict[int, str]] = [{} for _ in range(n)]  # per choice: call index -> name
-        self._open: list[int | None] = [None] * n  # the call whose arguments are being written
+        self.rejected = 0  # upstream calls dropped: no function name, or arguments not a JSON object
+        self._calls: list[dict[Any, list[str]]] = [{} for _ in range(n)]  # per choice: index -> [name, args]
+        self._open: list[Any] = [None] * n  # the call whose arguments are being written
+        self._written = [0] * n  # calls written in the carrier markup (its section is open)
 
     def read(self, payload: str) -> list[Piece]:
         try:
@@ -151,7 +163,7 @@ class ChunkReader:
         delta = choice.get("delta")
         if isinstance(delta, dict):  # chat
             text = delta.get("content") or ""
-            if text and self._open[index] is not None:  # content after calls: close them first
+            if text:  # content after calls: end them first
                 text = self._close(index) + text
             text = "".join(self._tool_markup(index, c) for c in delta.get("tool_calls") or []) + text
         else:  # completions
@@ -163,28 +175,56 @@ class ChunkReader:
         return Piece(index, text, logprobs_of(choice.get("logprobs")), finish)
 
     def _tool_markup(self, index: int, call: Any) -> str:
-        """A streamed tool call's piece in the carrier format's markup."""
+        """A streamed tool call's piece: held; what it ends (the call before it) in the markup."""
         if not isinstance(call, dict):
             return ""
         fn = call.get("function") if isinstance(call.get("function"), dict) else {}
         number = call.get("index", len(self._calls[index]))
+        if not isinstance(number, (int, str)):
+            return ""
         out = ""
-        if number not in self._calls[index] and fn.get("name"):
-            opened = self._open[index] is not None
-            out += fmts.KIMI_CALL_END if opened else fmts.KIMI_SECTION_BEGIN
-            self._calls[index][number] = fn["name"]
+        calls = self._calls[index]
+        if number not in calls and isinstance(fn.get("name"), str) and fn["name"]:
+            out += self._end_call(index)
+            calls[number] = [fn["name"], ""]
             self._open[index] = number
-            out += f"{fmts.KIMI_CALL_BEGIN}functions.{fn['name']}:{number}{fmts.KIMI_ARGS_BEGIN}"
         arguments = fn.get("arguments")
         if isinstance(arguments, str) and self._open[index] == number:
-            out += arguments
+            held = calls[number]
+            if len(held[1]) + len(arguments) > MAX_LINE_BYTES:
+                held[0] = ""  # (dropped at its end)
+            else:
+                held[1] += arguments
         return out
 
-    def _close(self, index: int) -> str:
-        if self._open[index] is None:
+    def _end_call(self, index: int) -> str:
+        """The open call in the carrier markup, if it holds up ("" when none is open or it does not)."""
+        number, self._open[index] = self._open[index], None
+        if number is None:
             return ""
-        self._open[index] = None
-        return fmts.KIMI_CALL_END + fmts.KIMI_SECTION_END
+        name, arguments = self._calls[index][number]
+        try:
+            ok = bool(fmts.TOOL_NAME.fullmatch(name)) and isinstance(json.loads(arguments or "{}"), dict)
+        except ValueError:
+            ok = False
+        if not ok:
+            self.rejected += 1
+            log.warning("upstream tool call %r dropped: its arguments are not a JSON object", name[:64])
+            return ""
+        opening = "" if self._written[index] else fmts.KIMI_SECTION_BEGIN
+        k = self._written[index]
+        self._written[index] += 1
+        return (
+            f"{opening}{fmts.KIMI_CALL_BEGIN}functions.{name}:{k}{fmts.KIMI_ARGS_BEGIN}"
+            f"{arguments or '{}'}{fmts.KIMI_CALL_END}"
+        )
+
+    def _close(self, index: int) -> str:
+        out = self._end_call(index)
+        if not self._written[index]:
+            return out
+        self._written[index] = 0
+        return out + fmts.KIMI_SECTION_END
 
 
 def _token(entry: dict[str, Any]) -> TokenLogprob:

@@ -138,10 +138,11 @@ class LLMEngine:
         return self._guides
 
     def _compile(self, guide, max_tokens: int | None = None) -> GuideState:
-        """A sequence's guide state; any-JSON mode's also closes the object within max_tokens."""
+        """A sequence's guide state; any-JSON mode's also closes the object within max_tokens, and a
+        tool-call guide's its calls."""
         compiler = self.guide_compiler()
-        if guide.kind == "json" and max_tokens is not None:
-            return GuideState(compiler.compile(guide), compiler, max_tokens)
+        if (guide.kind == "json" or guide.calls is not None) and max_tokens is not None:
+            return GuideState(compiler.compile(guide), compiler, max_tokens, guide.calls)
         return GuideState(compiler.compile(guide))
 
     def speller(self) -> TokenSpeller:

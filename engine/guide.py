@@ -27,15 +27,30 @@ def with_json_options(schema: dict[str, Any]) -> dict[str, Any]:
     return {**schema, "x-guidance": {**JSON_OPTIONS, **(own if isinstance(own, dict) else {})}}
 
 
+class CallFormat(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, frozen=True):
+    """What a tool-call guide's sequence needs to close its calls within max_tokens
+    (engine.tool_close.CallTracker): the format, the callable functions, their declared argument
+    names, the GLM-4.5 arguments written raw ("*": undeclared ones too), and whether the reply must
+    start with the calls. Built by engine.tool_calls.guide_for, never taken from a client."""
+
+    fmt: str
+    names: list[str]
+    keys: dict[str, list[str]] = msgspec.field(default_factory=dict)
+    raw: dict[str, list[str]] = msgspec.field(default_factory=dict)
+    opened: bool = False
+
+
 class Guide(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, frozen=True):
     """`json`: any JSON object; `json_schema`: JSON matching `schema`; `regex`: text matching
     `pattern`; `lark`: text in `grammar` (llguidance's Lark dialect, which may embed
-    `%json{...}` schemas)."""
+    `%json{...}` schemas). `calls`: the grammar is a tool-call format's, whose calls the engine
+    closes within the budget."""
 
     kind: GuideKind
     schema: dict[str, Any] | None = None
     pattern: str | None = None
     grammar: str | None = None
+    calls: CallFormat | None = None
 
     def validate(self, param: str = "guide") -> None:
         """The spec's shape (that it compiles is checked by the engine that runs it)."""
@@ -44,6 +59,8 @@ class Guide(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, frozen=Tru
         if given != ([needs] if needs else []):
             want = f"'{needs}'" if needs else "nothing else"
             raise InvalidRequestError(param, f"a {self.kind} guide takes {want}, got {given or 'none'}")
+        if self.calls is not None and self.kind != "lark":
+            raise InvalidRequestError(param, "only a lark guide closes tool calls")
         size = len(msgspec.json.encode(self.schema)) if self.schema is not None else 0
         size += len(self.pattern or "") + len(self.grammar or "")
         if size > MAX_GUIDE_CHARS:

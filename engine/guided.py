@@ -18,6 +18,11 @@ schema may turn back on with its own "x-guidance" options): free whitespace lets
 into endless newlines, the classic way JSON mode fails to close. Any-JSON mode also closes the
 object within max_tokens (GuideState.closing_token, engine.json_close): a sampled answer that
 wanders inside a key or down nested brackets gets its closing tokens forced once only they fit.
+Tool calls are closed the same way (engine.tool_close): the plan is the matcher's own forced
+bytes, the tracker's hint (the JSON arguments' close, the format's end markers) and short
+fallbacks where the schema wants more, each checked against the grammar; its tokens are forced
+once only they fit (measured: about 0.3 ms a plan, some 30 plans a call). Between calls, another
+call may start only while the budget holds a whole one; else the reply's end is forced.
 """
 
 from __future__ import annotations
@@ -34,8 +39,9 @@ import msgspec
 import torch
 
 from engine.errors import InvalidRequestError
-from engine.guide import JSON_OPTIONS, Guide
+from engine.guide import JSON_OPTIONS, CallFormat, Guide
 from engine.json_close import JsonCloser
+from engine.tool_close import CallTracker
 
 log = logging.getLogger(__name__)
 MAX_COMPILED = 128  # compiled grammars kept per engine (least recently used dropped)
@@ -64,6 +70,38 @@ def _byte_bias(device: torch.device, dtype: torch.dtype) -> torch.Tensor:
 # text's bytes beyond the open brackets (`"": 0` and an escape's rest), so most steps skip the check
 CLOSE_MARGIN = 4
 CLOSE_SLACK = 16
+# a tool call's closing (engine.tool_close) is forced once the budget left is within CALL_MARGIN of
+# its length (one token may open a key, an escape, a bracket); a closing longer than MAX_PLAN tokens
+# is not planned (the call is then cut by max_tokens: finish_reason "length", no call). The plan is
+# made again whenever the tracker's state moved, and at least every REPLAN_EVERY tokens
+CALL_MARGIN = 6
+MAX_PLAN = 192
+REPLAN_EVERY = 16
+MAX_RESERVE_NAMES = 16  # the reserve for one more call is priced on at most this many functions
+# what a plan tries where neither the grammar forces bytes nor the tracker's hint is allowed: the
+# shortest ways on out of a string, a value, an object or an array
+FALLBACKS = [
+    '"',
+    "}",
+    "]",
+    "0",
+    ",",
+    " ",
+    "1",
+    "a",
+    "{",
+    "[",
+    "\n",
+    "<",
+    "/",
+    ">",
+    ":",
+    "-",
+    ".",
+    "t",
+    "n",
+    "f",
+]
 
 
 def grammar_text(guide: Guide) -> str:
@@ -92,6 +130,8 @@ class GuideCompiler:
 
     def __init__(self, tokenizer_json: str, eos_ids: list[int], vocab_size: int):
         self.vocab_size = vocab_size
+        self.eos = eos_ids[0] if eos_ids else None  # what a tool call's closing ends with, between calls
+        self._fallbacks: list[int] | None = None
         self.tokenizer = llguidance.LLTokenizer(tokenizer_json, n_vocab=vocab_size, eos_token=eos_ids)
         self._compiled: OrderedDict[bytes, llguidance.LLMatcher] = OrderedDict()
         self._lock = threading.Lock()  # check_request runs on callers' threads, matchers on the engine's
@@ -133,24 +173,47 @@ class GuideCompiler:
         """A token's bytes as the tokenizer spells it (a byte-level piece's real bytes)."""
         return self.tokenizer.decode_bytes([token])
 
+    def tokenize(self, text: bytes) -> list[int]:
+        return self.tokenizer.tokenize_bytes(text) if text else []
+
+    @property
+    def fallbacks(self) -> list[int]:
+        """FALLBACKS as single tokens (those the vocabulary spells in one)."""
+        if self._fallbacks is None:
+            one = [self.tokenize(text.encode()) for text in FALLBACKS]
+            self._fallbacks = [ids[0] for ids in one if len(ids) == 1]
+        return self._fallbacks
+
 
 class GuideState:
-    """One sequence's matcher: what it may emit next, fed each token it samples. In any-JSON mode
-    also a JsonCloser and the token budget: once what is left is only just enough to close the
-    object, the closing tokens are forced (a grammar cannot see max_tokens; without this a wandering
-    answer is cut mid-object and is not JSON)."""
+    """One sequence's matcher: what it may emit next, fed each token it samples. With a budget,
+    any-JSON mode also keeps a JsonCloser, and a tool-call guide (`calls`) a CallTracker: once
+    what is left is only just enough to close the object (or the call), the closing tokens are
+    forced (a grammar cannot see max_tokens; without this a wandering answer is cut mid-object and
+    is not JSON, or mid-call and is no call)."""
 
     def __init__(
         self,
         matcher: llguidance.LLMatcher,
         compiler: GuideCompiler | None = None,
         budget: int | None = None,
+        calls: CallFormat | None = None,
     ):
         self.matcher = matcher
         self.compiler = compiler
-        self.closer = JsonCloser() if compiler is not None and budget is not None else None
+        budgeted = compiler is not None and budget is not None
+        self.closer = JsonCloser() if budgeted and calls is None else None
+        self.tracker = (
+            CallTracker(calls.fmt, calls.names, calls.keys, calls.raw, calls.opened)
+            if budgeted and calls is not None
+            else None
+        )
         self.left = budget or 0  # tokens still allowed (max_tokens less those consumed)
         self.closed_by_budget = False  # the budget, not the model, closed the object: it ends as "length"
+        self._plan: list[int] = []  # a tool call's closing tokens still to force, once it began
+        self._cost = 0  # the closing's length when last planned
+        self._planned = (-1, 0)  # the tracker's version and the budget left then
+        self._reserve: int | None = None  # tokens one more whole call takes (from between calls)
 
     def consume(self, token: int) -> str | None:
         """Feed the sampled token; an error text when the grammar cannot go on."""
@@ -159,11 +222,21 @@ class GuideState:
         if self.closer is not None:
             self.left -= 1
             self.closer.feed(self.compiler.token_bytes(token))
+        elif self.tracker is not None:
+            self.left -= 1
+            self.tracker.feed(self.compiler.token_bytes(token))
+            if self._plan and self._plan[0] == token:
+                self._plan.pop(0)
+            else:
+                self._plan = []
         return None
 
     def closing_token(self) -> int | None:
         """The token to force now, or None to let the model choose: the first of the tokens that
-        close the object, once the budget left is within CLOSE_MARGIN of how many those are."""
+        close the object (or the call), once the budget left is within a margin of how many those
+        are."""
+        if self.tracker is not None:
+            return self._call_closing_token()
         closer = self.closer
         if closer is None or closer.lost or self.left > closer.depth + CLOSE_SLACK:
             return None  # (a cheap bound first: the closing text is at most depth + a few bytes)
@@ -172,6 +245,95 @@ class GuideState:
             return None
         tokens = self.compiler.tokenizer.tokenize_bytes(suffix)
         return tokens[0] if tokens and self.left <= len(tokens) + CLOSE_MARGIN else None
+
+    def close_refused(self) -> None:
+        """The grammar did not allow the forced token: plan again at the next step."""
+        self._plan, self._planned = [], (-1, 0)
+
+    # --- tool calls ---
+
+    def _call_closing_token(self) -> int | None:
+        tracker = self.tracker
+        if tracker.lost:
+            return None
+        if self._plan:
+            return self._plan[0]
+        reserve = self._reserve_here() if tracker.between else 0
+        version, at = self._planned
+        stale = version != tracker.version or at - self.left >= REPLAN_EVERY
+        if not stale and self.left > self._cost + CALL_MARGIN + reserve:
+            return None
+        plan = self._plan_from(self.matcher.deep_copy(), tracker.copy())
+        self._planned = (tracker.version, self.left)
+        self._cost = 0 if plan is None else len(plan)  # (none found: planned again when the state moves)
+        if not plan or self.left > len(plan) + CALL_MARGIN + reserve:
+            return None  # nothing to close, or room still to go on
+        if self.left < len(plan) and not tracker.between:
+            return None  # no room left to close it (between calls, the end goes on all the same:
+            # its marker cut off leaves the calls before it whole, where another call would not)
+        self._plan = plan
+        return plan[0]
+
+    def _reserve_here(self) -> int:
+        """Tokens another whole call takes from here, between calls: the dearest of the functions'
+        shortest calls (0 where no call may follow)."""
+        if self._reserve is None:
+            self._reserve = 0
+            for name in self.tracker.names[-MAX_RESERVE_NAMES:]:
+                matcher, tracker = self.matcher.deep_copy(), self.tracker.copy()
+                opener = tracker.next_call(name)
+                tokens = self.compiler.tokenize(opener)
+                if matcher.validate_tokens(tokens) < len(tokens) or not matcher.consume_tokens(tokens):
+                    continue
+                tracker.feed(opener)
+                plan = self._plan_from(matcher, tracker)
+                self._reserve = max(self._reserve, len(tokens) + (MAX_PLAN if plan is None else len(plan)))
+        return self._reserve
+
+    def _plan_from(self, matcher: llguidance.LLMatcher, tracker: CallTracker) -> list[int] | None:
+        """The tokens that end the reply from the state of `matcher` and `tracker` (both changed):
+        [] when it may end here, None when no closing was found within MAX_PLAN tokens. Where it
+        may end but the tracker is between calls, the end is the EOS token."""
+        compiler, eos = self.compiler, self.compiler.eos
+        if matcher.is_stopped():
+            return []
+        if matcher.is_accepting() and not tracker.between:
+            return []
+        plan: list[int] = []
+        while len(plan) < MAX_PLAN:
+            if matcher.is_stopped():
+                return plan
+            if matcher.is_accepting():
+                return plan + [eos] if eos is not None else plan
+            take = matcher.compute_ff_tokens() or self._hinted(matcher, tracker) or self._fallback(matcher)
+            if not take or not matcher.consume_tokens(take):
+                return None
+            for token in take:
+                tracker.feed(compiler.token_bytes(token))
+            plan += take
+        return None
+
+    def _hinted(self, matcher: llguidance.LLMatcher, tracker: CallTracker) -> list[int]:
+        """The tracker's first hint the grammar takes whole, else the longest part of one it takes."""
+        best: list[int] = []
+        for hint in tracker.hints():
+            tokens = self.compiler.tokenize(hint)
+            allowed = matcher.validate_tokens(tokens) if tokens else 0
+            if tokens and allowed == len(tokens):
+                return tokens
+            if allowed > len(best):
+                best = tokens[:allowed]
+        return best
+
+    def _fallback(self, matcher: llguidance.LLMatcher) -> list[int]:
+        """The first FALLBACKS token the grammar allows; else the lowest token id it allows."""
+        for token in self.compiler.fallbacks:
+            if matcher.validate_tokens([token]):
+                return [token]
+        mask = int.from_bytes(matcher.compute_bitmask(), "little")
+        if self.compiler.eos is not None:
+            mask &= ~(1 << self.compiler.eos)
+        return [(mask & -mask).bit_length() - 1] if mask else []
 
     @property
     def complete(self) -> bool:
@@ -202,12 +364,18 @@ class GuideBatch:
             llg_torch.fill_next_token_bitmask_par(self.compiler.executor, pairs, self.bitmask)
         for i, g in enumerate(self.guides):
             try:
-                if (token := g.closing_token()) is not None and self._force(i, token):
+                if (token := g.closing_token()) is None:
+                    continue
+                if self._force(i, token):
                     g.closed_by_budget = True
+                else:
+                    g.close_refused()
             except Exception:  # a closing that fails leaves the row to its grammar, never the batch
-                log.exception("closing a JSON-mode row failed; its grammar alone decides")
+                log.exception("closing a guided row failed; its grammar alone decides")
                 if g.closer is not None:
                     g.closer.lost = True
+                if g.tracker is not None:
+                    g.tracker.lost = True
 
     def _force(self, row: int, token: int) -> bool:
         """Leave `token` the row's only allowed one, if its grammar allows it (else leave the row)."""

@@ -22,11 +22,14 @@ DIGITS = frozenset(b"0123456789")
 class JsonCloser:
     """Feed it the object's bytes as they are generated; `suffix()` is what closes it. A byte it did
     not expect (the text is not the compact JSON it models) makes it `lost`: it then closes nothing,
-    and the grammar alone decides."""
+    and the grammar alone decides. `any_value`: the text is any JSON value, not only an object (a
+    GLM-4.5 tool argument); a number at the top level then ends only with what follows it, which
+    is not fed here (`done` says whether the value is whole)."""
 
-    def __init__(self) -> None:
+    def __init__(self, any_value: bool = False) -> None:
+        self.any_value = any_value
         self.stack = bytearray()  # open brackets, outermost first
-        self.state = START
+        self.state = VALUE if any_value else START
         self.in_key = False  # the open string is an object's key
         self.hex_left = 0  # \\u digits still to come
         self.utf8_left = 0  # continuation bytes the open character still needs
@@ -38,6 +41,11 @@ class JsonCloser:
     @property
     def depth(self) -> int:
         return len(self.stack)
+
+    @property
+    def done(self) -> bool:
+        """The value is whole (a top-level number may still grow: it counts as whole)."""
+        return self.state == DONE or (self.state == NUMBER and not self.stack and self.suffix() == b"")
 
     def feed(self, data: bytes) -> None:
         for byte in data:
@@ -58,6 +66,8 @@ class JsonCloser:
         elif s == NUMBER:
             if b in DIGITS or b in b".eE+-":
                 self.number.append(b)
+            elif not self.stack:  # a top-level number ends with what follows it: not JSON's
+                self.lost = True
             else:
                 self.state = AFTER_VALUE
                 self._byte(b)
@@ -66,7 +76,7 @@ class JsonCloser:
                 self.lost = True
             self.literal = self.literal[1:]
             if not self.literal:
-                self.state = AFTER_VALUE
+                self._after_value()
         elif s == START:
             self._expect(b, ord("{"), KEY_OR_END, push=True)
         elif s in (KEY_OR_END, KEY):
@@ -103,7 +113,10 @@ class JsonCloser:
         elif b == ord("\\"):
             self.state = ESCAPE
         elif b == ord('"'):
-            self.state = COLON if self.in_key else AFTER_VALUE
+            if self.in_key:
+                self.state = COLON
+            else:
+                self._after_value()
             self.in_key = False
         elif b >= 0xC0:
             self.utf8_lead = b
@@ -121,6 +134,9 @@ class JsonCloser:
             self.state, self.literal = LITERAL, LITERALS[b][1:]
         else:
             self.lost = True
+
+    def _after_value(self) -> None:
+        self.state = AFTER_VALUE if self.stack else DONE
 
     def _expect(self, b: int, want: int, then: int, push: bool = False) -> None:
         if b != want:
@@ -147,14 +163,14 @@ class JsonCloser:
             return b"{}"
         if s in (STRING, ESCAPE, UNICODE):
             out += self._string_end()
-            s = COLON if self.in_key else AFTER_VALUE
+            s = COLON if self.in_key else AFTER_VALUE if self.stack else DONE
         elif s == NUMBER:
             if self.number[-1:] in (b"-", b".", b"e", b"E", b"+"):
                 out += b"0"
-            s = AFTER_VALUE
+            s = AFTER_VALUE if self.stack else DONE
         elif s == LITERAL:
             out += self.literal
-            s = AFTER_VALUE
+            s = AFTER_VALUE if self.stack else DONE
         out += {KEY: b'"": 0', COLON: b": 0", COLON_SPACE: b" 0", VALUE: b"0"}.get(s, b"")
         if s == COMMA_SPACE:
             out += b' "": 0' if self.stack[-1] == ord("{") else b" 0"
@@ -169,7 +185,6 @@ class JsonCloser:
         elif self.state == UNICODE:
             out += b"0" * self.hex_left
         elif self.utf8_left:
-            # the lowest continuation bytes the lead allows (E0 needs A0+, F0 needs 90+)
             # the lowest continuation bytes the lead allows (E0 needs A0+, F0 needs 90+), once
             # no continuation byte has come yet; after one, plain 0x80 bytes finish it
             need = 1 if self.utf8_lead < 0xE0 else 2 if self.utf8_lead < 0xF0 else 3

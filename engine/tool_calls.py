@@ -13,9 +13,15 @@ Two formats, picked from config.json's model_type (`format_for`):
   tools are declared in the system prompt and results come back as `<tool_response>` blocks in an
   observation turn.
 
+A call's arguments are held to the function's schema with no keys it never named unless it says
+so (`arguments_schema`: OpenAI's strict mode asks exactly this of every schema, so `strict: true`
+changes nothing here); a call is closed within max_tokens by the engine (the guide's CallFormat,
+engine.tool_close), and one cut off is dropped by the parser (edge_sim.tool_parser), never
+returned in part.
+
 The shipped miniatures' chat templates know plain {role, content} turns with string content only,
 so `render_messages` writes every piece of a format's markup into the content of such turns; the
-template then renders them as any other turn. The streaming parser is engine.tool_parser.
+template then renders them as any other turn. The streaming parser is edge_sim.tool_parser.
 """
 
 from __future__ import annotations
@@ -25,7 +31,8 @@ import re
 from typing import Any
 
 from engine.errors import InvalidRequestError
-from engine.guide import MAX_GUIDE_CHARS, Guide, with_json_options
+from engine.guide import MAX_GUIDE_CHARS, CallFormat, Guide, with_json_options
+from engine.tool_schema import closed, extras_allowed
 from engine.tool_types import ToolChoice, ToolFunction
 
 KIMI_K2 = "kimi_k2"
@@ -244,11 +251,18 @@ def _excluding(marker: str) -> str:
     return rf"/(?s:.*)/ & ~/(?s:.*){_re(marker)}(?s:.*)/"
 
 
+def arguments_schema(tool: ToolFunction) -> dict[str, Any]:
+    """The schema a call's arguments are held to: the tool's, its objects taking no keys it never
+    named unless it says they may (engine.tool_schema.closed; OpenAI's strict mode has every
+    object say so, and `strict: true` asks for exactly this schema)."""
+    return closed(tool.parameters)
+
+
 def _kimi_rules(tools: list[ToolFunction]) -> list[str]:
     rules = []
     for i, tool in enumerate(tools):
         head = _lit(f"{KIMI_CALL_BEGIN}functions.{tool.name}:")
-        args = f"{_lit(KIMI_ARGS_BEGIN)} {_json(tool.parameters)} {_lit(KIMI_CALL_END)}"
+        args = f"{_lit(KIMI_ARGS_BEGIN)} {_json(arguments_schema(tool))} {_lit(KIMI_CALL_END)}"
         rules.append(f"call_{i}: {head} CALL_INDEX {args}")
     rules.append(f"CALL_INDEX: /[0-9]{{1,{MAX_CALL_INDEX_DIGITS}}}/")
     return rules
@@ -256,13 +270,24 @@ def _kimi_rules(tools: list[ToolFunction]) -> list[str]:
 
 def glm_raw_string(schema: Any) -> bool:
     """Whether GLM-4.5 writes an argument of this schema as raw text (a string, at most an enum of
-    them) rather than as JSON: the grammar and the parser must agree."""
-    return (
-        isinstance(schema, dict)
-        and schema.get("type") == "string"
-        and set(schema) <= {"type", "description", "title", "enum"}
-        and all(isinstance(v, str) for v in schema.get("enum") or [])
-    )
+    them, typed or not) rather than as JSON: the grammar and the parser must agree."""
+    if not isinstance(schema, dict) or not set(schema) <= {"type", "description", "title", "enum"}:
+        return False
+    enum = schema.get("enum")
+    strings = isinstance(enum, list) and bool(enum) and all(isinstance(v, str) for v in enum)
+    return schema.get("type") == "string" and (enum is None or strings) or ("type" not in schema and strings)
+
+
+def glm_raw_keys(tool: ToolFunction) -> list[str]:
+    """The arguments GLM-4.5 writes raw for `tool` (the grammar's and the parser's one answer),
+    with "*" when undeclared ones are allowed and raw too."""
+    schema = arguments_schema(tool)
+    props: dict[str, Any] = schema.get("properties") or {}
+    raw = [k for k, s in props.items() if glm_raw_string(s)]
+    extra = schema.get("additionalProperties", True)
+    if extras_allowed(schema) and (not isinstance(extra, dict) or glm_raw_string(extra)):
+        raw.append("*")
+    return raw
 
 
 def _glm_value(schema: Any) -> str:
@@ -279,16 +304,19 @@ def _glm_rules(tools: list[ToolFunction]) -> list[str]:
     rules.append("body: " + " | ".join(f"body_{i}" for i in range(len(tools))))
     rules.append(f"call: {_lit(GLM_CALL_BEGIN)} body")
     for i, tool in enumerate(tools):
-        props: dict[str, Any] = tool.parameters.get("properties") or {}
-        required = set(tool.parameters.get("required") or [])
+        params = arguments_schema(tool)
+        props: dict[str, Any] = params.get("properties") or {}
+        required = set(params.get("required") or [])
         args = []
         for j, (key, schema) in enumerate(props.items()):
             opening = _lit(f"{GLM_KEY_BEGIN}{key}{GLM_KEY_END}\n{GLM_VALUE_BEGIN}")
             rules.append(f"arg_{i}_{j}: {opening} {_glm_value(schema)} {_lit(chr(10))}")
             args.append(f"arg_{i}_{j}" + ("" if key in required else "?"))
-        if not props:  # a free-form object: any keys, string values
+        if extras_allowed(params):  # keys it never named, as the schema lets in (raw, unless typed)
+            extra = params.get("additionalProperties", True)
+            value = _glm_value(extra) if isinstance(extra, dict) else "STRING_VALUE_END"
             opening, middle = _lit(GLM_KEY_BEGIN), _lit(f"{GLM_KEY_END}\n{GLM_VALUE_BEGIN}")
-            rules.append(f"arg_{i}_any: {opening} ANY_KEY {middle} STRING_VALUE_END {_lit(chr(10))}")
+            rules.append(f"arg_{i}_any: {opening} ANY_KEY {middle} {value} {_lit(chr(10))}")
             args.append(f"arg_{i}_any*")
         rules.append(f"body_{i}: {_lit(tool.name + chr(10))} {' '.join(args)} {_lit(GLM_CALL_END)}")
     return rules
@@ -327,6 +355,12 @@ def tool_grammar(fmt: str, tools: list[ToolFunction], choice: ToolChoice, parall
     return "\n".join([f"start: TEXT | TEXT_OPEN {opened}", *rules, *_opened_by(opener)]) + "\n"
 
 
+def _keys_required_first(tool: ToolFunction) -> list[str]:
+    props = list(arguments_schema(tool).get("properties") or {})
+    required = set(tool.parameters.get("required") or [])
+    return [k for k in props if k in required] + [k for k in props if k not in required]
+
+
 def guide_for(
     fmt: str, tools: list[ToolFunction] | None, tool_choice: ToolChoice, parallel_tool_calls: bool = True
 ) -> Guide | None:
@@ -337,4 +371,13 @@ def guide_for(
         return None
     if tool_choice not in ("auto", "required") and tool_choice not in {t.name for t in tools}:
         raise InvalidRequestError("tool_choice", f"names no declared function: {tool_choice!r}")
-    return Guide(kind="lark", grammar=tool_grammar(fmt, tools, tool_choice, parallel_tool_calls))
+    grammar = tool_grammar(fmt, tools, tool_choice, parallel_tool_calls)
+    callable_ = tools if tool_choice in ("auto", "required") else [t for t in tools if t.name == tool_choice]
+    calls = CallFormat(
+        fmt=fmt,
+        names=[t.name for t in callable_],
+        keys={t.name: _keys_required_first(t) for t in callable_},
+        raw={t.name: glm_raw_keys(t) for t in callable_} if fmt == GLM45 else {},
+        opened=tool_choice != "auto",
+    )
+    return Guide(kind="lark", grammar=grammar, calls=calls)

@@ -27,8 +27,10 @@ def choices_of(result: GenerateResult) -> list[Choice]:
 
 
 def finish_reason(choice: Choice) -> str:
-    """OpenAI's finish_reason: "tool_calls" when the choice ended by calling tools."""
-    return "tool_calls" if choice.tool_calls else choice.finish_reason
+    """OpenAI's finish_reason, as the choice ended: "tool_calls" when it ended by calling tools
+    (edge_sim.choices decides that: a choice cut off by max_tokens ends "length" even when calls
+    it finished came before the cut)."""
+    return choice.finish_reason
 
 
 def _token(t: TokenLogprob) -> dict[str, Any]:

@@ -55,7 +55,7 @@ def test_a_result_without_choices_is_one_choice_of_its_text():
 
 def test_n_choices_tool_calls_and_chat_logprobs():
     two = [
-        Choice(index=1, text="", finish_reason="stop", completion_tokens=2, tool_calls=[CALL]),
+        Choice(index=1, text="", finish_reason="tool_calls", completion_tokens=2, tool_calls=[CALL]),
         Choice(index=0, text="a", finish_reason="length", completion_tokens=2, logprobs=[STEP]),
     ]
     choices = shape_result("chat-completions", MODEL, result(two))["choices"]
@@ -121,7 +121,7 @@ def test_streamed_choices_tool_call_pieces_logprobs_and_the_usage_chunk():
     final = result(
         [
             Choice(index=0, text="a", finish_reason="stop", completion_tokens=1, logprobs=[STEP]),
-            Choice(index=1, text="", finish_reason="stop", completion_tokens=3, tool_calls=[CALL]),
+            Choice(index=1, text="", finish_reason="tool_calls", completion_tokens=3, tool_calls=[CALL]),
         ]
     )
     items = _items(
@@ -164,7 +164,7 @@ def test_without_include_usage_the_last_chunk_carries_it_as_before():
 
 
 def test_workers_ai_stream_reads_deltas_and_ends_with_the_tool_calls():
-    final = result([Choice(text="", finish_reason="stop", completion_tokens=4, tool_calls=[CALL])])
+    final = result([Choice(text="", finish_reason="tool_calls", completion_tokens=4, tool_calls=[CALL])])
     got = events(workers_ai_events(_items(Delta(text="x"), "y", final), MODEL, chat=False))
     assert got[0] == {"response": "x"} and got[1] == {"response": "y"}
     assert got[2]["tool_calls"][0]["arguments"] == {"city": "Seoul"} and got[-1] == "[DONE]"

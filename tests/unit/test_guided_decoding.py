@@ -11,11 +11,14 @@ import llguidance.torch as llg_torch
 import pytest
 import torch
 
+from edge_sim.tool_parser import ToolCallParser
 from engine.errors import InvalidRequestError
 from engine.guide import Guide
 from engine.guided import DEAD_GRAMMAR
 from engine.llm import LLM
 from engine.sampling import SamplingParams
+from engine.tool_calls import arguments_schema, format_for, guide_for, render_messages
+from engine.tool_types import ToolFunction
 
 REPO = Path(__file__).resolve().parents[2]
 MODELS = ["kimi-k2-mini", "glm-4.5-mini"]
@@ -192,3 +195,32 @@ def test_masks_overlap_the_forward_pass_only_where_a_core_is_free(monkeypatch):
     assert overlap_masks(torch.device("cuda"))  # the pass runs on the GPU: the CPU is free
     monkeypatch.setattr(torch, "get_num_threads", lambda: 1)
     assert overlap_masks(torch.device("cpu"))
+
+
+def test_tool_calls_close_within_the_budget_or_end_length_with_no_call(llm):
+    # the engine's own tool-call guide (engine.tool_calls) on the model's rendered prompt: each of
+    # 16 sampled trials at temperature 1 is a whole call whose arguments validate, or (a budget no
+    # call fits in) finish_reason "length" and no call; with room, a call every time
+    weather = ToolFunction(
+        name="get_weather",
+        parameters={"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+    )
+    fmt = format_for(llm.config.model_type)
+    messages = render_messages(fmt, [{"role": "user", "content": "Weather in Seoul?"}], [weather])
+    prompt = llm.tokenizer.apply_chat_template(messages)
+    validator = jsonschema_rs.validator_for(arguments_schema(weather))
+    for budget, trials in ((24, 4), (160, 12)):
+        params = SamplingParams(
+            max_tokens=budget, temperature=1.0, guide=guide_for(fmt, [weather], "required")
+        )
+        for gen in run(llm, [prompt] * trials, params):
+            parser = ToolCallParser(fmt, [weather])
+            parser.feed(gen.text)
+            parser.flush()
+            _, calls = parser.finish()
+            assert gen.completion_tokens <= budget
+            if budget == 24:  # no call fits in 24 tokens of either format's markup
+                assert (gen.finish_reason, calls) == ("length", []), gen.text
+                continue
+            assert calls and parser.complete, gen.text
+            assert all(validator.is_valid(json.loads(c.arguments)) for c in calls), gen.text

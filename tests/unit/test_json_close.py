@@ -76,3 +76,27 @@ def test_text_that_is_not_compact_json_leaves_it_lost(text):
     closer = JsonCloser()
     closer.feed(text)
     assert closer.lost and closer.suffix() is None  # it then forces nothing: the grammar decides
+
+
+@settings(max_examples=100, deadline=None)
+@given(values)
+def test_any_value_mode_closes_every_prefix_of_any_value(value):
+    # a GLM-4.5 tool argument written as JSON: any value, not only an object
+    text = json.dumps(value, separators=SEPARATORS).encode()
+    for cut in range(len(text) + 1):
+        closer = JsonCloser(any_value=True)
+        closer.feed(text[:cut])
+        suffix = closer.suffix()
+        assert suffix is not None, text[:cut]
+        json.loads((text[:cut] + suffix).decode("utf-8"))
+    closer = JsonCloser(any_value=True)
+    closer.feed(text)
+    assert closer.done and closer.suffix() == b""
+
+
+def test_a_top_level_number_is_whole_once_it_has_a_digit():
+    closer = JsonCloser(any_value=True)
+    closer.feed(b"-")
+    assert not closer.done and closer.suffix() == b"0"
+    closer.feed(b"12")
+    assert closer.done and closer.suffix() == b""

@@ -11,11 +11,21 @@ import llguidance
 import pytest
 from tokenizers import Tokenizer
 
+from edge_sim.request import Choice
 from edge_sim.tool_parser import ToolCallParser
 from engine.errors import InvalidRequestError
 from engine.tokenizer import TextTokenizer
-from engine.tool_calls import GLM45, KIMI_K2, check_tools, format_for, guide_for, render_messages
-from engine.tool_types import ToolFunction
+from engine.tool_calls import (
+    GLM45,
+    KIMI_K2,
+    check_tools,
+    format_for,
+    glm_raw_keys,
+    guide_for,
+    render_messages,
+)
+from engine.tool_types import ToolCall, ToolFunction
+from runtime.ai_shape_parts import finish_reason
 
 MODELS = Path(__file__).resolve().parents[2] / "models"
 MODEL_OF = {KIMI_K2: "kimi-k2-mini", GLM45: "glm-4.5-mini"}
@@ -285,12 +295,94 @@ def test_glm_string_arguments_stay_strings():
     assert json.loads(calls[0].arguments) == {"city": "123", "days": 2}
 
 
-def test_a_call_cut_off_by_max_tokens_is_incomplete():
-    (_, _, _, calls), parser = parse(KIMI_K2, KIMI_CALLS[:-40], 4)
-    assert not parser.complete and calls[0].arguments.startswith('{"city"')
+@pytest.mark.parametrize("fmt", [KIMI_K2, GLM45])
+def test_a_call_cut_off_is_dropped_not_streamed_in_part(fmt):
+    text = TWO[fmt]
+    second = KIMI_CALL if fmt == KIMI_K2 else GLM_CALL
+    start = text.rindex(second.replace(":0", ":1") if fmt == KIMI_K2 else second)
+    for end in range(start + 1, start + len(second)):  # cut anywhere inside the second call
+        (streamed, pieces, _, calls), parser = parse(fmt, text[:end], 3)
+        assert len(calls) == 1 and json.loads(calls[0].arguments) == {"city": "Paris", "days": 2}, end
+        assert {p.index for p in pieces} == {0} and streamed == ""
+        # unfinished: a call had begun (a cut Kimi marker that may yet be the section's end is not one)
+        assert parser.complete == (
+            fmt == KIMI_K2 and "<|tool_calls_section_end|>".startswith(text[start:end])
+        )
+    # the end markers cut off after a whole call leave it whole (Kimi K2's section end)
+    if fmt == KIMI_K2:
+        (_, _, _, calls), parser = parse(fmt, KIMI_CALLS[:-5], 4)
+        assert parser.complete and len(calls) == 1
+    (_, pieces, _, calls), parser = parse(fmt, GOOD[fmt][:-45], 4)
+    assert not parser.complete and calls == [] and pieces == []
+
+
+@pytest.mark.parametrize("fmt", [KIMI_K2, GLM45])
+def test_the_flush_never_pushes_markup_into_arguments(fmt):
+    # measured before: `{"city": "},"}<|tool_call` came back as a call's arguments
+    text = GOOD[fmt].replace("Paris", "},")
+    marker = "<|tool_call_end|>" if fmt == KIMI_K2 else "</arg_value>"
+    cut = text.index(marker) + 6
+    (_, pieces, content, calls), parser = parse(fmt, text[:cut], 1)
+    assert calls == [] and pieces == [] and content == "" and not parser.complete
 
 
 def test_call_arguments_take_no_free_whitespace(tokenizers):
     # free whitespace let a model at temperature 0 write newlines until max_tokens cut the call
     assert not accepts(tokenizers, KIMI_K2, "required", KIMI_CALLS.replace('{"city": ', '{"city"\n    : '))
     assert not accepts(tokenizers, KIMI_K2, "required", KIMI_CALLS.replace('{"city"', '{ "city"'))
+
+
+# --- the schema the arguments are held to ---------------------------------------------------------
+
+
+def accepts_tools(tokenizers, fmt: str, tools: list[ToolFunction], text: str) -> bool:
+    ll, hf = tokenizers[fmt]
+    guide = guide_for(fmt, tools, "required")
+    matcher = llguidance.LLMatcher(ll, llguidance.grammar_from("lark", guide.grammar), log_level=0)
+    return matcher.consume_tokens(hf.encode(text, add_special_tokens=False).ids) and matcher.is_accepting()
+
+
+OPEN = ToolFunction(
+    name="get_weather",
+    parameters={"type": "object", "properties": {"city": {"type": "string"}}, "additionalProperties": True},
+)
+NAMED_ONLY = ToolFunction(
+    name="get_weather", parameters={"type": "object", "properties": {"city": {"type": "string"}}}
+)
+ONE_KEY = {
+    KIMI_K2: KIMI_CALLS.replace(', "days": 2', ""),
+    GLM45: GLM_CALL.split("<arg_key>days")[0] + "</tool_call>",
+}
+EXTRA_KEY = {
+    KIMI_K2: KIMI_CALLS.replace('"days": 2', '"other": 0'),
+    GLM45: GLM_CALL.replace("<arg_key>days", "<arg_key>other"),
+}
+
+
+@pytest.mark.parametrize("fmt", [KIMI_K2, GLM45])
+def test_arguments_take_no_key_the_schema_never_named_unless_it_says_so(tokenizers, fmt):
+    # measured before: `{"city": "...}", "-other": 0, ...` (llguidance's default lets any key in)
+    assert accepts_tools(tokenizers, fmt, [NAMED_ONLY], ONE_KEY[fmt])
+    assert not accepts_tools(tokenizers, fmt, [NAMED_ONLY], EXTRA_KEY[fmt])
+    assert accepts_tools(tokenizers, fmt, [OPEN], EXTRA_KEY[fmt])
+
+
+def test_glm_writes_an_untyped_string_enum_raw_as_the_parser_reads_it():
+    tool = ToolFunction(name="f", parameters={"type": "object", "properties": {"u": {"enum": ["c", "f"]}}})
+    assert glm_raw_keys(tool) == ["u"]
+    text = "<tool_call>f\n<arg_key>u</arg_key>\n<arg_value>c</arg_value>\n</tool_call>"
+    parser = ToolCallParser(GLM45, [tool])
+    parser.feed(text)
+    parser.flush()
+    assert json.loads(parser.finish()[1][0].arguments) == {"u": "c"}
+
+
+def test_only_the_choice_says_tool_calls():
+    # a choice cut off by max_tokens says "length" even beside calls it finished before the cut
+    call = ToolCall(id="call_1", name="now", arguments="{}")
+    assert (
+        finish_reason(Choice(text="", finish_reason="length", completion_tokens=1, tool_calls=[call]))
+        == "length"
+    )
+    made = Choice(text="", finish_reason="tool_calls", completion_tokens=1, tool_calls=[call])
+    assert finish_reason(made) == "tool_calls"

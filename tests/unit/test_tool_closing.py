@@ -1,0 +1,247 @@
+"""Tool calls closed within the token budget (engine.tool_close, GuideState in engine.guided): cut a
+well-formed reply anywhere and the plan closes it into calls that parse and follow their schemas;
+a sampler that wanders (random logits under the grammar's mask) ends every trial with whole,
+valid calls or with no call at all, never one cut off. Also the schema the arguments are held to
+(engine.tool_schema: no keys the schema never named) and its check. No server, no model weights:
+llguidance against the miniatures' own tokenizers."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import jsonschema_rs
+import pytest
+import torch
+
+from edge_sim.tool_parser import ToolCallParser
+from engine.guided import GuideBatch, GuideCompiler, GuideState
+from engine.tokenizer import TextTokenizer
+from engine.tool_calls import GLM45, KIMI_K2, arguments_schema, guide_for
+from engine.tool_close import CallTracker
+from engine.tool_schema import check, closed
+from engine.tool_types import ToolFunction
+
+MODELS = Path(__file__).resolve().parents[2] / "models"
+MODEL_OF = {KIMI_K2: "kimi-k2-mini", GLM45: "glm-4.5-mini"}
+
+WEATHER = ToolFunction(
+    name="get_weather",
+    parameters={"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+)
+FORECAST = ToolFunction(
+    name="forecast",
+    parameters={
+        "type": "object",
+        "properties": {
+            "city": {"type": "string", "maxLength": 40},  # (GLM-4.5 writes it as JSON: bounded)
+            "note": {"type": "string"},  # (GLM-4.5 writes it raw)
+            "unit": {"enum": ["celsius", "fahrenheit"]},
+            "days": {"type": "integer", "minimum": 1, "maximum": 14},
+            "opts": {
+                "type": "object",
+                "properties": {
+                    "hourly": {"type": "boolean"},
+                    "tags": {"type": "array", "items": {"type": "string"}},
+                },
+                "required": ["tags"],
+            },
+        },
+        "required": ["city", "unit", "opts"],
+    },
+)
+NOW = ToolFunction(name="now")
+TOOLS = [WEATHER, FORECAST, NOW]
+ARGS = {
+    "city": 'Se"oul <|tool_call_end|> </arg_value',
+    "note": "a <|tool_call_end|> </arg_valu",
+    "unit": "celsius",
+    "days": 3,
+    "opts": {"tags": ["a"]},
+}
+REPLY = {
+    KIMI_K2: "<|tool_calls_section_begin|><|tool_call_begin|>functions.forecast:0<|tool_call_argument_begin|>"
+    + json.dumps(ARGS, separators=(", ", ": "))
+    + "<|tool_call_end|><|tool_call_begin|>functions.now:1<|tool_call_argument_begin|>{}<|tool_call_end|>"
+    "<|tool_calls_section_end|>",
+    GLM45: '<tool_call>forecast\n<arg_key>city</arg_key>\n<arg_value>"Se\\"oul <|tool_call_end|> </arg_value"'
+    "</arg_value>\n<arg_key>note</arg_key>\n<arg_value>a <|tool_call_end|> </arg_valu</arg_value>\n"
+    "<arg_key>unit</arg_key>\n<arg_value>celsius</arg_value>\n<arg_key>days</arg_key>\n"
+    '<arg_value>3</arg_value>\n<arg_key>opts</arg_key>\n<arg_value>{"tags": ["a"]}</arg_value>\n'
+    "</tool_call>\n<tool_call>now\n</tool_call>",
+}
+
+
+@pytest.fixture(scope="module")
+def compilers():
+    out = {}
+    for fmt, name in MODEL_OF.items():
+        tok = TextTokenizer(MODELS / name)
+        vocab = json.loads((MODELS / name / "config.json").read_text())["vocab_size"]
+        out[fmt] = GuideCompiler(tok._tok.to_str(), [tok.eos_token_id], vocab)  # noqa: SLF001
+    return out
+
+
+def valid_calls(fmt: str, text: str, tools=TOOLS, choice="required", parallel=True):
+    """(the calls, whether every call begun ended): each call's arguments checked with jsonschema."""
+    parser = ToolCallParser(fmt, tools, choice, parallel)
+    parser.feed(text)
+    parser.flush()
+    _, calls = parser.finish()
+    by_name = {t.name: t for t in tools}
+    for call in calls:
+        schema = arguments_schema(by_name[call.name])
+        assert jsonschema_rs.validator_for(schema).is_valid(json.loads(call.arguments)), call
+    assert parser.rejected == 0, text
+    return calls, parser.complete
+
+
+def state_for(compiler, guide, budget):
+    return GuideState(compiler.compile(guide), compiler, budget, guide.calls)
+
+
+def plan_text(compiler, plan):
+    return b"".join(compiler.token_bytes(t) for t in plan if t != compiler.eos).decode()
+
+
+@pytest.mark.parametrize("fmt", [KIMI_K2, GLM45])
+def test_the_whole_reply_is_what_the_parser_returns(compilers, fmt):
+    calls, complete = valid_calls(fmt, REPLY[fmt])
+    assert complete and [c.name for c in calls] == ["forecast", "now"]
+    assert json.loads(calls[0].arguments) == ARGS  # markers inside the strings stay text
+
+
+@pytest.mark.parametrize("fmt", [KIMI_K2, GLM45])
+@pytest.mark.parametrize("choice", ["required", "auto"])
+def test_cut_anywhere_the_plan_closes_into_valid_calls(compilers, fmt, choice):
+    compiler = compilers[fmt]
+    guide = guide_for(fmt, TOOLS, choice)
+    reply = REPLY[fmt] if choice == "required" else "Looking. " + REPLY[fmt]
+    tokens = compiler.tokenize(reply.encode())
+    for cut in range(len(tokens) + 1):
+        state = state_for(compiler, guide, 10_000)
+        for token in tokens[:cut]:
+            assert state.consume(token) is None
+        prefix = b"".join(compiler.token_bytes(t) for t in tokens[:cut]).decode()
+        matcher = state.matcher.deep_copy()
+        plan = state._plan_from(matcher, state.tracker.copy())  # noqa: SLF001
+        assert plan is not None, prefix
+        assert matcher.is_stopped() or matcher.is_accepting(), (prefix, plan_text(compiler, plan))
+        calls, complete = valid_calls(fmt, prefix + plan_text(compiler, plan), choice=choice)
+        assert complete, (prefix, plan_text(compiler, plan))
+        if "<|tool_call_begin|>" in prefix or "<tool_call>" in prefix:
+            assert calls  # a call begun is closed, not dropped
+
+
+def wander(compiler, guide, budget: int, seed: int, fmt: str) -> tuple[str, bool]:
+    """A sampler with random logits under the guide's mask, as the engine runs one (GuideBatch):
+    (the text, whether it ended before the budget ran out)."""
+    state = state_for(compiler, guide, budget)
+    gen = torch.Generator().manual_seed(seed)
+    out = b""
+    for _ in range(budget):
+        batch = GuideBatch(compiler, [0], [state])
+        logits = torch.randn(1, compiler.vocab_size, generator=gen) * 3
+        assert batch.apply(logits) == [None]
+        token = int(torch.multinomial(torch.softmax(logits[0], -1), 1, generator=gen))
+        assert state.consume(token) is None
+        if token == compiler.eos:
+            return out.decode(errors="replace"), True
+        out += compiler.token_bytes(token)
+        if state.complete:
+            return out.decode(errors="replace"), True
+    return out.decode(errors="replace"), False
+
+
+@pytest.mark.parametrize("fmt", [KIMI_K2, GLM45])
+@pytest.mark.parametrize(
+    ("tools", "choice", "parallel"),
+    [
+        ([WEATHER], "required", True),
+        (TOOLS, "required", True),
+        (TOOLS, "forecast", False),
+        (TOOLS, "auto", True),
+    ],
+)
+def test_a_wandering_sampler_ends_with_whole_calls_or_none(compilers, fmt, tools, choice, parallel):
+    compiler = compilers[fmt]
+    guide = guide_for(fmt, tools, choice, parallel)
+    for budget in (32, 96, 240):  # (the dearest function's shortest call: about 106 tokens)
+        for seed in range(3):
+            text, ended = wander(compiler, guide, budget, seed, fmt)
+            calls, complete = valid_calls(fmt, text, tools, choice, parallel)  # every call valid
+            # never a call begun without room for it, after whole ones (the reserve between calls)
+            assert complete or not calls, text
+            assert len(calls) <= (8 if parallel else 1)
+            if choice != "auto" and budget == 240:  # room for any call: the budget closes it
+                assert ended and calls and complete, text
+            if not ended:  # cut by max_tokens: no call returned
+                assert not calls or complete, text
+
+
+ONE_CALL = {
+    KIMI_K2: "<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0"
+    '<|tool_call_argument_begin|>{"city": "Oslo"}<|tool_call_end|>',
+    GLM45: "<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Oslo</arg_value>\n</tool_call>",
+}
+
+
+@pytest.mark.parametrize("fmt", [KIMI_K2, GLM45])
+def test_between_calls_another_starts_only_with_room_for_a_whole_one(compilers, fmt):
+    compiler = compilers[fmt]
+    guide = guide_for(fmt, TOOLS, "required", True)
+    end = compiler.tokenize(b"<|tool_calls_section_end|>") if fmt == KIMI_K2 else [compiler.eos]
+    outcomes = {}
+    for left in (len(end) + 10, 400):
+        state = state_for(compiler, guide, 10_000)
+        for token in compiler.tokenize(ONE_CALL[fmt].encode()):
+            assert state.consume(token) is None
+        assert state.tracker.between
+        state.left = left
+        outcomes[left] = state.closing_token()
+    # short of the dearest call (forecast: ~90 tokens): the reply's end is forced; with room, free
+    assert outcomes == {len(end) + 10: end[0], 400: None}
+    reserve = state._reserve_here()  # noqa: SLF001
+    assert 60 < reserve < 160
+
+
+def test_the_tracker_hints_the_markup_that_closes():
+    kimi = CallTracker(KIMI_K2, ["get_weather"], opened=True)
+    assert kimi.hint() == b"<|tool_calls_section_begin|><|tool_call_begin|>"
+    kimi.feed(b"<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0")
+    assert kimi.hint() == b"<|tool_call_argument_begin|>"
+    kimi.feed(b'<|tool_call_argument_begin|>{"city": "Se')
+    assert kimi.hint() == b'"}<|tool_call_end|><|tool_calls_section_end|>'
+    kimi.feed(b'oul"}<|tool_call_end|>')
+    assert kimi.between and kimi.hint() == b"<|tool_calls_section_end|>"
+    glm = CallTracker(GLM45, ["get_weather"], {"get_weather": ["city", "n"]}, {"get_weather": ["city"]})
+    glm.feed(b"<tool_call>get_weather\n<arg_key>n</arg_key>\n<arg_value>[1, ")
+    assert glm.hint() == b"0]</arg_value>\n</tool_call>"
+    glm.feed(b"2]</arg_value>\n<arg_key>city</arg_key>\n<arg_value>Seoul</arg_")
+    assert glm.hint() == b"value>\n</tool_call>"
+    glm.feed(b"value>\n</tool_call>")
+    assert glm.between and glm.hint() == b""
+    glm.feed(b"\nx")
+    assert glm.lost  # not the format: it closes nothing
+
+
+def test_objects_take_no_keys_their_schema_never_named():
+    schema = closed(FORECAST.parameters)
+    assert (
+        schema["additionalProperties"] is False
+        and schema["properties"]["opts"]["additionalProperties"] is False
+    )
+    assert closed({"type": "object", "properties": {}, "additionalProperties": True})["additionalProperties"]
+    assert "additionalProperties" not in closed({"type": "object"})  # free-form: it names none
+    assert check({"city": "x", "unit": "celsius", "opts": {"tags": []}}, schema) is None
+    for bad in (
+        {"city": "x", "unit": "celsius", "opts": {"tags": []}, "other": 0},  # a key never named
+        {"city": "x", "unit": "kelvin", "opts": {"tags": []}},
+        {"city": "x" * 41, "unit": "celsius", "opts": {"tags": []}},
+        {"city": "x", "unit": "celsius", "days": 0, "opts": {"tags": []}},
+        {"city": "x", "unit": "celsius", "days": 2.5, "opts": {"tags": []}},
+        {"city": "x", "unit": "celsius", "opts": {"tags": [1]}},
+        {"city": "x", "unit": "celsius"},
+    ):
+        assert check(bad, schema) is not None, bad
+        assert not jsonschema_rs.validator_for(schema).is_valid(bad)  # (the check agrees with jsonschema)
