@@ -1,14 +1,16 @@
 """Compressed weights on the CPU: what int8 and int4 cost against 16 and 32 bits, as a matmul and as
 the engine's decode, measured in one run (interleaved rounds, medians).
 
-    python bench/quantized_cpu.py [--rounds 3] [--tokens 32] [--seqs 32] [--no-engine]
+    python bench/quantized_cpu.py [--rounds 3] [--tokens 32] [--seqs 32] [--no-engine] [--no-matmuls]
+    python bench/quantized_cpu.py --no-matmuls --model bench/out/mid-kimi   (after make_random_checkpoint)
 
 1. Matmuls x [m, k] @ W^T at the miniatures' and a mid-size model's shapes: float32 and bfloat16
    dense (torch, MKL / oneDNN), the reference path for a compressed W (dequantize, then multiply:
    what every call paid before kernels.cpu_qlinear), and ours (int8, int4 read as stored).
-2. kimi-k2-mini's decode with its experts in bf16 (as shipped), int8 and int4 (engine.LLM's
-   `weights`): tokens/s at batch 1 and over `--seqs` concurrent sequences (bench/engine_runs.py),
-   each ratio against bf16 from the same round.
+2. A model's decode with its experts in bf16, int8 and int4 (engine.LLM's `weights`): tokens/s
+   at batch 1 and over `--seqs` concurrent sequences (bench/engine_runs.py), each ratio against
+   bf16 from the same rounds. `--model` (default kimi-k2-mini, as shipped) may name a mid-size
+   random checkpoint (bench/make_random_checkpoint.py), where bandwidth rules.
 It prints the kernels' path on this CPU (kernels.cpu_qlinear.isa()).
 """
 
@@ -75,27 +77,29 @@ def matmul_table(rounds: int) -> None:
             )
 
 
-def engine_table(rounds: int, tokens: int, seqs: int) -> None:
+def engine_table(rounds: int, tokens: int, seqs: int, model: Path) -> None:
     from engine import LLM
 
-    model = REPO / "models" / "kimi-k2-mini"
-    llms = {fmt: LLM(model, weights=fmt, device="cpu") for fmt in ("auto", "int8", "int4")}
-    prompt = llms["auto"].encode("def fibonacci(n):\n    ")
-    prompts = [llms["auto"].encode(f"# task {i}\ndef solve_{i}(x):\n    ") for i in range(seqs)]
+    shipped = model.resolve().parent == (REPO / "models").resolve()
+    llms = {
+        fmt: LLM(model, weights=fmt, device="cpu", allow_unsigned=not shipped)
+        for fmt in ("bf16", "int8", "int4")
+    }
+    prompt = llms["bf16"].encode("def fibonacci(n):\n    ")
+    prompts = [llms["bf16"].encode(f"# task {i}\ndef solve_{i}(x):\n    ") for i in range(seqs)]
     one = {fmt: [] for fmt in llms}
     many = {fmt: [] for fmt in llms}
     for _ in range(rounds):
         for fmt, llm in llms.items():
             one[fmt].append(decode_tok_s(llm, prompt, tokens))
             many[fmt].append(concurrent_tok_s(llm, prompts, tokens))
-    print(f"\n## kimi-k2-mini decode, experts by format (tok/s, median of {rounds}; x: against bf16)\n")
+    print(f"\n## {model.name} decode, experts by format (tok/s, median of {rounds}; x: against bf16)\n")
     print(f"| experts | batch 1 | x | {seqs} sequences | x |")
     print("|---|---:|---:|---:|---:|")
-    base1, base_n = statistics.median(one["auto"]), statistics.median(many["auto"])
+    base1, base_n = statistics.median(one["bf16"]), statistics.median(many["bf16"])
     for fmt in llms:
         a, b = statistics.median(one[fmt]), statistics.median(many[fmt])
-        name = "bf16 (shipped)" if fmt == "auto" else fmt
-        print(f"| {name} | {a:.0f} | {a / base1:.2f}x | {b:.0f} | {b / base_n:.2f}x |")
+        print(f"| {fmt} | {a:.1f} | {a / base1:.2f}x | {b:.1f} | {b / base_n:.2f}x |")
 
 
 def main() -> None:
@@ -104,12 +108,20 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=32)
     parser.add_argument("--seqs", type=int, default=32)
     parser.add_argument("--no-engine", action="store_true")
+    parser.add_argument("--no-matmuls", action="store_true")
+    parser.add_argument(
+        "--model",
+        type=Path,
+        default=REPO / "models" / "kimi-k2-mini",
+        help="the checkpoint of the engine rows (bench/make_random_checkpoint.py writes mid-size ones)",
+    )
     args = parser.parse_args()
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; compressed-weight kernels: "
           f"{cpu_qlinear.isa()} ({cpu_qlinear.problem() or 'built'})")  # fmt: skip
-    matmul_table(args.rounds)
+    if not args.no_matmuls:
+        matmul_table(args.rounds)
     if not args.no_engine:
-        engine_table(args.rounds, args.tokens, args.seqs)
+        engine_table(args.rounds, args.tokens, args.seqs, args.model)
 
 
 if __name__ == "__main__":
