@@ -23,7 +23,7 @@ from pathlib import Path
 
 import torch
 
-from kernels.formats import QuantizedWeight
+from kernels.formats import WEIGHT, QuantizedWeight
 
 log = logging.getLogger(__name__)
 SOURCE = Path(__file__).resolve().parent / "csrc" / "qlinear.c"
@@ -123,19 +123,37 @@ def force_scalar(on: bool) -> None:
 
 
 def supports(x: torch.Tensor, w: QuantizedWeight) -> bool:
-    """Whether qlinear takes this product (else the reference does)."""
-    return (
+    """Whether qlinear takes this product (else the reference does). The C code trusts the sizes
+    it is given, so the stored tensors must be exactly what the format table says of the shape."""
+    if not (
         x.device.type == "cpu"
         and w.format in FORMATS
         and w.data.device.type == "cpu"
         and len(w.shape) == 2
+        and x.shape[-1] == w.shape[1]
         and (w.format != "int4" or w.shape[1] % 32 == 0)
+    ):
+        return False
+    fmt = WEIGHT[w.format]
+    return (
+        w.data.dtype == fmt.storage
+        and w.scale.dtype == fmt.scale_dtype
+        and tuple(w.data.shape) == fmt.data_shape(w.shape)
+        and tuple(w.scale.shape) == fmt.full_scale_shape(w.shape)
         and available()
     )
 
 
 def qlinear(x: torch.Tensor, w: QuantizedWeight, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """x @ W^T (+ b) for an int8 or int4 W [out, in], in x's dtype (computed in float32)."""
+    """x @ W^T (+ b) for an int8 or int4 W [out, in], in x's dtype (computed in float32); only
+    for what `supports` takes."""
+    if not supports(x, w):
+        raise ValueError(f"qlinear does not take x {tuple(x.shape)} with a {w.format} W {w.shape}")
+    return qlinear_unchecked(x, w, bias)
+
+
+def qlinear_unchecked(x: torch.Tensor, w: QuantizedWeight, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """qlinear for a caller that has just asked `supports` (kernels.linear)."""
     lib = _load()
     n, k = w.shape
     lead = x.shape[:-1]

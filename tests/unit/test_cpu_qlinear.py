@@ -67,3 +67,19 @@ def test_fp8_and_gpu_shapes_keep_the_reference():
     stacked = quantize(torch.randn(2, 8, 64), "int4")  # [E, out, in]: one expert at a time
     assert not cpu_qlinear.supports(torch.randn(1, 64), stacked)
     assert cpu_qlinear.supports(torch.randn(1, 64), stacked[1])
+
+
+def test_stored_tensors_off_their_shape_never_reach_the_c_code():
+    """The C code trusts its sizes: a weight whose bytes or scales are not what its shape says (a
+    malformed checkpoint) is refused by qlinear and left to the reference by kernels.linear."""
+    from kernels.formats import QuantizedWeight
+
+    good = quantize(torch.randn(16, 64), "int4")
+    short = QuantizedWeight("int4", good.data[:, :16], good.scale, good.shape)
+    wrong_scale = QuantizedWeight("int4", good.data, good.scale.float(), good.shape)
+    x = torch.randn(1, 64)
+    for bad in (short, wrong_scale):
+        assert not cpu_qlinear.supports(x, bad)
+        with pytest.raises(ValueError, match="does not take"):
+            cpu_qlinear.qlinear(x, bad)
+    assert not cpu_qlinear.supports(torch.randn(1, 32), good)  # x's width is not W's
