@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ctypes
 import fcntl
+import functools
 import hashlib
 import logging
 import os
@@ -134,13 +135,21 @@ def supports(x: torch.Tensor, w: QuantizedWeight) -> bool:
         and (w.format != "int4" or w.shape[1] % 32 == 0)
     ):
         return False
-    fmt = WEIGHT[w.format]
+    return (w.data.dtype, w.data.shape, w.scale.dtype, w.scale.shape) == _stored(
+        w.format, w.shape
+    ) and available()
+
+
+@functools.lru_cache(maxsize=1024)
+def _stored(fmt: str, shape: tuple[int, ...]) -> tuple:
+    """What the format table says a `fmt` weight of `shape` stores (dtypes and shapes), computed
+    once per shape: `supports` runs on every matmul."""
+    spec = WEIGHT[fmt]
     return (
-        w.data.dtype == fmt.storage
-        and w.scale.dtype == fmt.scale_dtype
-        and tuple(w.data.shape) == fmt.data_shape(w.shape)
-        and tuple(w.scale.shape) == fmt.full_scale_shape(w.shape)
-        and available()
+        spec.storage,
+        torch.Size(spec.data_shape(shape)),
+        spec.scale_dtype,
+        torch.Size(spec.full_scale_shape(shape)),
     )
 
 
