@@ -38,9 +38,7 @@ ERROR_CODES = {
 
 
 def _ai_error(exc: EdgeError) -> AIError:
-    error = AIError(ERROR_CODES[exc.kind], exc.message)
-    error.param = exc.param  # (OpenAI's error names it)
-    return error
+    return AIError(ERROR_CODES[exc.kind], exc.message, exc.param)
 
 
 class AIService:

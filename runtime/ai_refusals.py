@@ -24,8 +24,7 @@ class InputError(AIError):
     """An input refused before any work is queued: 5004, naming `param` (OpenAI's error.param)."""
 
     def __init__(self, param: str, message: str):
-        super().__init__(5004, f"{param}: {message}")
-        self.param = param
+        super().__init__(5004, f"{param}: {message}", param)
 
 
 def _given(value: Any) -> bool:

@@ -97,7 +97,7 @@ def openai_ai_error(exc: AIError, status: int) -> JSONResponse:
         kind = "requests" if exc.refusal.limit == "rpm" else "tokens"
         body = {"message": exc.detail, "type": kind, "param": None, "code": "rate_limit_exceeded"}
         return _retry_after(JSONResponse({"error": body}, status_code=429), exc)
-    return openai_error(HTTP_STATUS.get(exc.code, status), exc.detail, exc.code, getattr(exc, "param", None))
+    return openai_error(HTTP_STATUS.get(exc.code, status), exc.detail, exc.code, exc.param)
 
 
 def _retry_after(response: JSONResponse, exc: AIError) -> JSONResponse:

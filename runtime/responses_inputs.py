@@ -81,8 +81,7 @@ class ResponsesInputError(AIError):
     """A refused Responses parameter (5004), naming it for OpenAI's `param`."""
 
     def __init__(self, param: str, message: str):
-        super().__init__(5004, f"{param}: {message}")
-        self.param = param
+        super().__init__(5004, f"{param}: {message}", param)
 
 
 def bad(param: str, message: str) -> ResponsesInputError:

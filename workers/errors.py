@@ -4,9 +4,11 @@ from __future__ import annotations
 
 
 class AIError(Exception):
-    """A failed `env.AI.run`; the message starts with the Workers AI error code ("5007: ...")."""
+    """A failed `env.AI.run`; the message starts with the Workers AI error code ("5007: ...").
+    `param`: the input at fault, where one is (OpenAI's error.param)."""
 
-    def __init__(self, code: int, message: str):
+    def __init__(self, code: int, message: str, param: str | None = None):
         super().__init__(f"{code}: {message}")
         self.code = code
         self.detail = message
+        self.param = param
