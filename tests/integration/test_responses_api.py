@@ -76,7 +76,8 @@ def test_top_logprobs_come_with_the_text_whole_and_streamed(server):
     steps = whole.output[0].content[0].logprobs
     assert len(steps) == whole.usage.output_tokens and all(len(s.top_logprobs) == 2 for s in steps)
     assert "".join(s.token for s in steps) == whole.output_text
-    assert all(s.top_logprobs[0].logprob >= s.logprob for s in steps)  # greedy: the likeliest
+    assert all(s.top_logprobs[0].token == s.token for s in steps)  # greedy: each chose the likeliest
+    assert all(s.top_logprobs[0].logprob >= s.top_logprobs[1].logprob for s in steps)
     events = list(server.client.responses.create(**kw, stream=True))
     streamed = [s for e in events if e.type == "response.output_text.delta" for s in e.logprobs]
     assert [s.token for s in streamed] == [s.token for s in steps]
