@@ -11,7 +11,7 @@ import socket
 import sys
 from pathlib import Path
 
-from runtime import isolate_view
+from runtime import call_walk, isolate_view
 from runtime.isolate_types import IsolateLimits, WorkerLoadError
 
 log = logging.getLogger("edge.isolate")
@@ -53,6 +53,8 @@ def _child_env() -> dict[str, str]:
     env["PYTHONPATH"] = os.pathsep.join((str(isolate_view.PYODIDE_MODULES), str(_PROJECT_ROOT)))
     env["PYTHONUNBUFFERED"] = "1"
     env["PYTHONDONTWRITEBYTECODE"] = "1"
+    if call_walk.enabled():  # bench/request_walk.py: the isolate records its side of each request
+        env[call_walk.ENV] = "1"
     return env
 
 

@@ -18,7 +18,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-from runtime import ipc, sandbox
+from runtime import call_walk, ipc, sandbox
 from runtime.isolate_channel import (
     AIBinding,
     Channel,
@@ -169,6 +169,9 @@ async def _finish(channel: Channel, ctx: Context, rid: int, settle: bool = True)
 
 
 async def serve_invoke(channel: Channel, handler, inv: ipc.Invoke) -> None:
+    walk = call_walk.Walk() if call_walk.enabled() else None
+    if walk is not None:
+        walk.start()
     ctx = _begin(inv.id)
     try:
         body = channel.request_body(inv.id) if inv.streamed_body else inv.body
@@ -190,6 +193,9 @@ async def serve_invoke(channel: Channel, handler, inv: ipc.Invoke) -> None:
     except Exception as exc:
         channel.send(_worker_error(inv.id, exc))
     await _finish(channel, ctx, inv.id)
+    if walk is not None:
+        walk.stop()
+        call_walk.write_summary(walk)
 
 
 async def serve_scheduled(channel: Channel, handler, msg: ipc.Scheduled) -> None:

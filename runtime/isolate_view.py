@@ -17,6 +17,7 @@ from pathlib import Path
 import msgspec
 
 import workers
+from runtime import call_walk
 
 _PROJECT_ROOT = Path(__file__).resolve().parent.parent
 BUNDLE = "/bundle"
@@ -30,6 +31,7 @@ ISOLATE_MODULES = (
     "isolate_channel.py",
     "isolate_entry.py",
     "sandbox.py",
+    "call_walk.py",
 )
 # The stand-ins for what Cloudflare's Python runtime provides beside `workers` (pyodide.ffi, js, asgi):
 # top-level names inside an isolate only, so they live in a folder no other sys.path holds
@@ -89,6 +91,8 @@ def view_spec(
     }
     if "TZ" in os.environ:
         env["TZ"] = os.environ["TZ"]
+    if call_walk.enabled():  # bench/request_walk.py: the isolate records its side of each request
+        env[call_walk.ENV] = "1"
     return {
         "outside_uid": UID_BASE + secrets.randbelow(UID_SPAN) if root else None,
         "binds": binds,
