@@ -3,10 +3,10 @@ pyproject.toml (setuptools' pyproject tables can find packages or rename a folde
 
 Only the design's code packages are top-level names (README, "What an install adds"). Inside them:
 - workers._pyodide holds the stand-ins for Pyodide's `pyodide`, `js` and `asgi`, which only an
-  isolate puts on its sys.path (runtime.isolate_view.PYODIDE_MODULES);
+  isolate puts on its sys.path (runtime.isolate.view.PYODIDE_MODULES);
 - runtime.shipped_models is the repository's models/ folder, installed as data (the files
   [tool.setuptools.package-data] names): the checkpoints, catalog, release key, held-out text and
-  quality records that runtime.config_schema.INSTALLED_MODELS_DIR finds. Its recipe stays behind.
+  quality records that runtime.control.config_schema.INSTALLED_MODELS_DIR finds. Its recipe stays behind.
 """
 
 from setuptools import find_namespace_packages, setup

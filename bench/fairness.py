@@ -34,7 +34,7 @@ sys.path.insert(0, str(REPO))
 
 from bench.dev_project import MODEL, start_dev, write_project  # noqa: E402
 from capacity.report import percentile  # noqa: E402
-from runtime.state import State  # noqa: E402
+from runtime.control.state import State  # noqa: E402
 
 GOAL = 2.0
 ACCOUNTS = """

@@ -27,8 +27,8 @@ sys.path[:0] = [str(REPO), str(REPO / "bench")]
 
 from runtime_overhead import BARE, free_port, load, wait  # noqa: E402
 
-from runtime import ipc  # noqa: E402
-from runtime.isolate import Isolate, use_insecure_isolation  # noqa: E402
+from runtime.isolate import ipc  # noqa: E402
+from runtime.isolate.process import Isolate, use_insecure_isolation  # noqa: E402
 
 HELLO = """
 from workers import WorkerEntrypoint, Response

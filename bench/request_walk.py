@@ -10,7 +10,7 @@ isolate records its side of the same request (`EDGE_REQUEST_WALK=1`, which the j
 reports it on its stderr. A hop is a call from a function in one file of this repository to a
 function in another (the standard library and site-packages left out; each caller-callee pair
 once, so loops and polls do not make the count depend on timing); a return is a hop into a file
-the walk had already been in (runtime.call_walk). Two scopes: every call, and the calls made from
+the walk had already been in (runtime.isolate.inside.walk). Two scopes: every call, and the calls made from
 runtime/ and workers/ files (the request path this runtime owns; edge_sim's routing and the
 engine's bookkeeping below it are left to their own rooms).
 """
@@ -32,7 +32,7 @@ os.environ["EDGE_REQUEST_WALK"] = "1"  # before any isolate starts: it records i
 
 import httpx  # noqa: E402
 
-from runtime import call_walk  # noqa: E402
+from runtime.isolate.inside import walk as call_walk  # noqa: E402
 
 SCOPE = ("runtime" + os.sep, "workers" + os.sep)
 
@@ -51,10 +51,10 @@ pops = ["ICN"]
 
 def _runtime_parts():
     """The names `edge dev` builds the runtime from (the same on every layout this tool measures)."""
+    from runtime.ai.catalog import catalog_if_any
     from runtime.app import Runtime, create_app
-    from runtime.catalog import catalog_if_any
     from runtime.cli.servers import build_edge
-    from runtime.config import load_config
+    from runtime.control.config import load_config
 
     return Runtime, create_app, catalog_if_any, build_edge, load_config
 
@@ -62,9 +62,9 @@ def _runtime_parts():
 def _capture_isolate_lines(found: list[dict]) -> None:
     """The isolate's EDGE_WALK line arrives on its stderr pipe, shown as a console line: keep it."""
     try:
-        from runtime.isolate.console import WorkerConsole
+        from runtime.isolate.process.console import WorkerConsole
     except ImportError:
-        from runtime.isolate_console import WorkerConsole
+        from runtime.isolate.console import WorkerConsole
     shown = WorkerConsole.write
 
     def write(self, level: str, text: str) -> None:

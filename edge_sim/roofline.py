@@ -66,7 +66,7 @@ LINK_LATENCY_US = {"H100-SXM": 5.0, "H200": 5.0, "A100-80G": 6.0, "L40S": 15.0, 
 
 def __getattr__(name: str):
     # WEIGHT_FORMATS / KV_DTYPES come from kernels.formats, imported only when used: the table
-    # brings torch with it, and importing this module (runtime.catalog, the CLI) does not need it.
+    # brings torch with it, and importing this module (runtime.ai.catalog, the CLI) does not need it.
     if name in ("WEIGHT_FORMATS", "KV_DTYPES"):
         from kernels import formats
 

@@ -1,13 +1,13 @@
 """The runtime assembled: the parts that serve workers, each handed only what it uses.
 
-Per request: locate the client (runtime.addressing), land it on its nearest PoP (request.cf),
+Per request: locate the client (runtime.host.addressing), land it on its nearest PoP (request.cf),
 pick the worker (a deployed worker by host or x-edge-worker, else the one `edge dev` serves) and
-its version (runtime.registry), invoke it (runtime.worker_host), and answer with cf-ray and
-Server-Timing headers that carry the latency account of the AI calls it made (runtime.front).
-The runtime's own endpoints live under /cdn-cgi/ (runtime.edge_endpoints; accounts in
-runtime.account_endpoints) and /client/v4/ (runtime.api, runtime.control), so a worker keeps every
-other path: the runtime answers every path under those two itself (404 or 405 where nothing
-serves it; runtime.http_app), so none ever reaches a worker. The control endpoints that change or
+its version (runtime.host.registry), invoke it (runtime.host.worker), and answer with cf-ray and
+Server-Timing headers that carry the latency account of the AI calls it made (runtime.host.front).
+The runtime's own endpoints live under /cdn-cgi/ (runtime.routes.edge; accounts in
+runtime.routes.accounts) and /client/v4/ (runtime.routes.ai_rest, runtime.routes.deploy), so a worker
+keeps every other path: the runtime answers every path under those two itself (404 or 405 where nothing
+serves it; runtime.routes.app), so none ever reaches a worker. The control endpoints that change or
 reveal state need the admin token.
 
 Runtime builds the parts, starts and stops the background work (PoP health checks, the source
@@ -27,45 +27,45 @@ from starlette.requests import Request
 
 from edge_sim.edge import Edge
 from edge_sim.remote import health_checks
-from runtime.account_endpoints import AccountEndpoints
-from runtime.accounts import Accounts
-from runtime.addressing import Locator, refuse_worker_host
-from runtime.ai import AIService
-from runtime.ai_batch import BatchQueue
-from runtime.api import AIApi
-from runtime.assets import AssetServer
+from runtime.ai.batch import BatchQueue
+from runtime.ai.catalog import CatalogEntry, alias_map, catalog_view
+from runtime.ai.service import AIService
 from runtime.bindings import BindingStores
-from runtime.catalog import CatalogEntry, alias_map, catalog_view
-from runtime.config import WorkerConfig, account_settings
-from runtime.control import ControlApi
-from runtime.cron import CronError, CronExpression, run_schedule
-from runtime.edge_endpoints import EdgeEndpoints
-from runtime.fetch_guard import FetchGuard
-from runtime.front import WorkerFront
-from runtime.http_app import assemble
-from runtime.metrics import Metrics
-from runtime.objects import DurableObjects
-from runtime.openapi import routes as openapi_routes
-from runtime.queue_consumers import ConsumerError, ConsumerSettings, consume
-from runtime.rate_limit import AccountRateLimits
-from runtime.registry import WorkerRegistry
-from runtime.responses_api import ResponsesApi
-from runtime.rollout import Rollouts
-from runtime.rollout_endpoints import RolloutEndpoints
-from runtime.service_binding import ServiceBindings
-from runtime.source_watch import watch_source
-from runtime.state import State
-from runtime.tail import TailHub
-from runtime.worker_host import WorkerHandle
-from runtime.worker_services import WorkerServices
-from runtime.worker_spec import RequestContext, WorkerSpec
+from runtime.control.accounts import Accounts
+from runtime.control.config import WorkerConfig, account_settings
+from runtime.control.metrics import Metrics
+from runtime.control.rate_limit import AccountRateLimits
+from runtime.control.rollout import Rollouts
+from runtime.control.state import State
+from runtime.control.tail import TailHub
+from runtime.events.cron import CronError, CronExpression, run_schedule
+from runtime.events.queue_consumers import ConsumerError, ConsumerSettings, consume
+from runtime.host.addressing import Locator, refuse_worker_host
+from runtime.host.assets import AssetServer
+from runtime.host.fetch_guard import FetchGuard
+from runtime.host.front import WorkerFront
+from runtime.host.objects import DurableObjects
+from runtime.host.registry import WorkerRegistry
+from runtime.host.service_binding import ServiceBindings
+from runtime.host.services import WorkerServices
+from runtime.host.source_watch import watch_source
+from runtime.host.spec import RequestContext, WorkerSpec
+from runtime.host.worker import WorkerHandle
+from runtime.routes.accounts import AccountEndpoints
+from runtime.routes.ai_rest import AIApi
+from runtime.routes.app import assemble
+from runtime.routes.deploy import ControlApi
+from runtime.routes.edge import EdgeEndpoints
+from runtime.routes.openapi import routes as openapi_routes
+from runtime.routes.responses import ResponsesApi
+from runtime.routes.rollouts import RolloutEndpoints
 
 log = logging.getLogger("edge.runtime")
 
 
 @dataclass
 class ApiServices:
-    """What the AI APIs use (runtime.api.AIApiHost)."""
+    """What the AI APIs use (runtime.routes.ai_rest.AIApiHost)."""
 
     state: State
     ai: AIService
@@ -90,7 +90,8 @@ class Runtime:
         state: State | None = None,
         catalog: dict[str, tuple[CatalogEntry, Path]] | None = None,
         deps: Path | None = None,
-        admin_token: str | None = None,  # edge dev sets it (runtime.admin); None refuses every admin call
+        admin_token: str
+        | None = None,  # edge dev sets it (runtime.control.admin); None refuses every admin call
         watch: bool = False,  # edge dev --reload: restart the dev worker when its source changes
     ):
         self.config, self.edge, self.watch = config, edge, watch
@@ -212,7 +213,7 @@ class Runtime:
         self._tasks.append(asyncio.create_task(self.batches.run_forever()))
 
     def _start_queue_consumers(self) -> None:
-        """One delivery loop per queues.consumers entry of the dev worker (runtime.queue_consumers)."""
+        """One delivery loop per queues.consumers entry of the dev worker (runtime.events.queue_consumers)."""
         consumers = []
         for i, entry in enumerate(self.config.queues.consumers):
             try:

@@ -26,9 +26,9 @@ from edge_sim.roofline import gpu_type
 from edge_sim.target import TargetSpec, modeled_times, pop_layout
 from edge_sim.topology import Topology
 from engine.kv_cache import BLOCK_SIZE
+from runtime.ai.catalog import CatalogEntry
 from runtime.bench.clients import RequestOutput
 from runtime.bench.metrics import BenchmarkMetrics
-from runtime.catalog import CatalogEntry
 
 AXES = {"kv": ("auto", "bf16", "fp8", "int8", "int4"), "weights": ("auto", "bf16", "fp8", "int8", "int4")}
 

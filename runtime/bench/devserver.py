@@ -15,7 +15,7 @@ from pathlib import Path
 
 import httpx
 
-from runtime.config_schema import INSTALLED_MODELS_DIR
+from runtime.control.config_schema import INSTALLED_MODELS_DIR
 
 REPO = Path(__file__).resolve().parents[2]
 MODEL = "@edge/moonshotai/kimi-k2-mini"

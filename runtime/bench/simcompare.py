@@ -22,7 +22,7 @@ from capacity.workload import Arrivals, TopologySetup, Workload, WorkloadSample
 from edge_sim.network import NetworkModel
 from edge_sim.topology import Topology
 from runtime.bench.metrics import BenchmarkMetrics
-from runtime.config_schema import INSTALLED_MODELS_DIR
+from runtime.control.config_schema import INSTALLED_MODELS_DIR
 
 DEFAULT_PROFILE = "sim-out/profile.json"
 MINIATURE = INSTALLED_MODELS_DIR / "kimi-k2-mini"

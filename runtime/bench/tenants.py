@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 
 from runtime.bench.clients import Tenant
-from runtime.config import ConfigError, load_config
+from runtime.control.config import ConfigError, load_config
 
 ACCOUNTS_PATH = "/cdn-cgi/edge/accounts"
 

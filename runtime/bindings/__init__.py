@@ -29,7 +29,7 @@ from runtime.bindings.do_storage import ObjectStorageStore
 from runtime.bindings.kv import KVStore
 from runtime.bindings.queues import QueueStore
 from runtime.bindings.r2 import R2Store
-from runtime.storage_errors import storage_failure
+from runtime.control.storage_errors import storage_failure
 
 __all__ = [
     "BindingError",

@@ -1,6 +1,6 @@
 """What every binding store shares: the error a worker sees, argument checks for what an isolate
 sends (it is hostile: every value is checked for type and size before use), safe file names, and
-SQLite files made private (600, folders 700) as runtime/state.py makes its own."""
+SQLite files made private (600, folders 700) as runtime/control/state.py makes its own."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
-from runtime import ipc
-from runtime.state import private_dir, private_file
+from runtime.control.state import private_dir, private_file
+from runtime.isolate import ipc
 
 # a reply to the isolate must fit one frame of ipc.TO_ISOLATE bytes, with room for the envelope
 REPLY_BYTES = ipc.TO_ISOLATE - 64 * 1024

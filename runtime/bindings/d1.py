@@ -26,7 +26,7 @@ from runtime.bindings.common import (
     safe_component,
     text,
 )
-from runtime.state import private_dir
+from runtime.control.state import private_dir
 
 QUERY_S = 5.0  # one statement's wall time (Cloudflare allows 30 s; here the runtime's thread waits)
 SQL_BYTES = 100_000  # D1: maximum SQL statement length

@@ -21,7 +21,7 @@ import msgspec
 
 from runtime.bindings.common import BindingError, arity, options, safe_component, text
 from runtime.bindings.d1 import QUERY_S, RESULT_BYTES, SQL_BYTES, D1Database, _params, split_statements
-from runtime.state import private_dir
+from runtime.control.state import private_dir
 from workers.durable_objects import check_rpc_value
 
 KEY_BYTES = 2048  # Cloudflare: a key is at most 2 KiB

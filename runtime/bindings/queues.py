@@ -7,7 +7,7 @@ encoded here by its content type ("text": str, "bytes": bytes, "json": JSON, "v8
 value or bytes, kept as it was sent; the default), and capped as Cloudflare caps it: 128 KB per
 message, at most 100 messages and 256 KB per sendBatch, a delay of at most 12 hours.
 
-Consumers (runtime/queue_consumers.py) `claim` ready messages: each claim counts an attempt and
+Consumers (runtime/events/queue_consumers.py) `claim` ready messages: each claim counts an attempt and
 leases the message until `settle` acks it, retries it (visible again after its delay) or, past
 max_retries, moves it to the dead-letter queue or drops it. A lease left behind (the runtime
 stopped mid-delivery) is released at the next start, so every message is delivered at least once.

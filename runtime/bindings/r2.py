@@ -33,7 +33,7 @@ from runtime.bindings.common import (
     safe_component,
     text,
 )
-from runtime.state import private_dir
+from runtime.control.state import private_dir
 
 KEY_BYTES = 1024
 CUSTOM_METADATA_BYTES = 2048

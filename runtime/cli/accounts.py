@@ -1,5 +1,5 @@
 """`edge accounts create|list|update` and `edge tokens create|list|revoke`: a running runtime's
-accounts through its control endpoints (runtime.account_endpoints), with the admin token found as
+accounts through its control endpoints (runtime.routes.accounts), with the admin token found as
 the other control commands find it ($EDGE_ADMIN_TOKEN, else the config's .edge/admin-token).
 
 A new API token is printed once, alone on stdout (so `TOKEN=$(edge tokens create acme)` works);
@@ -14,7 +14,7 @@ from urllib.parse import quote
 
 from runtime.cli.client import admin_headers
 from runtime.cli.common import _fail
-from runtime.config import ConfigError
+from runtime.control.config import ConfigError
 
 PATH = "/cdn-cgi/edge/accounts"
 SETTINGS = ("rpm", "tpm", "weight", "kv_share")

@@ -19,13 +19,13 @@ import math
 import sys
 
 from runtime.cli.common import _fail
-from runtime.config import ConfigError
+from runtime.control.config import ConfigError
 
 DEFAULT_URL = "http://127.0.0.1:8787"
 
 
 def _config(path: str | None):
-    from runtime.config import load_config
+    from runtime.control.config import load_config
 
     try:
         return load_config(path)
@@ -37,8 +37,8 @@ def _config(path: str | None):
 
 def default_model(config) -> str:
     """The first model the config serves (`[edge] models`, else the catalog's first entry)."""
-    from runtime.catalog import load_catalog
-    from runtime.config import INSTALLED_MODELS_DIR
+    from runtime.ai.catalog import load_catalog
+    from runtime.control.config import INSTALLED_MODELS_DIR
 
     if config is not None and config.edge.models:
         return config.edge.models[0]

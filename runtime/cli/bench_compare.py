@@ -14,11 +14,11 @@ import tempfile
 from pathlib import Path
 
 from runtime.cli.common import _fail
-from runtime.config import INSTALLED_MODELS_DIR, ConfigError
+from runtime.control.config import INSTALLED_MODELS_DIR, ConfigError
 
 
 def _catalog_entry(config, model: str):
-    from runtime.catalog import load_catalog
+    from runtime.ai.catalog import load_catalog
 
     catalog = load_catalog(config.models_dir if config is not None else INSTALLED_MODELS_DIR)
     if model not in catalog:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from runtime.config import ConfigError, WorkerConfig, load_config
+from runtime.control.config import ConfigError, WorkerConfig, load_config
 
 TOKEN_ENV = "EDGE_API_TOKEN"
 
@@ -32,7 +32,7 @@ def bootstrap_token(config: WorkerConfig, state) -> tuple[str, bool]:
 def admin_headers(config_path: str | None) -> dict[str, str]:
     """The admin token for the control endpoints: $EDGE_ADMIN_TOKEN, else the config's
     .edge/admin-token (edge dev writes it at first start). Raises ConfigError when neither exists."""
-    from runtime.admin import ADMIN_TOKEN_ENV, find_admin_token
+    from runtime.control.admin import ADMIN_TOKEN_ENV, find_admin_token
 
     token = find_admin_token(None)  # the environment's, if any
     path = None

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from runtime.config import CONFIG_NAMES
+from runtime.control.config import CONFIG_NAMES
 
 # --config's default (None): the first of these in the current folder, as wrangler looks for its own
 CONFIG_HELP = f"path to the config (default: the first of {', '.join(CONFIG_NAMES)} in this folder)"

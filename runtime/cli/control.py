@@ -8,7 +8,7 @@ import sys
 
 from runtime.cli.client import Client, admin_headers
 from runtime.cli.common import CONFIG_HELP, _fail
-from runtime.config import ConfigError, WorkerConfig
+from runtime.control.config import ConfigError, WorkerConfig
 
 
 def bundle(config: WorkerConfig) -> dict[str, str]:
@@ -173,7 +173,7 @@ def cmd_tail(args: argparse.Namespace) -> int:
 def _pretty(event: dict) -> str:
     """One tail event for a terminal: the worker's text in it (log lines, exceptions, the URL)
     with control characters escaped, and its lines after the first indented under the event's."""
-    from runtime.isolate_console import clean
+    from runtime.isolate.console import clean
 
     kind = event.get("event") or {}
     req = kind.get("request", {})

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from runtime.cli.common import CONFIG_HELP, _fail
-from runtime.config import ConfigError, load_config
+from runtime.control.config import ConfigError, load_config
 
 
 def _mib(n: int) -> str:
@@ -111,7 +111,7 @@ def cmd_models_eval(args: argparse.Namespace) -> int:
 
 
 def quality_record_path(model_dir):
-    from runtime.catalog import quality_path
+    from runtime.ai.catalog import quality_path
 
     return quality_path(model_dir)
 
@@ -122,7 +122,7 @@ def _model_dir(model: str, config_path: str | None):
 
     if Path(model).is_dir():
         return Path(model)
-    from runtime.catalog import load_catalog
+    from runtime.ai.catalog import load_catalog
 
     catalog = load_catalog(load_config(config_path).models_dir)
     if model not in catalog:
@@ -184,7 +184,7 @@ def cmd_models_promote(args: argparse.Namespace) -> int:
     """Verify NEW, compare it with BASELINE on held-out text, and refuse it past the thresholds."""
     from engine.errors import EngineError
     from runtime.cli.model_gate import print_quality, quality_gate
-    from runtime.rollout import append_history, history_path
+    from runtime.control.rollout import append_history, history_path
 
     try:
         limit = float(args.max_ppl_increase.rstrip("%"))
@@ -237,7 +237,7 @@ def cmd_models_list(args: argparse.Namespace) -> int:
     from engine.errors import ModelLoadError
     from engine.integrity import MANIFEST, load_public_key, verify
     from engine.verified_load import default_trusted_keys
-    from runtime.catalog import load_catalog
+    from runtime.ai.catalog import load_catalog
 
     try:
         config = load_config(args.config)

@@ -6,13 +6,13 @@ import argparse
 from pathlib import Path
 
 from runtime.cli.common import CONFIG_HELP, _fail
-from runtime.config import ConfigError, load_config
+from runtime.control.config import ConfigError, load_config
 
 
 def cmd_init(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from runtime.templates import InitError, write_project
+    from runtime.cli.templates import InitError, write_project
 
     try:
         files = write_project(Path(args.name), args.template)
@@ -30,7 +30,7 @@ def cmd_d1_execute(args: argparse.Namespace) -> int:
 
     from runtime.bindings import BindingError, binding_refs
     from runtime.bindings.d1 import D1Store
-    from runtime.state import private_dir
+    from runtime.control.state import private_dir
 
     try:
         c = load_config(args.config)
@@ -90,7 +90,7 @@ def _table(columns: list[str], rows: list[list]) -> str:
 
 
 def add_init_parser(sub) -> None:
-    from runtime.templates import TEMPLATES
+    from runtime.cli.templates import TEMPLATES
 
     init = sub.add_parser("init", help="create a new worker project that edge dev serves at once")
     init.add_argument("name", help="the folder to create (its name becomes the worker's)")

@@ -5,7 +5,7 @@
 
 1. NEW is verified (its signed manifest) and compared with OLD on held-out text at each context
    length the model's window allows (the shared gate, runtime.cli.model_gate).
-2. The running runtime serves NEW to PCT percent of session keys (runtime.rollout) while this
+2. The running runtime serves NEW to PCT percent of session keys (runtime.control.rollout) while this
    command drives load itself (runtime.bench: one request per session key, at each rate of
    --request-rates), and compares the canary's latency with the baseline's under the same load.
 3. The seeds' rollback signals are the defaults: perplexity past --max-ppl-increase at a context
@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 
 from runtime.cli.common import CONFIG_HELP, _fail
-from runtime.config import ConfigError
+from runtime.control.config import ConfigError
 
 
 class Arm:
@@ -77,7 +77,7 @@ def cmd_models_rollout(args: argparse.Namespace) -> int:
     from runtime.cli.bench import _config, default_model
     from runtime.cli.client import admin_headers
     from runtime.cli.model_gate import print_quality, quality_gate
-    from runtime.rollout import append_history, canary_name, history_path
+    from runtime.control.rollout import append_history, canary_name, history_path
 
     new, old = Path(args.new).resolve(), Path(args.baseline).resolve()
     try:

@@ -15,8 +15,8 @@ from edge_sim.topology import PoP, Topology, TopologyError
 from runtime.cli.client import bootstrap_token
 from runtime.cli.common import CONFIG_HELP, _fail
 from runtime.cli.control import cmd_pop
-from runtime.config import ConfigError, WorkerConfig, load_config
-from runtime.validation import describe
+from runtime.control.config import ConfigError, WorkerConfig, load_config
+from runtime.http.validation import describe
 
 
 class TopologyFile(msgspec.Struct):
@@ -51,8 +51,8 @@ def build_edge(config: WorkerConfig):
     from edge_sim.edge import Edge
     from edge_sim.network import NetworkModel
     from edge_sim.topology import TopologyError
-    from runtime.catalog import catalog_if_any, model_spec, served_models
-    from runtime.config import check_against_topology
+    from runtime.ai.catalog import catalog_if_any, model_spec, served_models
+    from runtime.control.config import check_against_topology
 
     pops = config.gpu_pops
     catalog, names = served_models(config) if pops else (catalog_if_any(config), [])
@@ -85,7 +85,8 @@ def cmd_dev(args: argparse.Namespace) -> int:
     logging.basicConfig(
         level=getattr(logging, args.log_level.upper()), format="%(levelname)s %(name)s: %(message)s"
     )
-    from runtime import isolate, isolate_console
+    from runtime.isolate import console as isolate_console
+    from runtime.isolate import process as isolate
 
     isolate_console.install()  # workers' console lines bare in the terminal: `[worker] text`
 
@@ -108,10 +109,10 @@ def cmd_dev(args: argparse.Namespace) -> int:
     except Exception as exc:  # a model that fails to load, say: print why, not a traceback
         return _fail(f"{type(exc).__name__}: {exc}")
     isolate_console.configure(config.observability)
-    from runtime.admin import ADMIN_TOKEN_ENV, bootstrap_admin_token
-    from runtime.catalog import catalog_if_any
-    from runtime.deps import DependencyError, install
-    from runtime.state import State
+    from runtime.ai.catalog import catalog_if_any
+    from runtime.control.admin import ADMIN_TOKEN_ENV, bootstrap_admin_token
+    from runtime.control.state import State
+    from runtime.host.deps import DependencyError, install
 
     try:  # the project's pyproject.toml / requirements.txt, installed under .edge/python/ once
         deps = install(Path(config.base_dir), config.state_dir, log=lambda m: print(m, flush=True))
@@ -165,7 +166,7 @@ def cmd_pop_serve(args: argparse.Namespace) -> int:
 
     from edge_sim.pop import PopNode
     from edge_sim.remote import NODE_TOKEN_ENV, create_pop_app
-    from runtime.catalog import model_spec, served_models
+    from runtime.ai.catalog import model_spec, served_models
 
     node_token = (args.token or os.environ.get(NODE_TOKEN_ENV, "")).strip()
     logging.basicConfig(

@@ -151,7 +151,8 @@ def isolate_root(runtime_pid: int, bundle: Path) -> int | None:
     """The jail launcher (the isolate tree's root) of the worker whose bundle is `bundle`."""
     mark = f'"source": "{bundle}"'
     return next(
-        (p for p in descendants(runtime_pid) if "runtime.jail" in cmdline(p) and mark in cmdline(p)), None
+        (p for p in descendants(runtime_pid) if "runtime.isolate.jail" in cmdline(p) and mark in cmdline(p)),
+        None,
     )
 
 

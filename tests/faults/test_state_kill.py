@@ -9,11 +9,11 @@ import subprocess
 import sys
 import time
 
-from runtime.state import State
+from runtime.control.state import State
 
 WRITER = r"""
 import hashlib, itertools, sys
-from runtime.state import State
+from runtime.control.state import State
 
 state = State(sys.argv[1])
 for i in itertools.count():

@@ -12,7 +12,7 @@ from contextlib import contextmanager
 import httpx
 import pytest
 
-from runtime.state import State
+from runtime.control.state import State
 from tests.faults.project import OTHER_WORKER, api, integrity, write_project
 from tests.integration.dev_server import DevServer
 

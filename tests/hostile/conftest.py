@@ -10,7 +10,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from runtime.state import State
+from runtime.control.state import State
 from tests.integration.dev_server import REPO, DevServer
 
 ATTACKER = (Path(__file__).parent / "attacker_worker.py").read_text()

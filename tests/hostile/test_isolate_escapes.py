@@ -7,7 +7,7 @@ import time
 import httpx
 import pytest
 
-from runtime import proctree
+from runtime.isolate import proctree
 
 pytestmark = pytest.mark.slow
 

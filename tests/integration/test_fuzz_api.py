@@ -20,7 +20,7 @@ from schemathesis.checks import not_a_server_error
 from schemathesis.specs.openapi.checks import response_schema_conformance
 
 from runtime.bench.devserver import write_project
-from runtime.openapi import PATH
+from runtime.routes.openapi import PATH
 from tests.integration.dev_server import DevServer
 
 pytestmark = pytest.mark.slow

@@ -9,7 +9,7 @@ import textwrap
 import httpx
 import pytest
 
-from runtime.deps import digest
+from runtime.host.deps import digest
 from tests.integration.dev_server import REPO, DevServer
 
 pytestmark = pytest.mark.slow

@@ -11,8 +11,8 @@ import time
 import httpx
 import pytest
 
-from runtime import ipc
-from runtime.isolate import Isolate
+from runtime.isolate import ipc
+from runtime.isolate.process import Isolate
 from tests.integration.dev_server import DevServer
 
 pytestmark = pytest.mark.slow

@@ -13,7 +13,7 @@ import time
 import httpx
 import pytest
 
-from runtime.isolate_console import EVENT_LINES
+from runtime.isolate.console import EVENT_LINES
 from tests.integration.dev_server import DevServer
 
 pytestmark = pytest.mark.slow

@@ -10,11 +10,11 @@ import types
 import pytest
 from starlette.testclient import TestClient
 
-from runtime import ipc
 from runtime.app import Runtime, create_app
-from runtime.config import parse_config
-from runtime.worker_calls import WorkerCalls
-from runtime.worker_spec import RequestContext
+from runtime.control.config import parse_config
+from runtime.host.spec import RequestContext
+from runtime.host.worker_calls import WorkerCalls
+from runtime.isolate import ipc
 from tests.conftest import TINY_MODEL
 
 MODEL = TINY_MODEL  # what the icn_edge fixture serves

@@ -5,7 +5,7 @@ import sqlite3
 
 import pytest
 
-from runtime.accounts import (
+from runtime.control.accounts import (
     DEFAULT_RPM,
     AccountError,
     AccountExists,
@@ -13,9 +13,9 @@ from runtime.accounts import (
     AccountSettings,
     UnknownAccount,
 )
-from runtime.state import State
+from runtime.control.state import State
 
-# The schema of the runtime before accounts had settings (runtime/state.py at main, 2026-11).
+# The schema of the runtime before accounts had settings (runtime/control/state.py at main, 2026-11).
 OLD_SCHEMA = """
 CREATE TABLE IF NOT EXISTS accounts (id TEXT PRIMARY KEY, created REAL NOT NULL);
 CREATE TABLE IF NOT EXISTS tokens (

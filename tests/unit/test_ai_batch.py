@@ -1,14 +1,14 @@
-"""The batch queue (runtime.ai_batch): validated at submit, run in the background a few at a time,
+"""The batch queue (runtime.ai.batch): validated at submit, run in the background a few at a time,
 kept in the state database across a restart, results the account's own, bounded."""
 
 import asyncio
 
 import pytest
 
-from runtime import ai_batch
-from runtime.ai import AIService
-from runtime.ai_batch import MAX_REQUESTS, BatchNotFound, BatchQueue
-from runtime.state import State
+from runtime.ai import batch as ai_batch
+from runtime.ai.batch import MAX_REQUESTS, BatchNotFound, BatchQueue
+from runtime.ai.service import AIService
+from runtime.control.state import State
 from tests.conftest import TINY_MODEL
 from workers import AIError
 

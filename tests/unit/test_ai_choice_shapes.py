@@ -1,5 +1,5 @@
 """Shaping n choices, tool calls, logprobs and include_usage from hand-built results and Delta
-streams (runtime.ai_shapes), as OpenAI and Workers AI answer them."""
+streams (runtime.ai.shapes), as OpenAI and Workers AI answer them."""
 
 import asyncio
 import json
@@ -8,7 +8,7 @@ from edge_sim.accounting import LatencyAccount
 from edge_sim.request import Choice, Delta, Formats, GenerateResult, ToolCallDelta
 from engine.sequence import Logprobs, TokenLogprob
 from engine.tool_types import ToolCall
-from runtime.ai_shapes import openai_events, shape_result, text_completion, workers_ai_events
+from runtime.ai.shapes import openai_events, shape_result, text_completion, workers_ai_events
 
 MODEL = "@edge/test/tiny"
 A, B = TokenLogprob("a", -0.1, [97]), TokenLogprob("b", -2.3, [98])

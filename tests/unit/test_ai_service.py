@@ -9,7 +9,7 @@ from edge_sim.network import NetworkModel
 from edge_sim.pop import ModelSpec
 from edge_sim.request import Delta
 from edge_sim.topology import Topology
-from runtime.ai import AIService
+from runtime.ai.service import AIService
 from workers import AIError
 
 MODEL = "@edge/test/tiny"
@@ -153,7 +153,7 @@ def test_sampling_parameters_are_checked_where_the_call_enters(service):
 
 def test_the_session_key_and_the_accounts_share_travel_with_the_request(service):
     from engine.fair_queue import TenantShare
-    from runtime.worker_calls import _session
+    from runtime.host.worker_calls import _session
 
     req, _ = service.prepare(MODEL, {"prompt": "a"}, "acct", session="conv-7")
     assert req.session == "conv-7" and req.share == TenantShare()
@@ -174,7 +174,7 @@ def test_the_session_key_and_the_accounts_share_travel_with_the_request(service)
 
 
 def test_a_stream_dropped_before_its_end_still_counts_against_tokens_per_minute(service):
-    from runtime.rate_limit import AccountRateLimits, Limits
+    from runtime.control.rate_limit import AccountRateLimits, Limits
 
     limits = AccountRateLimits(lambda account: Limits(rpm=None, tpm=1_000_000))
     limited = AIService(service.edge, rate_limits=limits)
@@ -194,7 +194,7 @@ def test_a_stream_dropped_before_its_end_still_counts_against_tokens_per_minute(
 
 
 def test_a_stream_that_fails_at_the_pop_is_not_charged_and_a_finished_one_once(service):
-    from runtime.rate_limit import AccountRateLimits, Limits
+    from runtime.control.rate_limit import AccountRateLimits, Limits
 
     limits = AccountRateLimits(lambda account: Limits(rpm=None, tpm=1_000_000))
     limited = AIService(service.edge, rate_limits=limits)
@@ -219,8 +219,8 @@ def test_a_rollouts_canary_is_reached_only_by_its_session_share_and_charged_as_t
     """A client can name neither the canary (it would pick the new version, and count its calls in a
     rate-limit bucket of their own) nor see it listed; a session in the share is routed to it and
     charged to the model's own limits."""
-    from runtime.rate_limit import AccountRateLimits, Limits
-    from runtime.rollout import Canary, Rollouts, canary_name
+    from runtime.control.rate_limit import AccountRateLimits, Limits
+    from runtime.control.rollout import Canary, Rollouts, canary_name
 
     canary = canary_name(MODEL)
     assert all(

@@ -9,11 +9,11 @@ import pytest
 from starlette.testclient import TestClient
 
 from engine.guide import Guide
-from runtime.ai_params import json_mode_failure
-from runtime.ai_refusals import REFUSED, InputError
+from runtime.ai.catalog import accepted_inputs
+from runtime.ai.params import json_mode_failure
+from runtime.ai.refusals import REFUSED, InputError
 from runtime.app import Runtime, create_app
-from runtime.catalog import accepted_inputs
-from runtime.config import parse_config
+from runtime.control.config import parse_config
 from tests.conftest import TINY_MODEL
 from workers import AIError
 

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import starlette
 
-from runtime import ipc
-from runtime.isolate import Isolate, use_insecure_isolation
-from runtime.isolate_view import PYODIDE_MODULES
+from runtime.isolate import ipc
+from runtime.isolate.process import Isolate, use_insecure_isolation
+from runtime.isolate.view import PYODIDE_MODULES
 from workers import Request, Response
 
 sys.path.insert(0, str(PYODIDE_MODULES))  # a top-level name inside an isolate only, as there

@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from runtime.assets import AssetServer, content_type
+from runtime.host.assets import AssetServer, content_type
 
 
 @pytest.fixture

@@ -11,9 +11,9 @@ import pytest
 
 from edge_sim.target import TargetSpec
 from edge_sim.topology import Topology
+from runtime.ai.catalog import load_catalog
 from runtime.bench.clients import RequestOutput
 from runtime.bench.compare import Setting, apply, cost, eval_contexts, parse_compare, peak_of, write_catalog
-from runtime.catalog import load_catalog
 
 REPO = Path(__file__).resolve().parents[2]
 MODEL = "@edge/moonshotai/kimi-k2-mini"

@@ -405,7 +405,7 @@ def test_binding_refs_from_config_lists():
 def test_the_deploy_api_takes_wranglers_lists_and_refuses_clashes():
     import json
 
-    from runtime.control import parse_upload
+    from runtime.routes.deploy import parse_upload
 
     def upload(config):
         return json.dumps({"main": "w.py", "files": {"w.py": "x = 1\n"}, "config": config}).encode()

@@ -1,6 +1,6 @@
-"""The request-walk counter (runtime.call_walk, bench/request_walk.py): hops and returns by its rules."""
+"""The request-walk counter (runtime.isolate.inside.walk, bench/request_walk.py): hops and returns."""
 
-from runtime.call_walk import Walk
+from runtime.isolate.inside.walk import Walk
 
 
 def _walk(edges):
@@ -31,14 +31,14 @@ def test_the_scope_keeps_only_calls_made_from_its_files():
 
 
 def test_recording_collapses_repeated_calls_and_ignores_calls_within_a_file():
-    from runtime import call_walk
+    from runtime.isolate.inside import walk as call_walk
 
     w = Walk()
     w._ours = lambda name: True  # this test file stands in for the repository's files
     w.start()
     try:
         for _ in range(3):
-            call_walk.enabled()  # a call from this file into runtime/call_walk.py, three times
+            call_walk.enabled()  # a call from this file into runtime/isolate/inside/walk.py, three times
     finally:
         w.stop()
     assert len([e for e in w.edges if e[3] == "enabled"]) == 1

@@ -2,7 +2,7 @@ import logging
 
 import pytest
 
-from runtime.config import ConfigError, load_config, parse_config
+from runtime.control.config import ConfigError, load_config, parse_config
 
 GOOD = """
 name = "w"
@@ -70,7 +70,7 @@ def test_bad_compatibility_date_and_missing_main(tmp_path):
 
 
 def test_catalog_target_errors_name_the_model_and_field(tmp_path, tiny_model_dir):
-    from runtime.catalog import load_catalog
+    from runtime.ai.catalog import load_catalog
 
     (tmp_path / "tiny").symlink_to(tiny_model_dir)
     (tmp_path / "catalog.toml").write_text(

@@ -5,7 +5,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from runtime.cron import CronError, CronExpression, run_schedule
+from runtime.events.cron import CronError, CronExpression, run_schedule
 
 
 def at(text: str) -> datetime:

@@ -1,8 +1,8 @@
-"""runtime.deps: which file lists a project's dependencies, and where they go (no pip here)."""
+"""runtime.host.deps: which file lists a project's dependencies, and where they go (no pip here)."""
 
 import pytest
 
-from runtime.deps import DependencyError, digest, install, requirements
+from runtime.host.deps import DependencyError, digest, install, requirements
 from tests.integration.dev_server import REPO
 
 

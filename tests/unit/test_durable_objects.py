@@ -9,14 +9,14 @@ from types import SimpleNamespace
 
 import pytest
 
-from runtime import ipc
 from runtime.bindings import BindingStores
 from runtime.bindings.common import BindingError
-from runtime.isolate import IsolateLimits
-from runtime.objects import DurableObjects, namespace_key
-from runtime.tail import TailHub
-from runtime.worker_host import WorkerHandle
-from runtime.worker_spec import DurableObjectRef, RequestContext, WorkerSpec
+from runtime.control.tail import TailHub
+from runtime.host.objects import DurableObjects, namespace_key
+from runtime.host.spec import DurableObjectRef, RequestContext, WorkerSpec
+from runtime.host.worker import WorkerHandle
+from runtime.isolate import ipc
+from runtime.isolate.process import IsolateLimits
 from workers.durable_objects import (
     DurableObjectId,
     DurableObjectNamespace,
@@ -284,9 +284,9 @@ def test_an_object_cannot_reach_another_objects_storage(objects):
 
 
 def test_a_script_cannot_start_objects_without_bound(objects, monkeypatch):
-    import runtime.objects
+    from runtime.host import objects as host_objects
 
-    monkeypatch.setattr(runtime.objects, "MAX_RUNNING_PER_ACCOUNT", 2)
+    monkeypatch.setattr(host_objects, "MAX_RUNNING_PER_ACCOUNT", 2)
 
     async def go():
         for name in ("a", "b", "c"):  # the third evicts the least recently used idle one
@@ -300,9 +300,9 @@ def test_a_script_cannot_start_objects_without_bound(objects, monkeypatch):
 
 
 def test_when_every_running_object_is_busy_a_new_one_is_refused(objects, monkeypatch):
-    import runtime.objects
+    from runtime.host import objects as host_objects
 
-    monkeypatch.setattr(runtime.objects, "MAX_RUNNING_PER_ACCOUNT", 1)
+    monkeypatch.setattr(host_objects, "MAX_RUNNING_PER_ACCOUNT", 1)
 
     async def go():
         busy = asyncio.ensure_future(objects.call("a", "increment"))  # holds its turn a while

@@ -9,10 +9,10 @@ from datetime import date
 import httpx
 import pytest
 
-from runtime import ipc
-from runtime.config import parse_config
-from runtime.isolate import Isolate
-from runtime.templates import TEMPLATES, InitError, worker_name, write_project
+from runtime.cli.templates import TEMPLATES, InitError, worker_name, write_project
+from runtime.control.config import parse_config
+from runtime.isolate import ipc
+from runtime.isolate.process import Isolate
 from tests.integration.dev_server import REPO, DevServer
 
 

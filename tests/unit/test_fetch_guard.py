@@ -1,4 +1,4 @@
-"""runtime.fetch_guard: a worker's outbound fetch is decided by the address it connects to.
+"""runtime.host.fetch_guard: a worker's outbound fetch is decided by the address it connects to.
 
 Each reproduced bypass of the old string check is its own case; a real HTTP server on loopback
 (allowlisted, as an operator would for a dev server) echoes what arrives and redirects on request.
@@ -14,8 +14,8 @@ from urllib.parse import parse_qs, urlsplit
 import httpx
 import pytest
 
-from runtime.config import ConfigError, parse_config
-from runtime.fetch_guard import (
+from runtime.control.config import ConfigError, parse_config
+from runtime.host.fetch_guard import (
     FetchError,
     FetchGuard,
     FetchRefused,
@@ -267,7 +267,7 @@ def test_a_name_is_refused_if_any_of_its_addresses_is(address):
 
 
 def test_an_address_of_this_machine_is_refused_even_if_public_looking(monkeypatch):
-    import runtime.fetch_guard as fg
+    import runtime.host.fetch_guard as fg
 
     monkeypatch.setattr(fg, "belongs_to_this_machine", lambda ip: str(ip) == "93.184.216.34")
     guard = FetchGuard(resolver=fake_resolver({}))

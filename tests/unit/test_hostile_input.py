@@ -8,8 +8,8 @@ import pytest
 from starlette.testclient import TestClient
 
 from runtime.app import Runtime, create_app
-from runtime.config import parse_config
-from runtime.json_body import MAX_DEPTH, BadJSON, decode_json, depth_over
+from runtime.control.config import parse_config
+from runtime.http.json_body import MAX_DEPTH, BadJSON, decode_json, depth_over
 from tests.conftest import TINY_MODEL
 
 ADMIN = {"authorization": "Bearer adm-token"}

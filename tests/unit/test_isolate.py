@@ -6,8 +6,8 @@ import textwrap
 
 import pytest
 
-from runtime import ipc
-from runtime.isolate import Isolate, IsolateCrashed, WorkerLoadError
+from runtime.isolate import ipc
+from runtime.isolate.process import Isolate, IsolateCrashed, WorkerLoadError
 
 
 def write(tmp_path, source: str):
@@ -178,7 +178,7 @@ def test_isolate_does_not_inherit_runtime_secrets(tmp_path, monkeypatch):
 
 # --- limits, enforced by the operating system -------------------------------------------------------
 
-from runtime.isolate import ExceededResources, IsolateLimits  # noqa: E402
+from runtime.isolate.process import ExceededResources, IsolateLimits  # noqa: E402
 
 
 async def with_limits(script, fn, limits, **kw):

@@ -6,8 +6,8 @@ import textwrap
 
 import pytest
 
-from runtime import ipc
-from runtime.isolate import Isolate, IsolateLimits, isolation_problem, use_insecure_isolation
+from runtime.isolate import ipc
+from runtime.isolate.process import Isolate, IsolateLimits, isolation_problem, use_insecure_isolation
 
 PROBE = """
 import ctypes, errno, json, os, platform
@@ -131,7 +131,7 @@ def test_a_bundle_too_large_for_the_jail_is_refused_with_a_reason(tmp_path):
     (tmp_path / "worker.py").write_text(textwrap.dedent(PROBE))
     for i in range(1001):
         (tmp_path / f"f{i}.txt").write_text("x")
-    from runtime.isolate import WorkerLoadError
+    from runtime.isolate.process import WorkerLoadError
 
     with pytest.raises(WorkerLoadError, match="give `main` a folder of its own"):
         probe(tmp_path)
@@ -157,7 +157,7 @@ def test_where_the_kernel_refuses_user_namespaces_the_message_names_the_sysctls(
     from tests.conftest import REPO
 
     refuse = (
-        "import runtime.jail as jail\n"
+        "import runtime.isolate.jail as jail\n"
         "class Kernel:\n"
         "    def unshare(self, flags):\n"
         "        return -1\n"
@@ -166,6 +166,6 @@ def test_where_the_kernel_refuses_user_namespaces_the_message_names_the_sysctls(
     done = subprocess.run(
         [sys.executable, "-c", refuse], capture_output=True, text=True, env={"PYTHONPATH": str(REPO)}
     )
-    assert done.returncode == 112  # runtime.jail.NO_USER_NAMESPACES
+    assert done.returncode == 112  # runtime.isolate.jail.NO_USER_NAMESPACES
     for name in ("user.max_user_namespaces", "kernel.unprivileged_userns_clone", "--insecure-isolation"):
         assert name in done.stderr

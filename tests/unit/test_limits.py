@@ -1,13 +1,13 @@
-"""Worker limits: one set of ranges (runtime/limits.py), and the same verdicts whether a limit
+"""Worker limits: one set of ranges (runtime/control/limits.py), and the same verdicts whether a limit
 comes from wrangler-like.toml or from the deploy API."""
 
 import msgspec
 import pytest
 
-from runtime.config import ConfigError, parse_config
-from runtime.control import parse_upload
-from runtime.isolate import IsolateLimits
-from runtime.limits import BOUNDS, LimitError, Limits, validate
+from runtime.control.config import ConfigError, parse_config
+from runtime.control.limits import BOUNDS, LimitError, Limits, validate
+from runtime.isolate.process import IsolateLimits
+from runtime.routes.deploy import parse_upload
 
 TOML = 'name = "w"\nmain = "w.py"\ncompatibility_date = "2026-11-01"\n[limits]\n'
 

@@ -16,7 +16,7 @@ import pytest
 
 from engine.integrity import MANIFEST, keygen, sign
 from runtime.bench.devserver import start_dev, write_project
-from runtime.rollout import Rollouts, in_canary
+from runtime.control.rollout import Rollouts, in_canary
 
 REPO = Path(__file__).resolve().parents[2]
 BASELINE = REPO / "models" / "kimi-k2-mini"

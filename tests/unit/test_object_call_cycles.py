@@ -1,4 +1,4 @@
-"""Durable Object call cycles fail at once (runtime.objects): A -> B -> A, longer rings, and two
+"""Durable Object call cycles fail at once (runtime.host.objects): A -> B -> A, longer rings, and two
 requests each holding the object the other waits for, from the runtime's own books; nested calls
 without a cycle (A -> B -> C, a diamond, the same object again after its call ended) still run."""
 
@@ -8,10 +8,10 @@ import asyncio
 
 import pytest
 
-from runtime import ipc
-from runtime.isolate import IsolateLimits
-from runtime.objects import CALL_CYCLE, DurableObjects, namespace_key
-from runtime.worker_spec import DurableObjectRef, RequestContext, WorkerSpec
+from runtime.host.objects import CALL_CYCLE, DurableObjects, namespace_key
+from runtime.host.spec import DurableObjectRef, RequestContext, WorkerSpec
+from runtime.isolate import ipc
+from runtime.isolate.process import IsolateLimits
 from workers.durable_objects import id_from_name
 
 BINDINGS = {"NODE": DurableObjectRef("Node"), "RELAY": DurableObjectRef("Relay")}

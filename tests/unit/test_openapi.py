@@ -9,8 +9,8 @@ from starlette.routing import Route
 from starlette.testclient import TestClient
 
 from runtime.app import Runtime, create_app
-from runtime.config import parse_config
-from runtime.openapi import PATH, document
+from runtime.control.config import parse_config
+from runtime.routes.openapi import PATH, document
 
 
 @pytest.fixture

@@ -8,9 +8,9 @@ import pytest
 from starlette.applications import Starlette
 from starlette.testclient import TestClient
 
-from runtime.ai import AIService
-from runtime.api import AIApi
-from runtime.metrics import Metrics
+from runtime.ai.service import AIService
+from runtime.control.metrics import Metrics
+from runtime.routes.ai_rest import AIApi
 from tests.conftest import TINY_MODEL
 
 MODEL = TINY_MODEL  # what the icn_edge fixture serves

@@ -13,10 +13,10 @@ from edge_sim import remote
 from edge_sim.request import GenerateRequest
 from engine.sampling import SamplingParams
 from engine.sequence import SeqEvent
-from runtime.ai_shapes import sse
-from runtime.config import parse_config
-from runtime.config_schema import ConfigError
-from runtime.jsonc import parse_jsonc
+from runtime.ai.shapes import sse
+from runtime.control.config import parse_config
+from runtime.control.config_schema import ConfigError
+from runtime.control.jsonc import parse_jsonc
 
 QUICK = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 scalars = st.one_of(

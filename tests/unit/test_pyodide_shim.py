@@ -9,9 +9,9 @@ import textwrap
 import pytest
 
 import workers
-from runtime import ipc
-from runtime.isolate import Isolate, IsolateLimits, use_insecure_isolation
-from runtime.isolate_view import PYODIDE_MODULES
+from runtime.isolate import ipc
+from runtime.isolate.process import Isolate, IsolateLimits, use_insecure_isolation
+from runtime.isolate.view import PYODIDE_MODULES
 
 sys.path.insert(0, str(PYODIDE_MODULES))  # top-level names inside an isolate only, as there
 from js import JSON, URL, Headers, Object, Response, console  # noqa: E402

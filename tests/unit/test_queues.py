@@ -8,12 +8,12 @@ import textwrap
 
 import pytest
 
-from runtime import ipc
 from runtime.bindings import BindingError, BindingRef, BindingStores, binding_refs
 from runtime.bindings.queues import BATCH_BYTES, MESSAGE_BYTES, QueueStore
-from runtime.config import QueueConsumerConfig
-from runtime.isolate import Isolate, IsolateLimits
-from runtime.queue_consumers import ConsumerError, ConsumerSettings
+from runtime.control.config import QueueConsumerConfig
+from runtime.events.queue_consumers import ConsumerError, ConsumerSettings
+from runtime.isolate import ipc
+from runtime.isolate.process import Isolate, IsolateLimits
 from workers.queues import MessageBatch
 
 

@@ -3,7 +3,7 @@
 
 import pytest
 
-from runtime.rate_limit import ACCOUNT_LIMITED, AccountLimited, AccountRateLimits, Limits, RateLimiter
+from runtime.control.rate_limit import ACCOUNT_LIMITED, AccountLimited, AccountRateLimits, Limits, RateLimiter
 
 
 class Clock:

@@ -191,7 +191,7 @@ def test_a_hostile_account_beside_a_normal_one_through_the_ai_service(icn_edge):
     the same PoP engine: the normal request's tokens are those of its solo run."""
     import asyncio
 
-    from runtime.ai import AIService
+    from runtime.ai.service import AIService
     from tests.conftest import TINY_MODEL as model
     from workers import AIError
 

@@ -7,7 +7,7 @@ import pytest
 from starlette.testclient import TestClient
 
 from runtime.app import Runtime, create_app
-from runtime.config import parse_config
+from runtime.control.config import parse_config
 from tests.conftest import TINY_MODEL
 
 openai = pytest.importorskip("openai")

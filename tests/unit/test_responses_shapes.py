@@ -8,8 +8,8 @@ import pytest
 
 from edge_sim.request import Choice, Delta, Formats, GenerateResult, ToolCallDelta
 from engine.tool_types import ToolCall
-from runtime.responses_inputs import decode_request
-from runtime.responses_shapes import response_events, response_object
+from runtime.ai.responses_inputs import decode_request
+from runtime.ai.responses_shapes import response_events, response_object
 
 types = pytest.importorskip("openai.types.responses")
 pydantic = pytest.importorskip("pydantic")

@@ -16,7 +16,7 @@ from edge_sim.request import Formats, GenerateRequest, GenerateResult
 from edge_sim.topology import Topology
 from engine import SamplingParams
 from runtime.cli import load_topology
-from runtime.config import ConfigError, parse_config
+from runtime.control.config import ConfigError, parse_config
 
 MODEL = "@edge/test/tiny"
 

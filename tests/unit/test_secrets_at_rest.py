@@ -6,7 +6,7 @@ import stat
 
 import pytest
 
-from runtime.state import SecretError, State, materialise_bundle
+from runtime.control.state import SecretError, State, materialise_bundle
 
 SECRET = "s3cret-value-for-the-test"
 

@@ -13,12 +13,12 @@ from starlette.testclient import TestClient
 from edge_sim.edge import Edge
 from edge_sim.network import NetworkModel
 from edge_sim.topology import Topology
-from runtime import ipc
-from runtime.addressing import Locator
-from runtime.api import AIApi
-from runtime.fetch_guard import FetchGuard
-from runtime.worker_calls import WorkerCalls
-from runtime.worker_host import WorkerHandle
+from runtime.host.addressing import Locator
+from runtime.host.fetch_guard import FetchGuard
+from runtime.host.worker import WorkerHandle
+from runtime.host.worker_calls import WorkerCalls
+from runtime.isolate import ipc
+from runtime.routes.ai_rest import AIApi
 
 
 @pytest.fixture(scope="module")
@@ -67,7 +67,7 @@ def _handle(requests=None):
 
 
 def test_tail_timestamps_are_integer_milliseconds(edge):
-    from runtime.worker_spec import RequestContext
+    from runtime.host.spec import RequestContext
 
     before = int(time.time() * 1000)
     calls, _, published = _handle()

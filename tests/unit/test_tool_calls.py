@@ -25,7 +25,7 @@ from engine.tool_calls import (
     render_messages,
 )
 from engine.tool_types import ToolCall, ToolFunction
-from runtime.ai_shape_parts import finish_reason
+from runtime.ai.shape_parts import finish_reason
 
 MODELS = Path(__file__).resolve().parents[2] / "models"
 MODEL_OF = {KIMI_K2: "kimi-k2-mini", GLM45: "glm-4.5-mini"}

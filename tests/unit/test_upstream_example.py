@@ -5,7 +5,7 @@ import msgspec
 import pytest
 
 from runtime.cli.servers import load_topology
-from runtime.config import ConfigError, load_config
+from runtime.control.config import ConfigError, load_config
 from tests.integration.dev_server import REPO
 
 EXAMPLE = REPO / "examples/upstream"

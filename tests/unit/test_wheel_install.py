@@ -131,8 +131,8 @@ found = {n: importlib.util.find_spec(n) for n in ("js", "asgi", "pyodide")}
 assert not any(found.values()), found
 
 import runtime
-from runtime.catalog import load_catalog, quality_view
-from runtime.config import INSTALLED_MODELS_DIR
+from runtime.ai.catalog import load_catalog, quality_view
+from runtime.control.config import INSTALLED_MODELS_DIR
 from engine.integrity import load_public_key, verify
 from engine.quality import heldout_text_path
 from engine.verified_load import default_trusted_keys
@@ -174,9 +174,9 @@ def test_the_installed_edge_command_runs_and_lists_the_shipped_models(venv, tmp_
 ISOLATE = """
 import asyncio, json, sys
 from pathlib import Path
-from runtime import ipc
-from runtime.isolate import Isolate, IsolateLimits, use_insecure_isolation
-from runtime.isolate_launch import isolation_problem
+from runtime.isolate import ipc
+from runtime.isolate.process import Isolate, IsolateLimits, use_insecure_isolation
+from runtime.isolate.launch import isolation_problem
 
 script = Path(sys.argv[1])
 

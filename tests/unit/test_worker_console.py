@@ -1,4 +1,4 @@
-"""A worker's console in edge dev's terminal (runtime.isolate_console): each line under the
+"""A worker's console in edge dev's terminal (runtime.isolate.console): each line under the
 worker's prefix, control characters escaped, bounded per event with a count of the rest; the
 isolate's side (sys.stdout / sys.stderr into log lines), the stdout/stderr pipes, and the tail's
 pretty print, all held to the same rules."""
@@ -12,12 +12,19 @@ import types
 import msgspec
 import pytest
 
-from runtime import ipc, isolate_console
-from runtime.config_schema import ObservabilityConfig
-from runtime.isolate_channel import LOG_LINE_CHARS, Channel, ConsoleStream, current_request, worker_print
-from runtime.isolate_console import EVENT_LINES, LINE_CHARS, WorkerConsole, clean
-from runtime.isolate_output import OUTPUT_LINES, OutputPump
-from runtime.worker_calls import WorkerCalls
+from runtime.control.config_schema import ObservabilityConfig
+from runtime.host.worker_calls import WorkerCalls
+from runtime.isolate import console as isolate_console
+from runtime.isolate import ipc
+from runtime.isolate.console import EVENT_LINES, LINE_CHARS, WorkerConsole, clean
+from runtime.isolate.inside.channel import (
+    LOG_LINE_CHARS,
+    Channel,
+    ConsoleStream,
+    current_request,
+    worker_print,
+)
+from runtime.isolate.output import OUTPUT_LINES, OutputPump
 
 
 @pytest.fixture
@@ -199,7 +206,7 @@ def test_outside_the_event_loop_writes_go_to_the_real_pipe():
 
 
 def test_the_isolate_stops_sending_past_its_budget_after_saying_so():
-    from runtime import isolate_channel
+    from runtime.isolate.inside import channel as isolate_channel
 
     async def go():
         writer = _Writer()
@@ -226,7 +233,7 @@ def _calls(requests):
 
 
 def test_a_request_line_reaches_the_terminal_at_once_and_its_tail_event(shown):
-    from runtime.worker_spec import RequestContext
+    from runtime.host.spec import RequestContext
 
     ctx = RequestContext(None, None, 0.0)
     calls, published = _calls({5: ctx})
@@ -306,11 +313,11 @@ class Default(WorkerEntrypoint):
 
 def test_a_durable_object_call_shows_under_its_prefix_and_in_the_tail(tmp_path, shown):
     from runtime.bindings import BindingStores
-    from runtime.isolate import IsolateLimits
-    from runtime.objects import DurableObjects, namespace_key
-    from runtime.tail import TailHub
-    from runtime.worker_host import WorkerHandle
-    from runtime.worker_spec import DurableObjectRef, RequestContext, WorkerSpec
+    from runtime.control.tail import TailHub
+    from runtime.host.objects import DurableObjects, namespace_key
+    from runtime.host.spec import DurableObjectRef, RequestContext, WorkerSpec
+    from runtime.host.worker import WorkerHandle
+    from runtime.isolate.process import IsolateLimits
     from workers.durable_objects import id_from_name
 
     (tmp_path / "worker.py").write_text(OBJECT_SCRIPT)

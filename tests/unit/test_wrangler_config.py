@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from runtime import config as config_module
-from runtime.config import (
+from runtime.control import config as config_module
+from runtime.control.config import (
     CONFIG_NAMES,
     INSTALLED_MODELS_DIR,
     AssetsConfig,
@@ -398,7 +398,7 @@ def test_models_dir_is_explicit_then_env_then_the_installation(tmp_path, monkeyp
 
 
 def test_missing_catalog_names_both_ways_to_set_it(tmp_path):
-    from runtime.catalog import load_catalog
+    from runtime.ai.catalog import load_catalog
 
     with pytest.raises(ConfigError, match=r"\[edge\] models_dir \(or \$EDGE_MODELS_DIR\)"):
         load_catalog(tmp_path)
@@ -424,8 +424,8 @@ def test_an_edge_without_gpu_pops_loads_no_engine_nor_needs_a_catalog(tmp_path, 
 
 
 def test_pops_empty_with_an_ai_binding_fails_ai_calls_with_3040(monkeypatch):
-    from runtime.ai import AIService
-    from runtime.catalog import catalog_if_any
+    from runtime.ai.catalog import catalog_if_any
+    from runtime.ai.service import AIService
     from runtime.cli import build_edge
     from workers import AIError
 

@@ -1,0 +1,59 @@
+"""A Responses call (OpenAI's `input` / `instructions` shape) run through the AI service: the
+steps /v1/responses, /ai/run, env.AI.run and the batch queue share (runtime.routes.responses serves
+the route)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from typing import TYPE_CHECKING, Any
+
+from edge_sim.request import GenerateRequest, GenerateResult
+from edge_sim.topology import PoP
+from runtime.ai.responses_inputs import ResponsesRequest, bad, chat_inputs, decode_request
+from runtime.ai.responses_shapes import response_events, response_object
+
+if TYPE_CHECKING:
+    from runtime.ai.service import AIService
+
+
+def is_responses(inputs: Any) -> bool:
+    """Whether /ai/run or env.AI.run inputs take the Responses shape (they give `input`)."""
+    return isinstance(inputs, dict) and "input" in inputs
+
+
+def prepare_responses(
+    service: AIService, model: str, body: Any, account: str, session: str | None
+) -> tuple[GenerateRequest, ResponsesRequest]:
+    """A Responses body validated into the typed request (AIError / ResponsesInputError)."""
+    req = decode_request(body)
+    if req.model is not None and req.model != model:
+        raise bad(
+            "model", f"names {req.model!r}, but the call is to {model!r}; leave it out or make them one"
+        )
+    prepared, _ = service.prepare(model, chat_inputs(req), account, session, responses=True)
+    return prepared, req
+
+
+async def run_responses(
+    service: AIService, model: str, prepared: GenerateRequest, req: ResponsesRequest, ingress: PoP, rtt: float
+) -> tuple[dict[str, Any], GenerateResult]:
+    result = await service.generate(prepared, ingress=ingress, client_rtt_ms=rtt)
+    return response_object(model, req, result), result
+
+
+def stream_responses(
+    service: AIService,
+    model: str,
+    prepared: GenerateRequest,
+    req: ResponsesRequest,
+    ingress: PoP,
+    rtt: float,
+    on_result: Callable[[GenerateResult], None] = lambda _: None,
+) -> AsyncIterator[bytes]:
+    items = service.stream(prepared, ingress=ingress, client_rtt_ms=rtt)
+    return response_events(items, model, req, on_result)
+
+
+def prompt_usage(result: GenerateResult) -> dict[str, int]:
+    """The counts the runtime's metrics take (runtime.control.metrics.ai_tokens)."""
+    return {"prompt_tokens": result.prompt_tokens, "completion_tokens": result.completion_tokens}

@@ -1,0 +1,334 @@
+"""The worker's config, read once into typed structs: wrangler.json, wrangler.jsonc or
+wrangler.toml (wrangler's own files and keys), or wrangler-like.toml.
+
+Unknown keys warn (naming the key); wrong types fail with the key's path; malformed TOML or JSON
+fails with the line and column. Relative paths are resolved against the config file's folder.
+Our own tables, `edge` and `models`, are the same in every format.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import tomllib
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+import msgspec
+
+from runtime.control import limits as worker_limits
+from runtime.control.accounts import AccountError, AccountSettings, check_name
+from runtime.control.config_schema import (
+    DEFAULT_POPS,
+    INSTALLED_MODELS_DIR,
+    MODELS_DIR_ENV,
+    AccountConfig,
+    AIConfig,
+    AssetsConfig,
+    ConfigError,
+    D1DatabaseConfig,
+    DurableObjectBindingConfig,
+    DurableObjectsConfig,
+    EdgeConfig,
+    KVNamespaceConfig,
+    LimitsConfig,
+    MigrationConfig,
+    ModelsConfig,
+    NetworkConfig,
+    ObservabilityConfig,
+    ObservabilityLogsConfig,
+    QueueConsumerConfig,
+    QueueProducerConfig,
+    QueuesConfig,
+    R2BucketConfig,
+    RenamedClassConfig,
+    ServiceBindingConfig,
+    TransferredClassConfig,
+    TriggersConfig,
+    WorkerConfig,
+)
+from runtime.control.jsonc import parse_jsonc, strip_jsonc
+from runtime.http.addresses import parse_host_port
+from runtime.http.validation import describe
+
+if TYPE_CHECKING:
+    from edge_sim.topology import Topology
+
+log = logging.getLogger("edge.config")
+
+__all__ = [  # the schema (runtime.control.config_schema) and JSONC reading (runtime.control.jsonc) included
+    "AccountConfig",
+    "AIConfig",
+    "AssetsConfig",
+    "CONFIG_NAMES",
+    "ConfigError",
+    "D1DatabaseConfig",
+    "DEFAULT_CONFIG",
+    "DEFAULT_POPS",
+    "DurableObjectBindingConfig",
+    "DurableObjectsConfig",
+    "EdgeConfig",
+    "INSTALLED_MODELS_DIR",
+    "KVNamespaceConfig",
+    "LimitsConfig",
+    "MODELS_DIR_ENV",
+    "MigrationConfig",
+    "ModelsConfig",
+    "NetworkConfig",
+    "ObservabilityConfig",
+    "ObservabilityLogsConfig",
+    "QueueConsumerConfig",
+    "QueueProducerConfig",
+    "QueuesConfig",
+    "R2BucketConfig",
+    "RenamedClassConfig",
+    "ServiceBindingConfig",
+    "TransferredClassConfig",
+    "TriggersConfig",
+    "WorkerConfig",
+    "account_settings",
+    "check_against_topology",
+    "find_config",
+    "load_config",
+    "not_simulated",
+    "parse_config",
+    "parse_jsonc",
+    "strip_jsonc",
+]
+
+DEFAULT_CONFIG = "wrangler-like.toml"
+# What `edge` looks for in the current folder when no --config is given, first found wins:
+# wrangler's own order (packages/wrangler/src/config/config-helpers.ts, findWranglerConfig:
+# wrangler.json, then wrangler.jsonc, then wrangler.toml), then ours.
+CONFIG_NAMES = ("wrangler.json", "wrangler.jsonc", "wrangler.toml", DEFAULT_CONFIG)
+
+_DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
+
+
+def _struct_in(annotation: Any) -> tuple[type | None, bool]:
+    """The Struct an annotation holds (directly, in `X | None`, or as `list[X]`) and whether in a list."""
+    if isinstance(annotation, type) and issubclass(annotation, msgspec.Struct):
+        return annotation, False
+    args = getattr(annotation, "__args__", None) or ()
+    if getattr(annotation, "__origin__", None) is list and args:
+        return _struct_in(args[0])[0], True
+    for arg in args:
+        found, in_list = _struct_in(arg)
+        if found is not None:
+            return found, in_list
+    return None, False
+
+
+def _unknown_keys(data: Any, struct: type, path: str = "") -> list[str]:
+    """Keys in `data` that `struct` does not declare, as dotted paths (recursing into sub-structs
+    and lists of them)."""
+    if not isinstance(data, dict):
+        return []
+    fields = {f.encode_name: f for f in msgspec.structs.fields(struct)}
+    found = []
+    for key, value in data.items():
+        where = f"{path}{key}"
+        field = fields.get(key)
+        if field is None or (key == "base_dir" and struct is WorkerConfig):
+            found.append(where)
+            continue
+        sub, in_list = _struct_in(field.type)
+        if sub is None:
+            continue
+        if getattr(field.type, "__origin__", None) is dict and isinstance(value, dict):  # tables by name
+            for name, item in value.items():
+                found += _unknown_keys(item, sub, f"{where}.{name}.")
+            continue
+        if in_list and isinstance(value, list):
+            for i, item in enumerate(value):
+                found += _unknown_keys(item, sub, f"{where}.{i}.")
+        else:
+            found += _unknown_keys(value, sub, where + ".")
+    return found
+
+
+def _with_choices(message: str) -> str:
+    """'assets.html_handling: invalid enum value 'x'' + the values that field accepts."""
+    where, _, what = message.partition(": ")
+    if not what.startswith("invalid enum value"):
+        return message
+    struct: type | None = WorkerConfig
+    annotation: Any = None
+    for part in where.split("."):
+        if part.isdigit():
+            continue
+        fields = {f.encode_name: f for f in msgspec.structs.fields(struct)} if struct else {}
+        if part not in fields:
+            return message
+        annotation = fields[part].type
+        struct = _struct_in(annotation)[0]
+    choices = getattr(annotation, "__args__", ())
+    return f"{message}; expected one of {', '.join(map(repr, choices))}" if choices else message
+
+
+def _is_json(source: str) -> bool:
+    return Path(source).suffix.lower() in (".json", ".jsonc")
+
+
+def not_simulated(config: WorkerConfig) -> list[str]:
+    """What the config declares that nothing serves yet: one line per binding."""
+    found: list[str] = []
+    found += [
+        f"queues.producers.{i}.delivery_delay is not simulated yet; messages are ready at once "
+        "unless send() passes delaySeconds"
+        for i, q in enumerate(config.queues.producers)
+        if q.delivery_delay
+    ]
+    return found
+
+
+def _binding_names(config: WorkerConfig) -> list[tuple[str, str]]:
+    """(key path, env name) of every binding the config declares."""
+    names = [(f"vars.{k}", k) for k in config.vars]
+    if config.ai is not None:
+        names.append(("ai.binding", config.ai.binding))
+    names += [(f"services.{i}.binding", b.binding) for i, b in enumerate(config.services)]
+    names += [(f"kv_namespaces.{i}.binding", b.binding) for i, b in enumerate(config.kv_namespaces)]
+    names += [(f"d1_databases.{i}.binding", b.binding) for i, b in enumerate(config.d1_databases)]
+    names += [(f"r2_buckets.{i}.binding", b.binding) for i, b in enumerate(config.r2_buckets)]
+    names += [
+        (f"durable_objects.bindings.{i}.name", b.name) for i, b in enumerate(config.durable_objects.bindings)
+    ]
+    names += [(f"queues.producers.{i}.binding", b.binding) for i, b in enumerate(config.queues.producers)]
+    if config.assets is not None and config.assets.binding is not None:
+        names.append(("assets.binding", config.assets.binding))
+    return names
+
+
+def parse_config(
+    text: str,
+    source: str = DEFAULT_CONFIG,
+    base_dir: Path | None = None,
+    syntax: Literal["toml", "json"] | None = None,
+) -> WorkerConfig:
+    """Config text -> WorkerConfig. `syntax` defaults to the source's extension: .json and .jsonc
+    are JSONC (as wrangler reads both), anything else TOML."""
+    if syntax is None:
+        syntax = "json" if _is_json(source) else "toml"
+    if syntax == "json":
+        data = parse_jsonc(text, source)
+        data.pop("$schema", None)  # editors' schema hint, as wrangler's templates write it
+    else:
+        try:
+            data = tomllib.loads(text)
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"{source}: invalid TOML: {exc}") from None
+        except RecursionError:
+            raise ConfigError(f"{source}: invalid TOML: arrays or tables nested too deep") from None
+    _check_account_tables(data, source)
+    for key in _unknown_keys(data, WorkerConfig):
+        log.warning("%s: unknown key %r is ignored", source, key)
+    data.pop("base_dir", None)
+    try:
+        config = msgspec.convert(data, WorkerConfig, strict=True)
+    except msgspec.ValidationError as exc:
+        raise ConfigError(f"{source}: {_with_choices(describe(exc))}") from None
+    if not _DATE.match(config.compatibility_date):
+        raise ConfigError(
+            f"{source}: compatibility_date: expected YYYY-MM-DD, got {config.compatibility_date!r}"
+        )
+    seen: dict[str, str] = {}  # every name in env: an identifier, bound once
+    for where, name in _binding_names(config):
+        if not where.startswith("vars.") and not name.isidentifier():
+            raise ConfigError(f"{source}: {where}: {name!r} is not a valid Python identifier")
+        if name in seen:
+            raise ConfigError(f"{source}: {where}: {name!r} is already bound by {seen[name]}")
+        seen[name] = where
+    for line in not_simulated(config):
+        log.warning("%s: %s", source, line)
+    for i, b in enumerate(config.durable_objects.bindings):
+        if not b.class_name.isidentifier():
+            raise ConfigError(
+                f"{source}: durable_objects.bindings.{i}.class_name: {b.class_name!r} "
+                "is not a Python class name"
+            )
+    try:
+        worker_limits.validate(msgspec.structs.asdict(config.limits), "limits")
+    except worker_limits.LimitError as exc:
+        raise ConfigError(f"{source}: {exc}") from None
+    for i, entry in enumerate(config.edge.fetch_allow):
+        try:
+            parse_host_port(entry)
+        except ValueError as exc:
+            raise ConfigError(f"{source}: edge.fetch_allow.{i}: {exc}") from None
+    for name in config.edge.accounts:
+        try:
+            account_settings(config, name)
+        except AccountError as exc:
+            raise ConfigError(f"{source}: edge.accounts.{name}: {exc}") from None
+    if base_dir is not None:
+        config = msgspec.structs.replace(config, base_dir=str(base_dir))
+    return config
+
+
+def _check_account_tables(data: dict[str, Any], source: str) -> None:
+    """[edge.accounts.NAME] tables: unknown keys refused (a misspelt limit must not go unnoticed)
+    and each table typed, the errors naming the account (msgspec's paths do not)."""
+    edge = data.get("edge")
+    tables = edge.get("accounts") if isinstance(edge, dict) else None
+    if not isinstance(tables, dict):
+        return  # absent, or the wrong type: the whole config's conversion says so
+    keys = ", ".join(AccountConfig.__struct_fields__)
+    for name, table in tables.items():
+        where = f"{source}: edge.accounts.{name}"
+        if not isinstance(table, dict):
+            raise ConfigError(f"{where}: expected a table of {keys}")
+        unknown = sorted(set(table) - set(AccountConfig.__struct_fields__))
+        if unknown:
+            raise ConfigError(f"{where}: unknown key {', '.join(map(repr, unknown))}; the keys are {keys}")
+        try:
+            msgspec.convert(table, AccountConfig, strict=True)
+        except msgspec.ValidationError as exc:
+            raise ConfigError(f"{where}.{describe(exc)}") from None
+
+
+def account_settings(config: WorkerConfig, name: str) -> AccountSettings:
+    """[edge.accounts.NAME] as checked settings; AccountError says what to change."""
+    check_name(name)
+    return AccountSettings(**msgspec.structs.asdict(config.edge.accounts[name])).checked()
+
+
+def find_config(folder: Path | None = None) -> Path | None:
+    """The config in `folder` (default: the current one) by CONFIG_NAMES' order, or None."""
+    folder = Path.cwd() if folder is None else folder
+    found = [folder / name for name in CONFIG_NAMES if (folder / name).is_file()]
+    if len(found) > 1:
+        log.warning("%s: using %s; %s ignored", folder, found[0].name, ", ".join(p.name for p in found[1:]))
+    return found[0] if found else None
+
+
+def load_config(path: str | Path | None = None) -> WorkerConfig:
+    """Read the config at `path`; None: the first of CONFIG_NAMES in the current folder."""
+    if path is None:
+        path = find_config()
+        if path is None:
+            raise ConfigError(
+                f"no config in {Path.cwd()}: create one of {', '.join(CONFIG_NAMES)}, or pass --config PATH"
+            )
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(
+            f"{path}: not found; pass --config PATH or create one of {', '.join(CONFIG_NAMES)}"
+        ) from None
+    config = parse_config(text, source=str(path), base_dir=path.resolve().parent)
+    if not config.main_path.is_file():
+        raise ConfigError(f"{path}: main: {config.main!r} does not exist (looked for {config.main_path})")
+    return config
+
+
+def check_against_topology(config: WorkerConfig, topology: Topology) -> None:
+    """The config's values that only the topology can judge (edge.client_location; edge.pops is
+    checked where the GPU PoPs are built), as a ConfigError naming the key and what is accepted."""
+    from edge_sim.topology import TopologyError
+
+    try:
+        topology.resolve_location(config.edge.client_location)
+    except TopologyError as exc:
+        raise ConfigError(f"edge.client_location: {exc}") from None

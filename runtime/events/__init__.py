@@ -1,0 +1,1 @@
+"""What fires a worker without HTTP: cron triggers and queue consumers."""

@@ -1,0 +1,2 @@
+"""Locating a worker, picking its version, running it in its isolate and answering what it asks (AI, fetch,
+bindings, Durable Objects, service bindings); the fetch guard and static assets."""

@@ -1,0 +1,72 @@
+"""Where a request comes from and which worker it addresses.
+
+The client's location (x-edge-client-location, else the config's default) lands it on its
+nearest PoP; the worker is named by `x-edge-worker: <account>/<worker>` or by the host
+`<worker>.<account>.edge.localhost`, and none of them means the worker `edge dev` serves.
+"""
+
+from __future__ import annotations
+
+from starlette.requests import Request
+
+from edge_sim.edge import Edge
+from edge_sim.topology import Location
+from runtime.host.fetch_guard import FetchGuard
+from runtime.host.spec import RequestContext
+
+LOCATION_HEADER = "x-edge-client-location"
+WORKER_HOST_SUFFIX = ".edge.localhost"  # <worker>.<account>.edge.localhost reaches a deployed worker
+WORKER_HEADER = "x-edge-worker"  # or: x-edge-worker: <account>/<worker>
+
+
+class Locator:
+    """A request's RequestContext: its client's location, ingress PoP and round trip."""
+
+    def __init__(self, edge: Edge, default_location: Location, fetch_guard: FetchGuard):
+        self.edge, self.default_location, self.fetch_guard = edge, default_location, fetch_guard
+
+    def locate(self, request: Request) -> RequestContext:
+        """Where the client is and the PoP it lands on; raises TopologyError for a bad location."""
+        where = request.headers.get(LOCATION_HEADER)
+        if where:  # the server reads header bytes as Latin-1; clients send UTF-8 ("São Paulo")
+            try:
+                where = where.encode("latin-1").decode("utf-8")
+            except UnicodeError:
+                pass  # not UTF-8: keep the Latin-1 reading
+        location = self.edge.locate(where) if where else self.default_location
+        ingress, client_rtt = self.edge.ingress(location)
+        server = request.scope.get("server")
+        if server and server[1]:  # the port really listened on (the Host header may say otherwise)
+            self.fetch_guard.runtime_ports.add(server[1])
+        return RequestContext(
+            location,
+            ingress,
+            client_rtt,
+            method=request.method,
+            url=str(request.url),
+            origin=f"{request.url.scheme}://{request.url.netloc}",
+        )
+
+
+def target(request: Request) -> tuple[str, str] | None:
+    """(account, worker) a request addresses, or None for the worker edge dev serves."""
+    header = request.headers.get(WORKER_HEADER)
+    if header and "/" in header:
+        account, worker = header.split("/", 1)
+        return account, worker
+    host = request.url.hostname or ""
+    if host.endswith(WORKER_HOST_SUFFIX):
+        parts = host[: -len(WORKER_HOST_SUFFIX)].split(".")
+        if len(parts) == 2:
+            return parts[1], parts[0]
+    return None
+
+
+def refuse_worker_host(account: str, host: str) -> str | None:
+    """Why `account`'s worker may not fetch `host` by name (another account's worker), or None;
+    every address check is the fetch guard's, on every redirect hop too."""
+    if host.endswith(WORKER_HOST_SUFFIX):
+        parts = host[: -len(WORKER_HOST_SUFFIX)].split(".")
+        if len(parts) == 2 and parts[1] != account:
+            return f"fetch to another account's worker ({parts[0]}.{parts[1]}) is not allowed"
+    return None

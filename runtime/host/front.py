@@ -1,0 +1,96 @@
+"""The worker path: every request outside the runtime's own prefixes goes to a worker.
+
+Locate the client (request.cf), serve the dev worker's static assets first where they match,
+pick the worker and its version, pass the body on (bytes when small, else as it arrives, capped at
+MAX_BODY_BYTES) and answer with cf-ray; a network that is emulated really waits the client's
+round trip."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+
+from edge_sim.topology import TopologyError
+from runtime.host.addressing import LOCATION_HEADER, Locator, target
+from runtime.host.assets import AssetResponse, AssetServer
+from runtime.host.registry import WorkerRegistry
+from runtime.http.errors import (
+    BAD_LOCATION,
+    BODY_TOO_LARGE,
+    NO_SUCH_WORKER,
+    ClientBody,
+    error_response,
+    ray_id,
+)
+from runtime.isolate import ipc
+
+MAX_BODY_BYTES = 100 * 1024 * 1024  # Cloudflare's request body limit on the Free and Pro plans
+
+
+class WorkerFront:
+    def __init__(
+        self,
+        locator: Locator,
+        workers: WorkerRegistry,
+        assets: AssetServer | None,
+        emulate: Callable[[], bool],
+    ):
+        self.locator, self.workers, self.assets, self.emulate = locator, workers, assets, emulate
+
+    async def _client_body(self, request: Request) -> bytes | ClientBody | None:
+        """The body as the worker will read it: bytes when it is small, else a stream that is
+        passed on as it arrives (never held whole here); None when it is declared too large."""
+        declared = request.headers.get("content-length")
+        if declared is not None and declared.isdigit():
+            if int(declared) > MAX_BODY_BYTES:
+                return None
+            if int(declared) <= ipc.CHUNK:
+                return await request.body()
+        elif "transfer-encoding" not in request.headers:
+            return b""  # no body at all
+        return ClientBody(request.stream(), MAX_BODY_BYTES)
+
+    async def handle(self, request: Request) -> Response:
+        try:
+            ctx = self.locator.locate(request)
+        except TopologyError as exc:
+            return error_response(400, BAD_LOCATION, f"{LOCATION_HEADER}: {exc}")
+        ray = {"cf-ray": f"{ray_id()}-{ctx.ingress.code}"}
+        addressed = target(request)
+        if self.assets is not None and addressed is None:  # the dev worker's assets first
+            served = self.assets.serve(
+                request.method, request.scope["path"], request.headers, request.url.query
+            )
+            if served is not None:
+                return _asset_response(served, ray)
+        too_large = f"request body exceeds {MAX_BODY_BYTES // (1024 * 1024)} MB; send less"
+        body = await self._client_body(request)
+        if body is None:
+            return error_response(413, BODY_TOO_LARGE, too_large, ray)
+        handle = self.workers.dev if addressed is None else self.workers.worker(*addressed, request=request)
+        if handle is None:
+            account, worker = addressed
+            return error_response(
+                404,
+                NO_SUCH_WORKER,
+                f"no worker {worker!r} is deployed in account {account!r}; deploy it with `edge deploy`",
+                ray,
+            )
+        if self.emulate():  # the request's half of the client round trip, really waited
+            await asyncio.sleep(ctx.client_rtt_ms / 2000)
+        response = await handle.serve(request, body, ctx, ray)
+        if isinstance(body, ClientBody) and body.exceeded:  # it grew past the limit on the way
+            if isinstance(response, StreamingResponse):
+                await response.body_iterator.aclose()
+            return error_response(413, BODY_TOO_LARGE, too_large, ray)
+        return response
+
+
+def _asset_response(served: AssetResponse, headers: dict[str, str]) -> Response:
+    response = Response(served.body, status_code=served.status)
+    for name, value in [*served.headers, *headers.items()]:
+        response.headers[name] = value
+    return response

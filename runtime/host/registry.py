@@ -1,0 +1,138 @@
+"""Which running worker serves a request: the worker `edge dev` serves from the working tree, and
+every deployed version, started on first use; the deployment's version split picks among them,
+sticky by Cloudflare-Workers-Version-Key."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import random
+from collections.abc import Callable
+from pathlib import Path
+
+import msgspec
+from starlette.requests import Request
+
+from runtime.bindings import binding_refs
+from runtime.control.config import WorkerConfig
+from runtime.control.limits import validate as validate_limits
+from runtime.control.state import State, materialise_bundle
+from runtime.host.assets import ASSETS_SERVICE
+from runtime.host.objects import DurableObjects
+from runtime.host.spec import DurableObjectRef, WorkerSpec
+from runtime.host.worker import WorkerHandle
+
+log = logging.getLogger("edge.runtime")
+
+VERSION_KEY_HEADER = "cloudflare-workers-version-key"
+
+
+def dev_spec(config: WorkerConfig, deps: Path | None) -> WorkerSpec:
+    """The worker `edge dev` serves, as its config describes it now."""
+    c = config
+    limits = validate_limits(msgspec.structs.asdict(c.limits), "limits")  # as load_config did
+    return WorkerSpec(
+        account=c.account_id,
+        name=c.name,
+        version=None,
+        script=str(c.main_path),
+        vars=dict(c.vars),
+        ai_binding=c.ai.binding if c.ai else None,
+        services={s.binding: s.service for s in c.services}
+        | ({c.assets.binding: ASSETS_SERVICE} if c.assets and c.assets.binding else {}),
+        limits=limits.isolate(),
+        subrequests=limits.subrequests,
+        bindings=binding_refs(c.kv_namespaces, c.d1_databases, c.r2_buckets, c.queues.producers),
+        durable_objects={
+            b.name: DurableObjectRef(b.class_name, b.script_name) for b in c.durable_objects.bindings
+        },
+        deps=str(deps) if deps else None,
+    )
+
+
+def pick_version(strategy: list[tuple[str, int]], key: str | None) -> str:
+    """The version of a split (version, percentage) that a request lands on: the same key always
+    lands in the same bucket; without one, a random bucket."""
+    bucket = (int(hashlib.sha256(key.encode()).hexdigest(), 16) % 100) if key else random.randrange(100)
+    for version, percentage in strategy:
+        if bucket < percentage:
+            return version
+        bucket -= percentage
+    return strategy[-1][0]
+
+
+class WorkerRegistry:
+    def __init__(
+        self,
+        config: WorkerConfig,
+        state: State,
+        start: Callable[[WorkerSpec], WorkerHandle],
+        objects: DurableObjects,
+        deps: Path | None = None,
+    ):
+        self.config, self.state, self.start, self.objects = config, state, start, objects
+        self.deps = deps  # the dev worker's installed dependencies (runtime.host.deps), if it lists any
+        self.dev = start(dev_spec(config, deps))
+        self._deployed: dict[tuple[str, str, str], WorkerHandle] = {}
+
+    def worker(self, account: str, name: str, request: Request | None = None) -> WorkerHandle | None:
+        """The handle that serves `name` of `account` (a request picks its version of the split;
+        without one, the split's first), or None when no such worker is deployed."""
+        active = self.state.active(account, name)
+        if account == self.config.account_id and name == self.config.name and not active:
+            return self.dev
+        if not active:
+            return None
+        if request is None:
+            return self.handle_for(account, name, active[0][0])
+        return self.handle_for(account, name, pick_version(active, request.headers.get(VERSION_KEY_HEADER)))
+
+    def handle_for(self, account: str, worker: str, version: str) -> WorkerHandle:
+        key = (account, worker, version)
+        if key not in self._deployed:
+            self._deployed[key] = self.start(self._version_spec(account, worker, version))
+        return self._deployed[key]
+
+    def _version_spec(self, account: str, worker: str, version: str) -> WorkerSpec:
+        record = self.state.version(account, worker, version)
+        if record is None:
+            raise LookupError(f"no version {version} of worker {worker!r} in account {account!r}")
+        cfg = record["config"]
+        try:  # the same check the deploy API made; a version stored before it was made fails here
+            limits = validate_limits(cfg, "config")
+        except ValueError as exc:
+            raise ValueError(f"version {version} of worker {worker!r}: {exc}; deploy it again") from None
+        folder = materialise_bundle(self.config.state_dir, version, record["files"])
+        return WorkerSpec(
+            account=account,
+            name=worker,
+            version=version,
+            script=str(folder / record["main"]),
+            vars=cfg.get("vars", {}),
+            ai_binding=cfg.get("ai_binding"),
+            services=cfg.get("services", {}),
+            limits=limits.isolate(),
+            subrequests=limits.subrequests,
+            bindings=binding_refs(
+                cfg.get("kv_namespaces", []), cfg.get("d1_databases", []), cfg.get("r2_buckets", [])
+            ),
+        )
+
+    async def restart_worker(self, account: str, name: str) -> None:
+        """Its env changed (a secret): stop its isolates; the next request starts fresh ones."""
+        if (account, name) == (self.config.account_id, self.config.name):
+            await self.reload_dev()
+        for key in [k for k in self._deployed if k[:2] == (account, name)]:
+            await self._deployed.pop(key).stop()
+
+    async def reload_dev(self) -> None:
+        """The dev worker's source changed: the next request starts a fresh isolate on it."""
+        old, self.dev = self.dev, self.start(dev_spec(self.config, self.deps))
+        await old.stop()
+        await self.objects.stop_worker(self.config.account_id, self.config.name)
+        log.info("reloaded %s", self.config.name)
+
+    async def stop(self) -> None:
+        await self.dev.stop()
+        for handle in self._deployed.values():
+            await handle.stop()

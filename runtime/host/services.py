@@ -1,0 +1,53 @@
+"""What a running worker may ask of the runtime, handed to each WorkerHandle at construction.
+
+The runtime builds one WorkerServices and gives it to every handle it starts: the AI service, the
+metrics and tail, the binding stores, Durable Objects, the outbound fetch policy and service-binding
+dispatch. A handle reaches nothing else of the runtime, so the parts import each other one way only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+from edge_sim.topology import Location, PoP
+from runtime.ai.batch import BatchQueue
+from runtime.ai.service import AIService
+from runtime.bindings import BindingStores
+from runtime.control.metrics import Metrics
+from runtime.control.tail import TailHub
+from runtime.host.fetch_guard import FetchGuard
+from runtime.host.spec import RequestContext, WorkerSpec
+from runtime.isolate import ipc
+
+
+class Secrets(Protocol):
+    def secrets(self, account: str, name: str) -> dict[str, str]: ...
+
+
+class ObjectCalls(Protocol):
+    """Durable Objects as a worker reaches them (runtime.host.objects.DurableObjects)."""
+
+    async def call(
+        self, caller: WorkerSpec, call: ipc.ObjectCall, ctx: RequestContext
+    ) -> ipc.ObjectReply: ...
+
+
+ServiceCall = Callable[[WorkerSpec, ipc.FetchCall, RequestContext], Awaitable[ipc.FetchReply]]
+
+
+@dataclass
+class WorkerServices:
+    secrets: Secrets  # the worker's secrets join its env when its isolate starts
+    ai: AIService
+    metrics: Metrics
+    tail: TailHub
+    bindings: BindingStores  # KV, D1, R2 and Durable Object storage
+    objects: ObjectCalls
+    fetch_guard: FetchGuard  # outbound fetch: checked by address on every hop
+    refuse_host: Callable[[str, str], str | None]  # (account, host): why that worker host is refused
+    call_service: ServiceCall  # a service binding's fetch (another worker, or the assets)
+    emulate: Callable[[], bool]  # whether the client's round trip is really waited
+    event_origin: Callable[[], tuple[Location, PoP]]  # where a cron or queue event's AI calls start
+    batches: BatchQueue | None = None  # env.AI.run's queued batches (runtime.ai.batch)

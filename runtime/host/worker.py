@@ -1,0 +1,309 @@
+"""One running worker (an account's script at one version) and the requests it is handling.
+
+A WorkerHandle owns the worker's isolate: it sends it requests, cron runs and queue batches, and
+when one ends records the outcome for `edge tail` and /metrics. What the isolate asks of the
+runtime meanwhile is answered by runtime.host.worker_calls, with the services the runtime handed in.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+
+from runtime.control.tail import log_event
+from runtime.host.addressing import LOCATION_HEADER
+from runtime.host.objects import namespace_key
+from runtime.host.services import WorkerServices
+from runtime.host.spec import RequestContext, WorkerSpec, cf_properties
+from runtime.host.worker_calls import LOG_BYTES, LOG_LINES, WorkerCalls
+from runtime.http.errors import WORKER_EXCEPTION, WORKER_LIMITS, WORKER_UNAVAILABLE, error_response
+from runtime.isolate import ipc
+from runtime.isolate.console import WorkerConsole, indented
+from runtime.isolate.process import ExceededResources, Isolate, IsolateCrashed, WorkerLoadError
+
+log = logging.getLogger("edge.worker")
+
+
+class WorkerHandle:
+    def __init__(self, spec: WorkerSpec, services: WorkerServices):
+        self.spec = spec
+        self.services = services
+        self.requests: dict[int, RequestContext] = {}
+        label = f"{spec.name}@{spec.version[:8]}" if spec.version else spec.name
+        obj = spec.durable_object
+        # its console lines in edge dev's terminal: [name], [name:Counter(1a2b3c4d)] for an object
+        self.console = WorkerConsole(f"{label}:{obj.class_name}({obj.id[:8]})" if obj else label)
+        self.calls = WorkerCalls(spec, self.requests, services, self.console)
+        env = {**spec.vars, **services.secrets.secrets(spec.account, spec.name)}  # secrets never logged
+        self.isolate = Isolate(
+            f"{label}:{obj.class_name}:{obj.id[:8]}" if obj else label,
+            Path(spec.script),
+            env,
+            spec.ai_binding,
+            self.calls.ai,
+            services=list(spec.services),
+            limits=spec.limits,
+            on_fetch=self.calls.fetch,
+            on_log=self.calls.log,
+            on_output=self.calls.output,
+            bindings={name: ref.kind for name, ref in spec.bindings.items()},
+            on_binding=self.calls.binding,
+            durable_objects={
+                name: namespace_key(spec.account, ref.script_name or spec.name, ref.class_name)
+                for name, ref in spec.durable_objects.items()
+            },
+            on_object=self.calls.object,
+            durable_object=(obj.class_name, obj.id) if obj else None,
+            deps=Path(spec.deps) if spec.deps else None,
+        )
+
+    @property
+    def label(self) -> str:
+        return self.spec.name
+
+    async def call_object(
+        self, method: str, args: list, kwargs: dict, ctx: RequestContext
+    ) -> ipc.ObjectResult | ipc.InvokeError:
+        """Run `method` on the Durable Object this handle serves (its isolate started if need be);
+        tailed as Cloudflare tails one, with `event: {rpcMethod}` (not counted as a request)."""
+        rid = self.isolate.next_request_id()
+        self.requests[rid] = ctx
+        outcome, exception = "canceled", None
+        try:
+            result = await self.isolate.call_object(method, args, kwargs, request_id=rid)
+            if isinstance(result, ipc.InvokeError):
+                name, _, message = result.message.partition(": ")
+                outcome, exception = (
+                    "exception",
+                    {"name": name, "message": message, "stack": result.traceback},
+                )
+            else:
+                outcome = "ok"
+            return result
+        except (ExceededResources, IsolateCrashed, WorkerLoadError) as exc:
+            outcome = exc.outcome if isinstance(exc, ExceededResources) else "exception"
+            exception = {"name": type(exc).__name__, "message": str(exc)}
+            raise
+        finally:
+            self.requests.pop(rid, None)
+            self._publish(ctx, outcome, exception, {"rpcMethod": method}, count=False)
+
+    # --- serving a request --------------------------------------------------------------------------
+
+    async def serve(
+        self,
+        request: Request,
+        body: bytes | AsyncIterator[bytes],
+        ctx: RequestContext,
+        headers_out: dict[str, str],
+        extra_headers: list[tuple[str, str]] = (),
+    ) -> Response:
+        rid = self.isolate.next_request_id()
+        self.requests[rid] = ctx
+        headers = [(k, v) for k, v in request.headers.items() if k != LOCATION_HEADER] + list(extra_headers)
+        outcome_name, exception = "ok", None
+        try:
+            outcome = await self.isolate.invoke(
+                request.method,
+                str(request.url),
+                headers,
+                body,
+                cf_properties(ctx.location, ctx.ingress, ctx.client_rtt_ms),
+                request_id=rid,
+            )
+        except WorkerLoadError as exc:
+            self._finish(rid, ctx, "exception", {"name": "WorkerLoadError", "message": str(exc)}, 503)
+            return error_response(503, WORKER_UNAVAILABLE, str(exc), headers_out)
+        except ExceededResources as exc:
+            self._finish(rid, ctx, exc.outcome, None, 500)
+            return error_response(500, WORKER_LIMITS, str(exc), headers_out)
+        except IsolateCrashed as exc:
+            self._finish(rid, ctx, "exception", {"name": "IsolateCrashed", "message": str(exc)}, 500)
+            return error_response(500, WORKER_EXCEPTION, f"Worker threw exception: {exc}", headers_out)
+        except BaseException:
+            self.requests.pop(rid, None)
+            raise
+        if isinstance(outcome, ipc.InvokeStart):  # a streamed body: the request lives until it ends
+            return self._streamed(outcome, rid, ctx, headers_out)
+        timing = dict(headers_out)
+        if ctx.accounts:
+            timing["server-timing"] = ", ".join(a.server_timing() for a in ctx.accounts)
+        if ctx.quantization:  # which compression served the answer: never hidden
+            timing["x-edge-quantization"] = "; ".join(ctx.quantization)
+        if isinstance(outcome, ipc.InvokeError):
+            if outcome.message.startswith("MemoryError"):  # the isolate's memory cap held
+                self._finish(rid, ctx, "exceededMemory", None, 500)
+                await self.isolate.stop()  # replaced on the next request
+                return error_response(500, WORKER_LIMITS, "Worker exceeded resource limits: memory", timing)
+            name, _, message = outcome.message.partition(": ")
+            exception = {"name": name, "message": message, "stack": outcome.traceback}
+            log.warning(
+                "worker %s threw: %s", self.spec.name, indented(f"{outcome.message}\n{outcome.traceback}")
+            )
+            self._finish(rid, ctx, "exception", exception, 500)
+            return error_response(500, WORKER_EXCEPTION, f"Worker threw exception: {outcome.message}", timing)
+        if self.services.emulate():  # the response's half of the client round trip
+            await asyncio.sleep(ctx.client_rtt_ms / 2000)
+        response = Response(outcome.body, status_code=outcome.status)
+        for name, value in outcome.headers:
+            response.headers.append(name, value)
+        for name, value in timing.items():
+            response.headers[name] = value
+        self._finish(rid, ctx, outcome_name, exception, outcome.status)
+        return response
+
+    def _streamed(
+        self, start: ipc.InvokeStart, rid: int, ctx: RequestContext, headers: dict[str, str]
+    ) -> Response:
+        async def body():
+            outcome, exception = "ok", None
+            try:
+                async for chunk in self.isolate.body(rid):
+                    yield chunk
+            except IsolateCrashed as exc:  # cut the connection: a partial body is not a whole one
+                outcome = exc.outcome if isinstance(exc, ExceededResources) else "exception"
+                exception = {"name": type(exc).__name__, "message": str(exc)}
+                raise
+            finally:
+                self._finish(rid, ctx, outcome, exception, start.status)
+
+        response = StreamingResponse(body(), status_code=start.status)
+        for name, value in start.headers:
+            response.headers.append(name, value)
+        for name, value in headers.items():
+            response.headers[name] = value
+        return response
+
+    def _finish(
+        self, rid: int, ctx: RequestContext, outcome: str, exception: dict | None, status: int
+    ) -> None:
+        self.requests.pop(rid, None)
+        request = {"method": ctx.method, "url": ctx.url, "cf": {"colo": ctx.ingress.code}}
+        self._publish(ctx, outcome, exception, {"request": request, "response": {"status": status}})
+
+    def _publish(
+        self, ctx: RequestContext, outcome: str, exception: dict | None, event: dict, count: bool = True
+    ) -> None:
+        """An event is over: count it (unless not `count`) and tail it as Cloudflare's tail shows
+        one (`event` carries what kind it was), with a note for the log lines it was not allowed
+        to keep; the terminal gets one for the lines it was not allowed to show."""
+        if ctx.console is not None:
+            ctx.console.end()
+        if ctx.logs_dropped:
+            ctx.logs.append(
+                {
+                    "level": "warn",
+                    "message": f"{ctx.logs_dropped} more log line(s) dropped: a request keeps at most "
+                    f"{LOG_LINES} lines and {LOG_BYTES // 1024} KiB",
+                    "timestamp": int(time.time() * 1000),
+                }
+            )
+        seconds = time.time() - ctx.started
+        if count:
+            self.services.metrics.request(self.spec.name, outcome, seconds)
+        self.services.tail.publish(
+            self.spec.account,
+            self.spec.name,
+            {
+                "scriptName": self.spec.name,
+                "scriptVersion": {"id": self.spec.version} if self.spec.version else None,
+                "outcome": outcome,
+                "eventTimestamp": int(ctx.started * 1000),  # milliseconds, as Cloudflare's tail
+                "event": event,
+                "logs": ctx.logs,
+                "exceptions": [exception] if exception else [],
+                "wallTimeMs": round(seconds * 1000, 3),
+            },
+        )
+
+    async def _event(self, kind: str, tag: str, event: dict[str, Any], run) -> tuple[str, dict | None, Any]:
+        """A worker event that is no HTTP request (a cron run, a queue batch): `run(rid)` returns
+        (the isolate's answer, anything else the caller needs). Returns (outcome, exception, that
+        other thing, None when the isolate broke the protocol), and tails it as Cloudflare shows
+        such events (`event` carries their fields); its console lines show under `tag` (as
+        `cron(*/5 * * * *)`). AI calls made in it start at the PoP the config's client_location
+        lands on."""
+        location, ingress = self.services.event_origin()
+        ctx = RequestContext(location, ingress, 0.0, method="", url="")
+        ctx.console = self.console.event(tag)
+        rid = self.isolate.next_request_id()
+        self.requests[rid] = ctx
+        outcome, exception, extra = "ok", None, None
+        try:
+            result, extra = await run(rid)
+            if isinstance(result, ipc.InvokeError) and result.message.startswith("MemoryError"):
+                outcome = "exceededMemory"
+                await self.isolate.stop()  # replaced on the next event
+            elif isinstance(result, ipc.InvokeError):
+                name, _, message = result.message.partition(": ")
+                outcome = "exception"
+                exception = {"name": name, "message": message, "stack": result.traceback}
+                log.warning(
+                    "worker %s threw in %s: %s",
+                    self.spec.name,
+                    kind,
+                    indented(f"{result.message}\n{result.traceback}"),
+                )
+            elif not isinstance(result, ipc.InvokeResult):  # a body for such an event: broken
+                outcome, extra = "exception", None
+                exception = {"name": "IsolateCrashed", "message": "the isolate broke the IPC protocol"}
+                await self.isolate.stop()
+        except WorkerLoadError as exc:
+            outcome, exception = "exception", {"name": "WorkerLoadError", "message": str(exc)}
+        except ExceededResources as exc:
+            outcome, exception = exc.outcome, {"name": "ExceededResources", "message": str(exc)}
+        except IsolateCrashed as exc:
+            outcome, exception = "exception", {"name": "IsolateCrashed", "message": str(exc)}
+        finally:
+            self.requests.pop(rid, None)
+        self._publish(ctx, outcome, exception, event)
+        return outcome, exception, extra
+
+    async def schedule(self, cron: str, scheduled_time_ms: int) -> tuple[str, dict | None]:
+        """Run the worker's scheduled handler for `cron` (a Cron Trigger fired, or
+        /cdn-cgi/handler/scheduled); returns (outcome, exception); tailed with
+        `event: {cron, scheduledTime}`."""
+
+        async def run(rid: int):
+            return await self.isolate.schedule(cron, scheduled_time_ms, request_id=rid), None
+
+        event = {"cron": cron, "scheduledTime": scheduled_time_ms}
+        outcome, exception, _ = await self._event("scheduled", f"cron({cron})", event, run)
+        return outcome, exception
+
+    async def deliver(
+        self, queue: str, messages: list[ipc.QueuedMessage]
+    ) -> tuple[str, list[str], dict[str, int | None]]:
+        """Run the worker's queue handler on a batch of `queue`'s messages; returns (outcome,
+        acked ids, {retried id: delay or None}); tailed with `event: {queue, batchSize}`. What the
+        isolate reports is held to the batch: an id not in it is ignored, a message it does not
+        account for is retried."""
+
+        async def run(rid: int):
+            return await self.isolate.deliver(queue, messages, request_id=rid)
+
+        event = {"queue": queue, "batchSize": len(messages)}
+        outcome, _, settled = await self._event("queue", f"queue({queue})", event, run)
+        ids = {m.id for m in messages}
+        acked = [i for i in dict.fromkeys(settled.acked) if i in ids] if settled else []
+        retried: dict[str, int | None] = {}
+        for m in messages:
+            if m.id not in acked:
+                delay = settled.retried.get(m.id) if settled else None
+                retried[m.id] = delay if isinstance(delay, int) and delay >= 0 else None
+        return outcome, acked, retried
+
+    def note(self, level: str, message: str) -> None:
+        """A line of the runtime's own about this worker for edge tail (a queue message dropped)."""
+        entry = {"level": level, "message": message, "timestamp": int(time.time() * 1000)}
+        self.services.tail.publish(self.spec.account, self.spec.name, log_event(self.spec.name, [entry]))
+
+    async def stop(self) -> None:
+        await self.isolate.stop()

@@ -1,0 +1,248 @@
+"""What a worker's isolate asks of the runtime while it runs: AI calls (to the edge), outbound
+fetches (checked and capped by the fetch guard), service-binding calls, KV / D1 / R2 and Durable
+Object calls, and log lines. Each call names the request it belongs to; a call whose request has
+ended is refused, and every per-request budget (subrequests, binding calls, log volume) is
+counted here, never trusted to the isolate."""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from runtime.ai.modes import Answer, queue_option, special_call
+from runtime.ai.service import workers_ai_sse
+from runtime.bindings import BindingError, BindingRef
+from runtime.control.tail import LogBudget, log_event
+from runtime.host.fetch_guard import FetchError
+from runtime.host.objects import OBJECT_STORAGE
+from runtime.host.services import WorkerServices
+from runtime.host.spec import RequestContext, WorkerSpec
+from runtime.isolate import ipc
+from runtime.isolate.console import WorkerConsole
+from workers import AIError
+
+log = logging.getLogger("edge.worker")
+
+LOG_LINES, LOG_BYTES, LOG_LINE_CHARS = 256, 256 * 1024, 16 * 1024  # kept per request for the tail
+BINDING_CALLS = (
+    1000  # KV, D1, R2 and Durable Object calls per request (Workers KV's per-invocation operation limit)
+)
+ENDED = "the request that made this call has ended"
+
+
+class WorkerCalls:
+    """The isolate's callbacks for one worker: `requests` maps the isolate's request ids to the
+    requests in flight (shared with the WorkerHandle that serves them); `console`: its lines in
+    edge dev's terminal (by default under the worker's name)."""
+
+    def __init__(
+        self,
+        spec: WorkerSpec,
+        requests: dict[int, RequestContext],
+        services: WorkerServices,
+        console: WorkerConsole | None = None,
+    ):
+        self.spec, self.requests, self.services = spec, requests, services
+        self._console = console
+        self._background_logs = LogBudget()
+
+    @property
+    def console(self) -> WorkerConsole:
+        if self._console is None:
+            self._console = WorkerConsole(self.spec.name)
+        return self._console
+
+    async def ai(self, call: ipc.AICall):
+        ctx = self.requests.get(call.request)
+        if ctx is None:
+            return ipc.AIReply(call.call, error_code=5004, error_message=ENDED)
+        ai = self.services.ai
+        try:
+            special = await special_call(
+                ai,
+                self.services.batches,
+                call.model,
+                call.inputs,
+                queue=queue_option(call.options),
+                account=self.spec.account,
+                session=_session(call.options),
+                ingress=ctx.ingress,
+                client_rtt_ms=ctx.client_rtt_ms,
+            )
+            if special is not None:  # a batch submit or poll, or the Responses shape
+                return self._special(call, special, ctx)
+            if isinstance(call.inputs, dict) and call.inputs.get("stream") is True:
+                req, _ = ai.prepare(call.model, call.inputs, self.spec.account, _session(call.options))
+                return self._ai_stream(call, req, ctx)
+            result, account = await ai.run(
+                call.model,
+                call.inputs,
+                ingress=ctx.ingress,
+                client_rtt_ms=ctx.client_rtt_ms,
+                account=self.spec.account,
+                session=_session(call.options),
+            )
+        except AIError as exc:
+            return ipc.AIReply(call.call, error_code=exc.code, error_message=exc.detail)
+        except Exception as exc:  # an engine bug must not take the runtime down with it
+            log.exception("AI call failed")
+            return ipc.AIReply(
+                call.call, error_code=3007, error_message=f"internal error: {type(exc).__name__}"
+            )
+        ctx.accounts.append(account)
+        q = result["quantization"]
+        ctx.quantization.append(
+            ", ".join([*(f"{p}={f}" for p, f in q["weights_by_part"].items()), f"kv_cache={q['kv_cache']}"])
+        )
+        self.services.metrics.ai_tokens(call.model, result["usage"])
+        return ipc.AIReply(call.call, result=result)
+
+    def _special(self, call: ipc.AICall, answer: Answer, ctx: RequestContext):
+        if answer.stream is not None:
+            return self._chunks(call, answer.stream)
+        if answer.result is not None:
+            ctx.accounts.append(answer.result.timing)
+            usage = {
+                "prompt_tokens": answer.result.prompt_tokens,
+                "completion_tokens": answer.result.completion_tokens,
+            }
+            self.services.metrics.ai_tokens(call.model, usage)
+        return ipc.AIReply(call.call, result=answer.body)
+
+    async def _chunks(self, call: ipc.AICall, stream):
+        async for data in stream:
+            yield ipc.AIChunk(call.call, data)
+        yield ipc.AIReply(call.call)
+
+    async def _ai_stream(self, call: ipc.AICall, req, ctx: RequestContext):
+        """env.AI.run(..., {stream: true}): SSE bytes as AIChunk messages, then the closing AIReply."""
+        async for data in workers_ai_sse(
+            self.services.ai, req, call.model, ingress=ctx.ingress, client_rtt_ms=ctx.client_rtt_ms
+        ):
+            yield ipc.AIChunk(call.call, data)
+        yield ipc.AIReply(call.call)
+
+    def log(self, msg: ipc.Log) -> None:
+        """A line the worker logged (print, logging, sys.stdout / sys.stderr): shown at once in
+        edge dev's terminal (runtime.isolate.console, bounded per event) and kept for the tail.
+        Each request keeps at most LOG_LINES lines and LOG_BYTES (the rest is counted and noted
+        once in its tail event); lines outside any request share a budget that refills over time.
+        The isolate's own counting is not trusted."""
+        ctx = self.requests.get(msg.request)
+        level, text = msg.level[:16], msg.message[:LOG_LINE_CHARS]
+        if ctx is None:
+            self.output(level, text)
+            return
+        if ctx.console is None:
+            ctx.console = self.console.event()
+        ctx.console.write(level, text)
+        if len(ctx.logs) >= LOG_LINES or ctx.log_bytes + len(text) > LOG_BYTES:
+            ctx.logs_dropped += 1
+            return
+        ctx.log_bytes += len(text)
+        ctx.logs.append({"level": level, "message": text, "timestamp": int(time.time() * 1000)})  # ms
+
+    def output(self, level: str, text: str) -> None:
+        """A line outside any request (module-level output, waitUntil after the response, the
+        isolate's stdout and stderr pipes): terminal and tail alike take at most LogBudget's rate,
+        the lines refused counted in a note before the next one shown."""
+        budget = self._background_logs
+        if not budget.take():
+            return
+        entries = []
+        if dropped := budget.take_dropped():
+            note = (
+                f"… {dropped} line(s) outside any request dropped: at most {budget.rate:g} a second "
+                f"(bursts of {budget.burst}) are kept"
+            )
+            self.console.write("warn", note)
+            entries.append({"level": "warn", "message": note, "timestamp": int(time.time() * 1000)})
+        self.console.write(level, text)
+        entries.append(
+            {"level": level, "message": text[:LOG_LINE_CHARS], "timestamp": int(time.time() * 1000)}
+        )
+        self.services.tail.publish(self.spec.account, self.spec.name, log_event(self.spec.name, entries))
+
+    async def fetch(self, call: ipc.FetchCall) -> ipc.FetchReply:
+        ctx = self.requests.get(call.request)
+        if ctx is None:
+            return ipc.FetchReply(call.call, error="fetch outside a request is not allowed")
+        ctx.subrequests += 1
+        if ctx.subrequests > self.spec.subrequests:
+            return ipc.FetchReply(
+                call.call, error=f"Too many subrequests: the limit is {self.spec.subrequests} per request"
+            )
+        if call.service is not None:
+            return await self.services.call_service(self.spec, call, ctx)
+        try:  # checked by address on every hop, pinned to the checked address, body capped
+            r = await self.services.fetch_guard.fetch(
+                call.method,
+                call.url,
+                call.headers,
+                call.body,
+                runtime_origin=ctx.origin,
+                refuse_host=lambda host: self.services.refuse_host(self.spec.account, host),
+            )
+        except FetchError as exc:
+            return ipc.FetchReply(call.call, error=str(exc))
+        return ipc.FetchReply(call.call, r.status, r.headers, r.body)
+
+    def _over_budget(self, ctx: RequestContext, kinds: str) -> str | None:
+        ctx.binding_calls += 1
+        if ctx.binding_calls > BINDING_CALLS:
+            return (
+                f"Too many API requests by single worker invocation: at most {BINDING_CALLS} "
+                f"{kinds} calls per request"
+            )
+        return None
+
+    async def binding(self, call: ipc.BindingCall) -> ipc.BindingReply:
+        """env.NAME.method(...) on a KV, D1 or R2 binding: the name is looked up in this worker's
+        own spec (the isolate cannot pick an id) and the store is this worker's account's."""
+        ctx = self.requests.get(call.request)
+        if ctx is None:
+            return ipc.BindingReply(call.call, error_type="Error", error_message=ENDED)
+        obj = self.spec.durable_object
+        ref = self.spec.bindings.get(call.binding)
+        if obj is not None and call.binding == OBJECT_STORAGE:
+            ref = BindingRef("do", obj.id)  # this object's own storage: the isolate cannot name another
+        if ref is None:
+            return ipc.BindingReply(
+                call.call,
+                error_type="TypeError",
+                error_message=f"no KV, D1 or R2 binding named {call.binding!r}",
+            )
+        if refused := self._over_budget(ctx, "KV, D1 and R2"):
+            return ipc.BindingReply(call.call, error_type="Error", error_message=refused)
+        stores, spec = self.services.bindings, self.spec
+        try:
+            if ref.kind == "do" and obj is not None:
+                result = await stores.call_object_storage(
+                    spec.account, spec.name, obj.class_name, obj.id, call.method, call.args, call.kwargs
+                )
+            else:
+                result = await stores.call(spec.account, ref, call.method, call.args, call.kwargs)
+        except BindingError as exc:
+            return ipc.BindingReply(call.call, error_type=exc.type, error_message=str(exc))
+        return ipc.BindingReply(call.call, result=result)
+
+    async def object(self, call: ipc.ObjectCall) -> ipc.ObjectReply:
+        """`env.NS.get(id).method(...)`: the runtime's Durable Objects run it in that object."""
+        ctx = self.requests.get(call.request)
+        if ctx is None:
+            return ipc.ObjectReply(call.call, error_type="Error", error_message=ENDED)
+        if refused := self._over_budget(ctx, "KV, D1, R2 and Durable Object"):
+            return ipc.ObjectReply(call.call, error_type="Error", error_message=refused)
+        return await self.services.objects.call(self.spec, call, ctx)
+
+
+def _session(options) -> str | None:
+    """The session key a worker gave `env.AI.run` in its options, as Cloudflare's binding takes it:
+    `{"extraHeaders": {"x-session-affinity": KEY}}` (`extra_headers` too)."""
+    if not isinstance(options, dict):
+        return None
+    headers = options.get("extraHeaders", options.get("extra_headers"))
+    if not isinstance(headers, dict):
+        return None
+    key = headers.get("x-session-affinity")
+    return key if isinstance(key, str) else None

@@ -1,0 +1,385 @@
+"""The isolate process: loads one worker script and serves its fetch handler over IPC.
+
+Started by runtime.isolate.process as `python -m runtime.isolate.inside.main --fd N`; N is its end of a Unix
+socket pair. It imports only the workers SDK, the IPC structs and its two helpers,
+runtime.isolate.inside.channel (calls to the runtime) and runtime.isolate.inside.entry (loading the script):
+no torch, no runtime state; it holds only its own worker's env.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import inspect
+import socket
+import sys
+import traceback
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+from runtime.isolate import ipc
+from runtime.isolate.inside import sandbox
+from runtime.isolate.inside import walk as call_walk
+from runtime.isolate.inside.channel import (
+    AIBinding,
+    Channel,
+    ServiceBinding,
+    capture_logs,
+    current_ctx,
+    current_request,
+)
+from runtime.isolate.inside.entry import Context, Env, ScheduledController, load_entry, load_object
+from workers import Request, Response
+from workers.bindings import BINDING_CLASSES
+from workers.context import _install as install_context
+from workers.durable_objects import (
+    DurableObjectId,
+    DurableObjectNamespace,
+    DurableObjectState,
+    DurableObjectStorage,
+    check_rpc_value,
+)
+from workers.fetch import _install as install_fetch
+from workers.queues import MessageBatch
+
+ERROR_CHARS = 64 * 1024  # of an exception's message and of its traceback
+
+
+def sandbox_paths(script: Path, deps: str = "") -> list[str]:
+    """What a worker may read: its own folder, Python itself, the SDK it imports (with the
+    Pyodide stand-ins in workers/_pyodide/) and the project's installed dependencies (`deps`)."""
+    import site
+
+    import runtime
+    import workers
+
+    paths = {
+        sys.prefix,
+        sys.base_prefix,
+        sys.exec_prefix,
+        *(str(Path(m.__file__).parent) for m in (workers, runtime)),
+    }
+    if deps:
+        paths.add(deps)
+    # the worker's own folder, but not the runtime's state kept beside it (.edge: database, token,
+    # other workers' scripts) nor other tooling folders
+    hidden = {".edge", ".git", ".venv"}
+    paths.update(str(p) for p in script.parent.iterdir() if p.name not in hidden)
+    paths.update(site.getsitepackages())
+    paths.update(
+        (
+            "/usr/lib",
+            "/usr/lib64",
+            "/lib",
+            "/lib64",
+            "/usr/local/lib",
+            "/etc/ld.so.cache",
+            "/etc/localtime",
+            "/usr/share/zoneinfo",
+        )
+    )
+    return sorted(paths)
+
+
+async def _no_fetch_handler(request: Request, ctx: Context) -> Any:
+    raise TypeError(
+        "this worker has no fetch handler: define `async def fetch(self, request)` in class Default "
+        "(or `async def on_fetch(request, env)`)"
+    )
+
+
+async def _body_bytes(body: Any) -> bytes | None:
+    """The whole body when it is known at once; None for a stream."""
+    if body is None:
+        return b""
+    if isinstance(body, str):
+        return body.encode("utf-8")
+    if isinstance(body, (bytes, bytearray, memoryview)):
+        return bytes(body)
+    if hasattr(body, "__aiter__"):
+        return None
+    raise TypeError(
+        f"Response body must be str, bytes or an async iterator of bytes, got {type(body).__name__}"
+    )
+
+
+async def _chunks(body: Any) -> AsyncIterator[bytes]:
+    """The body in frames of at most ipc.CHUNK bytes."""
+    if isinstance(body, (bytes, bytearray, memoryview)):
+        data = memoryview(body)
+        for start in range(0, len(data), ipc.CHUNK):
+            yield bytes(data[start : start + ipc.CHUNK])
+        return
+    try:
+        async for chunk in body:
+            data = memoryview(chunk.encode("utf-8") if isinstance(chunk, str) else bytes(chunk))
+            for start in range(0, len(data), ipc.CHUNK):
+                yield bytes(data[start : start + ipc.CHUNK])
+    finally:  # cancelled or done: the worker's own generator runs its finally now, not at GC
+        if hasattr(body, "aclose"):
+            await body.aclose()
+
+
+async def _stream_response(channel: Channel, rid: int, response: Response, body: Any) -> None:
+    """Headers now, the body as the client takes it: at most ipc.WINDOW chunks ahead of it."""
+    credit = channel.credits.setdefault(rid, asyncio.Semaphore(ipc.WINDOW))
+    channel.send(ipc.InvokeStart(rid, response.status, response.headers.items()))
+    error = None
+    chunks = _chunks(body)
+    try:
+        async for chunk in chunks:
+            await credit.acquire()
+            channel.send(ipc.BodyChunk(rid, chunk))
+            await channel.writer.drain()
+    except Exception as exc:
+        error = f"{type(exc).__name__}: {exc}"
+    finally:
+        await chunks.aclose()
+    channel.send(ipc.BodyEnd(rid, error))
+
+
+def _begin(rid: int) -> Context:
+    """An event's own context: its request id and ctx, for the calls and waitUntil made in it."""
+    current_request.set(rid)
+    ctx = Context()
+    current_ctx.set(ctx)
+    return ctx
+
+
+def _describe(exc: BaseException) -> tuple[str, str]:
+    """("Type: message", traceback), each cut to ERROR_CHARS: a frame must stay bounded."""
+    return f"{type(exc).__name__}: {exc}"[:ERROR_CHARS], traceback.format_exc()[-ERROR_CHARS:]
+
+
+def _worker_error(rid: int, exc: BaseException) -> ipc.InvokeError:
+    """The worker's own failure, reported; the isolate stays up."""
+    return ipc.InvokeError(rid, *_describe(exc))
+
+
+async def _finish(channel: Channel, ctx: Context, rid: int, settle: bool = True) -> None:
+    """The answer is out: wait for its waitUntil work (unless the handler already did), then
+    RequestDone, until which the runtime counts the event's CPU."""
+    try:
+        await channel.writer.drain()
+        if settle:
+            await ctx.settle()
+    except asyncio.CancelledError:
+        ctx.cancel()
+    channel.send(ipc.RequestDone(rid))
+    channel.forget(rid)
+
+
+async def serve_invoke(channel: Channel, handler, inv: ipc.Invoke) -> None:
+    walk = call_walk.Walk() if call_walk.enabled() else None
+    if walk is not None:
+        walk.start()
+    ctx = _begin(inv.id)
+    try:
+        body = channel.request_body(inv.id) if inv.streamed_body else inv.body
+        request = Request(inv.url, inv.method, inv.headers, body, inv.cf)
+        response = await handler(request, ctx)
+        if not isinstance(response, Response):
+            raise TypeError(f"fetch must return a workers.Response, got {type(response).__name__}")
+        whole = await _body_bytes(response.body)
+        if whole is not None and len(whole) <= ipc.CHUNK:
+            channel.send(ipc.InvokeResult(inv.id, response.status, response.headers.items(), whole))
+        else:
+            await _stream_response(channel, inv.id, response, whole if whole is not None else response.body)
+    except asyncio.CancelledError:  # the runtime cancelled it: its client left, or time ran out
+        ctx.cancel()
+        if inv.id in channel.credits:
+            channel.send(ipc.BodyEnd(inv.id, "cancelled"))
+        else:
+            channel.send(ipc.InvokeError(inv.id, "Cancelled: the request was cancelled", ""))
+    except Exception as exc:
+        channel.send(_worker_error(inv.id, exc))
+    await _finish(channel, ctx, inv.id)
+    if walk is not None:
+        walk.stop()
+        call_walk.write_summary(walk)
+
+
+async def serve_scheduled(channel: Channel, handler, msg: ipc.Scheduled) -> None:
+    """A Cron Trigger fired: run the scheduled handler, wait for its waitUntil work (the event
+    lasts until that ends, as on Workers), answer InvokeResult or InvokeError, then RequestDone
+    (the runtime counts CPU until then)."""
+    ctx = _begin(msg.id)
+    controller = ScheduledController(msg.cron, msg.scheduled_time)
+    try:
+        if handler is None:
+            raise TypeError(
+                "this worker has no scheduled handler: define `async def scheduled(self, controller, "
+                "env, ctx)` in class Default (or `async def on_scheduled(controller, env, ctx)`)"
+            )
+        await handler(controller, ctx)
+        await ctx.settle()
+        headers = [] if controller.retry else [("no-retry", "true")]
+        channel.send(ipc.InvokeResult(msg.id, 200, headers, b""))
+    except asyncio.CancelledError:  # the runtime cancelled it: it ran out of time
+        ctx.cancel()
+        channel.send(ipc.InvokeError(msg.id, "Cancelled: the scheduled event was cancelled", ""))
+    except Exception as exc:
+        ctx.cancel()
+        channel.send(_worker_error(msg.id, exc))
+    await _finish(channel, ctx, msg.id, settle=False)  # settled before the answer
+
+
+async def serve_queue(channel: Channel, handler, msg: ipc.QueueBatch) -> None:
+    """A batch of queue messages: run the queue handler (its waitUntil work is part of the event),
+    send what became of each message (QueueOutcome: on success the messages not retried are
+    acked; when it raises, the ones not acked are retried), then InvokeResult or InvokeError,
+    then RequestDone."""
+    ctx = _begin(msg.id)
+    batch = MessageBatch(msg.queue, [(m.id, m.timestamp_ms, m.body, m.attempts) for m in msg.messages])
+    try:
+        if handler is None:
+            raise TypeError(
+                "this worker has no queue handler: define `async def queue(self, batch)` in class "
+                "Default (or `async def on_queue(batch, env, ctx)`)"
+            )
+        await handler(batch, ctx)
+        await ctx.settle()
+        reply: ipc.Message = ipc.InvokeResult(msg.id, 200, [], b"")
+        failed = False
+    except asyncio.CancelledError:  # the runtime cancelled it: it ran out of time
+        ctx.cancel()
+        reply, failed = ipc.InvokeError(msg.id, "Cancelled: the queue event was cancelled", ""), True
+    except Exception as exc:
+        ctx.cancel()
+        reply, failed = _worker_error(msg.id, exc), True
+    acked, retried = batch.outcome(failed)
+    channel.send(ipc.QueueOutcome(msg.id, acked, retried))
+    channel.send(reply)
+    await _finish(channel, ctx, msg.id, settle=False)  # settled before the answer
+
+
+def _rpc_method(instance: Any, name: str) -> Any:
+    """The public method `name` of the object's class (never an attribute such as ctx or env)."""
+    cls = type(instance)
+    if not isinstance(name, str) or name.startswith("_") or name == "fetch":
+        raise TypeError(f"{cls.__name__}.{name} cannot be called over RPC")
+    try:
+        attr = inspect.getattr_static(cls, name)
+    except AttributeError:
+        raise TypeError(f"{cls.__name__} has no method {name!r}") from None
+    if not callable(attr) and not isinstance(attr, (staticmethod, classmethod)):
+        raise TypeError(f"{cls.__name__}.{name} is not a method")
+    return getattr(instance, name)
+
+
+async def serve_object_call(channel: Channel, instance: Any, msg: ipc.ObjectInvoke) -> None:
+    """An RPC call on the object this isolate serves: ObjectResult or InvokeError, then (its
+    waitUntil work ended) RequestDone."""
+    ctx = _begin(msg.id)
+    try:
+        result = _rpc_method(instance, msg.method)(*msg.args, **msg.kwargs)
+        if inspect.isawaitable(result):
+            result = await result
+        check_rpc_value(result, f"the result of {type(instance).__name__}.{msg.method}")
+        try:
+            channel.send(ipc.ObjectResult(msg.id, result))
+        except ValueError:
+            raise ValueError(
+                f"the result of {type(instance).__name__}.{msg.method} is over the "
+                f"{ipc.FROM_ISOLATE // 2**20} MiB one reply may carry"
+            ) from None
+    except asyncio.CancelledError:
+        ctx.cancel()
+        channel.send(ipc.InvokeError(msg.id, "Cancelled: the call was cancelled", ""))
+    except Exception as exc:  # the object's own failure: reported to its caller
+        channel.send(_worker_error(msg.id, exc))
+    await _finish(channel, ctx, msg.id)
+
+
+async def main(fd: int, sync_fd: int | None = None) -> None:
+    sock = socket.socket(fileno=fd)
+    reader, writer = await asyncio.open_unix_connection(sock=sock, limit=ipc.CHUNK)
+    channel = Channel(reader, writer)
+    if sync_fd is not None:
+        channel.sync = socket.socket(fileno=sync_fd)
+        channel.sync.setblocking(True)
+    init = await ipc.read_message(reader, ipc.TO_ISOLATE)
+    if not isinstance(init, ipc.Init):
+        raise SystemExit("isolate: expected Init first")
+    values: dict[str, Any] = dict(init.vars)
+    if init.ai_binding:
+        values[init.ai_binding] = AIBinding(channel)
+    for name in init.services:
+        values[name] = ServiceBinding(channel, name)
+    for name, kind in init.bindings.items():  # KV, D1, R2: each call crosses as ipc.BindingCall
+        values[name] = BINDING_CLASSES[kind](
+            lambda method, args, kwargs, _name=name: channel.call_binding(_name, method, args, kwargs)
+        )
+    for name, key in init.durable_objects.items():  # each call crosses as ipc.ObjectCall
+        values[name] = DurableObjectNamespace(name, key, channel.call_object)
+    capture_logs(channel)
+    install_fetch(lambda method, url, headers, body: channel.fetch(method, url, headers, body))
+    try:
+        script = Path(init.script)
+        if init.memory_mb:
+            sandbox.limit_memory(init.memory_mb)
+        if init.sandbox and init.jailed:  # the jail's view is all there is: read it, scribble in /tmp
+            sandbox.restrict(["/"], writable=["/dev/null"], scratch=["/tmp"])
+        elif init.sandbox:  # from here the kernel confines what the script can touch
+            sandbox.restrict(sandbox_paths(script, init.deps), writable=["/dev/null"])
+        env = Env(values)
+        install_context(env=env, current_ctx=current_ctx.get)  # workers.env, workers.wait_until
+        instance = None
+        if init.durable_object:  # this isolate is one Durable Object: its storage is its own
+            storage = DurableObjectStorage(
+                lambda method, args, kwargs: channel.call_binding("ctx.storage", method, args, kwargs),
+                lambda method, args, kwargs: channel.call_binding_sync("ctx.storage", method, args, kwargs),
+            )
+            state = DurableObjectState(
+                DurableObjectId(init.object_id or ""), storage, lambda aw: current_ctx.get().waitUntil(aw)
+            )
+            entry, handlers, instance = load_object(script, env, init.durable_object, state)
+        else:
+            entry, handlers = load_entry(script, env)
+    except BaseException as exc:  # noqa: BLE001 - any import failure is reported, then we exit
+        channel.send(ipc.LoadFailed(*_describe(exc)))
+        await writer.drain()
+        return
+    channel.send(ipc.Ready(entry))
+    await writer.drain()
+
+    while True:
+        try:
+            msg = await ipc.read_message(reader, ipc.TO_ISOLATE)
+        except (asyncio.IncompleteReadError, ConnectionError):
+            return  # the runtime has gone; so do we
+        if isinstance(msg, ipc.Invoke):
+            if msg.streamed_body:
+                channel.request_bodies[msg.id] = asyncio.Queue()
+            fetch = handlers.fetch or _no_fetch_handler
+            channel.tasks[msg.id] = asyncio.create_task(serve_invoke(channel, fetch, msg))
+        elif isinstance(msg, ipc.Scheduled):
+            task = asyncio.create_task(serve_scheduled(channel, handlers.scheduled, msg))
+            channel.tasks[msg.id] = task
+        elif isinstance(msg, ipc.QueueBatch):
+            channel.tasks[msg.id] = asyncio.create_task(serve_queue(channel, handlers.queue, msg))
+        elif isinstance(msg, ipc.ObjectInvoke) and instance is not None:
+            channel.tasks[msg.id] = asyncio.create_task(serve_object_call(channel, instance, msg))
+        elif isinstance(msg, (ipc.RequestChunk, ipc.RequestEnd)):
+            queue = channel.request_bodies.get(msg.id)
+            if queue is not None:  # at most ipc.WINDOW chunks wait here: the runtime keeps count
+                queue.put_nowait(msg)
+        elif isinstance(msg, ipc.BodyAck):
+            credit = channel.credits.get(msg.id)
+            if credit is not None:
+                credit.release()
+        elif isinstance(msg, ipc.Cancel):
+            task = channel.tasks.get(msg.id)
+            if task is not None:
+                task.cancel()
+        elif isinstance(msg, (ipc.AIReply, ipc.AIChunk, ipc.FetchReply, ipc.BindingReply, ipc.ObjectReply)):
+            channel.resolve(msg)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--fd", type=int, required=True)
+    parser.add_argument("--sync-fd", type=int, default=None)
+    args = parser.parse_args()
+    asyncio.run(main(args.fd, args.sync_fd))

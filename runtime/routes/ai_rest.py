@@ -1,0 +1,400 @@
+"""HTTP APIs for clients without a worker: Workers AI REST and an OpenAI-compatible surface.
+
+    POST /client/v4/accounts/{account}/ai/run/{model}          Workers AI envelope; stream: true -> SSE
+    GET  /client/v4/accounts/{account}/ai/models/search        the catalog, formats included
+    POST /client/v4/accounts/{account}/ai/v1/chat/completions  OpenAI ChatCompletion (and streaming)
+    POST /client/v4/accounts/{account}/ai/v1/completions       OpenAI Completion (and streaming)
+    GET  /client/v4/accounts/{account}/ai/v1/models            OpenAI model list
+    GET  /client/v4/accounts/{account}/ai/v1/models/{model}    OpenAI model (404 in OpenAI's shape)
+    POST /client/v4/accounts/{account}/ai/v1/embeddings        404 in OpenAI's shape: none served
+
+Request bodies: runtime.ai.inputs (the structs), runtime.ai.refusals (what is refused and why),
+runtime.ai.params (the mapping to the typed request).
+
+Every call carries `Authorization: Bearer <token>`; a token works only for its own account.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Any, Protocol
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from edge_sim.request import GenerateRequest, GenerateResult
+from edge_sim.topology import PoP, TopologyError
+from runtime.ai.batch import BatchNotFound
+from runtime.ai.inputs import ChatCompletionRequest, CompletionRequest
+from runtime.ai.modes import Answer, special_call
+from runtime.ai.params import json_mode_failure
+from runtime.ai.refusals import InputError, decode_inputs
+from runtime.ai.service import workers_ai_sse
+from runtime.ai.shapes import openai_events, shape_result, text_completion
+from runtime.control.rate_limit import AccountLimited
+from runtime.host.addressing import LOCATION_HEADER
+from runtime.http.errors import BAD_LOCATION
+from runtime.http.json_body import BadJSON, decode_json
+from workers import AIError
+
+if TYPE_CHECKING:
+    from runtime.ai.batch import BatchQueue
+    from runtime.ai.service import AIService
+    from runtime.control.metrics import Metrics
+    from runtime.control.state import State
+    from runtime.host.spec import RequestContext
+
+log = logging.getLogger("edge.api")
+
+PREFIX = "/client/v4/accounts/{account}"
+AUTH_ERROR = 10000  # Cloudflare's "Authentication error"
+HTTP_STATUS = {5007: 400, 5004: 400, 3006: 413, 3040: 429, 3036: 429, 3007: 504, AUTH_ERROR: 401}
+
+
+SEARCH_PER_PAGE, SEARCH_MAX_PER_PAGE = 20, 1000  # a v4 paginated list's default page size
+BAD_QUERY = 1004  # a query parameter out of range (Cloudflare documents no code of its own for it)
+
+
+def search_models(models: list[dict], search: str | None, task: str | None, author: str | None) -> list[dict]:
+    """The catalog entries a Model Search query matches (case-insensitive, as Cloudflare's)."""
+
+    def norm(text: str) -> str:
+        return text.lower().replace("-", " ").replace("_", " ").strip()
+
+    out = models
+    if search:
+        needle = search.lower()
+        out = [m for m in out if needle in m["name"].lower() or needle in m["description"].lower()]
+    if task:
+        out = [m for m in out if norm(m["task"]["name"]) == norm(task)]
+    if author:
+        out = [m for m in out if m["name"].lower().split("/")[1:2] == [author.lower()]]
+    return out
+
+
+def envelope(result: Any = None, errors: list[dict] | None = None, status: int = 200) -> JSONResponse:
+    return JSONResponse(
+        {"result": result, "success": not errors, "errors": errors or [], "messages": []}, status_code=status
+    )
+
+
+def cf_error(code: int, message: str, status: int | None = None) -> JSONResponse:
+    return envelope(None, [{"code": code, "message": message}], status or HTTP_STATUS.get(code, 400))
+
+
+def ai_error(exc: AIError) -> JSONResponse:
+    """A failed AI call in the Workers AI envelope; a rate-limited one with its Retry-After."""
+    return _retry_after(cf_error(exc.code, exc.detail), exc)
+
+
+def openai_ai_error(exc: AIError, status: int) -> JSONResponse:
+    """A failed AI call in OpenAI's shape: a rate-limited one as OpenAI answers it (429, type
+    "requests" or "tokens", code "rate_limit_exceeded", Retry-After), others with their code."""
+    if isinstance(exc, AccountLimited):
+        kind = "requests" if exc.refusal.limit == "rpm" else "tokens"
+        body = {"message": exc.detail, "type": kind, "param": None, "code": "rate_limit_exceeded"}
+        return _retry_after(JSONResponse({"error": body}, status_code=429), exc)
+    return openai_error(HTTP_STATUS.get(exc.code, status), exc.detail, exc.code, exc.param)
+
+
+def _retry_after(response: JSONResponse, exc: AIError) -> JSONResponse:
+    if isinstance(exc, AccountLimited):
+        response.headers["retry-after"] = str(exc.retry_after)
+    return response
+
+
+class AuthError(Exception):
+    def __init__(self, status: int, message: str):
+        super().__init__(message)
+        self.status = status
+
+
+def openai_error(
+    status: int, message: str, code: str | int | None = None, param: str | None = None
+) -> JSONResponse:
+    kind = (
+        "authentication_error"
+        if status == 401
+        else "invalid_request_error"
+        if status < 500
+        else "server_error"
+    )
+    return JSONResponse(
+        {"error": {"message": message, "type": kind, "param": param, "code": code}}, status_code=status
+    )
+
+
+def session_key(request: Request) -> str | None:
+    """Cloudflare's prompt-caching header: calls naming one session go back to the PoP that holds
+    its prefix cache (edge_sim.affinity)."""
+    return request.headers.get("x-session-affinity")
+
+
+def authenticate(state, request: Request) -> str:
+    """The account a request acts for (by its Bearer token); it must be the one in its path."""
+    header = request.headers.get("authorization", "")
+    if not header.lower().startswith("bearer "):
+        raise AuthError(401, "send Authorization: Bearer <API token> (edge dev prints one at first start)")
+    account = state.account_for(header[7:].strip())
+    if account is None:
+        raise AuthError(401, "the API token is not valid")
+    if account != request.path_params["account"]:
+        raise AuthError(
+            403,
+            f"this token belongs to another account; it cannot act for {request.path_params['account']!r}",
+        )
+    return account
+
+
+class AIApiHost(Protocol):
+    """What the AI APIs use of the runtime (runtime.app.ApiServices)."""
+
+    state: State
+    ai: AIService
+    metrics: Metrics
+    batches: BatchQueue | None  # queued batch requests (runtime.ai.batch)
+
+    def locate(self, request: Request) -> RequestContext: ...
+
+    def catalog_view(self) -> list[dict[str, Any]]: ...
+
+
+class AIApi:
+    def __init__(self, runtime: AIApiHost):
+        self.runtime = runtime
+
+    def routes(self) -> list[Route]:
+        return [
+            Route(PREFIX + "/ai/run/{model:path}", self.run, methods=["POST"]),
+            Route(PREFIX + "/ai/models/search", self.search, methods=["GET"]),
+            Route(PREFIX + "/ai/v1/chat/completions", self.chat_completions, methods=["POST"]),
+            Route(PREFIX + "/ai/v1/completions", self.completions, methods=["POST"]),
+            Route(PREFIX + "/ai/v1/models", self.openai_models, methods=["GET"]),
+            Route(PREFIX + "/ai/v1/models/{model:path}", self.openai_model, methods=["GET"]),
+            Route(PREFIX + "/ai/v1/embeddings", self.embeddings, methods=["POST"]),
+        ]
+
+    # --- shared -----------------------------------------------------------------------------------
+
+    def authenticate(self, request: Request) -> str:
+        return authenticate(self.runtime.state, request)
+
+    def _where(self, request: Request):
+        """The ingress PoP and client RTT; AIError (400, the front door's code) for a location
+        header that names no place."""
+        try:
+            ctx = self.runtime.locate(request)
+        except TopologyError as exc:
+            raise AIError(BAD_LOCATION, f"{LOCATION_HEADER}: {exc}") from None
+        return ctx.ingress, ctx.client_rtt_ms
+
+    async def _json(self, request: Request) -> Any:
+        return decode_json(await request.body() or b"{}")
+
+    # --- Workers AI REST ----------------------------------------------------------------------------
+
+    async def run(self, request: Request) -> Response:
+        try:
+            account = self.authenticate(request)
+        except AuthError as exc:
+            return cf_error(AUTH_ERROR, str(exc), exc.status)
+        model = request.path_params["model"]
+        try:
+            inputs = await self._json(request)
+        except BadJSON as exc:
+            return cf_error(5004, f"{exc}; send the model inputs as a JSON object")
+        try:
+            ingress, rtt = self._where(request)
+            queue = request.query_params.get("queueRequest", "").lower() == "true"
+            special = await special_call(
+                self.runtime.ai,
+                self.runtime.batches,
+                model,
+                inputs,
+                queue=queue,
+                account=account,
+                session=session_key(request),
+                ingress=ingress,
+                client_rtt_ms=rtt,
+            )
+            if special is not None:  # a batch submit or poll, or the Responses shape
+                return self._special(model, special)
+            if isinstance(inputs, dict) and inputs.get("stream") is True:
+                req, _ = self.runtime.ai.prepare(model, inputs, account, session_key(request))
+                stream = workers_ai_sse(self.runtime.ai, req, model, ingress=ingress, client_rtt_ms=rtt)
+                return StreamingResponse(stream, media_type="text/event-stream")
+            result, latency = await self.runtime.ai.run(
+                model,
+                inputs,
+                ingress=ingress,
+                client_rtt_ms=rtt,
+                account=account,
+                session=session_key(request),
+            )
+        except BatchNotFound as exc:
+            return cf_error(exc.code, exc.detail, 404)
+        except AIError as exc:
+            return ai_error(exc)
+        self.runtime.metrics.ai_tokens(model, result["usage"])
+        response = envelope(result)
+        response.headers["server-timing"] = latency.server_timing()
+        return response
+
+    def _special(self, model: str, answer: Answer) -> Response:
+        if answer.stream is not None:
+            return StreamingResponse(answer.stream, media_type="text/event-stream")
+        response = envelope(answer.body)
+        if answer.result is not None:
+            self._count_tokens(model, answer.result)
+            response.headers["server-timing"] = answer.result.timing.server_timing()
+        return response
+
+    async def search(self, request: Request) -> Response:
+        """Cloudflare's Model Search: `search` (in the name or description), `task` (a task name,
+        "Text Generation"), `author` (the name's second part, `@cf/<author>/...`), `page` and
+        `per_page`; `result_info` says where the page lies. `hide_experimental` and `source` are
+        accepted: no model here is experimental, and all come from one source."""
+        try:
+            self.authenticate(request)
+        except AuthError as exc:
+            return cf_error(AUTH_ERROR, str(exc), exc.status)
+        query = request.query_params
+        try:
+            page = int(query.get("page", "1"))
+            per_page = int(query.get("per_page", str(SEARCH_PER_PAGE)))
+            if page < 1 or not 1 <= per_page <= SEARCH_MAX_PER_PAGE:
+                raise ValueError
+        except ValueError:
+            return cf_error(
+                BAD_QUERY,
+                f"page must be an integer from 1 and per_page one from 1 to {SEARCH_MAX_PER_PAGE}",
+                400,
+            )
+        models = search_models(
+            self.runtime.catalog_view(), query.get("search"), query.get("task"), query.get("author")
+        )
+        shown = models[(page - 1) * per_page : page * per_page]
+        info = {"page": page, "per_page": per_page, "count": len(shown), "total_count": len(models)}
+        return JSONResponse(
+            {"result": shown, "success": True, "errors": [], "messages": [], "result_info": info}
+        )
+
+    # --- OpenAI-compatible ----------------------------------------------------------------------------
+
+    async def _openai_call(self, request: Request, kind: type) -> tuple[str, Any] | Response:
+        try:
+            account = self.authenticate(request)
+        except AuthError as exc:
+            return openai_error(exc.status, str(exc), AUTH_ERROR)
+        try:
+            body = decode_inputs(decode_json(await request.body()), kind, "OpenAI's API")
+        except InputError as exc:
+            return openai_ai_error(exc, 400)
+        except BadJSON as exc:
+            return openai_error(400, str(exc))
+        return account, body
+
+    async def chat_completions(self, request: Request) -> Response:
+        return await self._openai(request, ChatCompletionRequest, chat=True)
+
+    async def completions(self, request: Request) -> Response:
+        return await self._openai(request, CompletionRequest, chat=False)
+
+    async def _openai(self, request: Request, kind: type, chat: bool) -> Response:
+        call = await self._openai_call(request, kind)
+        if isinstance(call, Response):
+            return call
+        account, body = call
+        try:
+            ingress, rtt = self._where(request)
+            req, _ = self.runtime.ai.prepare(body.model, body, account, session_key(request))
+        except AIError as exc:
+            return openai_ai_error(exc, 400)
+        if body.stream:
+            usage_chunk = body.stream_options is not None and body.stream_options.include_usage
+            return StreamingResponse(
+                self._openai_stream(req, body.model, chat, ingress, rtt, usage_chunk),
+                media_type="text/event-stream",
+            )
+        try:
+            result = await self.runtime.ai.generate(req, ingress=ingress, client_rtt_ms=rtt)
+        except AIError as exc:
+            return openai_ai_error(json_mode_failure(req, exc), 500)
+        except Exception as exc:  # an engine bug must not take the API down with it
+            log.exception("OpenAI-compatible call failed")
+            return openai_error(HTTP_STATUS[3007], str(exc), 3007)
+        self._count_tokens(body.model, result)
+        shaped = (
+            shape_result("chat-completions", body.model, result)
+            if chat
+            else text_completion(body.model, result)
+        )
+        response = JSONResponse(shaped)
+        response.headers["server-timing"] = result.timing.server_timing()
+        return response
+
+    def _count_tokens(self, model: str, result: GenerateResult) -> None:
+        self.runtime.metrics.ai_tokens(
+            model, {"prompt_tokens": result.prompt_tokens, "completion_tokens": result.completion_tokens}
+        )
+
+    def _openai_stream(
+        self, req: GenerateRequest, model: str, chat: bool, ingress: PoP, rtt: float, usage_chunk: bool
+    ) -> AsyncIterator[bytes]:
+        items = self.runtime.ai.stream(req, ingress=ingress, client_rtt_ms=rtt)
+        return openai_events(
+            items,
+            model,
+            chat,
+            lambda result: self._count_tokens(model, result),
+            include_usage=usage_chunk,
+            n=req.params.n,
+        )
+
+    async def openai_models(self, request: Request) -> Response:
+        try:
+            self.authenticate(request)
+        except AuthError as exc:
+            return openai_error(exc.status, str(exc), AUTH_ERROR)
+        created = int(time.time())
+        return JSONResponse(
+            {"object": "list", "data": [_model_object(m, created) for m in self.runtime.catalog_view()]}
+        )
+
+    async def openai_model(self, request: Request) -> Response:
+        """models.retrieve: a model in the catalog or served, or 404 in OpenAI's shape (model_not_found)."""
+        try:
+            self.authenticate(request)
+        except AuthError as exc:
+            return openai_error(exc.status, str(exc), AUTH_ERROR)
+        wanted = request.path_params["model"]
+        known = {m["name"] for m in self.runtime.catalog_view()} | set(self.runtime.ai.names())
+        if wanted in known:
+            return JSONResponse(_model_object({"name": wanted}, int(time.time())))
+        return openai_error(
+            404,
+            f"The model {wanted!r} does not exist here; GET /models lists those served",
+            "model_not_found",
+            "model",
+        )
+
+    async def embeddings(self, request: Request) -> Response:
+        """No embedding model is served: answered here (never by the user's worker), in OpenAI's shape."""
+        try:
+            self.authenticate(request)
+        except AuthError as exc:
+            return openai_error(exc.status, str(exc), AUTH_ERROR)
+        return openai_error(
+            404,
+            "no embedding model is served here; the catalog's models are text generation "
+            "(use /chat/completions or /completions)",
+            "model_not_found",
+            "model",
+        )
+
+
+def _model_object(entry: dict[str, Any], created: int) -> dict[str, Any]:
+    return {"id": entry["name"], "object": "model", "created": created, "owned_by": "edge-workers"}

@@ -1,0 +1,359 @@
+"""The OpenAPI 3.1 document of every HTTP API the runtime serves (the worker front door aside:
+its paths are the worker's), at GET /client/v4/openapi.json: Workers AI REST, the OpenAI-compatible
+routes, the control plane (deploy, versions, secrets, tail) and /cdn-cgi/ (health, PoPs, metrics,
+accounts and tokens). Request bodies come from the msgspec structs the handlers decode them as;
+what no struct describes (the answers, the accounts' settings) is written out here.
+tests/unit/test_openapi.py walks the router so that no served route is left out."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from runtime.ai.batch import MAX_REQUESTS
+from runtime.ai.inputs import ChatCompletionRequest, CompletionRequest, TextGenerationInputs
+from runtime.ai.refusals import REFUSED
+from runtime.ai.responses_inputs import ResponsesRequest
+from runtime.routes.deploy import DeployRequest, RollbackRequest, SecretRequest, Upload
+from runtime.routes.edge import ReloadRequest
+from runtime.routes.rollouts import FinishRequest, StartRequest
+
+PATH = "/client/v4/openapi.json"
+REF = "#/components/schemas/{name}"
+STRUCTS = [
+    TextGenerationInputs,
+    ChatCompletionRequest,
+    CompletionRequest,
+    ResponsesRequest,
+    Upload,
+    DeployRequest,
+    RollbackRequest,
+    SecretRequest,
+    ReloadRequest,
+    StartRequest,
+    FinishRequest,
+]
+ACCOUNT = "/client/v4/accounts/{account}"
+SCRIPT = ACCOUNT + "/workers/scripts/{name}"
+CDN = "/cdn-cgi/edge"
+
+_ANY_OBJECT: dict[str, Any] = {"type": "object"}
+_ref_model: dict[str, Any] = {"$ref": REF.format(name="Model")}
+_SCHEMAS: dict[str, Any] = {
+    "Envelope": {  # Cloudflare's v4 answer, success or not
+        "type": "object",
+        "required": ["result", "success", "errors", "messages"],
+        "properties": {
+            "result": {},
+            "success": {"type": "boolean"},
+            "errors": {"type": "array", "items": {"$ref": REF.format(name="CFError")}},
+            "messages": {"type": "array"},
+            "result_info": _ANY_OBJECT,
+        },
+    },
+    "CFError": {
+        "type": "object",
+        "required": ["code", "message"],
+        "properties": {"code": {"type": "integer"}, "message": {"type": "string"}},
+    },
+    "OpenAIError": {
+        "type": "object",
+        "required": ["error"],
+        "properties": {
+            "error": {
+                "type": "object",
+                "required": ["message", "type"],
+                "properties": {
+                    "message": {"type": "string"},
+                    "type": {"type": "string"},
+                    "param": {"type": ["string", "null"]},
+                    "code": {"type": ["string", "integer", "null"]},
+                },
+            }
+        },
+    },
+    "RuntimeError": {  # the runtime's own answers under /cdn-cgi/ and at the front door
+        "type": "object",
+        "required": ["error"],
+        "properties": {
+            "error": {
+                "type": "object",
+                "required": ["code", "message"],
+                "properties": {"code": {"type": "integer"}, "message": {"type": "string"}},
+            }
+        },
+    },
+    "OpenAIResult": {
+        "type": "object",
+        "required": ["id", "object", "created", "model", "choices", "usage"],
+        "properties": {
+            "id": {"type": "string"},
+            "object": {"enum": ["chat.completion", "text_completion"]},
+            "created": {"type": "integer"},
+            "model": {"type": "string"},
+            "choices": {"type": "array", "items": _ANY_OBJECT},
+            "usage": _ANY_OBJECT,
+        },
+    },
+    "Model": {
+        "type": "object",
+        "required": ["id", "object", "created", "owned_by"],
+        "properties": {
+            "id": {"type": "string"},
+            "object": {"const": "model"},
+            "created": {"type": "integer"},
+            "owned_by": {"type": "string"},
+        },
+    },
+    "Response": {  # OpenAI's Response object (runtime.ai.responses_shapes)
+        "type": "object",
+        "required": ["id", "object", "created_at", "status", "model", "output"],
+        "properties": {
+            "id": {"type": "string"},
+            "object": {"const": "response"},
+            "created_at": {"type": "integer"},
+            "status": {"enum": ["completed", "incomplete", "failed", "in_progress"]},
+            "model": {"type": "string"},
+            "output": {"type": "array", "items": _ANY_OBJECT},
+            "output_text": {"type": "string"},
+            "usage": {"type": ["object", "null"]},
+        },
+    },
+    "AIRunInputs": {  # what /ai/run and env.AI.run take: a run, the Responses shape, a batch, a poll
+        "oneOf": [
+            {"$ref": REF.format(name="TextGenerationInputs")},
+            {"$ref": REF.format(name="ResponsesRequest")},
+            {"$ref": REF.format(name="BatchRequest")},
+            {"$ref": REF.format(name="BatchPoll")},
+        ]
+    },
+    "BatchRequest": {  # with ?queueRequest=true (runtime.ai.batch)
+        "type": "object",
+        "required": ["requests"],
+        "additionalProperties": False,
+        "properties": {
+            "requests": {"type": "array", "minItems": 1, "maxItems": MAX_REQUESTS, "items": _ANY_OBJECT}
+        },
+    },
+    "BatchPoll": {
+        "type": "object",
+        "required": ["request_id"],
+        "additionalProperties": False,
+        "properties": {"request_id": {"type": "string"}},
+    },
+    "ModelList": {
+        "type": "object",
+        "required": ["object", "data"],
+        "properties": {"object": {"const": "list"}, "data": {"type": "array", "items": _ref_model}},
+    },
+    "AccountSettings": {  # runtime.control.accounts: what POST and PATCH take (null: unlimited)
+        "type": "object",
+        "properties": {
+            "name": {"type": "string", "pattern": "^[a-z0-9_-]{1,63}$"},
+            "rpm": {"type": "integer", "minimum": 1},
+            "tpm": {"type": ["integer", "null"], "minimum": 1},
+            "weight": {"type": "number", "exclusiveMinimum": 0},
+            "kv_share": {"type": "number", "exclusiveMinimum": 0, "maximum": 1},
+        },
+    },
+    "TokenRequest": {"type": "object", "properties": {"name": {"type": "string"}}},
+}
+
+
+def _ref(name: str) -> dict[str, Any]:
+    return {"$ref": REF.format(name=name)}
+
+
+def _json(schema: dict[str, Any]) -> dict[str, Any]:
+    return {"content": {"application/json": {"schema": schema}}}
+
+
+def _answers(ok: dict[str, Any], error: str, ok_status: str = "200", media: str = "application/json"):
+    """The success answer and, for every other status, the API's error shape."""
+    return {
+        ok_status: {"description": "done", "content": {media: {"schema": ok}}},
+        "default": {"description": "refused; the message says what to change", **_json(_ref(error))},
+    }
+
+
+def _op(
+    summary: str,
+    params: list[str],
+    responses: dict[str, Any],
+    body: str | None = None,
+    security: str = "apiToken",
+    optional_body: bool = False,
+    query: dict[str, dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    op: dict[str, Any] = {
+        "summary": summary,
+        "security": [{security: []}] if security else [],
+        "parameters": [
+            {"name": p, "in": "path", "required": True, "schema": {"type": "string"}} for p in params
+        ]
+        + [{"name": k, "in": "query", "required": False, "schema": v} for k, v in (query or {}).items()],
+        "responses": responses,
+    }
+    if body is not None:
+        op["requestBody"] = {"required": not optional_body, **_json(_ref(body))}
+    return op
+
+
+def _cf(summary: str, params: list[str], body: str | None = None, **kw) -> dict[str, Any]:
+    return _op(summary, params, _answers(_ref("Envelope"), "Envelope"), body, **kw)
+
+
+def _cdn(summary: str, params: list[str], body: str | None = None, ok: str = "200", **kw) -> dict[str, Any]:
+    return _op(summary, params, _answers(_ANY_OBJECT, "RuntimeError", ok), body, security="adminToken", **kw)
+
+
+def _streamed(ok: dict[str, Any], error: str) -> dict[str, Any]:
+    """An AI call's answers: JSON, or server-sent events when the request asked for a stream."""
+    answers = _answers(ok, error)
+    answers["200"]["content"]["text/event-stream"] = {"schema": {}}
+    return answers
+
+
+def _paths() -> dict[str, dict[str, Any]]:
+    a, s = ["account"], ["account", "name"]
+    sse_or_envelope = _streamed(_ref("Envelope"), "Envelope")
+    openai = _streamed(_ref("OpenAIResult"), "OpenAIError")
+    page = {"type": "integer", "minimum": 1}
+    return {
+        PATH: {"get": _op("this document", [], _answers(_ANY_OBJECT, "Envelope"), security="")},
+        ACCOUNT + "/ai/run/{model}": {
+            "post": _op(
+                "run a model (Workers AI), queue a batch (queueRequest=true) or poll one",
+                a + ["model"],
+                sse_or_envelope,
+                "AIRunInputs",
+                query={"queueRequest": {"type": "boolean"}},
+            )
+        },
+        ACCOUNT + "/ai/models/search": {
+            "get": _cf(
+                "the model catalog",
+                a,
+                query={
+                    "search": {"type": "string"},
+                    "task": {"type": "string"},
+                    "author": {"type": "string"},
+                    "page": page,
+                    "per_page": page,
+                },
+            )
+        },
+        ACCOUNT + "/ai/v1/chat/completions": {
+            "post": _op("OpenAI chat completion", a, openai, "ChatCompletionRequest")
+        },
+        ACCOUNT + "/ai/v1/completions": {"post": _op("OpenAI completion", a, openai, "CompletionRequest")},
+        ACCOUNT + "/ai/v1/responses": {
+            "post": _op("OpenAI Responses", a, _streamed(_ref("Response"), "OpenAIError"), "ResponsesRequest")
+        },
+        ACCOUNT + "/ai/v1/models": {
+            "get": _op("OpenAI model list", a, _answers(_ref("ModelList"), "OpenAIError"))
+        },
+        ACCOUNT + "/ai/v1/models/{model}": {
+            "get": _op(
+                "OpenAI model (404 for one not served)", a + ["model"], _answers(_ref("Model"), "OpenAIError")
+            )
+        },
+        ACCOUNT + "/ai/v1/embeddings": {
+            "post": _op(
+                "always 404 in OpenAI's shape: no embedding model is served",
+                a,
+                {"default": {"description": "404: no embedding model", **_json(_ref("OpenAIError"))}},
+            )
+        },
+        SCRIPT: {"put": _cf("upload and deploy a version", s, "Upload")},
+        SCRIPT + "/versions": {"get": _cf("versions, newest first", s)},
+        SCRIPT + "/deployments": {
+            "get": _cf("deployments, newest first", s),
+            "post": _cf("deploy versions by percentage", s, "DeployRequest"),
+        },
+        SCRIPT + "/rollback": {"post": _cf("back to a version", s, "RollbackRequest", optional_body=True)},
+        SCRIPT + "/secrets": {"get": _cf("secret names", s), "put": _cf("set a secret", s, "SecretRequest")},
+        SCRIPT + "/secrets/{secret}": {"delete": _cf("delete a secret", s + ["secret"])},
+        SCRIPT + "/tail": {
+            "get": _op(
+                "live events, one JSON per line",
+                s,
+                _answers({}, "Envelope", media="application/x-ndjson"),
+                query={"status": {"enum": ["ok", "error"]}},
+            )
+        },
+        CDN + "/health": {"get": _op("readiness", [], _answers(_ANY_OBJECT, "RuntimeError"), security="")},
+        CDN + "/pops": {"get": _cdn("each GPU PoP's state", [])},
+        CDN + "/metrics": {
+            "get": _op(
+                "Prometheus metrics",
+                [],
+                _answers({"type": "string"}, "RuntimeError", media="text/plain"),
+                security="",
+            )
+        },
+        CDN + "/models/reload": {"post": _cdn("load a new version of a model", [], "ReloadRequest")},
+        CDN + "/models/rollout": {
+            "get": _cdn("the canary rollouts in progress", []),
+            "post": _cdn("serve a new version to a share of session keys", [], "StartRequest"),
+        },
+        CDN + "/models/rollout/finish": {
+            "post": _cdn("promote a canary or roll it back", [], "FinishRequest")
+        },
+        CDN + "/pops/{code}/{action}": {"post": _cdn("take a PoP down or bring it up", ["code", "action"])},
+        CDN + "/accounts": {
+            "get": _cdn("accounts", []),
+            "post": _cdn("a new account and its first token", [], "AccountSettings", ok="201"),
+        },
+        CDN + "/accounts/{name}": {
+            "patch": _cdn("change an account's settings", ["name"], "AccountSettings")
+        },
+        CDN + "/accounts/{name}/tokens": {
+            "get": _cdn("token names", ["name"]),
+            "post": _cdn("a new API token", ["name"], "TokenRequest", ok="201", optional_body=True),
+        },
+        CDN + "/accounts/{name}/tokens/{token}": {"delete": _cdn("revoke a token", ["name", "token"])},
+        "/cdn-cgi/handler/scheduled": {
+            "get": _op(
+                "run the dev worker's scheduled handler once",
+                [],
+                _answers({"type": "string"}, "RuntimeError", media="text/plain"),
+                security="",
+                query={"cron": {"type": "string"}, "time": {"type": "string"}},
+            )
+        },
+    }
+
+
+def document() -> dict[str, Any]:
+    _, components = msgspec.json.schema_components(STRUCTS, ref_template=REF)
+    for name in ("TextGenerationInputs", "ChatCompletionRequest", "CompletionRequest"):
+        # documented by the APIs, refused here by name (runtime.ai.refusals): what and why
+        components[name]["x-refused"] = {param: why for param, (_, why) in REFUSED.items()}
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": "edge-workers runtime", "version": "1"},
+        "paths": _paths(),
+        "components": {
+            "schemas": {**components, **_SCHEMAS},
+            "securitySchemes": {
+                "apiToken": {"type": "http", "scheme": "bearer", "description": "an account's API token"},
+                "adminToken": {"type": "http", "scheme": "bearer", "description": "edge dev's admin token"},
+            },
+        },
+    }
+
+
+def routes() -> list[Route]:
+    cached: list[dict[str, Any]] = []
+
+    async def serve(request: Request) -> Response:
+        if not cached:
+            cached.append(document())
+        return JSONResponse(cached[0])
+
+    return [Route(PATH, serve, methods=["GET"])]

@@ -1,0 +1,85 @@
+"""The Responses API: POST /client/v4/accounts/{account}/ai/v1/responses (OpenAI's shape, its
+errors OpenAI's), and the same inputs through /ai/run and env.AI.run (Cloudflare's gpt-oss
+examples call `{"instructions": ..., "input": ...}` and read `output`).
+
+A Responses request is translated into the chat inputs AIService.prepare validates
+(runtime.ai.responses_inputs), so it meets every bound and refusal a chat call meets; the answer is
+shaped from the one typed result (runtime.ai.responses_shapes).
+"""
+
+from __future__ import annotations
+
+import logging
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from edge_sim.request import GenerateResult
+from runtime.ai.responses_inputs import ResponsesInputError
+from runtime.ai.responses_run import prepare_responses, prompt_usage, run_responses, stream_responses
+from runtime.http.json_body import BadJSON, decode_json
+from runtime.routes.ai_rest import (
+    AUTH_ERROR,
+    HTTP_STATUS,
+    PREFIX,
+    AIApi,
+    AuthError,
+    openai_ai_error,
+    openai_error,
+    session_key,
+)
+from workers import AIError
+
+log = logging.getLogger("edge.api")
+
+
+class ResponsesApi:
+    """POST /v1/responses, with AIApi's authentication, location and metrics."""
+
+    def __init__(self, api: AIApi):
+        self.api = api
+
+    def routes(self) -> list[Route]:
+        return [Route(PREFIX + "/ai/v1/responses", self.create, methods=["POST"])]
+
+    async def create(self, request: Request) -> Response:
+        runtime = self.api.runtime
+        try:
+            account = self.api.authenticate(request)
+        except AuthError as exc:
+            return openai_error(exc.status, str(exc), AUTH_ERROR)
+        try:
+            body = decode_json(await request.body() or b"{}")
+        except BadJSON as exc:
+            return openai_error(400, str(exc))
+        model = body.get("model") if isinstance(body, dict) else None
+        if not isinstance(model, str):
+            return openai_error(
+                400, "model: give the model to run, such as a name from /v1/models", param="model"
+            )
+        try:
+            ingress, rtt = self.api._where(request)
+            prepared, req = prepare_responses(runtime.ai, model, body, account, session_key(request))
+        except ResponsesInputError as exc:
+            return openai_error(400, exc.detail, "invalid_request_error", param=exc.param)
+        except AIError as exc:
+            return openai_ai_error(exc, 400)
+
+        def count(result: GenerateResult) -> None:
+            runtime.metrics.ai_tokens(model, prompt_usage(result))
+
+        if req.stream:
+            events = stream_responses(runtime.ai, model, prepared, req, ingress, rtt, count)
+            return StreamingResponse(events, media_type="text/event-stream")
+        try:
+            shaped, result = await run_responses(runtime.ai, model, prepared, req, ingress, rtt)
+        except AIError as exc:
+            return openai_ai_error(exc, 500)
+        except Exception as exc:  # an engine bug must not take the API down with it
+            log.exception("Responses call failed")
+            return openai_error(HTTP_STATUS[3007], str(exc), 3007)
+        count(result)
+        response = JSONResponse(shaped)
+        response.headers["server-timing"] = result.timing.server_timing()
+        return response

@@ -1,0 +1,38 @@
+"""The import rules between rooms, as import-linter contracts in pyproject.toml ([tool.importlinter]):
+the top-level order runtime -> capacity -> edge_sim -> engine -> kernels, the SDK on its own, the rooms
+inside runtime/ in their layers, and what runs in the jail importing only the wire types and the SDK."""
+
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _contracts() -> list[dict]:
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
+
+
+def test_every_contract_is_kept():
+    lint = Path(sys.executable).with_name("lint-imports")
+    done = subprocess.run([str(lint)], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+    assert "0 broken" in done.stdout
+
+
+def test_every_room_of_runtime_is_in_the_layers():
+    """A new sub-package of runtime/ must take its place in the layers, or nothing checks it."""
+    inside = next(c for c in _contracts() if c.get("containers") == ["runtime"])
+    named = {room.strip() for layer in inside["layers"] for room in layer.split("|")}
+    rooms = {p.parent.name for p in (ROOT / "runtime").glob("*/__init__.py")} - {"shipped_models"}
+    rooms |= {p.stem for p in (ROOT / "runtime").glob("*.py") if p.stem != "__init__"}
+    assert rooms == named, f"rooms not in the layers: {sorted(rooms - named)}; gone: {sorted(named - rooms)}"
+
+
+def test_the_jail_contract_forbids_every_isolate_module_but_the_wire_types():
+    jail = next(c for c in _contracts() if c.get("source_modules") == ["runtime.isolate.inside"])
+    forbidden = set(jail["forbidden_modules"])
+    siblings = {f"runtime.isolate.{p.stem}" for p in (ROOT / "runtime" / "isolate").glob("*.py")}
+    siblings -= {"runtime.isolate.__init__", "runtime.isolate.ipc"}
+    assert siblings <= forbidden, sorted(siblings - forbidden)
