@@ -73,7 +73,6 @@ class ApiServices:
     locator: Locator
     catalog: dict[str, tuple[CatalogEntry, Path]]
     edge: Edge
-    batches: BatchQueue | None = None
 
     def locate(self, request: Request) -> RequestContext:
         return self.locator.locate(request)
@@ -101,18 +100,17 @@ class Runtime:
             self.accounts.put(name, account_settings(config, name))
         self.catalog = catalog or {}
         self.metrics = Metrics()
-        self.rate_limits = AccountRateLimits(
-            lambda account: self.accounts.settings(account).limits(), on_refused=self.metrics.ai_rate_limited
-        )
+        self.rate_limits = AccountRateLimits(self.accounts.limits_of, on_refused=self.metrics.ai_rate_limited)
         self.ai = AIService(
             edge,
             {name: e.schema for name, (e, _) in self.catalog.items()},
             {alias: (target, a.schema) for alias, (target, a) in alias_map(self.catalog).items()},
             self.rate_limits,
-            share_of=lambda account: self.accounts.settings(account).share(),
+            share_of=self.accounts.share_of,
         )
         # queued batch requests, kept in the state database; run by a task started in start()
         self.batches = BatchQueue(self.state, self.ai, lambda code: edge.topology.pops[code])
+        self.ai.batches, self.ai.metrics = self.batches, self.metrics
         self.tail = TailHub()
         self.bindings = BindingStores(config.state_dir)  # KV, D1, R2 of every account, under .edge/
         self.default_location = edge.locate(config.edge.client_location)
@@ -153,12 +151,11 @@ class Runtime:
             fetch_guard=self.fetch_guard,
             refuse_host=refuse_worker_host,
             call_service=dispatch.call,
-            emulate=lambda: edge.emulate,
+            network=edge,
             event_origin=lambda: (self.default_location, edge.ingress(self.default_location)[0]),
-            batches=self.batches,
         )
         self.workers = WorkerRegistry(config, self.state, start, self.objects, deps)
-        self.front = WorkerFront(self.locator, self.workers, self.assets, lambda: edge.emulate)
+        self.front = WorkerFront(self.locator, self.workers, self.assets, edge)
         self.endpoints = EdgeEndpoints(
             config,
             edge,
@@ -172,9 +169,7 @@ class Runtime:
         self.rollout_endpoints = RolloutEndpoints(
             config, edge, self.metrics, self.tail, self.ai.rollouts, self.endpoints.admin_body
         )
-        self.api = AIApi(
-            ApiServices(self.state, self.ai, self.metrics, self.locator, self.catalog, edge, self.batches)
-        )
+        self.api = AIApi(ApiServices(self.state, self.ai, self.metrics, self.locator, self.catalog, edge))
         self.responses = ResponsesApi(self.api)
         self.control = ControlApi(self.state, config.state_dir, self.tail, self.workers.restart_worker)
         self._tasks: list[asyncio.Task] = []

@@ -16,7 +16,7 @@ from typing import Any
 
 import msgspec
 
-from runtime.ai.service import TextGenerationInputs
+from runtime.ai.inputs import TextGenerationInputs
 from runtime.http.validation import describe
 from workers import AIError
 

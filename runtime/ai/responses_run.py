@@ -4,7 +4,7 @@ the route)."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
 from edge_sim.request import GenerateRequest, GenerateResult
@@ -37,7 +37,7 @@ def prepare_responses(
 async def run_responses(
     service: AIService, model: str, prepared: GenerateRequest, req: ResponsesRequest, ingress: PoP, rtt: float
 ) -> tuple[dict[str, Any], GenerateResult]:
-    result = await service.generate(prepared, ingress=ingress, client_rtt_ms=rtt)
+    result = await service.generate(prepared, ingress=ingress, client_rtt_ms=rtt, count_as=model)
     return response_object(model, req, result), result
 
 
@@ -48,12 +48,6 @@ def stream_responses(
     req: ResponsesRequest,
     ingress: PoP,
     rtt: float,
-    on_result: Callable[[GenerateResult], None] = lambda _: None,
 ) -> AsyncIterator[bytes]:
-    items = service.stream(prepared, ingress=ingress, client_rtt_ms=rtt)
-    return response_events(items, model, req, on_result)
-
-
-def prompt_usage(result: GenerateResult) -> dict[str, int]:
-    """The counts the runtime's metrics take (runtime.control.metrics.ai_tokens)."""
-    return {"prompt_tokens": result.prompt_tokens, "completion_tokens": result.completion_tokens}
+    items = service.stream(prepared, ingress=ingress, client_rtt_ms=rtt, count_as=model)
+    return response_events(items, model, req)

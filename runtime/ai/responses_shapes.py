@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
 from edge_sim.request import Delta, GenerateResult
@@ -260,7 +260,7 @@ class _Events:
 
 
 async def response_events(
-    items: AsyncIterator[Any], model: str, req: ResponsesRequest, on_result: Callable[[GenerateResult], None]
+    items: AsyncIterator[Any], model: str, req: ResponsesRequest
 ) -> AsyncIterator[bytes]:
     """The Responses stream of `items` (text deltas or Delta pieces, then the GenerateResult):
     response.created and .in_progress, each output item's added / delta / done events, then
@@ -272,7 +272,6 @@ async def response_events(
     try:
         async for item in items:
             if isinstance(item, GenerateResult):
-                on_result(item)
                 status = status_of(item)
                 for call in _tool_calls(item):  # calls the stream did not carry as pieces
                     if not any(c["call_id"] == call.id for c in events.calls.values()):

@@ -2,6 +2,11 @@
 request (edge_sim.request.GenerateRequest), routes it through the edge and hands the typed result
 to runtime.ai.shapes, the only place that shapes it as Workers AI or OpenAI JSON.
 
+`answer` is the one door both Workers AI entrances (env.AI.run and POST /ai/run) go through: it
+decides a call's mode once (a plain run, a stream, a queued batch, a batch poll, the Responses
+shape), and counts its tokens in the metrics from the typed result. An engine failure that is not
+an AIError becomes 3007 here, the one place that answers it.
+
 Error codes are Workers AI's: 5007 no such model, 5004 invalid input, 3006 request too large,
 3040 out of capacity, 3007 timeout, 3036 account limited (runtime.control.rate_limit: the account's
 requests or tokens per minute for the model, checked before any work is queued).
@@ -10,8 +15,10 @@ requests or tokens per minute for the model, checked before any work is queued).
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator, Callable
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from edge_sim.accounting import LatencyAccount
 from edge_sim.affinity import check_key
@@ -23,10 +30,17 @@ from engine.fair_queue import TenantShare
 from runtime.ai.inputs import SamplingFields, TextGenerationInputs
 from runtime.ai.params import Inputs, generate_request, json_mode_failure
 from runtime.ai.refusals import InputError, decode_inputs
+from runtime.ai.responses_run import is_responses, prepare_responses, run_responses, stream_responses
 from runtime.ai.shapes import Schema, shape_result, workers_ai_events
 from runtime.control.rate_limit import AccountRateLimits
 from runtime.control.rollout import CANARY_SUFFIX, Rollouts
 from workers import AIError
+
+if TYPE_CHECKING:
+    from runtime.ai.batch import BatchQueue
+    from runtime.control.metrics import Metrics
+
+log = logging.getLogger("edge.ai")
 
 ERROR_CODES = {
     "model_not_found": 5007,
@@ -39,6 +53,42 @@ ERROR_CODES = {
 
 def _ai_error(exc: EdgeError) -> AIError:
     return AIError(ERROR_CODES[exc.kind], exc.message, exc.param)
+
+
+@dataclass
+class AICall:
+    """One Workers AI call as a door received it: env.AI.run's (model, inputs, options) or
+    POST /ai/run's path, body and `queueRequest` query, with where it came from."""
+
+    model: str
+    inputs: Any
+    account: str
+    session: str | None  # the x-session-affinity key (edge_sim.affinity)
+    ingress: PoP
+    client_rtt_ms: float
+    queue: bool = False  # queueRequest: a batch to queue, not to run now
+
+
+@dataclass
+class Answer:
+    """A call's answer: a JSON body (with `result`, the generation behind it, for its latency
+    account and quantization), or an event stream."""
+
+    body: dict[str, Any] | None = None
+    result: GenerateResult | None = None
+    stream: AsyncIterator[bytes] | None = None
+
+
+def mode_of(call: AICall) -> str:
+    """ "batch", "poll", "responses", "stream" or "run", told apart by the inputs and options once."""
+    inputs = call.inputs if isinstance(call.inputs, dict) else {}
+    if call.queue or "requests" in inputs:
+        return "batch"
+    if "request_id" in inputs:
+        return "poll"
+    if is_responses(inputs):  # OpenAI's Responses shape: {"input": ..., "instructions": ...}
+        return "responses"
+    return "stream" if inputs.get("stream") is True else "run"
 
 
 class AIService:
@@ -61,6 +111,8 @@ class AIService:
         self.rate_limits = rate_limits
         self.share_of = share_of
         self.rollouts: Rollouts | None = None  # canaries in progress (control.rollout); the app sets it
+        self.batches: BatchQueue | None = None  # queued batch requests (runtime.ai.batch); the app sets it
+        self.metrics: Metrics | None = None  # tokens per model; the app sets it
 
     def resolve(self, model: str) -> str:
         """The catalog name that serves calls to `model` (itself, unless it is an alias)."""
@@ -137,6 +189,46 @@ class AIService:
                 "logprobs", f"Workers AI's text-generation shape carries no logprobs; {elsewhere}"
             )
 
+    async def answer(self, call: AICall) -> Answer:
+        """A Workers AI call through either door, its mode decided here once; raises AIError."""
+        mode, model = mode_of(call), call.model
+        if mode == "batch":
+            if not call.queue:
+                raise AIError(5004, "requests: a batch is queued: send it with queueRequest (true)")
+            return Answer(
+                body=self._batches("queueRequest").submit(
+                    model, call.inputs, call.account, call.ingress, call.client_rtt_ms
+                )
+            )
+        if mode == "poll":
+            return Answer(body=self._batches("request_id").poll(model, call.inputs, call.account))
+        where = {"ingress": call.ingress, "rtt": call.client_rtt_ms}
+        if mode == "responses":
+            prepared, req = prepare_responses(self, model, call.inputs, call.account, call.session)
+            if req.stream:
+                return Answer(stream=stream_responses(self, model, prepared, req, **where))
+            body, result = await run_responses(self, model, prepared, req, **where)
+            return Answer(body=body, result=result)
+        req, _ = self.prepare(model, call.inputs, call.account, call.session)
+        if mode == "stream":
+            return Answer(
+                stream=workers_ai_sse(
+                    self, req, model, ingress=call.ingress, client_rtt_ms=call.client_rtt_ms
+                )
+            )
+        try:
+            result = await self.generate(
+                req, ingress=call.ingress, client_rtt_ms=call.client_rtt_ms, count_as=model
+            )
+        except AIError as exc:
+            raise json_mode_failure(req, exc) from None
+        return Answer(body=shape_result(self.schema(model), model, result), result=result)
+
+    def _batches(self, field: str) -> BatchQueue:
+        if self.batches is None:
+            raise AIError(5004, f"{field}: this runtime has no batch queue")
+        return self.batches
+
     async def run(
         self,
         model: str,
@@ -147,26 +239,33 @@ class AIService:
         account: str = "local",
         session: str | None = None,
     ) -> tuple[dict[str, Any], LatencyAccount]:
-        """Run `model` on `inputs` for a request that entered at `ingress`, shaped in the model's
-        schema, with its latency account; raises AIError."""
-        req, _ = self.prepare(model, inputs, account, session)
-        try:
-            result = await self.generate(req, ingress=ingress, client_rtt_ms=client_rtt_ms)
-        except AIError as exc:
-            raise json_mode_failure(req, exc) from None
-        return shape_result(self.schema(model), model, result), result.timing
+        """Run `model` on `inputs` now (a plain call, never queued or streamed), shaped in the
+        model's schema, with its latency account; raises AIError."""
+        answer = await self.answer(AICall(model, inputs, account, session, ingress, client_rtt_ms))
+        if answer.body is None or answer.result is None:
+            raise AIError(5004, "stream: this call answers in one piece; leave stream out")
+        return answer.body, answer.result.timing
 
-    async def generate(self, req: GenerateRequest, *, ingress: PoP, client_rtt_ms: float) -> GenerateResult:
-        """The whole answer to a prepared request, its timing set; errors raise AIError."""
+    async def generate(
+        self, req: GenerateRequest, *, ingress: PoP, client_rtt_ms: float, count_as: str | None = None
+    ) -> GenerateResult:
+        """The whole answer to a prepared request, its timing set; errors raise AIError (an engine
+        bug as 3007, so that no door has to catch it). `count_as`: the model name the caller used,
+        under which its tokens are counted in the metrics."""
         try:
             result = await self.edge.run(req, ingress, client_rtt_ms)
         except EdgeError as exc:
             raise _ai_error(exc) from None
-        self._used(req, result)
+        except AIError:
+            raise
+        except Exception as exc:  # an engine bug must not take the runtime down with it
+            log.exception("AI call failed")
+            raise AIError(3007, f"internal error: {type(exc).__name__}: {exc}") from None
+        self._used(req, result, count_as)
         return result
 
     async def stream(
-        self, req: GenerateRequest, *, ingress: PoP, client_rtt_ms: float
+        self, req: GenerateRequest, *, ingress: PoP, client_rtt_ms: float, count_as: str | None = None
     ) -> AsyncIterator[Delta | GenerateResult]:
         """Deltas (edge_sim.request.Delta: text, choice index, logprobs, tool-call pieces), then the
         whole result; errors raise AIError (a prepared request)."""
@@ -174,7 +273,7 @@ class AIService:
         try:
             async for item in self.edge.stream(req, ingress, client_rtt_ms):
                 if isinstance(item, GenerateResult):
-                    self._used(req, item)
+                    self._used(req, item, count_as)
                     counted = True
                 else:
                     deltas += 1
@@ -188,16 +287,19 @@ class AIService:
                 self.rate_limits.used(req.tenant, req.model, req.estimated_tokens() + deltas)
             raise
 
-    def _used(self, req: GenerateRequest, result: GenerateResult) -> None:
-        """The result's tokens, counted against its account's tokens per minute."""
+    def _used(self, req: GenerateRequest, result: GenerateResult, count_as: str | None = None) -> None:
+        """The result's tokens, counted against its account's tokens per minute, and in the
+        metrics under the name the caller used (`count_as`, when given)."""
         if self.rate_limits is not None:
             self.rate_limits.used(req.tenant, req.model, result.total_tokens)
+        if count_as is not None and self.metrics is not None:
+            self.metrics.ai_tokens(count_as, result.prompt_tokens, result.completion_tokens)
 
 
 async def workers_ai_sse(
     service: AIService, req: GenerateRequest, model: str, *, ingress: PoP, client_rtt_ms: float
 ) -> AsyncIterator[bytes]:
     """Workers AI streaming of a prepared request (ai_shapes.workers_ai_events)."""
-    items = service.stream(req, ingress=ingress, client_rtt_ms=client_rtt_ms)
+    items = service.stream(req, ingress=ingress, client_rtt_ms=client_rtt_ms, count_as=model)
     async for data in workers_ai_events(items, model, chat=service.schema(model) == "chat-completions"):
         yield data

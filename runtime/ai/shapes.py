@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from typing import Any, Literal
 
 import msgspec
@@ -39,6 +39,14 @@ def usage(result: GenerateResult) -> dict[str, Any]:
         "total_tokens": result.total_tokens,
         "prompt_tokens_details": {"cached_tokens": result.cached_tokens},
     }
+
+
+def quantization_label(result: GenerateResult) -> str:
+    """The formats that served an answer in one line, for the x-edge-quantization header."""
+    q = quantization(result)
+    return ", ".join(
+        [*(f"{part}={f}" for part, f in q["weights_by_part"].items()), f"kv_cache={q['kv_cache']}"]
+    )
 
 
 def quantization(result: GenerateResult) -> dict[str, Any]:
@@ -249,13 +257,11 @@ async def openai_events(
     items: Items,
     model: str,
     chat: bool,
-    on_result: Callable[[GenerateResult], None],
     include_usage: bool = False,
     n: int = 1,
 ) -> AsyncIterator[bytes]:
     """OpenAI streaming (chat or completion chunks) of `n` choices, then each one's end, with
-    usage, timing and served_by (Chunks.finish); `on_result` sees the whole result (for metrics)
-    before its chunks go out."""
+    usage, timing and served_by (Chunks.finish)."""
     chunks = Chunks(model, chat, include_usage)
     if chat:
         yield chunks.roles(n)
@@ -264,7 +270,6 @@ async def openai_events(
             if not isinstance(item, GenerateResult):
                 yield chunks.delta(_delta(item))
                 continue
-            on_result(item)
             for event in chunks.finish(model, item):
                 yield event
     except AIError as exc:

@@ -70,9 +70,10 @@ class Metrics:
         self.total_requests.labels(outcome).inc()
         self.total_latency.observe(seconds)
 
-    def ai_tokens(self, model: str, usage: dict[str, int]) -> None:
-        self.tokens.labels(model, "prompt").inc(usage.get("prompt_tokens", 0))
-        self.tokens.labels(model, "completion").inc(usage.get("completion_tokens", 0))
+    def ai_tokens(self, model: str, prompt: int, completion: int) -> None:
+        """One AI call's tokens (runtime.ai.service counts each call's, from its typed result)."""
+        self.tokens.labels(model, "prompt").inc(prompt)
+        self.tokens.labels(model, "completion").inc(completion)
 
     def ai_rate_limited(self, account: str, model: str, limit: str) -> None:
         self.limited.labels(account, model, limit).inc()

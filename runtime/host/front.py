@@ -8,7 +8,6 @@ round trip."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
@@ -17,6 +16,7 @@ from edge_sim.topology import TopologyError
 from runtime.host.addressing import LOCATION_HEADER, Locator, target
 from runtime.host.assets import AssetResponse, AssetServer
 from runtime.host.registry import WorkerRegistry
+from runtime.host.services import NetworkMode
 from runtime.http.errors import (
     BAD_LOCATION,
     BODY_TOO_LARGE,
@@ -36,9 +36,9 @@ class WorkerFront:
         locator: Locator,
         workers: WorkerRegistry,
         assets: AssetServer | None,
-        emulate: Callable[[], bool],
+        network: NetworkMode,
     ):
-        self.locator, self.workers, self.assets, self.emulate = locator, workers, assets, emulate
+        self.locator, self.workers, self.assets, self.network = locator, workers, assets, network
 
     async def _client_body(self, request: Request) -> bytes | ClientBody | None:
         """The body as the worker will read it: bytes when it is small, else a stream that is
@@ -79,7 +79,7 @@ class WorkerFront:
                 f"no worker {worker!r} is deployed in account {account!r}; deploy it with `edge deploy`",
                 ray,
             )
-        if self.emulate():  # the request's half of the client round trip, really waited
+        if self.network.emulate:  # the request's half of the client round trip, really waited
             await asyncio.sleep(ctx.client_rtt_ms / 2000)
         response = await handle.serve(request, body, ctx, ray)
         if isinstance(body, ClientBody) and body.exceeded:  # it grew past the limit on the way

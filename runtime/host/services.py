@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from edge_sim.topology import Location, PoP
-from runtime.ai.batch import BatchQueue
 from runtime.ai.service import AIService
 from runtime.bindings import BindingStores
 from runtime.control.metrics import Metrics
@@ -37,6 +36,12 @@ class ObjectCalls(Protocol):
 ServiceCall = Callable[[WorkerSpec, ipc.FetchCall, RequestContext], Awaitable[ipc.FetchReply]]
 
 
+class NetworkMode(Protocol):
+    """The edge's network setting (edge_sim.edge.Edge): `edge dev --network emulate` sets it."""
+
+    emulate: bool
+
+
 @dataclass
 class WorkerServices:
     secrets: Secrets  # the worker's secrets join its env when its isolate starts
@@ -48,6 +53,5 @@ class WorkerServices:
     fetch_guard: FetchGuard  # outbound fetch: checked by address on every hop
     refuse_host: Callable[[str, str], str | None]  # (account, host): why that worker host is refused
     call_service: ServiceCall  # a service binding's fetch (another worker, or the assets)
-    emulate: Callable[[], bool]  # whether the client's round trip is really waited
+    network: NetworkMode  # its `emulate`: whether the client's round trip is really waited
     event_origin: Callable[[], tuple[Location, PoP]]  # where a cron or queue event's AI calls start
-    batches: BatchQueue | None = None  # env.AI.run's queued batches (runtime.ai.batch)

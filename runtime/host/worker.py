@@ -149,7 +149,7 @@ class WorkerHandle:
             )
             self._finish(rid, ctx, "exception", exception, 500)
             return error_response(500, WORKER_EXCEPTION, f"Worker threw exception: {outcome.message}", timing)
-        if self.services.emulate():  # the response's half of the client round trip
+        if self.services.network.emulate:  # the response's half of the client round trip
             await asyncio.sleep(ctx.client_rtt_ms / 2000)
         response = Response(outcome.body, status_code=outcome.status)
         for name, value in outcome.headers:

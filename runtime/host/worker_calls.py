@@ -9,8 +9,8 @@ from __future__ import annotations
 import logging
 import time
 
-from runtime.ai.modes import Answer, queue_option, special_call
-from runtime.ai.service import workers_ai_sse
+from runtime.ai.service import AICall
+from runtime.ai.shapes import quantization_label
 from runtime.bindings import BindingError, BindingRef
 from runtime.control.tail import LogBudget, log_event
 from runtime.host.fetch_guard import FetchError
@@ -53,72 +53,34 @@ class WorkerCalls:
         return self._console
 
     async def ai(self, call: ipc.AICall):
+        """env.AI.run: through the AI service's one door (runtime.ai.service.AIService.answer)."""
         ctx = self.requests.get(call.request)
         if ctx is None:
             return ipc.AIReply(call.call, error_code=5004, error_message=ENDED)
-        ai = self.services.ai
+        options = call.options if isinstance(call.options, dict) else {}
         try:
-            special = await special_call(
-                ai,
-                self.services.batches,
-                call.model,
-                call.inputs,
-                queue=queue_option(call.options),
-                account=self.spec.account,
-                session=_session(call.options),
-                ingress=ctx.ingress,
-                client_rtt_ms=ctx.client_rtt_ms,
-            )
-            if special is not None:  # a batch submit or poll, or the Responses shape
-                return self._special(call, special, ctx)
-            if isinstance(call.inputs, dict) and call.inputs.get("stream") is True:
-                req, _ = ai.prepare(call.model, call.inputs, self.spec.account, _session(call.options))
-                return self._ai_stream(call, req, ctx)
-            result, account = await ai.run(
-                call.model,
-                call.inputs,
-                ingress=ctx.ingress,
-                client_rtt_ms=ctx.client_rtt_ms,
-                account=self.spec.account,
-                session=_session(call.options),
+            answer = await self.services.ai.answer(
+                AICall(
+                    call.model,
+                    call.inputs,
+                    self.spec.account,
+                    _session(options),
+                    ctx.ingress,
+                    ctx.client_rtt_ms,
+                    queue=options.get("queueRequest") is True,
+                )
             )
         except AIError as exc:
             return ipc.AIReply(call.call, error_code=exc.code, error_message=exc.detail)
-        except Exception as exc:  # an engine bug must not take the runtime down with it
-            log.exception("AI call failed")
-            return ipc.AIReply(
-                call.call, error_code=3007, error_message=f"internal error: {type(exc).__name__}"
-            )
-        ctx.accounts.append(account)
-        q = result["quantization"]
-        ctx.quantization.append(
-            ", ".join([*(f"{p}={f}" for p, f in q["weights_by_part"].items()), f"kv_cache={q['kv_cache']}"])
-        )
-        self.services.metrics.ai_tokens(call.model, result["usage"])
-        return ipc.AIReply(call.call, result=result)
-
-    def _special(self, call: ipc.AICall, answer: Answer, ctx: RequestContext):
         if answer.stream is not None:
             return self._chunks(call, answer.stream)
-        if answer.result is not None:
+        if answer.result is not None:  # a run now (not a batch): its latency and formats on the answer
             ctx.accounts.append(answer.result.timing)
-            usage = {
-                "prompt_tokens": answer.result.prompt_tokens,
-                "completion_tokens": answer.result.completion_tokens,
-            }
-            self.services.metrics.ai_tokens(call.model, usage)
+            ctx.quantization.append(quantization_label(answer.result))
         return ipc.AIReply(call.call, result=answer.body)
 
     async def _chunks(self, call: ipc.AICall, stream):
         async for data in stream:
-            yield ipc.AIChunk(call.call, data)
-        yield ipc.AIReply(call.call)
-
-    async def _ai_stream(self, call: ipc.AICall, req, ctx: RequestContext):
-        """env.AI.run(..., {stream: true}): SSE bytes as AIChunk messages, then the closing AIReply."""
-        async for data in workers_ai_sse(
-            self.services.ai, req, call.model, ingress=ctx.ingress, client_rtt_ms=ctx.client_rtt_ms
-        ):
             yield ipc.AIChunk(call.call, data)
         yield ipc.AIReply(call.call)
 

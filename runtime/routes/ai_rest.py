@@ -25,14 +25,13 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from edge_sim.request import GenerateRequest, GenerateResult
+from edge_sim.request import GenerateRequest
 from edge_sim.topology import PoP, TopologyError
 from runtime.ai.batch import BatchNotFound
 from runtime.ai.inputs import ChatCompletionRequest, CompletionRequest
-from runtime.ai.modes import Answer, special_call
 from runtime.ai.params import json_mode_failure
 from runtime.ai.refusals import InputError, decode_inputs
-from runtime.ai.service import workers_ai_sse
+from runtime.ai.service import AICall
 from runtime.ai.shapes import openai_events, shape_result, text_completion
 from runtime.control.rate_limit import AccountLimited
 from runtime.host.addressing import LOCATION_HEADER
@@ -41,7 +40,6 @@ from runtime.http.json_body import BadJSON, decode_json
 from workers import AIError
 
 if TYPE_CHECKING:
-    from runtime.ai.batch import BatchQueue
     from runtime.ai.service import AIService
     from runtime.control.metrics import Metrics
     from runtime.control.state import State
@@ -155,7 +153,6 @@ class AIApiHost(Protocol):
     state: State
     ai: AIService
     metrics: Metrics
-    batches: BatchQueue | None  # queued batch requests (runtime.ai.batch)
 
     def locate(self, request: Request) -> RequestContext: ...
 
@@ -209,46 +206,16 @@ class AIApi:
         try:
             ingress, rtt = self._where(request)
             queue = request.query_params.get("queueRequest", "").lower() == "true"
-            special = await special_call(
-                self.runtime.ai,
-                self.runtime.batches,
-                model,
-                inputs,
-                queue=queue,
-                account=account,
-                session=session_key(request),
-                ingress=ingress,
-                client_rtt_ms=rtt,
-            )
-            if special is not None:  # a batch submit or poll, or the Responses shape
-                return self._special(model, special)
-            if isinstance(inputs, dict) and inputs.get("stream") is True:
-                req, _ = self.runtime.ai.prepare(model, inputs, account, session_key(request))
-                stream = workers_ai_sse(self.runtime.ai, req, model, ingress=ingress, client_rtt_ms=rtt)
-                return StreamingResponse(stream, media_type="text/event-stream")
-            result, latency = await self.runtime.ai.run(
-                model,
-                inputs,
-                ingress=ingress,
-                client_rtt_ms=rtt,
-                account=account,
-                session=session_key(request),
-            )
+            call = AICall(model, inputs, account, session_key(request), ingress, rtt, queue=queue)
+            answer = await self.runtime.ai.answer(call)
         except BatchNotFound as exc:
             return cf_error(exc.code, exc.detail, 404)
         except AIError as exc:
             return ai_error(exc)
-        self.runtime.metrics.ai_tokens(model, result["usage"])
-        response = envelope(result)
-        response.headers["server-timing"] = latency.server_timing()
-        return response
-
-    def _special(self, model: str, answer: Answer) -> Response:
         if answer.stream is not None:
             return StreamingResponse(answer.stream, media_type="text/event-stream")
         response = envelope(answer.body)
         if answer.result is not None:
-            self._count_tokens(model, answer.result)
             response.headers["server-timing"] = answer.result.timing.server_timing()
         return response
 
@@ -320,13 +287,11 @@ class AIApi:
                 media_type="text/event-stream",
             )
         try:
-            result = await self.runtime.ai.generate(req, ingress=ingress, client_rtt_ms=rtt)
+            result = await self.runtime.ai.generate(
+                req, ingress=ingress, client_rtt_ms=rtt, count_as=body.model
+            )
         except AIError as exc:
             return openai_ai_error(json_mode_failure(req, exc), 500)
-        except Exception as exc:  # an engine bug must not take the API down with it
-            log.exception("OpenAI-compatible call failed")
-            return openai_error(HTTP_STATUS[3007], str(exc), 3007)
-        self._count_tokens(body.model, result)
         shaped = (
             shape_result("chat-completions", body.model, result)
             if chat
@@ -336,23 +301,11 @@ class AIApi:
         response.headers["server-timing"] = result.timing.server_timing()
         return response
 
-    def _count_tokens(self, model: str, result: GenerateResult) -> None:
-        self.runtime.metrics.ai_tokens(
-            model, {"prompt_tokens": result.prompt_tokens, "completion_tokens": result.completion_tokens}
-        )
-
     def _openai_stream(
         self, req: GenerateRequest, model: str, chat: bool, ingress: PoP, rtt: float, usage_chunk: bool
     ) -> AsyncIterator[bytes]:
-        items = self.runtime.ai.stream(req, ingress=ingress, client_rtt_ms=rtt)
-        return openai_events(
-            items,
-            model,
-            chat,
-            lambda result: self._count_tokens(model, result),
-            include_usage=usage_chunk,
-            n=req.params.n,
-        )
+        items = self.runtime.ai.stream(req, ingress=ingress, client_rtt_ms=rtt, count_as=model)
+        return openai_events(items, model, chat, include_usage=usage_chunk, n=req.params.n)
 
     async def openai_models(self, request: Request) -> Response:
         try:

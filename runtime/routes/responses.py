@@ -15,13 +15,11 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from edge_sim.request import GenerateResult
 from runtime.ai.responses_inputs import ResponsesInputError
-from runtime.ai.responses_run import prepare_responses, prompt_usage, run_responses, stream_responses
+from runtime.ai.responses_run import prepare_responses, run_responses, stream_responses
 from runtime.http.json_body import BadJSON, decode_json
 from runtime.routes.ai_rest import (
     AUTH_ERROR,
-    HTTP_STATUS,
     PREFIX,
     AIApi,
     AuthError,
@@ -65,21 +63,13 @@ class ResponsesApi:
             return openai_error(400, exc.detail, "invalid_request_error", param=exc.param)
         except AIError as exc:
             return openai_ai_error(exc, 400)
-
-        def count(result: GenerateResult) -> None:
-            runtime.metrics.ai_tokens(model, prompt_usage(result))
-
         if req.stream:
-            events = stream_responses(runtime.ai, model, prepared, req, ingress, rtt, count)
+            events = stream_responses(runtime.ai, model, prepared, req, ingress, rtt)
             return StreamingResponse(events, media_type="text/event-stream")
         try:
             shaped, result = await run_responses(runtime.ai, model, prepared, req, ingress, rtt)
         except AIError as exc:
             return openai_ai_error(exc, 500)
-        except Exception as exc:  # an engine bug must not take the API down with it
-            log.exception("Responses call failed")
-            return openai_error(HTTP_STATUS[3007], str(exc), 3007)
-        count(result)
         response = JSONResponse(shaped)
         response.headers["server-timing"] = result.timing.server_timing()
         return response

@@ -243,3 +243,72 @@ def test_a_rollouts_canary_is_reached_only_by_its_session_share_and_charged_as_t
             rolled.prepare(MODEL, inputs, "client", session="s-2")
     finally:
         service.edge.unload(canary)
+
+
+# --- the one door: a call's mode decided once, its tokens counted once, engine bugs answered once ---
+
+
+def _call(service, inputs, queue=False):
+    from runtime.ai.service import AICall
+
+    ingress, rtt = service.edge.ingress(service.edge.locate("Seoul"))
+    return AICall(MODEL, inputs, "local", None, ingress, rtt, queue=queue)
+
+
+def test_a_call_s_mode_is_told_from_its_inputs_and_options(service):
+    from runtime.ai.service import mode_of
+
+    assert mode_of(_call(service, {"prompt": "x"})) == "run"
+    assert mode_of(_call(service, {"prompt": "x", "stream": True})) == "stream"
+    assert mode_of(_call(service, {"prompt": "x", "stream": "yes"})) == "run"  # only true streams
+    assert mode_of(_call(service, {"input": "hi", "instructions": "be brief"})) == "responses"
+    assert mode_of(_call(service, {"requests": []})) == "batch"
+    assert mode_of(_call(service, {"prompt": "x"}, queue=True)) == "batch"
+    assert mode_of(_call(service, {"request_id": "abc"})) == "poll"
+    assert mode_of(_call(service, ["not", "a", "dict"])) == "run"  # refused by the run's validation
+
+
+class _Tokens:
+    def __init__(self):
+        self.counted = []
+
+    def ai_tokens(self, model, prompt, completion):
+        self.counted.append((model, prompt, completion))
+
+
+def test_plain_and_streamed_calls_count_their_tokens_once_under_the_name_called(service, monkeypatch):
+    tokens = _Tokens()
+    monkeypatch.setattr(service, "metrics", tokens)
+    plain = asyncio.run(
+        service.answer(_call(service, {"prompt": "def f(", "max_tokens": 4, "temperature": 0}))
+    )
+    usage = plain.body["usage"]
+    assert tokens.counted == [(MODEL, usage["prompt_tokens"], usage["completion_tokens"])]
+    assert plain.result is not None and plain.result.completion_tokens == usage["completion_tokens"]
+
+    async def streamed():
+        answer = await service.answer(_call(service, {"prompt": "def f(", "max_tokens": 4, "stream": True}))
+        return [chunk async for chunk in answer.stream]
+
+    chunks = asyncio.run(streamed())
+    assert chunks[-1] == b"data: [DONE]\n\n"
+    assert len(tokens.counted) == 2 and tokens.counted[1][0] == MODEL and tokens.counted[1][2] > 0
+
+
+def test_an_engine_bug_becomes_3007_in_the_service_not_in_each_door(service, monkeypatch):
+    async def broken(*args, **kwargs):
+        raise RuntimeError("a bug in the engine")
+
+    monkeypatch.setattr(service.edge, "run", broken)
+    with pytest.raises(AIError) as exc:
+        asyncio.run(service.answer(_call(service, {"prompt": "x", "max_tokens": 2})))
+    assert exc.value.code == 3007 and "RuntimeError" in exc.value.detail
+
+
+def test_a_batch_or_poll_without_a_batch_queue_is_refused_by_its_field(service):
+    with pytest.raises(AIError, match="queueRequest"):
+        asyncio.run(service.answer(_call(service, {"requests": [{"prompt": "x"}]}, queue=True)))
+    with pytest.raises(AIError, match="request_id"):
+        asyncio.run(service.answer(_call(service, {"request_id": "abc"})))
+    with pytest.raises(AIError, match="send it with queueRequest"):
+        asyncio.run(service.answer(_call(service, {"requests": [{"prompt": "x"}]})))

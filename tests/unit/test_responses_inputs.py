@@ -3,8 +3,8 @@ refusal naming its parameter."""
 
 import pytest
 
+from runtime.ai.inputs import TextGenerationInputs
 from runtime.ai.responses_inputs import MAX_ITEMS, ResponsesInputError, chat_inputs, decode_request
-from runtime.ai.service import TextGenerationInputs
 
 
 def translate(body: dict) -> dict:

@@ -54,7 +54,7 @@ async def collect(items):
         for item in items:
             yield item
 
-    return [chunk async for chunk in response_events(gen(), "@edge/test/tiny", REQ, lambda _: None)]
+    return [chunk async for chunk in response_events(gen(), "@edge/test/tiny", REQ)]
 
 
 def test_streamed_call_pieces_reassemble_to_the_call():
