@@ -5,6 +5,8 @@ from pathlib import Path
 import pytest
 import torch
 
+import runtime.bindings.kinds  # noqa: F401 - the binding kinds' tables a config read needs (as `edge` has)
+
 # Triton kernels run under the interpreter on machines without a GPU; this must be set before
 # any kernel module is imported.
 if not torch.cuda.is_available():

@@ -16,6 +16,7 @@ from typing import Any
 
 import httpx
 
+import runtime.bindings.kinds  # noqa: F401 - the binding kinds' tables the config reads
 from runtime.bench.clients import Tenant
 from runtime.control.config import ConfigError, load_config
 

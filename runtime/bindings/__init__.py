@@ -16,89 +16,29 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import threading
-from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-import msgspec
-
+from runtime.bindings import kinds
 from runtime.bindings.common import BindingError, safe_component
-from runtime.bindings.d1 import QUERY_S, D1Store
+from runtime.bindings.d1 import QUERY_S
 from runtime.bindings.do_storage import ObjectStorageStore
-from runtime.bindings.kv import KVStore
+from runtime.bindings.kind import BindingKind, BindingRef, Store
+from runtime.bindings.kinds import binding_refs
 from runtime.bindings.queues import QueueStore
-from runtime.bindings.r2 import R2Store
 from runtime.control.storage_errors import storage_failure
 
 __all__ = [
     "BindingError",
+    "BindingKind",
     "BindingRef",
     "BindingStores",
     "binding_refs",
-    "check_binding_names",
     "safe_component",
 ]
 
-KINDS = ("kv", "d1", "r2", "queue")
-ID_BYTES = 256
 THREADS = 8  # binding calls running at once, all accounts together
-
-
-class BindingRef(msgspec.Struct, frozen=True):
-    """What a binding name stands for: a KV namespace id, a D1 database (id or name), an R2 bucket."""
-
-    kind: str  # "kv" | "d1" | "r2" | "queue" (its id is the queue's name)
-    id: str
-
-
-def _field(entry: Any, name: str) -> Any:
-    return entry.get(name) if isinstance(entry, dict) else getattr(entry, name, None)
-
-
-def binding_refs(
-    kv: Iterable[Any] = (), d1: Iterable[Any] = (), r2: Iterable[Any] = (), queues: Iterable[Any] = ()
-) -> dict[str, BindingRef]:
-    """Bindings from wrangler's lists (config structs or the dicts a deployed version stores):
-    kv_namespaces [{binding, id}], d1_databases [{binding, database_name, database_id}],
-    r2_buckets [{binding, bucket_name}], queues.producers [{binding, queue}]. ValueError names
-    the entry that is wrong."""
-    refs: dict[str, BindingRef] = {}
-
-    def add(where: str, binding: Any, kind: str, ident: Any) -> None:
-        if not isinstance(binding, str) or not binding.isidentifier():
-            raise ValueError(f"{where}.binding: {binding!r} is not a valid Python identifier")
-        if not isinstance(ident, str) or not ident or len(ident.encode("utf-8", "replace")) > ID_BYTES:
-            raise ValueError(
-                f"{where}: {binding} needs an id (a non-empty string of at most {ID_BYTES} bytes)"
-            )
-        if binding in refs:
-            raise ValueError(f"{where}.binding: {binding!r} is bound twice")
-        refs[binding] = BindingRef(kind, ident)
-
-    for i, e in enumerate(kv):
-        add(f"kv_namespaces.{i}", _field(e, "binding"), "kv", _field(e, "id") or _field(e, "binding"))
-    for i, e in enumerate(d1):
-        add(
-            f"d1_databases.{i}",
-            _field(e, "binding"),
-            "d1",
-            _field(e, "database_id") or _field(e, "database_name") or _field(e, "binding"),
-        )
-    for i, e in enumerate(r2):
-        add(f"r2_buckets.{i}", _field(e, "binding"), "r2", _field(e, "bucket_name"))
-    for i, e in enumerate(queues):
-        add(f"queues.producers.{i}", _field(e, "binding"), "queue", _field(e, "queue"))
-    return refs
-
-
-def check_binding_names(refs: dict[str, BindingRef], taken: Iterable[str], where: str = "") -> None:
-    """A binding must not share its name with a var, secret, service or the AI binding."""
-    clash = sorted(set(refs) & set(taken))
-    if clash:
-        raise ValueError(
-            f"{where}binding name(s) {', '.join(clash)} are also used by vars, services or ai; rename one"
-        )
 
 
 class BindingStores:
@@ -107,42 +47,26 @@ class BindingStores:
     def __init__(self, state_dir: Path, d1_query_s: float = QUERY_S):
         self.state_dir = Path(state_dir)
         self.d1_query_s = d1_query_s
-        self._kv: KVStore | None = None
-        self._d1: D1Store | None = None
-        self._r2: R2Store | None = None
-        self._queues: QueueStore | None = None
+        self._open: dict[str, Store] = {}  # by kind, opened on first use
         self._objects: ObjectStorageStore | None = None
         self._lock = threading.Lock()
         self._pool = ThreadPoolExecutor(THREADS, thread_name_prefix="edge-bindings")
-        self._d1_turns: dict[tuple[str, str], asyncio.Lock] = {}  # one statement at a time per database
+        self._turns: dict[tuple[str, str, str], asyncio.Lock] = {}  # kinds whose calls take turns
 
-    @property
-    def kv(self) -> KVStore:
+    def store(self, kind: str) -> Any:
+        """The store of `kind` (a name in runtime.bindings.kinds.KINDS), opened on first use."""
         with self._lock:
-            if self._kv is None:
-                self._kv = KVStore(self.state_dir / "kv.sqlite")
-            return self._kv
-
-    @property
-    def d1(self) -> D1Store:
-        with self._lock:
-            if self._d1 is None:
-                self._d1 = D1Store(self.state_dir / "d1", self.d1_query_s)
-            return self._d1
-
-    @property
-    def r2(self) -> R2Store:
-        with self._lock:
-            if self._r2 is None:
-                self._r2 = R2Store(self.state_dir / "r2")
-            return self._r2
+            if kind not in self._open:
+                found = kinds.kind(kind)
+                if found is None:
+                    raise BindingError("TypeError", f"unknown binding kind {kind!r}")
+                self._open[kind] = found.open(self.state_dir, self.d1_query_s)
+            return self._open[kind]
 
     @property
     def queues(self) -> QueueStore:
-        with self._lock:
-            if self._queues is None:
-                self._queues = QueueStore(self.state_dir / "queues.sqlite")
-            return self._queues
+        """The queue store, which queue consumers (runtime.events.queue_consumers) claim from."""
+        return self.store("queue")
 
     async def run(self, fn: Any, *args: Any) -> Any:
         """Blocking store work (a queue consumer's claim and settle) in the stores' pool."""
@@ -169,16 +93,9 @@ class BindingStores:
     def call_sync(self, account: str, ref: BindingRef, method: str, args: Any, kwargs: Any) -> Any:
         if not isinstance(method, str) or not isinstance(args, list) or not isinstance(kwargs, dict):
             raise BindingError("TypeError", "a binding call is a method name, a list of arguments and a dict")
-        store = {
-            "kv": lambda: self.kv,
-            "d1": lambda: self.d1,
-            "r2": lambda: self.r2,
-            "queue": lambda: self.queues,
-        }.get(ref.kind)
-        if store is None:
-            raise BindingError("TypeError", f"unknown binding kind {ref.kind!r}")
+        store = self.store(ref.kind)
         try:
-            return store().call(account, ref.id, method, args, kwargs)
+            return store.call(account, ref.id, method, args, kwargs)
         except (sqlite3.OperationalError, OSError) as exc:  # its file locked elsewhere, or the disk full
             failure = storage_failure(exc, f"the local {ref.kind.upper()} store")
             if failure is None:
@@ -189,14 +106,17 @@ class BindingStores:
         """One call, run in the pool; BindingError says what the worker did wrong."""
         loop = asyncio.get_running_loop()
         work = (self._pool, self.call_sync, account, ref, method, args, kwargs)
-        if ref.kind != "d1":
+        found = kinds.kind(ref.kind)
+        if found is None or not found.one_call_at_a_time:
             return await loop.run_in_executor(*work)
-        async with self._d1_turns.setdefault((account, ref.id), asyncio.Lock()):
+        async with self._turns.setdefault((ref.kind, account, ref.id), asyncio.Lock()):
             return await loop.run_in_executor(*work)
 
     def close(self) -> None:
-        for store in (self._kv, self._d1, self._r2, self._queues, self._objects):
+        with self._lock:
+            stores, self._open = [*self._open.values(), self._objects], {}
+            self._objects = None
+        for store in stores:
             if store is not None:
                 store.close()
-        self._kv = self._d1 = self._r2 = self._queues = self._objects = None
         self._pool.shutdown(wait=False, cancel_futures=True)

@@ -17,6 +17,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from runtime.bindings.common import (
     REPLY_BYTES,
     BindingError,
@@ -26,6 +28,7 @@ from runtime.bindings.common import (
     safe_component,
     text,
 )
+from runtime.bindings.kind import BindingKind
 from runtime.control.state import private_dir
 
 QUERY_S = 5.0  # one statement's wall time (Cloudflare allows 30 s; here the runtime's thread waits)
@@ -299,3 +302,26 @@ class D1Store:
             for db in self._open.values():
                 db.close()
             self._open.clear()
+
+
+class D1DatabaseConfig(msgspec.Struct, kw_only=True):
+    """A d1_databases entry of the wrangler config."""
+
+    binding: str
+    database_name: str
+    database_id: str
+    preview_database_id: str | None = None
+    migrations_dir: str | None = None  # wrangler's default: "migrations", relative to the config
+    migrations_table: str | None = None
+
+
+class D1DatabaseUpload(msgspec.Struct, forbid_unknown_fields=True):
+    binding: str
+    database_name: str
+    database_id: str | None = None
+
+
+KIND = BindingKind(
+    "d1", "d1_databases", D1DatabaseConfig, D1DatabaseUpload, ("database_id", "database_name", "binding"),
+    lambda state_dir, query_s: D1Store(state_dir / "d1", query_s), one_call_at_a_time=True,
+)  # fmt: skip

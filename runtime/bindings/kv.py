@@ -17,6 +17,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from runtime.bindings.common import (
     CALL_BYTES,
     BindingError,
@@ -30,6 +32,7 @@ from runtime.bindings.common import (
     options,
     text,
 )
+from runtime.bindings.kind import BindingKind
 
 KEY_BYTES = 512
 VALUE_BYTES = 25 * 1024 * 1024  # Cloudflare's; the frame from the isolate caps it lower
@@ -174,3 +177,22 @@ class KVStore:
 
     def close(self) -> None:
         self._db.close()
+
+
+class KVNamespaceConfig(msgspec.Struct, kw_only=True):
+    """A kv_namespaces entry of the wrangler config."""
+
+    binding: str
+    id: str
+    preview_id: str | None = None
+
+
+class KVNamespaceUpload(msgspec.Struct, forbid_unknown_fields=True):
+    binding: str
+    id: str
+
+
+KIND = BindingKind(
+    "kv", "kv_namespaces", KVNamespaceConfig, KVNamespaceUpload, ("id", "binding"),
+    lambda state_dir, query_s: KVStore(state_dir / "kv.sqlite"),
+)  # fmt: skip

@@ -26,6 +26,7 @@ from typing import Any
 import msgspec
 
 from runtime.bindings.common import BindingError, arity, check_quota, integer, open_private_db, options
+from runtime.bindings.kind import BindingKind
 
 MESSAGE_BYTES = 128_000  # Cloudflare: 128 KB per message
 BATCH_MESSAGES = 100  # Cloudflare: messages per sendBatch
@@ -276,3 +277,30 @@ class QueueStore:
 
     def close(self) -> None:
         self._db.close()
+
+
+class QueueProducerConfig(msgspec.Struct, kw_only=True):
+    """A queues.producers entry of the wrangler config."""
+
+    binding: str
+    queue: str
+    delivery_delay: int | None = None
+
+    def not_simulated(self) -> str | None:
+        if self.delivery_delay:
+            return (
+                "delivery_delay is not simulated yet; messages are ready at once unless send() "
+                "passes delaySeconds"
+            )
+        return None
+
+
+class QueueProducerUpload(msgspec.Struct, forbid_unknown_fields=True):
+    binding: str
+    queue: str
+
+
+KIND = BindingKind(
+    "queue", "queues.producers", QueueProducerConfig, QueueProducerUpload, ("queue",),
+    lambda state_dir, query_s: QueueStore(state_dir / "queues.sqlite"),
+)  # fmt: skip

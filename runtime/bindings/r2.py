@@ -18,6 +18,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from runtime.bindings.common import (
     CALL_BYTES,
     REPLY_BYTES,
@@ -33,6 +35,7 @@ from runtime.bindings.common import (
     safe_component,
     text,
 )
+from runtime.bindings.kind import BindingKind
 from runtime.control.state import private_dir
 
 KEY_BYTES = 1024
@@ -268,3 +271,23 @@ class R2Store:
 
     def close(self) -> None:
         self._db.close()
+
+
+class R2BucketConfig(msgspec.Struct, kw_only=True):
+    """An r2_buckets entry of the wrangler config."""
+
+    binding: str
+    bucket_name: str
+    preview_bucket_name: str | None = None
+    jurisdiction: str | None = None
+
+
+class R2BucketUpload(msgspec.Struct, forbid_unknown_fields=True):
+    binding: str
+    bucket_name: str
+
+
+KIND = BindingKind(
+    "r2", "r2_buckets", R2BucketConfig, R2BucketUpload, ("bucket_name",),
+    lambda state_dir, query_s: R2Store(state_dir / "r2"),
+)  # fmt: skip

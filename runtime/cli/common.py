@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+import runtime.bindings.kinds  # noqa: F401 - the binding kinds' tables every config read needs
 from runtime.control.config import CONFIG_NAMES
 
 # --config's default (None): the first of these in the current folder, as wrangler looks for its own

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from runtime.bindings.kinds import upload_payload
 from runtime.cli.client import Client, admin_headers
 from runtime.cli.common import CONFIG_HELP, _fail
 from runtime.control.config import ConfigError, WorkerConfig
@@ -26,10 +27,11 @@ def cmd_deploy(args: argparse.Namespace) -> int:
     try:
         client = Client(args)
         c = client.config
-        if c.queues.producers or c.queues.consumers:  # the upload has no place for them yet
+        if c.queues.consumers:  # consumers are the runtime's, started from the config it serves
             print(
-                "edge: warning: queues are not deployed: a deployed version has no queue bindings and "
-                "consumes no queue; they run only for the worker `edge dev` serves",
+                "edge: warning: queues.consumers are not deployed: the queues this config consumes are "
+                "delivered to the worker `edge dev` serves from the working tree, never to a deployed "
+                "version (its queues.producers are deployed and send to the same queues)",
                 file=sys.stderr,
             )
         files = bundle(c)
@@ -43,12 +45,13 @@ def cmd_deploy(args: argparse.Namespace) -> int:
                 "cpu_ms": c.limits.cpu_ms,
                 "memory_mb": c.limits.memory_mb,
                 "subrequests": c.limits.subrequests,
-                "kv_namespaces": [{"binding": k.binding, "id": k.id} for k in c.kv_namespaces],
-                "d1_databases": [
-                    {"binding": d.binding, "database_name": d.database_name, "database_id": d.database_id}
-                    for d in c.d1_databases
-                ],
-                "r2_buckets": [{"binding": r.binding, "bucket_name": r.bucket_name} for r in c.r2_buckets],
+                **upload_payload(c.bindings),
+                "durable_objects": {
+                    "bindings": [
+                        {"name": b.name, "class_name": b.class_name, "script_name": b.script_name}
+                        for b in c.durable_objects.bindings
+                    ]
+                },
             },
             "message": args.message,
         }

@@ -36,11 +36,10 @@ def cmd_d1_execute(args: argparse.Namespace) -> int:
         c = load_config(args.config)
     except ConfigError as exc:
         return _fail(str(exc))
-    db = next(
-        (d for d in c.d1_databases if args.database in (d.binding, d.database_name, d.database_id)), None
-    )
+    databases = c.bindings["d1_databases"]
+    db = next((d for d in databases if args.database in (d.binding, d.database_name, d.database_id)), None)
     if db is None:
-        known = ", ".join(d.database_name for d in c.d1_databases) or "none"
+        known = ", ".join(d.database_name for d in databases) or "none"
         return _fail(f"no D1 database {args.database!r} in the config (d1_databases: {known})")
     if args.file:
         try:
@@ -52,7 +51,7 @@ def cmd_d1_execute(args: argparse.Namespace) -> int:
     private_dir(c.state_dir)
     store = D1Store(c.state_dir / "d1")
     try:
-        ident = binding_refs(d1=[db])[db.binding].id
+        ident = binding_refs({"d1_databases": [db]})[db.binding].id
         results = store.database(c.account_id, ident).script(sql, atomic=bool(args.file))
     except BindingError as exc:
         return _fail(f"{exc}{'; nothing in the file was applied' if args.file else ''}")

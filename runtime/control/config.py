@@ -26,11 +26,9 @@ from runtime.control.config_schema import (
     AIConfig,
     AssetsConfig,
     ConfigError,
-    D1DatabaseConfig,
     DurableObjectBindingConfig,
     DurableObjectsConfig,
     EdgeConfig,
-    KVNamespaceConfig,
     LimitsConfig,
     MigrationConfig,
     ModelsConfig,
@@ -38,14 +36,13 @@ from runtime.control.config_schema import (
     ObservabilityConfig,
     ObservabilityLogsConfig,
     QueueConsumerConfig,
-    QueueProducerConfig,
     QueuesConfig,
-    R2BucketConfig,
     RenamedClassConfig,
     ServiceBindingConfig,
     TransferredClassConfig,
     TriggersConfig,
     WorkerConfig,
+    binding_tables,
 )
 from runtime.control.jsonc import parse_jsonc, strip_jsonc
 from runtime.http.addresses import parse_host_port
@@ -62,14 +59,12 @@ __all__ = [  # the schema (runtime.control.config_schema) and JSONC reading (run
     "AssetsConfig",
     "CONFIG_NAMES",
     "ConfigError",
-    "D1DatabaseConfig",
     "DEFAULT_CONFIG",
     "DEFAULT_POPS",
     "DurableObjectBindingConfig",
     "DurableObjectsConfig",
     "EdgeConfig",
     "INSTALLED_MODELS_DIR",
-    "KVNamespaceConfig",
     "LimitsConfig",
     "MODELS_DIR_ENV",
     "MigrationConfig",
@@ -78,9 +73,7 @@ __all__ = [  # the schema (runtime.control.config_schema) and JSONC reading (run
     "ObservabilityConfig",
     "ObservabilityLogsConfig",
     "QueueConsumerConfig",
-    "QueueProducerConfig",
     "QueuesConfig",
-    "R2BucketConfig",
     "RenamedClassConfig",
     "ServiceBindingConfig",
     "TransferredClassConfig",
@@ -88,6 +81,7 @@ __all__ = [  # the schema (runtime.control.config_schema) and JSONC reading (run
     "WorkerConfig",
     "account_settings",
     "check_against_topology",
+    "check_env_names",
     "find_config",
     "load_config",
     "not_simulated",
@@ -103,6 +97,7 @@ DEFAULT_CONFIG = "wrangler-like.toml"
 CONFIG_NAMES = ("wrangler.json", "wrangler.jsonc", "wrangler.toml", DEFAULT_CONFIG)
 
 _DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
+_SET_BY_US = ("base_dir", "bindings")  # WorkerConfig's fields that no config may set
 
 
 def _struct_in(annotation: Any) -> tuple[type | None, bool]:
@@ -129,7 +124,7 @@ def _unknown_keys(data: Any, struct: type, path: str = "") -> list[str]:
     for key, value in data.items():
         where = f"{path}{key}"
         field = fields.get(key)
-        if field is None or (key == "base_dir" and struct is WorkerConfig):
+        if field is None or (key in _SET_BY_US and struct is WorkerConfig):
             found.append(where)
             continue
         sub, in_list = _struct_in(field.type)
@@ -171,33 +166,78 @@ def _is_json(source: str) -> bool:
 
 
 def not_simulated(config: WorkerConfig) -> list[str]:
-    """What the config declares that nothing serves yet: one line per binding."""
+    """What the config declares that nothing serves yet: one line per binding (an entry whose
+    struct has a not_simulated() says so itself)."""
     found: list[str] = []
-    found += [
-        f"queues.producers.{i}.delivery_delay is not simulated yet; messages are ready at once "
-        "unless send() passes delaySeconds"
-        for i, q in enumerate(config.queues.producers)
-        if q.delivery_delay
-    ]
+    for key, entries in config.bindings.items():
+        for i, entry in enumerate(entries):
+            line = entry.not_simulated() if hasattr(entry, "not_simulated") else None
+            if line:
+                found.append(f"{key}.{i}.{line}")
     return found
 
 
 def _binding_names(config: WorkerConfig) -> list[tuple[str, str]]:
-    """(key path, env name) of every binding the config declares."""
-    names = [(f"vars.{k}", k) for k in config.vars]
-    if config.ai is not None:
-        names.append(("ai.binding", config.ai.binding))
+    """(key path, env name) of every binding the config declares but its vars."""
+    names = [("ai.binding", config.ai.binding)] if config.ai is not None else []
     names += [(f"services.{i}.binding", b.binding) for i, b in enumerate(config.services)]
-    names += [(f"kv_namespaces.{i}.binding", b.binding) for i, b in enumerate(config.kv_namespaces)]
-    names += [(f"d1_databases.{i}.binding", b.binding) for i, b in enumerate(config.d1_databases)]
-    names += [(f"r2_buckets.{i}.binding", b.binding) for i, b in enumerate(config.r2_buckets)]
+    for key, entries in config.bindings.items():
+        names += [(f"{key}.{i}.binding", b.binding) for i, b in enumerate(entries)]
     names += [
         (f"durable_objects.bindings.{i}.name", b.name) for i, b in enumerate(config.durable_objects.bindings)
     ]
-    names += [(f"queues.producers.{i}.binding", b.binding) for i, b in enumerate(config.queues.producers)]
     if config.assets is not None and config.assets.binding is not None:
         names.append(("assets.binding", config.assets.binding))
     return names
+
+
+def check_env_names(vars: Any, bound: list[tuple[str, str]], where: str = "") -> None:
+    """The one check of a worker's env names, for the config and the deploy upload alike: every
+    binding (`bound`: key path, name) is an identifier, and no name is bound twice, nor shared
+    with a var (`vars`: their names). ValueError naming both key paths otherwise."""
+    seen: dict[str, str] = {name: f"{where}vars.{name}" for name in vars}
+    for path, name in bound:
+        if not isinstance(name, str) or not name.isidentifier():
+            raise ValueError(f"{where}{path}: {name!r} is not a valid Python identifier")
+        if name in seen:
+            raise ValueError(f"{where}{path}: {name!r} is already bound by {seen[name]}")
+        seen[name] = f"{where}{path}"
+
+
+def _read_path(data: Any, path: str) -> Any:
+    """The value at a dotted key path of nested dicts, or None."""
+    for part in path.split("."):
+        data = data.get(part) if isinstance(data, dict) else None
+    return data
+
+
+def _read_tables(data: dict[str, Any], tables: dict[str, type], source: str) -> dict[str, list[Any]]:
+    """Each binding kind's list (config key -> entry struct), typed; ConfigError naming the path."""
+    read: dict[str, list[Any]] = {}
+    for key, struct in tables.items():
+        value = _read_path(data, key)
+        try:
+            read[key] = msgspec.convert(value if value is not None else [], list[struct], strict=True)
+        except msgspec.ValidationError as exc:
+            at = str(exc).rsplit(" - at `$", 1)
+            message = f"{at[0]} - at `$.{key}{at[1]}" if len(at) == 2 else f"{exc} - at `$.{key}`"
+            raise ConfigError(f"{source}: {describe(msgspec.ValidationError(message))}") from None
+    return read
+
+
+def _without(data: dict[str, Any], paths: list[str]) -> dict[str, Any]:
+    """`data` with the dotted key paths left out (the dicts along them copied, never changed)."""
+    out = dict(data)
+    for path in paths:
+        *parents, leaf = path.split(".")
+        node = out
+        for part in parents:
+            if not isinstance(node.get(part), dict):
+                break
+            node[part] = node = dict(node[part])
+        else:
+            node.pop(leaf, None)
+    return out
 
 
 def parse_config(
@@ -221,24 +261,30 @@ def parse_config(
         except RecursionError:
             raise ConfigError(f"{source}: invalid TOML: arrays or tables nested too deep") from None
     _check_account_tables(data, source)
-    for key in _unknown_keys(data, WorkerConfig):
+    tables = binding_tables()
+    unknown = _unknown_keys(_without(data, list(tables)), WorkerConfig)
+    for key, struct in tables.items():
+        entries = _read_path(data, key)
+        if isinstance(entries, list):
+            for i, item in enumerate(entries):
+                unknown += _unknown_keys(item, struct, f"{key}.{i}.")
+    for key in unknown:
         log.warning("%s: unknown key %r is ignored", source, key)
-    data.pop("base_dir", None)
+    for key in _SET_BY_US:
+        data.pop(key, None)
     try:
         config = msgspec.convert(data, WorkerConfig, strict=True)
     except msgspec.ValidationError as exc:
         raise ConfigError(f"{source}: {_with_choices(describe(exc))}") from None
+    config = msgspec.structs.replace(config, bindings=_read_tables(data, tables, source))
     if not _DATE.match(config.compatibility_date):
         raise ConfigError(
             f"{source}: compatibility_date: expected YYYY-MM-DD, got {config.compatibility_date!r}"
         )
-    seen: dict[str, str] = {}  # every name in env: an identifier, bound once
-    for where, name in _binding_names(config):
-        if not where.startswith("vars.") and not name.isidentifier():
-            raise ConfigError(f"{source}: {where}: {name!r} is not a valid Python identifier")
-        if name in seen:
-            raise ConfigError(f"{source}: {where}: {name!r} is already bound by {seen[name]}")
-        seen[name] = where
+    try:  # every name in env: an identifier, bound once
+        check_env_names(config.vars, _binding_names(config))
+    except ValueError as exc:
+        raise ConfigError(f"{source}: {exc}") from None
     for line in not_simulated(config):
         log.warning("%s: %s", source, line)
     for i, b in enumerate(config.durable_objects.bindings):

@@ -4,8 +4,9 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 import msgspec
 
@@ -86,12 +87,30 @@ class ServiceBindingConfig(msgspec.Struct):
     service: str  # another worker of the same account
 
 
+# --- the binding kinds' tables ---------------------------------------------------------------------
+# Which keys hold binding kinds' lists, and the struct of one entry, are the kinds' own
+# (runtime.bindings.kinds.KINDS, which sits above control and registers itself here on import):
+# WorkerConfig.bindings holds what parse_config read from them.
+_binding_tables: Callable[[], dict[str, type]] | None = None
+
+
+def provide_binding_tables(provider: Callable[[], dict[str, type]]) -> None:
+    global _binding_tables
+    _binding_tables = provider
+
+
+def binding_tables() -> dict[str, type]:
+    """Config key (dotted when nested: "queues.producers") -> the struct of one entry of its list."""
+    if _binding_tables is None:
+        raise RuntimeError("the binding kinds are not loaded: import runtime.bindings before a config")
+    return _binding_tables()
+
+
 # --- wrangler's keys -----------------------------------------------------------------------------
 # The tables wrangler.json/jsonc/toml declare, named exactly as wrangler's keys (its
-# packages/wrangler/src/config/environment.ts). Parsed and type-checked here; what serves them lives
-# elsewhere (KV, D1, R2, queues, Durable Objects, crons, assets). Migrations are accepted as
-# wrangler writes them; locally every bound class simply exists (its storage is created on
-# first use).
+# packages/wrangler/src/config/environment.ts). Parsed and type-checked here (the binding kinds'
+# lists by their own structs, above); what serves them lives elsewhere. Migrations are accepted as
+# wrangler writes them; locally every bound class simply exists (its storage is created on first use).
 
 
 # [observability] locally: `enabled = false` (or logs.enabled) keeps the workers' console lines out
@@ -110,28 +129,6 @@ class ObservabilityConfig(msgspec.Struct, kw_only=True):
     enabled: bool | None = None
     head_sampling_rate: SamplingRate | None = None
     logs: ObservabilityLogsConfig | None = None
-
-
-class KVNamespaceConfig(msgspec.Struct, kw_only=True):
-    binding: str
-    id: str
-    preview_id: str | None = None
-
-
-class D1DatabaseConfig(msgspec.Struct, kw_only=True):
-    binding: str
-    database_name: str
-    database_id: str
-    preview_database_id: str | None = None
-    migrations_dir: str | None = None  # wrangler's default: "migrations", relative to the config
-    migrations_table: str | None = None
-
-
-class R2BucketConfig(msgspec.Struct, kw_only=True):
-    binding: str
-    bucket_name: str
-    preview_bucket_name: str | None = None
-    jurisdiction: str | None = None
 
 
 class DurableObjectBindingConfig(msgspec.Struct, kw_only=True):
@@ -165,12 +162,6 @@ class MigrationConfig(msgspec.Struct, kw_only=True):
     transferred_classes: list[TransferredClassConfig] = msgspec.field(default_factory=list)
 
 
-class QueueProducerConfig(msgspec.Struct, kw_only=True):
-    binding: str
-    queue: str
-    delivery_delay: int | None = None
-
-
 class QueueConsumerConfig(msgspec.Struct, kw_only=True):
     queue: str
     max_batch_size: int | None = None
@@ -182,7 +173,7 @@ class QueueConsumerConfig(msgspec.Struct, kw_only=True):
 
 
 class QueuesConfig(msgspec.Struct, kw_only=True):
-    producers: list[QueueProducerConfig] = msgspec.field(default_factory=list)
+    # queues.producers is a binding kind's list (runtime.bindings.queues), read as the others are
     consumers: list[QueueConsumerConfig] = msgspec.field(default_factory=list)
 
 
@@ -217,14 +208,14 @@ class WorkerConfig(msgspec.Struct, kw_only=True):
     services: list[ServiceBindingConfig] = msgspec.field(default_factory=list)
     # wrangler's keys (the block above)
     observability: ObservabilityConfig | None = None
-    kv_namespaces: list[KVNamespaceConfig] = msgspec.field(default_factory=list)
-    d1_databases: list[D1DatabaseConfig] = msgspec.field(default_factory=list)
-    r2_buckets: list[R2BucketConfig] = msgspec.field(default_factory=list)
     durable_objects: DurableObjectsConfig = msgspec.field(default_factory=DurableObjectsConfig)
     migrations: list[MigrationConfig] = msgspec.field(default_factory=list)
     queues: QueuesConfig = msgspec.field(default_factory=QueuesConfig)
     triggers: TriggersConfig = msgspec.field(default_factory=TriggersConfig)
     assets: AssetsConfig | None = None
+    # Set by parse_config: each binding kind's entries by its config key (binding_tables()), e.g.
+    # bindings["kv_namespaces"], bindings["queues.producers"]; the config's own key is refused.
+    bindings: dict[str, list[Any]] = msgspec.field(default_factory=dict)
     # Set by load_config: the folder relative paths are resolved against.
     base_dir: str = "."
 

@@ -7,13 +7,15 @@ from __future__ import annotations
 import hashlib
 import logging
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
+from typing import Any
 
 import msgspec
 from starlette.requests import Request
 
-from runtime.bindings import binding_refs
+from runtime.bindings import kinds
+from runtime.bindings.kind import field
 from runtime.control.config import WorkerConfig
 from runtime.control.limits import validate as validate_limits
 from runtime.control.state import State, materialise_bundle
@@ -25,6 +27,19 @@ from runtime.host.worker import WorkerHandle
 log = logging.getLogger("edge.runtime")
 
 VERSION_KEY_HEADER = "cloudflare-workers-version-key"
+
+
+def binding_fields(tables: Mapping[str, Iterable[Any]], objects: Iterable[Any]) -> dict[str, Any]:
+    """A WorkerSpec's bindings and Durable Object namespaces, from each binding kind's entries by
+    config key and the durable_objects.bindings entries: config structs (the dev worker) or the
+    dicts a deployed version stores, by the same loop."""
+    return {
+        "bindings": kinds.binding_refs(tables),
+        "durable_objects": {
+            field(b, "name"): DurableObjectRef(field(b, "class_name"), field(b, "script_name"))
+            for b in objects
+        },
+    }
 
 
 def dev_spec(config: WorkerConfig, deps: Path | None) -> WorkerSpec:
@@ -42,10 +57,7 @@ def dev_spec(config: WorkerConfig, deps: Path | None) -> WorkerSpec:
         | ({c.assets.binding: ASSETS_SERVICE} if c.assets and c.assets.binding else {}),
         limits=limits.isolate(),
         subrequests=limits.subrequests,
-        bindings=binding_refs(c.kv_namespaces, c.d1_databases, c.r2_buckets, c.queues.producers),
-        durable_objects={
-            b.name: DurableObjectRef(b.class_name, b.script_name) for b in c.durable_objects.bindings
-        },
+        **binding_fields(c.bindings, c.durable_objects.bindings),
         deps=str(deps) if deps else None,
     )
 
@@ -113,9 +125,7 @@ class WorkerRegistry:
             services=cfg.get("services", {}),
             limits=limits.isolate(),
             subrequests=limits.subrequests,
-            bindings=binding_refs(
-                cfg.get("kv_namespaces", []), cfg.get("d1_databases", []), cfg.get("r2_buckets", [])
-            ),
+            **binding_fields(kinds.tables_of(cfg), kinds.at(cfg, "durable_objects.bindings") or []),
         )
 
     async def restart_worker(self, account: str, name: str) -> None:

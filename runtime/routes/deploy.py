@@ -30,8 +30,9 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
-from runtime.bindings import BindingRef, binding_refs, check_binding_names
+from runtime.bindings import BindingRef, kinds
 from runtime.control import limits as worker_limits
+from runtime.control.config import check_env_names
 from runtime.control.state import State, private_dir, write_bundle
 from runtime.control.tail import TailHub
 from runtime.http.json_body import decode_json
@@ -53,38 +54,34 @@ MAX_PATH_BYTES = 1024
 MAX_COMPONENT_BYTES = 255  # a file name on Linux
 
 
-class KVNamespaceDeploy(msgspec.Struct, forbid_unknown_fields=True):
-    binding: str
-    id: str
+class DurableObjectDeploy(msgspec.Struct, forbid_unknown_fields=True):
+    """A durable_objects.bindings entry: a class of this worker (script_name: another's, refused
+    when called, as for the dev worker)."""
+
+    name: str
+    class_name: str
+    script_name: str | None = None
 
 
-class D1DatabaseDeploy(msgspec.Struct, forbid_unknown_fields=True):
-    binding: str
-    database_name: str
-    database_id: str | None = None
+MAX_BINDINGS = 256  # the binding kinds' and Durable Object bindings of one version together
 
-
-class R2BucketDeploy(msgspec.Struct, forbid_unknown_fields=True):
-    binding: str
-    bucket_name: str
-
-
-MAX_BINDINGS = 256  # KV, D1 and R2 bindings of one version together
-
-
-class DeployConfig(msgspec.Struct, forbid_unknown_fields=True):
-    """What `edge deploy` sends from wrangler-like.toml; stored with the version."""
-
-    vars: dict[str, str | int | float | bool] = {}
-    ai_binding: str | None = None
-    services: dict[str, str] = {}  # binding -> another worker of the same account
-    cpu_ms: int = worker_limits.DEFAULTS["cpu_ms"]
-    memory_mb: int = worker_limits.DEFAULTS["memory_mb"]
-    subrequests: int = worker_limits.DEFAULTS["subrequests"]
-    # wrangler's lists; their data lives under the runtime's state dir, keyed by the account
-    kv_namespaces: list[KVNamespaceDeploy] = []
-    d1_databases: list[D1DatabaseDeploy] = []
-    r2_buckets: list[R2BucketDeploy] = []
+# What `edge deploy` sends from the worker's config; stored with the version. The binding kinds'
+# lists are wrangler's, by their config keys (runtime.bindings.kinds: kv_namespaces, d1_databases,
+# r2_buckets, queues.producers), their data under the runtime's state dir, keyed by the account.
+DeployConfig = msgspec.defstruct(
+    "DeployConfig",
+    [
+        ("vars", dict[str, str | int | float | bool], msgspec.field(default_factory=dict)),
+        ("ai_binding", str | None, None),
+        ("services", dict[str, str], msgspec.field(default_factory=dict)),  # binding -> a worker
+        ("cpu_ms", int, worker_limits.DEFAULTS["cpu_ms"]),
+        ("memory_mb", int, worker_limits.DEFAULTS["memory_mb"]),
+        ("subrequests", int, worker_limits.DEFAULTS["subrequests"]),
+        *kinds.upload_fields({"durable_objects.bindings": DurableObjectDeploy}),
+    ],
+    forbid_unknown_fields=True,
+    module=__name__,
+)
 
 
 class Upload(msgspec.Struct, forbid_unknown_fields=True):
@@ -100,27 +97,30 @@ class BodyTooLarge(ValueError):
 
 def check_config(config: DeployConfig) -> worker_limits.Limits:
     """The upload's limits, validated as [limits] in wrangler-like.toml is; ValueError otherwise."""
-    if config.ai_binding is not None and not config.ai_binding.isidentifier():
-        raise ValueError(f"config.ai_binding: {config.ai_binding!r} is not a valid Python identifier")
-    for binding in config.services:
-        if not binding.isidentifier():
-            raise ValueError(f"config.services: binding {binding!r} is not a valid Python identifier")
-    check_storage_bindings(config)
+    check_bindings(config)
     return worker_limits.validate(msgspec.structs.asdict(config), "config")
 
 
-def check_storage_bindings(config: DeployConfig) -> dict[str, BindingRef]:
-    """KV, D1 and R2 bindings: identifiers, ids given, no name bound twice or shared with vars,
-    services or the AI binding; ValueError naming the entry otherwise."""
-    if len(config.kv_namespaces) + len(config.d1_databases) + len(config.r2_buckets) > MAX_BINDINGS:
-        raise ValueError(f"config: at most {MAX_BINDINGS} KV, D1 and R2 bindings together")
-    try:
-        refs = binding_refs(config.kv_namespaces, config.d1_databases, config.r2_buckets)
-    except ValueError as exc:
-        raise ValueError(f"config.{exc}") from None
-    taken = {*config.vars, *config.services, *([config.ai_binding] if config.ai_binding else [])}
-    check_binding_names(refs, taken, "config: ")
-    return refs
+def check_bindings(config: DeployConfig) -> dict[str, BindingRef]:
+    """Every binding of the upload checked as the config's are (one name check for both: an
+    identifier, bound once, not a var's), ids given; its BindingRefs; ValueError naming the entry."""
+    tables = kinds.tables_of(msgspec.to_builtins(config))
+    objects = config.durable_objects.bindings
+    if sum(map(len, tables.values())) + len(objects) > MAX_BINDINGS:
+        raise ValueError(f"config: at most {MAX_BINDINGS} bindings of KV, D1, R2, queues and Durable Objects")
+    bound = [("ai_binding", config.ai_binding)] if config.ai_binding is not None else []
+    bound += [("services", b) for b in config.services]
+    bound += [
+        (f"{key}.{i}.binding", e["binding"]) for key, entries in tables.items() for i, e in enumerate(entries)
+    ]
+    bound += [(f"durable_objects.bindings.{i}.name", b.name) for i, b in enumerate(objects)]
+    check_env_names(config.vars, bound, "config.")
+    for i, b in enumerate(objects):
+        if not b.class_name.isidentifier():
+            raise ValueError(
+                f"config.durable_objects.bindings.{i}.class_name: {b.class_name!r} is not a Python class name"
+            )
+    return kinds.binding_refs(tables, "config.")
 
 
 def _check_path(rel: str) -> None:
@@ -277,7 +277,7 @@ class ControlApi:
                 _no_ai,
                 services=list(cfg.services),
                 limits=limits.isolate(),
-                bindings={name: ref.kind for name, ref in check_storage_bindings(cfg).items()},
+                bindings={name: ref.kind for name, ref in check_bindings(cfg).items()},
             )
             try:
                 await probe.start()  # imports the script in a fresh isolate

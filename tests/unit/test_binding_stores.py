@@ -7,7 +7,7 @@ import stat
 
 import pytest
 
-from runtime.bindings import BindingError, BindingRef, BindingStores, binding_refs, check_binding_names
+from runtime.bindings import BindingError, BindingRef, BindingStores, binding_refs
 from runtime.bindings.d1 import split_statements
 from workers.bindings import D1Database, KVNamespace, R2Bucket, binding_error
 
@@ -48,7 +48,7 @@ def run(coro):
 
 def test_kv_round_trip_types_metadata_and_ttl(stores):
     clock = Clock()
-    stores.kv.clock = clock
+    stores.store("kv").clock = clock
     kv = sdk(stores, KVNamespace, "kv", "ns1")
 
     async def go():
@@ -385,21 +385,32 @@ def test_one_account_never_reaches_anothers_data(stores):
 
 def test_binding_refs_from_config_lists():
     refs = binding_refs(
-        kv=[{"binding": "KV", "id": "abc"}],
-        d1=[{"binding": "DB", "database_name": "app", "database_id": None}],
-        r2=[{"binding": "BUCKET", "bucket_name": "assets"}],
+        {
+            "kv_namespaces": [{"binding": "KV", "id": "abc"}],
+            "d1_databases": [{"binding": "DB", "database_name": "app", "database_id": None}],
+            "r2_buckets": [{"binding": "BUCKET", "bucket_name": "assets"}],
+            "queues.producers": [{"binding": "JOBS", "queue": "jobs"}],
+        }
     )
     assert refs == {
         "KV": BindingRef("kv", "abc"),
         "DB": BindingRef("d1", "app"),
         "BUCKET": BindingRef("r2", "assets"),
+        "JOBS": BindingRef("queue", "jobs"),
     }
-    with pytest.raises(ValueError, match="identifier"):
-        binding_refs(kv=[{"binding": "not-ok", "id": "x"}])
-    with pytest.raises(ValueError, match="bound twice"):
-        binding_refs(kv=[{"binding": "X", "id": "a"}], r2=[{"binding": "X", "bucket_name": "b"}])
-    with pytest.raises(ValueError, match="AI"):
-        check_binding_names({"AI": BindingRef("kv", "x")}, {"AI", "GREETING"})
+    with pytest.raises(ValueError, match=r"config\.r2_buckets\.0: B needs an id"):
+        binding_refs({"r2_buckets": [{"binding": "B", "bucket_name": ""}]}, "config.")
+
+
+def test_env_names_are_checked_once_for_the_config_and_the_upload_alike():
+    from runtime.control.config import check_env_names
+
+    with pytest.raises(ValueError, match=r"kv_namespaces\.0\.binding: 'not-ok' is not a valid Python"):
+        check_env_names({}, [("kv_namespaces.0.binding", "not-ok")])
+    with pytest.raises(ValueError, match=r"r2_buckets\.0\.binding: 'X' is already bound by kv_namespaces\.0"):
+        check_env_names({}, [("kv_namespaces.0.binding", "X"), ("r2_buckets.0.binding", "X")])
+    with pytest.raises(ValueError, match=r"config\.ai_binding: 'GREETING' is already bound by config\.vars"):
+        check_env_names({"GREETING": "hi", "not-an-identifier": 1}, [("ai_binding", "GREETING")], "config.")
 
 
 def test_the_deploy_api_takes_wranglers_lists_and_refuses_clashes():
@@ -433,7 +444,7 @@ def test_each_store_holds_a_bounded_amount_per_account(tmp_path, monkeypatch):
     monkeypatch.setitem(common.ACCOUNT_QUOTA_BYTES, "R2", 3000)
     monkeypatch.setitem(common.ACCOUNT_QUOTA_BYTES, "Queues", 3000)
     stores = BindingStores(tmp_path)
-    kv, r2, queues = stores.kv, stores.r2, stores.queues
+    kv, r2, queues = stores.store("kv"), stores.store("r2"), stores.queues
     kv.put("a", "ns", ["k1", b"x" * 1000], {})
     kv.put("a", "ns", ["k1", b"y" * 1000], {})  # replacing a value does not count twice
     kv.put("a", "ns2", ["k2", b"x" * 1000], {})

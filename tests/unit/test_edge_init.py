@@ -29,8 +29,8 @@ def test_each_template_writes_a_worker_a_wrangler_config_and_a_readme(tmp_path, 
     assert config.main_path == (folder / "worker.py").resolve()
     assert (config.ai is not None) == (template == "ai-chat")
     if template == "d1":
-        assert config.d1_databases[0].binding == "DB"
-        assert config.d1_databases[0].database_name == "my-project-db"
+        assert config.bindings["d1_databases"][0].binding == "DB"
+        assert config.bindings["d1_databases"][0].database_name == "my-project-db"
     readme = (folder / "README.md").read_text()
     assert readme.startswith("# my-project") and "edge dev" in readme
     assert ".edge/" in (folder / ".gitignore").read_text()

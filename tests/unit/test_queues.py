@@ -160,7 +160,7 @@ def test_unsettled_leases_are_released_at_the_next_start(store):
 
 
 def test_producers_are_queue_bindings_reached_through_the_binding_stores(tmp_path):
-    refs = binding_refs(queues=[{"binding": "JOBS", "queue": "jobs"}])
+    refs = binding_refs({"queues.producers": [{"binding": "JOBS", "queue": "jobs"}]})
     assert refs == {"JOBS": BindingRef("queue", "jobs")}
     stores = BindingStores(tmp_path)
     try:

@@ -8,23 +8,23 @@ from pathlib import Path
 
 import pytest
 
+from runtime.bindings.d1 import D1DatabaseConfig
+from runtime.bindings.kv import KVNamespaceConfig
+from runtime.bindings.queues import QueueProducerConfig
+from runtime.bindings.r2 import R2BucketConfig
 from runtime.control import config as config_module
 from runtime.control.config import (
     CONFIG_NAMES,
     INSTALLED_MODELS_DIR,
     AssetsConfig,
     ConfigError,
-    D1DatabaseConfig,
     DurableObjectBindingConfig,
     DurableObjectsConfig,
-    KVNamespaceConfig,
     MigrationConfig,
     ObservabilityConfig,
     ObservabilityLogsConfig,
     QueueConsumerConfig,
-    QueueProducerConfig,
     QueuesConfig,
-    R2BucketConfig,
     RenamedClassConfig,
     TransferredClassConfig,
     TriggersConfig,
@@ -135,13 +135,15 @@ def test_every_wrangler_key_is_parsed_into_its_struct(caplog):
     assert cfg.observability == ObservabilityConfig(
         enabled=True, head_sampling_rate=1.0, logs=ObservabilityLogsConfig(invocation_logs=False)
     )
-    assert cfg.kv_namespaces == [KVNamespaceConfig(binding="CACHE", id="abc123", preview_id="def456")]
-    assert cfg.d1_databases == [
+    assert cfg.bindings["kv_namespaces"] == [
+        KVNamespaceConfig(binding="CACHE", id="abc123", preview_id="def456")
+    ]
+    assert cfg.bindings["d1_databases"] == [
         D1DatabaseConfig(
             binding="DB", database_name="app", database_id="uuid-1", migrations_dir="db/migrations"
         )
     ]
-    assert cfg.r2_buckets == [R2BucketConfig(binding="FILES", bucket_name="files")]
+    assert cfg.bindings["r2_buckets"] == [R2BucketConfig(binding="FILES", bucket_name="files")]
     assert cfg.durable_objects == DurableObjectsConfig(
         bindings=[DurableObjectBindingConfig(name="COUNTER", class_name="Counter")]
     )
@@ -153,8 +155,8 @@ def test_every_wrangler_key_is_parsed_into_its_struct(caplog):
             transferred_classes=[TransferredClassConfig(from_="A", from_script="old", to="B")],
         ),
     ]
+    assert cfg.bindings["queues.producers"] == [QueueProducerConfig(binding="JOBS", queue="jobs")]
     assert cfg.queues == QueuesConfig(
-        producers=[QueueProducerConfig(binding="JOBS", queue="jobs")],
         consumers=[
             QueueConsumerConfig(
                 queue="jobs",
@@ -178,8 +180,8 @@ def test_every_wrangler_key_is_parsed_into_its_struct(caplog):
 
 def test_defaults_when_the_keys_are_absent():
     cfg = parse_config(MINIMAL, source="wrangler.json")
-    assert cfg.compatibility_flags == [] and cfg.kv_namespaces == [] and cfg.d1_databases == []
-    assert cfg.r2_buckets == [] and cfg.migrations == [] and cfg.triggers.crons == []
+    assert cfg.compatibility_flags == [] and cfg.migrations == [] and cfg.triggers.crons == []
+    assert cfg.bindings == {"kv_namespaces": [], "d1_databases": [], "r2_buckets": [], "queues.producers": []}
     assert cfg.durable_objects.bindings == [] and cfg.queues == QueuesConfig()
     assert cfg.assets is None and cfg.observability is None and cfg.ai is None
     assets = parse_config(MINIMAL[:-1] + ', "assets": {"directory": "p"}}', syntax="json").assets
@@ -209,7 +211,10 @@ def test_the_same_keys_in_wrangler_toml():
         """),
         source="wrangler.toml",
     )
-    assert cfg.kv_namespaces[0].id == "abc" and cfg.d1_databases[0].database_name == "app"
+    assert (
+        cfg.bindings["kv_namespaces"][0].id == "abc"
+        and cfg.bindings["d1_databases"][0].database_name == "app"
+    )
     assert cfg.triggers.crons == ["* * * * *"] and cfg.assets.run_worker_first is True
 
 

@@ -1,0 +1,64 @@
+"""The one interface every binding kind implements, as Miniflare's `Plugin`: what a kind module
+(kv.py, d1.py, r2.py, queues.py) declares next to its store, and what the rest of the runtime
+reads instead of naming a kind. The list of kinds is runtime/bindings/kinds.py; the SDK client a
+worker sees is the kind's pair in workers/ (workers.bindings.BINDING_CLASSES, keyed by `name`)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import msgspec
+
+ID_BYTES = 256
+
+
+class BindingRef(msgspec.Struct, frozen=True):
+    """What a binding name stands for: its kind and the id of the resource (a KV namespace id, a
+    D1 database id or name, an R2 bucket, a queue's name), under the worker's account."""
+
+    kind: str
+    id: str
+
+
+class Store(Protocol):
+    """A kind's store: every account's resources of that kind under the state dir."""
+
+    def call(self, account: str, ident: str, method: str, args: list, kwargs: dict) -> Any: ...
+
+    def close(self) -> None: ...
+
+
+def field(entry: Any, name: str) -> Any:
+    """A field of a config entry: a struct (the wrangler config) or the dict a deployed version stores."""
+    return entry.get(name) if isinstance(entry, dict) else getattr(entry, name, None)
+
+
+@dataclass(frozen=True)
+class BindingKind:
+    """One binding kind. Every entry of its config list names its env binding `binding`, as
+    wrangler's lists do."""
+
+    name: str  # BindingRef.kind and the SDK's BINDING_CLASSES key: "kv"
+    config_key: str  # wrangler's key for its list, dotted when nested: "kv_namespaces", "queues.producers"
+    config: type  # one entry of that list in the wrangler config (a msgspec Struct)
+    upload: type  # one entry in the deploy upload (a msgspec Struct, forbid_unknown_fields)
+    id_fields: tuple[str, ...]  # the fields that name the resource, the first one set wins
+    open: Callable[[Path, float], Store]  # its store under the state dir (and D1's statement time)
+    one_call_at_a_time: bool = False  # calls to one resource take turns (D1: one statement at a time)
+
+    def ref(self, where: str, entry: Any) -> BindingRef:
+        """The BindingRef an entry stands for; ValueError naming `where` when no id is given."""
+        ident = next((v for v in map(lambda f: field(entry, f), self.id_fields) if v), None)
+        if not isinstance(ident, str) or len(ident.encode("utf-8", "replace")) > ID_BYTES:
+            raise ValueError(
+                f"{where}: {field(entry, 'binding')} needs an id (a non-empty string of at most "
+                f"{ID_BYTES} bytes)"
+            )
+        return BindingRef(self.name, ident)
+
+    def upload_entry(self, entry: Any) -> dict[str, Any]:
+        """A config entry as the deploy upload carries it: the upload struct's fields."""
+        return {f: field(entry, f) for f in self.upload.__struct_fields__}

@@ -1,0 +1,70 @@
+"""The binding kinds are listed once (runtime.bindings.kinds.KINDS): each has its config key read by
+the config, its SDK client and its deploy-upload field, and a kind added only to the list flows
+through config -> refs -> spec -> store call."""
+
+from __future__ import annotations
+
+import asyncio
+
+import msgspec
+
+from runtime.bindings import BindingRef, BindingStores, kinds
+from runtime.bindings.kind import BindingKind
+from runtime.control.config import parse_config
+from runtime.host.registry import dev_spec
+from runtime.routes.deploy import DeployConfig
+from workers.bindings import BINDING_CLASSES
+
+MINIMAL = '{"name": "w", "main": "worker.py", "compatibility_date": "2026-11-01"'
+
+
+def test_every_kind_has_its_config_key_sdk_client_and_deploy_field():
+    for k in kinds.KINDS:
+        assert k.name in BINDING_CLASSES, k.name
+        *parents, leaf = k.config_key.split(".")
+        nested: dict = {leaf: [{"binding": "X", **{f: "v" for f in k.id_fields if f != "binding"}}]}
+        for part in reversed(parents):
+            nested = {part: nested}
+        config = parse_config(
+            MINIMAL + ", " + msgspec.json.encode(nested).decode()[1:-1] + "}", syntax="json"
+        )
+        assert len(config.bindings[k.config_key]) == 1, k.config_key
+        upload = msgspec.convert(nested, DeployConfig)
+        assert kinds.tables_of(msgspec.to_builtins(upload))[k.config_key][0]["binding"] == "X"
+
+
+class EchoConfig(msgspec.Struct, kw_only=True):
+    binding: str
+    thing: str
+
+
+class EchoUpload(msgspec.Struct, forbid_unknown_fields=True):
+    binding: str
+    thing: str
+
+
+class EchoStore:
+    def __init__(self, root):
+        self.root = root
+
+    def call(self, account, ident, method, args, kwargs):
+        return [account, ident, method, args]
+
+    def close(self):
+        pass
+
+
+def test_a_kind_added_to_the_list_flows_from_config_to_a_store_call(tmp_path, monkeypatch):
+    echo = BindingKind("echo", "echo_things", EchoConfig, EchoUpload, ("thing",), lambda d, q: EchoStore(d))
+    monkeypatch.setattr(kinds, "KINDS", [*kinds.KINDS, echo])
+    config = parse_config(MINIMAL + ', "echo_things": [{"binding": "E", "thing": "t1"}]}', syntax="json")
+    assert config.bindings["echo_things"] == [EchoConfig(binding="E", thing="t1")]
+    spec = dev_spec(config, None)
+    assert spec.bindings == {"E": BindingRef("echo", "t1")}
+    stores = BindingStores(tmp_path)
+    try:
+        result = asyncio.run(stores.call("acct", spec.bindings["E"], "ping", [1], {}))
+    finally:
+        stores.close()
+    assert result == ["acct", "t1", "ping", [1]]
+    assert kinds.upload_payload(config.bindings)["echo_things"] == [{"binding": "E", "thing": "t1"}]
