@@ -5,15 +5,29 @@ the route)."""
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from edge_sim.request import GenerateRequest, GenerateResult
 from edge_sim.topology import PoP
 from runtime.ai.responses_inputs import ResponsesRequest, bad, chat_inputs, decode_request
 from runtime.ai.responses_shapes import response_events, response_object
 
-if TYPE_CHECKING:
-    from runtime.ai.service import AIService
+
+class AIService(Protocol):
+    """What a Responses call uses of runtime.ai.service.AIService (named by shape: the service's
+    own door calls these functions, so this module cannot import it)."""
+
+    def prepare(
+        self, model: str, inputs: Any, account: str, session: str | None = None, responses: bool = False
+    ) -> tuple[GenerateRequest, Any]: ...
+
+    async def generate(
+        self, req: GenerateRequest, *, ingress: PoP, client_rtt_ms: float, count_as: str | None = None
+    ) -> GenerateResult: ...
+
+    def stream(
+        self, req: GenerateRequest, *, ingress: PoP, client_rtt_ms: float, count_as: str | None = None
+    ) -> AsyncIterator[Any]: ...
 
 
 def is_responses(inputs: Any) -> bool:

@@ -18,7 +18,7 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from edge_sim.accounting import LatencyAccount
 from edge_sim.affinity import check_key
@@ -37,7 +37,6 @@ from runtime.control.rollout import CANARY_SUFFIX, Rollouts
 from workers import AIError
 
 if TYPE_CHECKING:
-    from runtime.ai.batch import BatchQueue
     from runtime.control.metrics import Metrics
 
 log = logging.getLogger("edge.ai")
@@ -53,6 +52,15 @@ ERROR_CODES = {
 
 def _ai_error(exc: EdgeError) -> AIError:
     return AIError(ERROR_CODES[exc.kind], exc.message, exc.param)
+
+
+class Batches(Protocol):
+    """The batch queue as the door uses it (runtime.ai.batch.Batches; named by shape, since
+    the queue runs its requests through this service)."""
+
+    def submit(self, model: str, inputs: Any, account: str, ingress: PoP, client_rtt_ms: float) -> dict: ...
+
+    def poll(self, model: str, inputs: Any, account: str) -> dict: ...
 
 
 @dataclass
@@ -111,7 +119,7 @@ class AIService:
         self.rate_limits = rate_limits
         self.share_of = share_of
         self.rollouts: Rollouts | None = None  # canaries in progress (control.rollout); the app sets it
-        self.batches: BatchQueue | None = None  # queued batch requests (runtime.ai.batch); the app sets it
+        self.batches: Batches | None = None  # queued batch requests (runtime.ai.batch); the app sets it
         self.metrics: Metrics | None = None  # tokens per model; the app sets it
 
     def resolve(self, model: str) -> str:
@@ -224,7 +232,7 @@ class AIService:
             raise json_mode_failure(req, exc) from None
         return Answer(body=shape_result(self.schema(model), model, result), result=result)
 
-    def _batches(self, field: str) -> BatchQueue:
+    def _batches(self, field: str) -> Batches:
         if self.batches is None:
             raise AIError(5004, f"{field}: this runtime has no batch queue")
         return self.batches
