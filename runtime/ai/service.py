@@ -217,20 +217,25 @@ class AIService:
                 return Answer(stream=stream_responses(self, model, prepared, req, **where))
             body, result = await run_responses(self, model, prepared, req, **where)
             return Answer(body=body, result=result)
-        req, _ = self.prepare(model, call.inputs, call.account, call.session)
         if mode == "stream":
+            req, _ = self.prepare(model, call.inputs, call.account, call.session)
             return Answer(
                 stream=workers_ai_sse(
                     self, req, model, ingress=call.ingress, client_rtt_ms=call.client_rtt_ms
                 )
             )
+        return await self._run_now(call)
+
+    async def _run_now(self, call: AICall) -> Answer:
+        """A plain run: validated, generated, shaped in the model's schema."""
+        req, _ = self.prepare(call.model, call.inputs, call.account, call.session)
         try:
             result = await self.generate(
-                req, ingress=call.ingress, client_rtt_ms=call.client_rtt_ms, count_as=model
+                req, ingress=call.ingress, client_rtt_ms=call.client_rtt_ms, count_as=call.model
             )
         except AIError as exc:
             raise json_mode_failure(req, exc) from None
-        return Answer(body=shape_result(self.schema(model), model, result), result=result)
+        return Answer(body=shape_result(self.schema(call.model), call.model, result), result=result)
 
     def _batches(self, field: str) -> Batches:
         if self.batches is None:
@@ -247,11 +252,11 @@ class AIService:
         account: str = "local",
         session: str | None = None,
     ) -> tuple[dict[str, Any], LatencyAccount]:
-        """Run `model` on `inputs` now (a plain call, never queued or streamed), shaped in the
-        model's schema, with its latency account; raises AIError."""
-        answer = await self.answer(AICall(model, inputs, account, session, ingress, client_rtt_ms))
-        if answer.body is None or answer.result is None:
-            raise AIError(5004, "stream: this call answers in one piece; leave stream out")
+        """Run `model` on `inputs` now, as a plain call whatever the inputs hold (a batch's items
+        run this way: an item never polls or queues), shaped in the model's schema, with its latency
+        account; raises AIError."""
+        answer = await self._run_now(AICall(model, inputs, account, session, ingress, client_rtt_ms))
+        assert answer.body is not None and answer.result is not None
         return answer.body, answer.result.timing
 
     async def generate(

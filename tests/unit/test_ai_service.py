@@ -312,3 +312,12 @@ def test_a_batch_or_poll_without_a_batch_queue_is_refused_by_its_field(service):
         asyncio.run(service.answer(_call(service, {"request_id": "abc"})))
     with pytest.raises(AIError, match="send it with queueRequest"):
         asyncio.run(service.answer(_call(service, {"requests": [{"prompt": "x"}]})))
+
+
+def test_a_plain_run_never_polls_or_queues_whatever_its_inputs_hold(service):
+    """service.run (a batch's items run this way): a `request_id` or `requests` key is refused
+    as an input, never taken as a poll or a batch of its own."""
+    for extra in ({"request_id": "abc"}, {"requests": [{"prompt": "x"}]}):
+        with pytest.raises(AIError) as exc:
+            call(service, {"prompt": "x", "max_tokens": 2, **extra})
+        assert exc.value.code == 5004 and next(iter(extra)) in exc.value.detail
