@@ -19,7 +19,6 @@ from workers.queue_producer import Queue
 from workers.r2 import R2Bucket, R2Object, R2ObjectBody
 
 __all__ = [
-    "BINDING_CLASSES",
     "KV_TYPES",
     "BindingError",
     "D1Database",
@@ -34,5 +33,3 @@ __all__ = [
     "Transport",
     "binding_error",
 ]
-
-BINDING_CLASSES = {"kv": KVNamespace, "d1": D1Database, "r2": R2Bucket, "queue": Queue}

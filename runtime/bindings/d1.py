@@ -323,5 +323,6 @@ class D1DatabaseUpload(msgspec.Struct, forbid_unknown_fields=True):
 
 KIND = BindingKind(
     "d1", "d1_databases", D1DatabaseConfig, D1DatabaseUpload, ("database_id", "database_name", "binding"),
-    lambda state_dir, query_s: D1Store(state_dir / "d1", query_s), one_call_at_a_time=True,
+    lambda state_dir, query_s: D1Store(state_dir / "d1", query_s), "workers.d1:D1Database",
+    one_call_at_a_time=True,
 )  # fmt: skip

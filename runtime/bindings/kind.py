@@ -1,7 +1,8 @@
 """The one interface every binding kind implements, as Miniflare's `Plugin`: what a kind module
 (kv.py, d1.py, r2.py, queues.py) declares next to its store, and what the rest of the runtime
 reads instead of naming a kind. The list of kinds is runtime/bindings/kinds.py; the SDK client a
-worker sees is the kind's pair in workers/ (workers.bindings.BINDING_CLASSES, keyed by `name`)."""
+worker sees is the kind's pair in workers/, named by `client` (the isolate imports it from there):
+adding a kind is its module here, its client in workers/ and its line in KINDS."""
 
 from __future__ import annotations
 
@@ -41,12 +42,13 @@ class BindingKind:
     """One binding kind. Every entry of its config list names its env binding `binding`, as
     wrangler's lists do."""
 
-    name: str  # BindingRef.kind and the SDK's BINDING_CLASSES key: "kv"
+    name: str  # BindingRef.kind: "kv"
     config_key: str  # wrangler's key for its list, dotted when nested: "kv_namespaces", "queues.producers"
     config: type  # one entry of that list in the wrangler config (a msgspec Struct)
     upload: type  # one entry in the deploy upload (a msgspec Struct, forbid_unknown_fields)
     id_fields: tuple[str, ...]  # the fields that name the resource, the first one set wins
     open: Callable[[Path, float], Store]  # its store under the state dir (and D1's statement time)
+    client: str  # the SDK class a worker sees, "module:Class" in workers/: "workers.kv:KVNamespace"
     one_call_at_a_time: bool = False  # calls to one resource take turns (D1: one statement at a time)
 
     def ref(self, where: str, entry: Any) -> BindingRef:

@@ -1,8 +1,9 @@
-"""The binding kinds, listed once (Miniflare's PLUGINS): adding a kind is its module here, its SDK
-client in workers/ and a line in KINDS. Everything that handles bindings by kind loops over this
-list: the config's tables (runtime.control.config reads them through the provider registered
-below, since control sits under bindings), binding_refs, the stores, the deploy upload's fields
-and `edge deploy`'s payload, and the worker specs of the dev worker and of deployed versions."""
+"""The binding kinds, listed once (Miniflare's PLUGINS): adding a kind is its module here (which
+names its SDK client), the client in workers/ and a line in KINDS. Everything that handles bindings
+by kind loops over this list: the config's tables (runtime.control.config reads them through the
+provider registered below, since control sits under bindings), binding_refs, the stores, the deploy
+upload's fields and `edge deploy`'s payload, the worker specs of the dev worker and of deployed
+versions, and the SDK clients the isolate builds (sdk_clients)."""
 
 from __future__ import annotations
 
@@ -23,6 +24,12 @@ KINDS: list[BindingKind] = [KV, D1, R2, QUEUE]
 
 def kind(name: str) -> BindingKind | None:
     return next((k for k in KINDS if k.name == name), None)
+
+
+def sdk_clients(refs: Mapping[str, BindingRef]) -> dict[str, str]:
+    """Env name -> the SDK client the isolate builds for it ("workers.kv:KVNamespace")."""
+    clients = {k.name: k.client for k in KINDS}
+    return {name: clients[ref.kind] for name, ref in refs.items()}
 
 
 def at(data: Any, path: str) -> Any:

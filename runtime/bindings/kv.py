@@ -194,5 +194,5 @@ class KVNamespaceUpload(msgspec.Struct, forbid_unknown_fields=True):
 
 KIND = BindingKind(
     "kv", "kv_namespaces", KVNamespaceConfig, KVNamespaceUpload, ("id", "binding"),
-    lambda state_dir, query_s: KVStore(state_dir / "kv.sqlite"),
+    lambda state_dir, query_s: KVStore(state_dir / "kv.sqlite"), "workers.kv:KVNamespace",
 )  # fmt: skip

@@ -302,5 +302,5 @@ class QueueProducerUpload(msgspec.Struct, forbid_unknown_fields=True):
 
 KIND = BindingKind(
     "queue", "queues.producers", QueueProducerConfig, QueueProducerUpload, ("queue",),
-    lambda state_dir, query_s: QueueStore(state_dir / "queues.sqlite"),
+    lambda state_dir, query_s: QueueStore(state_dir / "queues.sqlite"), "workers.queue_producer:Queue",
 )  # fmt: skip

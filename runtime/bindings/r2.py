@@ -289,5 +289,5 @@ class R2BucketUpload(msgspec.Struct, forbid_unknown_fields=True):
 
 KIND = BindingKind(
     "r2", "r2_buckets", R2BucketConfig, R2BucketUpload, ("bucket_name",),
-    lambda state_dir, query_s: R2Store(state_dir / "r2"),
+    lambda state_dir, query_s: R2Store(state_dir / "r2"), "workers.r2:R2Bucket",
 )  # fmt: skip

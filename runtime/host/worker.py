@@ -17,6 +17,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
+from runtime.bindings.kinds import sdk_clients
 from runtime.control.tail import log_event
 from runtime.host.addressing import LOCATION_HEADER
 from runtime.host.objects import namespace_key
@@ -53,7 +54,7 @@ class WorkerHandle:
             on_fetch=self.calls.fetch,
             on_log=self.calls.log,
             on_output=self.calls.output,
-            bindings={name: ref.kind for name, ref in spec.bindings.items()},
+            bindings=sdk_clients(spec.bindings),
             on_binding=self.calls.binding,
             durable_objects={
                 name: namespace_key(spec.account, ref.script_name or spec.name, ref.class_name)

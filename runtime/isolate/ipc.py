@@ -36,7 +36,8 @@ class Init(msgspec.Struct, tag=True):
     jailed: bool = (
         False  # runs inside runtime.isolate.jail's namespaces: its whole view is read-only but /tmp
     )
-    bindings: dict[str, str] = {}  # KV / D1 / R2 bindings: env name -> "kv" | "d1" | "r2"
+    # store bindings (KV, D1, R2, queue producers): env name -> its SDK client, "workers.kv:KVNamespace"
+    bindings: dict[str, str] = {}
     durable_objects: dict[str, str] = {}  # Durable Object namespaces: env name -> namespace key
     durable_object: str | None = None  # serve this Durable Object class (its instance), not Default
     object_id: str | None = None  # ... the instance with this id

@@ -95,7 +95,7 @@ class Isolate:
         self.services = list(services)
         self.limits = limits or IsolateLimits()
         self._on_log = on_log
-        self.bindings = dict(bindings or {})  # KV / D1 / R2: env name -> kind
+        self.bindings = dict(bindings or {})  # store bindings: env name -> SDK client (ipc.Init)
         self._on_binding = on_binding
         self.durable_objects = dict(durable_objects or {})  # env name -> namespace key
         self.durable_object = durable_object  # (class, id): this isolate serves that one object

@@ -277,7 +277,7 @@ class ControlApi:
                 _no_ai,
                 services=list(cfg.services),
                 limits=limits.isolate(),
-                bindings={name: ref.kind for name, ref in check_bindings(cfg).items()},
+                bindings=kinds.sdk_clients(check_bindings(cfg)),
             )
             try:
                 await probe.start()  # imports the script in a fresh isolate

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib
 import inspect
 import socket
 import sys
@@ -31,7 +32,6 @@ from runtime.isolate.inside.channel import (
 )
 from runtime.isolate.inside.entry import Context, Env, ScheduledController, load_entry, load_object
 from workers import Request, Response
-from workers.bindings import BINDING_CLASSES
 from workers.context import _install as install_context
 from workers.durable_objects import (
     DurableObjectId,
@@ -292,6 +292,17 @@ async def serve_object_call(channel: Channel, instance: Any, msg: ipc.ObjectInvo
     await _finish(channel, ctx, msg.id)
 
 
+def sdk_client(path: str) -> type:
+    """The SDK class a store binding's kind names ("workers.kv:KVNamespace"), imported from workers/."""
+    module, _, name = path.partition(":")
+    if not module.startswith("workers.") or not name:
+        raise SystemExit(f"isolate: a binding client must be a class in workers/, not {path!r}")
+    cls = getattr(importlib.import_module(module), name, None)
+    if not isinstance(cls, type):
+        raise SystemExit(f"isolate: {path!r} names no class")
+    return cls
+
+
 async def main(fd: int, sync_fd: int | None = None) -> None:
     sock = socket.socket(fileno=fd)
     reader, writer = await asyncio.open_unix_connection(sock=sock, limit=ipc.CHUNK)
@@ -307,8 +318,8 @@ async def main(fd: int, sync_fd: int | None = None) -> None:
         values[init.ai_binding] = AIBinding(channel)
     for name in init.services:
         values[name] = ServiceBinding(channel, name)
-    for name, kind in init.bindings.items():  # KV, D1, R2: each call crosses as ipc.BindingCall
-        values[name] = BINDING_CLASSES[kind](
+    for name, client in init.bindings.items():  # each call crosses as ipc.BindingCall
+        values[name] = sdk_client(client)(
             lambda method, args, kwargs, _name=name: channel.call_binding(_name, method, args, kwargs)
         )
     for name, key in init.durable_objects.items():  # each call crosses as ipc.ObjectCall
