@@ -106,7 +106,7 @@ class Runtime:
             {name: e.schema for name, (e, _) in self.catalog.items()},
             {alias: (target, a.schema) for alias, (target, a) in alias_map(self.catalog).items()},
             self.rate_limits,
-            share_of=self.accounts.share_of,
+            settings_of=self.accounts.settings,
         )
         # queued batch requests, kept in the state database; run by a task started in start()
         self.batches = BatchQueue(self.state, self.ai, lambda code: edge.topology.pops[code])

@@ -32,6 +32,7 @@ from runtime.ai.params import Inputs, generate_request, json_mode_failure
 from runtime.ai.refusals import InputError, decode_inputs
 from runtime.ai.responses_run import is_responses, prepare_responses, run_responses, stream_responses
 from runtime.ai.shapes import Schema, shape_result, workers_ai_events
+from runtime.control.accounts import AccountSettings
 from runtime.control.rate_limit import AccountRateLimits
 from runtime.control.rollout import CANARY_SUFFIX, Rollouts
 from workers import AIError
@@ -110,14 +111,15 @@ class AIService:
         schemas: dict[str, Schema] | None = None,
         aliases: dict[str, tuple[str, Schema | None]] | None = None,
         rate_limits: AccountRateLimits | None = None,
-        share_of: Callable[[str], TenantShare] | None = None,
+        settings_of: Callable[[str], AccountSettings] | None = None,
     ):
-        """`share_of(account)`: the account's fair-share weight and KV share at the PoPs."""
+        """`settings_of(account)`: the account's settings (its rate limits, its fair-share weight
+        and KV share at the PoPs), read once per call."""
         self.edge = edge
         self.schemas = schemas or {}
         self.aliases = aliases or {}
         self.rate_limits = rate_limits
-        self.share_of = share_of
+        self.settings_of = settings_of
         self.rollouts: Rollouts | None = None  # canaries in progress (control.rollout); the app sets it
         self.batches: Batches | None = None  # queued batch requests (runtime.ai.batch); the app sets it
         self.metrics: Metrics | None = None  # tokens per model; the app sets it
@@ -161,8 +163,9 @@ class AIService:
                 raise AIError(3040, f"no PoP serving {name} is up: this edge has no GPU PoP ([edge] pops)")
             known = ", ".join(self.names()) or "none"
             raise AIError(5007, f"no such model {name}; available: {known}")
+        terms = self.settings_of(account) if self.settings_of is not None else None
         if self.rate_limits is not None:  # before the inputs are even read: a limited call costs nothing
-            self.rate_limits.check(account, model, asked)
+            self.rate_limits.check(account, model, asked, terms.limits() if terms else None)
         if isinstance(inputs, SamplingFields):  # decoded already, by an API of its own (OpenAI's)
             parsed = inputs
         else:
@@ -173,8 +176,13 @@ class AIService:
             raise AIError(5004, str(exc)) from None
         if self.rollouts is not None:  # a session in a canary's share is served by the new version
             model = self.rollouts.route(model, session)
-        share = self.share_of(account) if self.share_of is not None else TenantShare()
-        req = generate_request(parsed, model=model, tenant=account, share=share, session=session)
+        req = generate_request(
+            parsed,
+            model=model,
+            tenant=account,
+            share=terms.share() if terms else TenantShare(),
+            session=session,
+        )
         if not responses:
             self._fits_schema(parsed, self.schema(asked))
         if isinstance(parsed, TextGenerationInputs) and parsed.model not in (None, asked):

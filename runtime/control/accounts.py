@@ -144,10 +144,6 @@ class Accounts:
         )
         return _account(rows[0]) if rows else None
 
-    def share_of(self, name: str) -> TenantShare:
-        """The account's fair-share weight and KV share at the PoPs (AccountSettings.share)."""
-        return self.settings(name).share()
-
     def limits_of(self, name: str) -> Limits:
         """The account's requests and tokens per minute per model (AccountSettings.limits)."""
         return self.settings(name).limits()

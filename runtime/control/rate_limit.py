@@ -131,10 +131,10 @@ class AccountRateLimits:
         self.limits_of, self.on_refused = limits_of, on_refused
         self.limiter = limiter or RateLimiter()
 
-    def check(self, account: str, model: str, asked: str | None = None) -> None:
+    def check(self, account: str, model: str, asked: str | None = None, limits: Limits | None = None) -> None:
         """Count a call of `model` (the serving name; `asked`: the name the caller used, for the
-        message) or raise AccountLimited."""
-        refusal = self.limiter.admit(account, model, self.limits_of(account))
+        message) or raise AccountLimited. `limits`: the account's, when the caller has read them."""
+        refusal = self.limiter.admit(account, model, limits or self.limits_of(account))
         if refusal is None:
             return
         if self.on_refused is not None:

@@ -159,7 +159,9 @@ def test_the_session_key_and_the_accounts_share_travel_with_the_request(service)
     assert req.session == "conv-7" and req.share == TenantShare()
     with pytest.raises(AIError, match="^5004: x-session-affinity: give at most 256"):
         service.prepare(MODEL, {"prompt": "a"}, "acct", session="k" * 300)
-    shared = AIService(service.edge, share_of=lambda account: TenantShare(3.0, 0.5))
+    from runtime.control.accounts import AccountSettings
+
+    shared = AIService(service.edge, settings_of=lambda account: AccountSettings(weight=3.0, kv_share=0.5))
     req, _ = shared.prepare(MODEL, {"prompt": "a"}, "gold")
     assert req.share == TenantShare(3.0, 0.5)
     # the engine at the PoP learns the account's weight and KV share from the request
