@@ -39,8 +39,9 @@ def field(entry: Any, name: str) -> Any:
 
 @dataclass(frozen=True)
 class BindingKind:
-    """One binding kind. Every entry of its config list names its env binding `binding`, as
-    wrangler's lists do."""
+    """One binding kind. Every entry struct of its config list holds its env name in the attribute
+    `binding`, under the key `env_key` as wrangler writes it (`binding`; `name` for ratelimits:
+    a msgspec rename)."""
 
     name: str  # BindingRef.kind: "kv"
     config_key: str  # wrangler's key for its list, dotted when nested: "kv_namespaces", "queues.producers"
@@ -50,17 +51,30 @@ class BindingKind:
     open: Callable[[Path, float], Store]  # its store under the state dir (and D1's statement time)
     client: str  # the SDK class a worker sees, "module:Class" in workers/: "workers.kv:KVNamespace"
     one_call_at_a_time: bool = False  # calls to one resource take turns (D1: one statement at a time)
+    env_key: str = "binding"  # the entry's key for its env name, as wrangler writes it
+    ident: Callable[[Any], Any] | None = None  # the resource id when more than one field makes it
+
+    def env_name(self, entry: Any) -> Any:
+        """The env name an entry binds (a config struct, or the dict a deployed version stores)."""
+        return entry.get(self.env_key) if isinstance(entry, dict) else entry.binding
 
     def ref(self, where: str, entry: Any) -> BindingRef:
         """The BindingRef an entry stands for; ValueError naming `where` when no id is given."""
-        ident = next((v for v in map(lambda f: field(entry, f), self.id_fields) if v), None)
+        if self.ident is not None:
+            ident = self.ident(entry)
+        else:
+            ident = next((v for v in map(lambda f: field(entry, f), self.id_fields) if v), None)
         if not isinstance(ident, str) or len(ident.encode("utf-8", "replace")) > ID_BYTES:
             raise ValueError(
-                f"{where}: {field(entry, 'binding')} needs an id (a non-empty string of at most "
+                f"{where}: {self.env_name(entry)} needs an id (a non-empty string of at most "
                 f"{ID_BYTES} bytes)"
             )
         return BindingRef(self.name, ident)
 
     def upload_entry(self, entry: Any) -> dict[str, Any]:
-        """A config entry as the deploy upload carries it: the upload struct's fields."""
-        return {f: field(entry, f) for f in self.upload.__struct_fields__}
+        """A config entry as the deploy upload carries it: the upload struct's fields, by the names
+        they take on the wire."""
+        return {
+            f.encode_name: msgspec.to_builtins(field(entry, f.name))
+            for f in msgspec.structs.fields(self.upload)
+        }

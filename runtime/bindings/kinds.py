@@ -17,9 +17,10 @@ from runtime.bindings.kind import BindingKind, BindingRef
 from runtime.bindings.kv import KIND as KV
 from runtime.bindings.queues import KIND as QUEUE
 from runtime.bindings.r2 import KIND as R2
+from runtime.bindings.ratelimit import KIND as RATELIMIT
 from runtime.control import config_schema
 
-KINDS: list[BindingKind] = [KV, D1, R2, QUEUE]
+KINDS: list[BindingKind] = [KV, D1, R2, QUEUE, RATELIMIT]
 
 
 def kind(name: str) -> BindingKind | None:
@@ -52,7 +53,7 @@ def binding_refs(tables: Mapping[str, Iterable[Any]], where: str = "") -> dict[s
     for k in KINDS:
         for i, entry in enumerate(tables.get(k.config_key, ())):
             ref = k.ref(f"{where}{k.config_key}.{i}", entry)
-            refs[entry.get("binding") if isinstance(entry, dict) else entry.binding] = ref
+            refs[k.env_name(entry)] = ref
     return refs
 
 

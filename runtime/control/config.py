@@ -177,12 +177,17 @@ def not_simulated(config: WorkerConfig) -> list[str]:
     return found
 
 
+def _env_key(entry: msgspec.Struct) -> str:
+    """The key an entry's env name has in the config (`binding`; a kind may rename it: `name`)."""
+    return next((f.encode_name for f in msgspec.structs.fields(entry) if f.name == "binding"), "binding")
+
+
 def _binding_names(config: WorkerConfig) -> list[tuple[str, str]]:
     """(key path, env name) of every binding the config declares but its vars."""
     names = [("ai.binding", config.ai.binding)] if config.ai is not None else []
     names += [(f"services.{i}.binding", b.binding) for i, b in enumerate(config.services)]
     for key, entries in config.bindings.items():
-        names += [(f"{key}.{i}.binding", b.binding) for i, b in enumerate(entries)]
+        names += [(f"{key}.{i}.{_env_key(b)}", b.binding) for i, b in enumerate(entries)]
     names += [
         (f"durable_objects.bindings.{i}.name", b.name) for i, b in enumerate(config.durable_objects.bindings)
     ]

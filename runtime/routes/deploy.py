@@ -111,7 +111,9 @@ def check_bindings(config: DeployConfig) -> dict[str, BindingRef]:
     bound = [("ai_binding", config.ai_binding)] if config.ai_binding is not None else []
     bound += [("services", b) for b in config.services]
     bound += [
-        (f"{key}.{i}.binding", e["binding"]) for key, entries in tables.items() for i, e in enumerate(entries)
+        (f"{k.config_key}.{i}.{k.env_key}", k.env_name(e))
+        for k in kinds.KINDS
+        for i, e in enumerate(tables[k.config_key])
     ]
     bound += [(f"durable_objects.bindings.{i}.name", b.name) for i, b in enumerate(objects)]
     check_env_names(config.vars, bound, "config.")

@@ -1,5 +1,6 @@
-"""KV, D1 and R2 through a real `edge dev`: a worker using all three with Cloudflare's API shapes,
-a schema applied with `edge d1 execute --file` before start, and data that survives a restart."""
+"""KV, D1, R2 and a rate limiter through a real `edge dev`: a worker using them with Cloudflare's API
+shapes, a schema applied with `edge d1 execute --file` before start, and data that survives a
+restart."""
 
 from __future__ import annotations
 
@@ -52,6 +53,18 @@ class Default(WorkerEntrypoint):
                 "custom": dict(obj.customMetadata) if obj else None,
                 "listed": [o.key for o in listed.objects],
             })
+        if path == "limit":  # limit 2 per 60 s: as Cloudflare's rate limiting example calls it
+            seen = []
+            for _ in range(5):
+                outcome = await env.LIMITER.limit({"key": "/write"})
+                seen.append(outcome.success)
+            other = await env.LIMITER.limit(key="another-key")
+            try:
+                await env.LIMITER.limit({"key": "k" * 2000})
+                long_key = "accepted"
+            except Exception as exc:
+                long_key = str(exc)
+            return Response.json({"seen": seen, "other": other["success"], "long_key": long_key})
         if path == "hostile":
             errors = {}
             for name, sql in {
@@ -96,6 +109,7 @@ def test_kv_d1_r2_from_a_worker_survive_a_restart(tmp_path):
           "kv_namespaces": [{"binding": "KV", "id": "kv-namespace-1"}],
           "d1_databases": [{"binding": "DB", "database_name": "notes-db", "database_id": "d1-database-1"}],
           "r2_buckets": [{"binding": "BUCKET", "bucket_name": "files"}],
+          "ratelimits": [{"name": "LIMITER", "namespace_id": "1001", "simple": {"limit": 2, "period": 60}}],
         }
     """)
     )
@@ -116,6 +130,11 @@ def test_kv_d1_r2_from_a_worker_survive_a_restart(tmp_path):
         assert "not authorized" in hostile["attach"] and "not authorized" in hostile["pragma"]
         assert "no such table: nowhere" in hostile["missing"]
         assert "512" in hostile["kv_key"]
+        limited = httpx.get(srv.url + "/limit", timeout=30).json()
+        seen = limited["seen"]  # 5 calls span at most one window's end: never more than 2 per window
+        assert seen[:2] == [True, True] and False in seen and seen.count(True) <= 4, seen
+        assert limited["other"] is True  # each key counts alone
+        assert "1024" in limited["long_key"]
 
     with DevServer(config, cwd=tmp_path) as srv:  # a fresh edge dev on the same .edge/
         read = httpx.get(srv.url + "/read", timeout=30)

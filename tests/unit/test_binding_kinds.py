@@ -17,6 +17,7 @@ from runtime.host.registry import dev_spec
 from runtime.isolate.inside.main import sdk_client
 from runtime.routes.deploy import DeployConfig
 
+EXTRA = {"ratelimit": {"simple": {"limit": 5, "period": 60}}}  # what a kind needs beyond its id
 MINIMAL = '{"name": "w", "main": "worker.py", "compatibility_date": "2026-11-01"'
 
 
@@ -25,7 +26,8 @@ def test_every_kind_has_its_config_key_sdk_client_and_deploy_field():
         client = sdk_client(k.client)  # the SDK class the isolate builds for it
         assert client.__module__.startswith("workers."), k.client
         *parents, leaf = k.config_key.split(".")
-        nested: dict = {leaf: [{"binding": "X", **{f: "v" for f in k.id_fields if f != "binding"}}]}
+        entry = {k.env_key: "X", **{f: "v" for f in k.id_fields if f != "binding"}, **EXTRA.get(k.name, {})}
+        nested: dict = {leaf: [entry]}
         for part in reversed(parents):
             nested = {part: nested}
         config = parse_config(
@@ -33,7 +35,12 @@ def test_every_kind_has_its_config_key_sdk_client_and_deploy_field():
         )
         assert len(config.bindings[k.config_key]) == 1, k.config_key
         upload = msgspec.convert(nested, DeployConfig)
-        assert kinds.tables_of(msgspec.to_builtins(upload))[k.config_key][0]["binding"] == "X"
+        stored = kinds.tables_of(msgspec.to_builtins(upload))[k.config_key][0]
+        assert k.env_name(stored) == "X" and k.env_name(config.bindings[k.config_key][0]) == "X"
+        sent = kinds.upload_payload(config.bindings)  # what edge deploy sends: the upload reads it back
+        assert kinds.tables_of(msgspec.to_builtins(msgspec.convert(sent, DeployConfig)))[k.config_key] == [
+            stored
+        ]
 
 
 class EchoConfig(msgspec.Struct, kw_only=True):

@@ -181,7 +181,9 @@ def test_every_wrangler_key_is_parsed_into_its_struct(caplog):
 def test_defaults_when_the_keys_are_absent():
     cfg = parse_config(MINIMAL, source="wrangler.json")
     assert cfg.compatibility_flags == [] and cfg.migrations == [] and cfg.triggers.crons == []
-    assert cfg.bindings == {"kv_namespaces": [], "d1_databases": [], "r2_buckets": [], "queues.producers": []}
+    assert cfg.bindings == {
+        "kv_namespaces": [], "d1_databases": [], "r2_buckets": [], "queues.producers": [], "ratelimits": []
+    }  # fmt: skip
     assert cfg.durable_objects.bindings == [] and cfg.queues == QueuesConfig()
     assert cfg.assets is None and cfg.observability is None and cfg.ai is None
     assets = parse_config(MINIMAL[:-1] + ', "assets": {"directory": "p"}}', syntax="json").assets
