@@ -208,3 +208,47 @@ def test_reset_and_reload_serves_the_kernels_again(monkeypatch):
         monkeypatch.delenv("EDGE_CPU_KERNELS")
         cpu_qlinear._reset()
     assert cpu_qlinear.available()
+
+
+@pytest.mark.parametrize("fmt", ["int8", "int4"])
+def test_gate_and_up_as_one_weight_give_the_same_values_as_two(fmt):
+    """kernels.quant.concat_out (gate and up rows joined, one call): every output is the same dot
+    product in the same order, so the joined call is bitwise the two separate ones."""
+    from kernels.quant import concat_out, rows_of
+
+    gen = torch.Generator().manual_seed(9)
+    gate, up = (
+        quantize(torch.randn(128, 256, generator=gen), fmt),
+        quantize(torch.randn(128, 256, generator=gen), fmt),
+    )
+    joined = concat_out([gate, up])
+    assert joined is not None and joined.shape == (256, 256)
+    for m in (1, 7, 32):
+        x = torch.randn(m, 256, generator=gen)
+        both = kernels.linear(x, joined)
+        assert torch.equal(both[:, :128], kernels.linear(x, gate))
+        assert torch.equal(both[:, 128:], kernels.linear(x, up))
+    assert torch.equal(dequantize(rows_of(joined, 128, 256)), dequantize(up))
+    assert concat_out([quantize(torch.randn(128, 256), "fp8")] * 2) is None  # block scales span rows
+
+
+@pytest.mark.parametrize("fmt", ["int8", "int4"])
+def test_greedy_tokens_are_the_reference_paths(fmt, monkeypatch):
+    """The shipped miniature with compressed experts decodes the same greedy tokens on these kernels
+    as on the reference (dequantize, then multiply), batch 1 and 3 sequences together."""
+    from engine import LLM
+    from engine.sampling import SamplingParams
+
+    repo = Path(__file__).resolve().parents[2]
+    llm = LLM(repo / "models" / "kimi-k2-mini", weights=fmt, device="cpu")
+    params = SamplingParams(max_tokens=24, temperature=0, ignore_eos=True)
+    prompts = ["def fibonacci(n):\n    ", "import os\nclass Config:\n", "# sort a list\n"]
+
+    def tokens():
+        return [list(r.token_ids) for r in llm.generate(prompts, params)] + [
+            list(llm.generate(prompts[0], params)[0].token_ids)
+        ]
+
+    ours = tokens()
+    monkeypatch.setattr(cpu_qlinear, "supports", lambda x, w: False)
+    assert ours == tokens()
