@@ -204,7 +204,7 @@ def qlinear_unchecked(x: torch.Tensor, w: QuantizedWeight, bias: torch.Tensor | 
     lib = _lib if _lib is not None else _load()
     n, k = w.shape
     lead = x.shape[:-1]
-    xf = x.reshape(-1, k)
+    xf = x if x.dim() == 2 else x.reshape(-1, k)
     if xf.dtype != torch.float32:
         xf = xf.to(torch.float32)
     if not xf.is_contiguous():
