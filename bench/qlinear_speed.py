@@ -2,7 +2,7 @@
 dense and against torch's own paths, then the engine's decode at each weight format with our kernels
 and with the reference path, all from one run (interleaved rounds, medians).
 
-    python bench/qlinear_speed.py [--rounds 5] [--no-engine] [--tokens 32] [--seqs 32]
+    python bench/qlinear_speed.py [--rounds 5] [--no-engine] [--tokens 32] [--seqs 32] [--max-isa avx2]
 
 1. x [m, in] @ W^T for W [out, in] at 1 and 32 rows: float32 dense (x @ W^T, MKL), our int8 and int4,
    and torch's reference paths for the same stored weights: dequantize then multiply
@@ -142,7 +142,14 @@ def main() -> None:
     parser.add_argument("--no-engine", action="store_true")
     parser.add_argument("--no-matmuls", action="store_true")
     parser.add_argument("--model", type=Path, default=REPO / "models" / "kimi-k2-mini")
+    parser.add_argument(
+        "--max-isa",
+        choices=cpu_qlinear.ISAS,
+        help="cap our kernels' path (avx2: what an AVX2-only host runs)",
+    )
     args = parser.parse_args()
+    if args.max_isa:
+        cpu_qlinear.set_max_isa(args.max_isa)
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     print(
         f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, torch {torch.__version__} "

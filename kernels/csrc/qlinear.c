@@ -8,7 +8,7 @@
    straight into its dot product, the int8 row scale applied once to the sum and each int4 group's
    scale to that group's partial sum. Several rows of x: four output rows at a time are decoded
    (scaled) into a float tile that stays in L1/L2, and a register-blocked micro-kernel dots MR rows of
-   x with the tile's four rows at once (MR x 4 accumulators), so each weight is decoded once per call
+   x (4 on AVX-512, 3 on AVX2) with the tile's four rows at once (MR x 4 accumulators), so each weight is decoded once per call
    whatever the batch and each load feeds several FMAs. Output rows are split over threads with
    OpenMP (torch's thread count). Three paths, chosen at run time by CPUID (qlinear_isa says which):
    AVX-512 (F, BW, VL), AVX2 + FMA, and the same loops in portable scalar C; qlinear_set_max_isa caps
@@ -159,29 +159,34 @@ AVX2 static float dot_int4_avx2(const float *x, const uint8_t *w, const uint16_t
 }
 
 /* y[i, n0 .. n0 + rows) = x[i] . tile[0 .. rows) for every row i of x; kp a multiple of 8 and
-   the tile's four rows all written (zeros past `rows`): 2 rows of x x 4 of the tile per pass */
+   the tile's four rows all written (zeros past `rows`): 3 rows of x x 4 of the tile per pass (12
+   accumulators, 3 rows of x and one of the tile in registers: all 16 of AVX2's) */
 AVX2 static void tile_dots_avx2(const float *x, int64_t m, int64_t kp, const float *tile, int rows,
                                 float *y, int64_t n, int64_t n0) {
     const float *t0 = tile, *t1 = tile + kp, *t2 = tile + 2 * kp, *t3 = tile + 3 * kp;
     int64_t i = 0;
-    for (; i + 2 <= m; i += 2) {
-        const float *xa = x + i * kp, *xb = xa + kp;
+    for (; i + 3 <= m; i += 3) {
+        const float *xa = x + i * kp, *xb = xa + kp, *xc = xb + kp;
         __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, b0 = a0, b1 = a0, b2 = a0, b3 = a0;
+        __m256 c0 = a0, c1 = a0, c2 = a0, c3 = a0;
         for (int64_t j = 0; j < kp; j += 8) {
-            __m256 w0 = _mm256_loadu_ps(t0 + j), w1 = _mm256_loadu_ps(t1 + j);
-            __m256 w2 = _mm256_loadu_ps(t2 + j), w3 = _mm256_loadu_ps(t3 + j);
-            __m256 xv = _mm256_loadu_ps(xa + j);
-            a0 = _mm256_fmadd_ps(xv, w0, a0); a1 = _mm256_fmadd_ps(xv, w1, a1);
-            a2 = _mm256_fmadd_ps(xv, w2, a2); a3 = _mm256_fmadd_ps(xv, w3, a3);
-            xv = _mm256_loadu_ps(xb + j);
-            b0 = _mm256_fmadd_ps(xv, w0, b0); b1 = _mm256_fmadd_ps(xv, w1, b1);
-            b2 = _mm256_fmadd_ps(xv, w2, b2); b3 = _mm256_fmadd_ps(xv, w3, b3);
+            __m256 va = _mm256_loadu_ps(xa + j), vb = _mm256_loadu_ps(xb + j), vc = _mm256_loadu_ps(xc + j);
+            __m256 w = _mm256_loadu_ps(t0 + j);
+            a0 = _mm256_fmadd_ps(va, w, a0); b0 = _mm256_fmadd_ps(vb, w, b0); c0 = _mm256_fmadd_ps(vc, w, c0);
+            w = _mm256_loadu_ps(t1 + j);
+            a1 = _mm256_fmadd_ps(va, w, a1); b1 = _mm256_fmadd_ps(vb, w, b1); c1 = _mm256_fmadd_ps(vc, w, c1);
+            w = _mm256_loadu_ps(t2 + j);
+            a2 = _mm256_fmadd_ps(va, w, a2); b2 = _mm256_fmadd_ps(vb, w, b2); c2 = _mm256_fmadd_ps(vc, w, c2);
+            w = _mm256_loadu_ps(t3 + j);
+            a3 = _mm256_fmadd_ps(va, w, a3); b3 = _mm256_fmadd_ps(vb, w, b3); c3 = _mm256_fmadd_ps(vc, w, c3);
         }
-        float ra[4], rb[4];
+        float ra[4], rb[4], rc[4];
         _mm_storeu_ps(ra, hsum4_256(a0, a1, a2, a3));
         _mm_storeu_ps(rb, hsum4_256(b0, b1, b2, b3));
+        _mm_storeu_ps(rc, hsum4_256(c0, c1, c2, c3));
         memcpy(y + i * n + n0, ra, sizeof(float) * rows);
         memcpy(y + (i + 1) * n + n0, rb, sizeof(float) * rows);
+        memcpy(y + (i + 2) * n + n0, rc, sizeof(float) * rows);
     }
     for (; i < m; i++) {
         const float *xa = x + i * kp;
