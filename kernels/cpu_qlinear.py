@@ -1,12 +1,21 @@
 """Compressed-weight matmuls on the CPU that read int8 and int4 weights as stored (kernels/csrc/qlinear.c):
 no dense copy of the weight per call, which is what made quantized weights slower than bf16 here.
 
+The layout is the format table's own (kernels/formats.py: int8 [out, in] with a float32 scale per
+row; int4 two codes a byte, low nibble first, a bfloat16 scale per 32 along the input), read as
+stored: no repack at load, so a checkpoint, the Triton kernels and these share one layout.
+
 The C source is compiled once per source hash with the system's C compiler (`cc -O3 -fopenmp`,
 about a second; `make native` does it ahead of time) into the build folder of engine.native (or the
 user's cache folder where that is not writable), and loaded with ctypes, which releases the GIL
-for the call. Its AVX2 + FMA path is chosen at run time where the CPU has it, else a scalar path of
-the same loops (`isa()` says which). Without a compiler, or with EDGE_CPU_KERNELS=0, `available()`
-is False and kernels.linear keeps the reference (dequantize, then multiply), saying so once.
+for the call. ctypes rather than a torch.library C++ op: the kernels need no torch headers (a plain
+C file builds in a second where a cpp_extension build takes a minute and a matching toolchain), and
+a ctypes call costs a few microseconds, less than the op dispatcher plus its Python wrapper.
+
+The path is chosen at run time by CPUID: AVX-512 (F, BW, VL) where the CPU has it, else AVX2 + FMA,
+else a portable scalar path of the same loops (`isa()` says which; `set_max_isa` caps it, for the
+tests). Without a compiler, or with EDGE_CPU_KERNELS=0, `available()` is False and kernels.linear
+keeps the reference (dequantize, then multiply), saying so once on stderr.
 """
 
 from __future__ import annotations
@@ -19,6 +28,7 @@ import logging
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -29,7 +39,8 @@ from kernels.formats import WEIGHT, QuantizedWeight
 log = logging.getLogger(__name__)
 SOURCE = Path(__file__).resolve().parent / "csrc" / "qlinear.c"
 FORMATS = ("int8", "int4")
-ENV = "EDGE_CPU_KERNELS"  # "0": never build or use them
+ENV = "EDGE_CPU_KERNELS"  # "0": never build or use them (the reference path, dequantize then multiply)
+ISAS = ("scalar", "avx2", "avx512")  # the C code's paths, lowest first
 _lib: ctypes.CDLL | None = None
 _problem: str | None = None  # why they are not available, once known
 
@@ -77,27 +88,43 @@ def build() -> Path:
     raise RuntimeError("; ".join(problems))
 
 
+def _fallback(why: str) -> None:
+    """Say once on stderr (and in the log) that compressed weights take the reference path."""
+    global _problem
+    _problem = why
+    message = f"compressed weights run dequantize-then-multiply on this CPU (the reference path): {why}"
+    log.info(message)
+    print(f"edge: {message}", file=sys.stderr)
+
+
 def _load() -> ctypes.CDLL | None:
-    global _lib, _problem
+    global _lib
     if _lib is not None or _problem is not None:
         return _lib
-    if os.environ.get(ENV) == "0":
-        _problem = f"{ENV}=0"
+    if os.environ.get(ENV, "1").strip() == "0":
+        _fallback(f"{ENV}=0")
         return None
     try:
         lib = ctypes.CDLL(str(build()))
     except (RuntimeError, OSError) as exc:
-        _problem = str(exc)
-        log.warning("compressed weights run dequantize-then-multiply on this CPU: %s", _problem)
+        _fallback(str(exc))
         return None
     p, i64, i32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int
     for name in ("qlinear_int8", "qlinear_int4"):
         getattr(lib, name).argtypes = [p, i64, i64, p, p, i64, p, i32]
         getattr(lib, name).restype = None
     lib.qlinear_isa.restype = ctypes.c_char_p
+    lib.qlinear_cpu_isa.restype = ctypes.c_char_p
+    lib.qlinear_set_max_isa.argtypes = [i32]
     lib.qlinear_force_scalar.argtypes = [i32]
     _lib = lib
     return lib
+
+
+def _reset() -> None:
+    """Forget what _load decided (the tests of the fallback; the library itself stays mapped)."""
+    global _lib, _problem
+    _lib, _problem = None, None
 
 
 def available() -> bool:
@@ -111,16 +138,27 @@ def problem() -> str | None:
 
 
 def isa() -> str:
-    """The path these kernels run on this CPU: "avx2", "scalar", or "none" (not built)."""
+    """The path these kernels run on this CPU now: "avx512", "avx2", "scalar", or "none" (not built)."""
     lib = _load()
     return lib.qlinear_isa().decode() if lib is not None else "none"
 
 
-def force_scalar(on: bool) -> None:
-    """Run the portable path even where AVX2 is there (the tests check both)."""
+def isas() -> tuple[str, ...]:
+    """Every path this CPU can run, lowest first (empty when not built): what the tests cover."""
+    lib = _load()
+    return ISAS[: ISAS.index(lib.qlinear_cpu_isa().decode()) + 1] if lib is not None else ()
+
+
+def set_max_isa(name: str) -> None:
+    """Cap the path ("scalar", "avx2", "avx512"; the CPU's best still bounds it)."""
     lib = _load()
     if lib is not None:
-        lib.qlinear_force_scalar(int(on))
+        lib.qlinear_set_max_isa(ISAS.index(name))
+
+
+def force_scalar(on: bool) -> None:
+    """Run the portable path even where AVX2 or AVX-512 is there (the tests check both)."""
+    set_max_isa("scalar" if on else "avx512")
 
 
 def supports(x: torch.Tensor, w: QuantizedWeight) -> bool:
@@ -163,11 +201,19 @@ def qlinear(x: torch.Tensor, w: QuantizedWeight, bias: torch.Tensor | None = Non
 
 def qlinear_unchecked(x: torch.Tensor, w: QuantizedWeight, bias: torch.Tensor | None = None) -> torch.Tensor:
     """qlinear for a caller that has just asked `supports` (kernels.linear)."""
-    lib = _load()
+    lib = _lib if _lib is not None else _load()
     n, k = w.shape
     lead = x.shape[:-1]
-    xf = x.reshape(-1, k).to(torch.float32).contiguous()
-    data, scale = w.data.contiguous(), w.scale.contiguous()
+    xf = x if x.dim() == 2 else x.reshape(-1, k)
+    if xf.dtype != torch.float32:
+        xf = xf.to(torch.float32)
+    if not xf.is_contiguous():
+        xf = xf.contiguous()
+    data, scale = w.data, w.scale
+    if not data.is_contiguous():
+        data = data.contiguous()
+    if not scale.is_contiguous():
+        scale = scale.contiguous()
     y = torch.empty((xf.shape[0], n), dtype=torch.float32)
     fn = lib.qlinear_int8 if w.format == "int8" else lib.qlinear_int4
     fn(
@@ -182,4 +228,6 @@ def qlinear_unchecked(x: torch.Tensor, w: QuantizedWeight, bias: torch.Tensor | 
     )
     if bias is not None:
         y += bias
-    return y.reshape(*lead, n).to(x.dtype)
+    if len(lead) != 1:
+        y = y.reshape(*lead, n)
+    return y if x.dtype == torch.float32 else y.to(x.dtype)

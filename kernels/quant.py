@@ -25,8 +25,11 @@ __all__ = [
     "dequantize",
     "linear_ref",
     "quantize",
+    "concat_out",
     "stack",
 ]
+
+ROW_SCALED = ("int8", "int4")  # scales per output row (or per group within a row): rows concatenate
 
 
 def quantize(w: torch.Tensor, fmt: str, name: str = "weight") -> QuantizedWeight:
@@ -55,6 +58,37 @@ def stack(weights: list[QuantizedWeight]) -> QuantizedWeight:
         torch.stack([w.data for w in weights]),
         torch.stack([w.scale for w in weights]),
         (len(weights), *first.shape),
+    )
+
+
+def concat_out(weights: list[QuantizedWeight]) -> QuantizedWeight | None:
+    """Weights of one row-scaled format (int8, int4) with the same input width, concatenated along
+    the output rows ([.., sum out, in]: gate and up as one matmul); None where the format's scales
+    span rows (fp8's 128x128 blocks) or the weights differ in format or leading shape."""
+    first = weights[0]
+    if first.format not in ROW_SCALED or any(
+        w.format != first.format or w.shape[:-2] != first.shape[:-2] or w.shape[-1] != first.shape[-1]
+        for w in weights
+    ):
+        return None
+    dim = len(first.shape) - 2  # the output-row dimension of data and scale alike
+    rows = sum(w.shape[-2] for w in weights)
+    return QuantizedWeight(
+        first.format,
+        torch.cat([w.data for w in weights], dim=dim),
+        torch.cat([w.scale for w in weights], dim=dim),
+        (*first.shape[:-2], rows, first.shape[-1]),
+    )
+
+
+def rows_of(w: QuantizedWeight, start: int, stop: int) -> QuantizedWeight:
+    """Output rows [start, stop) of a row-scaled weight (views, no copy)."""
+    dim = len(w.shape) - 2
+    return QuantizedWeight(
+        w.format,
+        w.data.narrow(dim, start, stop - start),
+        w.scale.narrow(dim, start, stop - start),
+        (*w.shape[:-2], stop - start, w.shape[-1]),
     )
 
 

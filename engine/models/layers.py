@@ -14,7 +14,7 @@ import torch.nn.functional as F
 
 import kernels
 from engine.config import ModelConfig, RopeSpec
-from kernels.quant import QuantizedWeight, stack
+from kernels.quant import QuantizedWeight, concat_out, rows_of, stack
 
 Tensors = Mapping[str, "torch.Tensor | QuantizedWeight"]
 
@@ -157,12 +157,19 @@ class Rotary:
 
 
 class MLP:
-    """SwiGLU: down(silu(gate(x)) * up(x)); gate and up run as one matmul when both are dense."""
+    """SwiGLU: down(silu(gate(x)) * up(x)); gate and up run as one matmul when both are dense or
+    both int8 / int4 (their rows concatenated: one compressed-weight call instead of two)."""
 
     def __init__(self, t: Tensors, prefix: str):
         gate, up = t[f"{prefix}.gate_proj.weight"], t[f"{prefix}.up_proj.weight"]
-        self.fused = not isinstance(gate, QuantizedWeight) and not isinstance(up, QuantizedWeight)
-        if self.fused:
+        both_quantized = isinstance(gate, QuantizedWeight) and isinstance(up, QuantizedWeight)
+        joined = concat_out([gate, up]) if both_quantized else None
+        self.fused = joined is not None or not (
+            isinstance(gate, QuantizedWeight) or isinstance(up, QuantizedWeight)
+        )
+        if joined is not None:
+            self.gate_up = Linear(joined)
+        elif self.fused:
             self.gate_up = Linear(torch.cat([gate, up]))
         else:
             self.gate, self.up = Linear(gate), Linear(up)
@@ -241,12 +248,27 @@ class RoutedExperts:
             self._down = list(self.w_down_t.unbind(0))
         else:
             self.w_gate, self.w_up, self.w_down = gate, up, down
+        # int8 / int4 on a CPU: gate and up rows of each expert stored as one weight (w_gate and w_up
+        # are views of it), one compressed-weight call for both; per-expert weights split once here
+        self._q_gate_up: list[QuantizedWeight] | None = None
+        joined = None
+        if not self.fused and isinstance(gate, QuantizedWeight) and gate.data.device.type == "cpu":
+            joined = concat_out([gate, up])
+        if joined is not None:
+            i = gate.shape[-2]
+            self.w_gate, self.w_up = rows_of(joined, 0, i), rows_of(joined, i, 2 * i)
+            self._q_gate_up = [joined[e] for e in range(num_experts)]
+            self._q_down = [down[e] for e in range(num_experts)]
         self.num_experts = num_experts
 
     def _expert(self, e: int, h: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
         if self.fused:
             gate, up = torch.matmul(h, self._gate_up[e]).chunk(2, dim=-1)
             return torch.matmul(F.silu(gate) * up, self._down[e], out=out)
+        if self._q_gate_up is not None:
+            gate, up = kernels.linear(h, self._q_gate_up[e]).chunk(2, dim=-1)
+            y = kernels.linear(F.silu(gate) * up, self._q_down[e])
+            return y if out is None else out.copy_(y)
         gate, up = kernels.linear(h, self.w_gate[e]), kernels.linear(h, self.w_up[e])
         y = kernels.linear(F.silu(gate) * up, self.w_down[e])
         return y if out is None else out.copy_(y)
