@@ -17,6 +17,7 @@ from starlette.requests import Request
 from runtime.bindings import kinds
 from runtime.bindings.kind import field
 from runtime.control.config import WorkerConfig
+from runtime.control.dev_vars import read_dev_vars
 from runtime.control.limits import validate as validate_limits
 from runtime.control.state import State, materialise_bundle
 from runtime.host.assets import ASSETS_SERVICE
@@ -43,9 +44,11 @@ def binding_fields(tables: Mapping[str, Iterable[Any]], objects: Iterable[Any]) 
 
 
 def dev_spec(config: WorkerConfig, deps: Path | None) -> WorkerSpec:
-    """The worker `edge dev` serves, as its config describes it now."""
+    """The worker `edge dev` serves, as its config describes it now (and its .dev.vars)."""
     c = config
     limits = validate_limits(msgspec.structs.asdict(c.limits), "limits")  # as load_config did
+    bound = binding_fields(c.bindings, c.durable_objects.bindings)
+    services = {s.binding: s.service for s in c.services}
     return WorkerSpec(
         account=c.account_id,
         name=c.name,
@@ -53,13 +56,24 @@ def dev_spec(config: WorkerConfig, deps: Path | None) -> WorkerSpec:
         script=str(c.main_path),
         vars=dict(c.vars),
         ai_binding=c.ai.binding if c.ai else None,
-        services={s.binding: s.service for s in c.services}
-        | ({c.assets.binding: ASSETS_SERVICE} if c.assets and c.assets.binding else {}),
+        services=services | ({c.assets.binding: ASSETS_SERVICE} if c.assets and c.assets.binding else {}),
         limits=limits.isolate(),
         subrequests=limits.subrequests,
-        **binding_fields(c.bindings, c.durable_objects.bindings),
+        **bound,
         deps=str(deps) if deps else None,
+        local_secrets=_local_secrets(c, {*bound["bindings"], *bound["durable_objects"], *services}),
     )
+
+
+def _local_secrets(config: WorkerConfig, bindings: set[str]) -> dict[str, str]:
+    """The dev worker's .dev.vars (or .env) beside its config, less the names a binding holds."""
+    path, found = read_dev_vars(Path(config.base_dir))
+    taken = sorted((bindings | ({config.ai.binding} if config.ai else set())).intersection(found))
+    if taken:
+        log.warning("%s: %s also name a binding; the binding is what env holds", path, ", ".join(taken))
+    if path is not None:
+        log.info("%s: %d local secret(s) for %s", path, len(found) - len(taken), config.name)
+    return {k: v for k, v in found.items() if k not in taken}
 
 
 def pick_version(strategy: list[tuple[str, int]], key: str | None) -> str:

@@ -46,6 +46,7 @@ class WorkerSpec(msgspec.Struct, frozen=True):
     durable_objects: dict[str, DurableObjectRef] = {}  # env name -> the namespace it stands for
     durable_object: ObjectAddress | None = None  # set: this handle runs that object, not Default
     deps: str | None = None  # the project's installed dependencies (runtime.host.deps): /edge/deps inside
+    local_secrets: dict[str, str] = {}  # edge dev's .dev.vars (control.dev_vars): over vars, secrets
 
 
 @dataclass

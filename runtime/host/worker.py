@@ -42,7 +42,8 @@ class WorkerHandle:
         # its console lines in edge dev's terminal: [name], [name:Counter(1a2b3c4d)] for an object
         self.console = WorkerConsole(f"{label}:{obj.class_name}({obj.id[:8]})" if obj else label)
         self.calls = WorkerCalls(spec, self.requests, services, self.console)
-        env = {**spec.vars, **services.secrets.secrets(spec.account, spec.name)}  # secrets never logged
+        stored = services.secrets.secrets(spec.account, spec.name)
+        env = {**spec.vars, **stored, **spec.local_secrets}  # secrets never logged
         self.isolate = Isolate(
             f"{label}:{obj.class_name}:{obj.id[:8]}" if obj else label,
             Path(spec.script),

@@ -53,6 +53,8 @@ class Default(WorkerEntrypoint):
                 "custom": dict(obj.customMetadata) if obj else None,
                 "listed": [o.key for o in listed.objects],
             })
+        if path == "secret":  # .dev.vars beside the config: local secrets, over vars
+            return Response.json({"key": env.API_KEY, "multi": env.MULTI, "plain": env.PLAIN})
         if path == "limit":  # limit 2 per 60 s: as Cloudflare's rate limiting example calls it
             seen = []
             for _ in range(5):
@@ -121,8 +123,13 @@ def test_kv_d1_r2_from_a_worker_survive_a_restart(tmp_path):
     assert done.returncode == 0, done.stderr
     assert "2 statement(s) executed" in done.stdout
 
+    (tmp_path / ".dev.vars").write_text(
+        '# local secrets\nAPI_KEY="s3cr3t-value"\nexport MULTI="line one\nline two"\nPLAIN=bare # a comment\n'
+    )
     config = tmp_path / "wrangler.jsonc"
     with DevServer(config, cwd=tmp_path) as srv:
+        secret = httpx.get(srv.url + "/secret", timeout=30).json()
+        assert secret == {"key": "s3cr3t-value", "multi": "line one\nline two", "plain": "bare"}
         wrote = httpx.get(srv.url + "/write", timeout=30)
         assert wrote.status_code == 200, wrote.text
         assert wrote.json()["size"] == 7
@@ -161,6 +168,7 @@ def test_kv_d1_r2_from_a_worker_survive_a_restart(tmp_path):
         "seeded; by the schema",
         "from the worker",
     ]
+    assert all("s3cr3t-value" not in p.read_text() for p in tmp_path.glob(".edge-dev-*.log"))  # never logged
     state = tmp_path / ".edge"
     assert (state / "d1" / "local" / "d1-database-1.sqlite").is_file()
     assert not any("readme" in p.name for p in (state / "r2").rglob("*"))  # stored by hash, not by key
