@@ -23,6 +23,7 @@ import msgspec
 
 from runtime.isolate import ipc
 from workers import AIError, Response
+from workers.binding_values import wrap_result
 from workers.bindings import binding_error
 from workers.durable_objects import remote_error
 
@@ -290,7 +291,8 @@ _ANSWERS = (ipc.InvokeResult, ipc.InvokeStart, ipc.InvokeError, ipc.ObjectResult
 
 
 class AIBinding:
-    """`env.AI`: `await env.AI.run(model, inputs, options=None)` crosses to the runtime's AI service."""
+    """`env.AI`: `await env.AI.run(model, inputs, options=None)` crosses to the runtime's AI service;
+    the answer reads as Cloudflare's Python Workers read a JS object (keys, attributes, `to_py()`)."""
 
     def __init__(self, channel: Channel):
         self._channel = channel
@@ -300,7 +302,9 @@ class AIBinding:
             raise AIError(
                 5004, f"model must be a string such as '@edge/moonshotai/kimi-k2-mini', got {model!r}"
             )
-        return await self._channel.call_ai(model, inputs, options)
+        result = await self._channel.call_ai(model, inputs, options)
+        # Pyodide hands the script a JS object: `out.response` as well as `out["response"]`, `to_py()`
+        return wrap_result(result) if isinstance(result, dict) else result
 
 
 class ServiceBinding:
