@@ -28,7 +28,8 @@ from starlette.requests import Request
 from edge_sim.edge import Edge
 from edge_sim.remote import health_checks
 from runtime.ai.batch import BatchQueue
-from runtime.ai.catalog import CatalogEntry, alias_map, catalog_view
+from runtime.ai.catalog import CatalogAlias, CatalogEntry, alias_map, catalog_view
+from runtime.ai.cloudflare_names import stand_in_aliases
 from runtime.ai.service import AIService
 from runtime.bindings import BindingStores
 from runtime.control.accounts import Accounts
@@ -73,12 +74,13 @@ class ApiServices:
     locator: Locator
     catalog: dict[str, tuple[CatalogEntry, Path]]
     edge: Edge
+    aliases: dict[str, tuple[str, CatalogAlias]]
 
     def locate(self, request: Request) -> RequestContext:
         return self.locator.locate(request)
 
     def catalog_view(self) -> list[dict[str, Any]]:
-        return catalog_view(self.catalog, self.edge)
+        return catalog_view(self.catalog, self.edge, self.aliases)
 
 
 class Runtime:
@@ -101,13 +103,17 @@ class Runtime:
         self.catalog = catalog or {}
         self.metrics = Metrics()
         self.rate_limits = AccountRateLimits(self.accounts.limits_of, on_refused=self.metrics.ai_rate_limited)
+        # the catalog's aliases and, unless [edge] strict_models, Cloudflare's other names
+        stand_ins = None if config.edge.strict_models else list(config.edge.models)
+        self.aliases = alias_map(self.catalog, stand_ins_from=stand_ins)
         self.ai = AIService(
             edge,
             {name: e.schema for name, (e, _) in self.catalog.items()},
-            {alias: (target, a.schema) for alias, (target, a) in alias_map(self.catalog).items()},
+            {alias: (target, a.schema) for alias, (target, a) in self.aliases.items()},
             self.rate_limits,
             settings_of=self.accounts.settings,
         )
+        self.ai.stand_ins = frozenset(stand_in_aliases(self.catalog, stand_ins)) & set(self.aliases)
         # queued batch requests, kept in the state database; run by a task started in start()
         self.batches = BatchQueue(self.state, self.ai, lambda code: edge.topology.pops[code])
         self.ai.batches, self.ai.metrics = self.batches, self.metrics
@@ -169,7 +175,9 @@ class Runtime:
         self.rollout_endpoints = RolloutEndpoints(
             config, edge, self.metrics, self.tail, self.ai.rollouts, self.endpoints.admin_body
         )
-        self.api = AIApi(ApiServices(self.state, self.ai, self.metrics, self.locator, self.catalog, edge))
+        self.api = AIApi(
+            ApiServices(self.state, self.ai, self.metrics, self.locator, self.catalog, edge, self.aliases)
+        )
         self.responses = ResponsesApi(self.api)
         self.control = ControlApi(self.state, config.state_dir, self.tail, self.workers.restart_worker)
         self._tasks: list[asyncio.Task] = []

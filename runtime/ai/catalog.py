@@ -17,6 +17,7 @@ import msgspec
 from edge_sim.pop import ModelSpec
 from edge_sim.roofline import SimulationError
 from edge_sim.target import TargetSpec
+from runtime.ai.cloudflare_names import stand_in_aliases
 from runtime.ai.inputs import TextGenerationInputs
 from runtime.ai.refusals import REFUSED
 from runtime.control.config import MODELS_DIR_ENV, ConfigError
@@ -88,9 +89,16 @@ def load_catalog(models_dir: Path) -> dict[str, tuple[CatalogEntry, Path]]:
     return entries
 
 
-def alias_map(catalog: dict[str, tuple[CatalogEntry, Path]]) -> dict[str, tuple[str, CatalogAlias]]:
-    """Alias -> (the catalog name that serves it, the alias's entry)."""
-    return {a.name: (name, a) for name, (entry, _) in catalog.items() for a in entry.aliases}
+def alias_map(
+    catalog: dict[str, tuple[CatalogEntry, Path]], stand_ins_from: list[str] | None = None
+) -> dict[str, tuple[str, CatalogAlias]]:
+    """Alias -> (the catalog name that serves it, the alias's entry); `stand_ins_from` (the names
+    served, [] for all): also every other Cloudflare text-generation name, by the closest of those
+    miniatures (runtime.ai.cloudflare_names)."""
+    own = {a.name: (name, a) for name, (entry, _) in catalog.items() for a in entry.aliases}
+    if stand_ins_from is None:
+        return own
+    return {**stand_in_aliases(catalog, stand_ins_from), **own}
 
 
 def catalog_if_any(config) -> dict[str, tuple[CatalogEntry, Path]]:
@@ -157,9 +165,14 @@ def accepted_inputs() -> dict[str, Any]:
     }
 
 
-def catalog_view(catalog: dict[str, tuple[CatalogEntry, Path]], edge: Edge) -> list[dict[str, Any]]:
+def catalog_view(
+    catalog: dict[str, tuple[CatalogEntry, Path]],
+    edge: Edge,
+    aliases: dict[str, tuple[str, CatalogAlias]] | None = None,
+) -> list[dict[str, Any]]:
     """The catalog as the models search API shows it: formats that serve each model, always;
-    then each alias (another provider's name, `@cf/...`) with the miniature that stands in."""
+    then each alias (another provider's name, `@cf/...`; `aliases`, default the catalog's own)
+    with the miniature that stands in."""
     out = []
     for name, (entry, folder) in catalog.items():
         formats = next((n.formats(name) for n in edge.nodes.values() if name in n.models()), None)
@@ -185,7 +198,7 @@ def catalog_view(catalog: dict[str, tuple[CatalogEntry, Path]], edge: Edge) -> l
             }
         )
     views = {view["name"]: view for view in out}
-    for alias, (target, entry) in alias_map(catalog).items():
+    for alias, (target, entry) in (alias_map(catalog) if aliases is None else aliases).items():
         view = views[target]
         out.append(
             {

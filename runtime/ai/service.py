@@ -15,6 +15,7 @@ requests or tokens per minute for the model, checked before any work is queued).
 from __future__ import annotations
 
 import asyncio
+import difflib
 import logging
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
@@ -123,6 +124,9 @@ class AIService:
         self.rollouts: Rollouts | None = None  # canaries in progress (control.rollout); the app sets it
         self.batches: Batches | None = None  # queued batch requests (runtime.ai.batch); the app sets it
         self.metrics: Metrics | None = None  # tokens per model; the app sets it
+        # Cloudflare names served by a stand-in of another family (runtime.ai.cloudflare_names): warned once
+        self.stand_ins: frozenset[str] = frozenset()
+        self._warned: set[str] = set()
 
     def resolve(self, model: str) -> str:
         """The catalog name that serves calls to `model` (itself, unless it is an alias)."""
@@ -161,8 +165,13 @@ class AIService:
                 raise AIError(5007, f"model {name} is not being served: it failed to load ({refusal})")
             if not self.edge.nodes and model in self.schemas:  # in the catalog; the edge has no GPU PoP
                 raise AIError(3040, f"no PoP serving {name} is up: this edge has no GPU PoP ([edge] pops)")
-            known = ", ".join(self.names()) or "none"
-            raise AIError(5007, f"no such model {name}; available: {known}")
+            raise AIError(5007, f"no such model {name}; {self._nearest(asked)}")
+        if asked in self.stand_ins and asked not in self._warned:
+            self._warned.add(asked)
+            log.warning(
+                "%s is not shipped here: the stand-in %s answers it (closest by architecture; "
+                "[edge] strict_models = true refuses such names)", asked, model,
+            )  # fmt: skip
         terms = self.settings_of(account) if self.settings_of is not None else None
         if self.rate_limits is not None:  # before the inputs are even read: a limited call costs nothing
             self.rate_limits.check(account, model, asked, terms.limits() if terms else None)
@@ -188,6 +197,15 @@ class AIService:
         if isinstance(parsed, TextGenerationInputs) and parsed.model not in (None, asked):
             raise InputError("model", f"names {parsed.model!r}, but this call is to {asked!r}; leave it out")
         return req, parsed
+
+    def _nearest(self, asked: str) -> str:
+        """What a 5007 for an unknown name suggests: the nearest names, or all when they are few."""
+        names = self.names()
+        if len(names) <= 8:
+            return f"available: {', '.join(names) or 'none'}"
+        near = difflib.get_close_matches(asked, names, n=3, cutoff=0.6)
+        listed = f"GET /ai/models/search lists all {len(names)}"
+        return f"nearest: {', '.join(near)} ({listed})" if near else f"none is near it ({listed})"
 
     @staticmethod
     def _fits_schema(parsed: Inputs, schema: Schema) -> None:

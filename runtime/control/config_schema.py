@@ -66,6 +66,9 @@ class EdgeConfig(msgspec.Struct):
     network: NetworkConfig = msgspec.field(default_factory=NetworkConfig)
     # Accounts by name, each with its settings; the config wins over the stored ones at start.
     accounts: dict[str, AccountConfig] = msgspec.field(default_factory=dict)
+    # true: a Cloudflare model name the catalog neither ships nor aliases is 5007, instead of being
+    # served by the closest stand-in (runtime.ai.cloudflare_names)
+    strict_models: bool = False
 
 
 class ModelsConfig(msgspec.Struct):

@@ -70,3 +70,20 @@ def test_the_rest_api_runs_and_lists_the_aliases(server):
     (entry,) = found["result"]
     assert entry["name"] == ALIAS and entry["served_by"]["model"] == STAND_IN and entry["served"] is True
     assert entry["source"].startswith("https://") and found["result_info"]["total_count"] == 1
+
+
+def test_a_cloudflare_name_the_catalog_does_not_alias_is_served_by_the_stand_in(server):
+    auth = {"authorization": f"Bearer {server.token}"}
+    base = f"{server.url}/client/v4/accounts/local/ai"
+    run = httpx.post(
+        f"{base}/run/@cf/openai/gpt-oss-120b",
+        json={"prompt": "def", "max_tokens": 2},
+        headers=auth,
+        timeout=120,
+    )
+    assert run.status_code == 200, run.text
+    assert run.json()["result"]["served_by"]["model"] == STAND_IN  # the only model this edge serves
+    typo = httpx.post(f"{base}/run/@cf/openai/gpt-oss-12b", json={"prompt": "def"}, headers=auth, timeout=30)
+    assert typo.status_code == 400 and typo.json()["errors"][0]["code"] == 5007
+    assert "nearest: @cf/openai/gpt-oss-120b" in typo.json()["errors"][0]["message"]
+    assert "is not shipped here" in server.log.read_text()  # edge dev's log names the stand-in once

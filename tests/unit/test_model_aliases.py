@@ -150,3 +150,56 @@ def test_model_search_filters_as_cloudflares():
     assert len(search_models(models, None, "text-generation", None)) == 3
     assert search_models(models, None, "Text Classification", None) == []
     assert search_models(models, None, None, "zai-org") == [models[2]]
+
+
+def test_every_cloudflare_text_generation_name_has_a_stand_in_of_its_family():
+    from runtime.ai.cloudflare_names import EXAMPLE_NAMES, NAMES
+
+    catalog = load_catalog(REPO / "models")
+    kimi, glm = "@edge/moonshotai/kimi-k2-mini", "@edge/zai-org/glm-4.5-mini"
+    aliases = {a: t for a, (t, _) in alias_map(catalog, stand_ins_from=[]).items()}
+    assert set(aliases) == set(NAMES) | set(EXAMPLE_NAMES)  # each listed name, once
+    assert aliases["@cf/deepseek-ai/deepseek-v4-pro-0813"] == kimi  # MLA
+    assert aliases["@cf/moonshotai/kimi-k2.7-code"] == kimi
+    assert aliases["@cf/openai/gpt-oss-120b"] == glm  # GQA
+    assert aliases["@cf/meta/llama-3.3-70b-instruct-fp8-fast"] == glm
+    assert aliases["@cf/deepseek-ai/deepseek-r1-distill-qwen-32b"] == glm  # a Qwen underneath
+    # the catalog's own aliases keep their entries (schema, source); serving one model, it stands in
+    own = alias_map(catalog)
+    assert all(alias_map(catalog, stand_ins_from=[])[a] == own[a] for a in own)
+    only_kimi = {a: t for a, (t, _) in alias_map(catalog, stand_ins_from=[kimi]).items()}
+    assert only_kimi["@cf/openai/gpt-oss-120b"] == kimi
+
+
+def test_a_stand_in_name_is_served_warned_once_and_a_typo_gets_the_nearest_names(caplog):
+    import logging
+
+    catalog = load_catalog(REPO / "models")
+    kimi = "@edge/moonshotai/kimi-k2-mini"
+    aliases = alias_map(catalog, stand_ins_from=[kimi])
+
+    class OneModel:  # the AI service asks the edge only which models it serves
+        nodes = {"ICN": None}
+
+        def models(self):
+            return [kimi]
+
+        def refusal(self, model):
+            return None
+
+    service = AIService(
+        OneModel(), {kimi: "chat-completions"}, {a: (t, e.schema) for a, (t, e) in aliases.items()}
+    )
+    service.stand_ins = frozenset(aliases) - set(alias_map(catalog))
+    with caplog.at_level(logging.WARNING, logger="edge.ai"):
+        for _ in range(2):
+            req, _ = service.prepare("@cf/openai/gpt-oss-120b", {"prompt": "a"}, "acct")
+            assert req.model == kimi
+    assert caplog.text.count("gpt-oss-120b is not shipped here") == 1
+    with pytest.raises(AIError, match=r"^5007: no such model '@cf/openai/gpt-oss-12b'; nearest: .*gpt-oss"):
+        service.prepare("@cf/openai/gpt-oss-12b", {"prompt": "a"}, "acct")
+    strict = AIService(
+        OneModel(), {kimi: "chat-completions"}, {a: (t, e.schema) for a, (t, e) in alias_map(catalog).items()}
+    )
+    with pytest.raises(AIError, match="^5007: no such model '@cf/openai/gpt-oss-120b'"):
+        strict.prepare("@cf/openai/gpt-oss-120b", {"prompt": "a"}, "acct")
