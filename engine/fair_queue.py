@@ -200,6 +200,10 @@ class FairQueue:
                 return True
         return False
 
+    def waiting_counts(self) -> dict[str, int]:
+        """Waiting sequences by tenant (with fair shares off, all under one name: "")."""
+        return {t.name: len(t.queue) for t in list(self._tenants.values()) if t.queue}
+
     def waiting_tenants(self) -> list[str]:
         return [t.name for t in self._tenants.values() if t.queue]
 

@@ -499,13 +499,13 @@ class SchedulingPolicy(SteadyRuns[S]):
     def tenant_stats(self) -> dict[str, tuple[int, int, int, int]]:
         """By tenant: (running sequences, KV blocks held, sequences waiting, preemptions so far)."""
         out: dict[str, list[int]] = {}
-        for seq in self.running:
+        for seq in list(self.running):  # (copies: a metrics reader may call this between steps' changes)
             row = out.setdefault(seq.tenant, [0, 0, 0, 0])
             row[0] += 1
             row[1] += self._blocks_of(seq)
-        for seq in self.waiting:
-            out.setdefault(seq.tenant, [0, 0, 0, 0])[2] += 1
-        for name, n in self.tenant_preemptions.items():
+        for name, n in self.waiting.waiting_counts().items():
+            out.setdefault(name, [0, 0, 0, 0])[2] = n
+        for name, n in list(self.tenant_preemptions.items()):
             out.setdefault(name, [0, 0, 0, 0])[3] = n
         return {name: (r[0], r[1], r[2], r[3]) for name, r in out.items()}
 
