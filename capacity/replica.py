@@ -41,7 +41,7 @@ class SimSeq:
 
     __slots__ = (
         "rid", "prompt", "output", "generated", "num_computed", "status", "preemptions", "order", "kv",
-        "decode_base", "decoding", "epoch", "pend", "at", "ts", "tf", "td", "tenant", "cached",
+        "decode_base", "decoding", "epoch", "pend", "at", "ts", "tf", "td", "tenant", "cached", "priority",
     )  # fmt: skip
 
     def __init__(self, rid: int, prompt: int, output: int, at: float, kv: CountHandle, tenant: str = ""):
@@ -59,6 +59,7 @@ class SimSeq:
         self.at = at  # reached the PoP
         self.ts = self.tf = self.td = -1.0  # first scheduled, first token, done
         self.tenant = tenant  # whose request (the policy's fair shares)
+        self.priority = 0  # within its tenant: lower is admitted first (engine.fair_queue)
         self.cached = 0  # prompt tokens the prefix cache held at its first admission
 
     @property

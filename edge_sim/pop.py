@@ -301,6 +301,7 @@ class PopNode(NodeBase):
             step_ms=stats.last_step_ms if stats.running else 0.0,
             seat_limit=stats.seat_limit,
             finish_per_s=self._finishes[name].rate * 1000.0 if name in self._finishes else 0.0,
+            accounts=stats.accounts,
             recent_steps=llm.recent_steps(32),
             expert_load=llm.expert_load(),
         )

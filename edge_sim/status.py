@@ -8,6 +8,7 @@ import msgspec
 from edge_sim.load import PopLoad, pop_load
 from edge_sim.request import Formats
 from engine import StepStats
+from engine.engine import AccountStats
 from engine.verified_load import VerificationRecord
 
 
@@ -36,6 +37,7 @@ class ModelStatus(msgspec.Struct, kw_only=True):
     expert_load: list[list[int]] = []
     tool_format: str = ""  # engine.tool_calls' format of the model ("" for none)
     upstream_model: str | None = None  # an upstream PoP's: the name its server serves the model under
+    accounts: dict[str, AccountStats] = {}  # by account: seats and blocks held, waiting, preemptions
 
     def formats(self) -> Formats:
         return Formats(self.weights, self.kv_cache_dtype, self.weights_by_part, self.tool_format)

@@ -18,11 +18,12 @@ CLOCK = 0  # no decode clock here: service is charged as tokens are forwarded an
 class Ticket:
     """One request's place: waiting in the queue, then holding a forwarding slot."""
 
-    __slots__ = ("tenant", "order", "tokens", "decode_base", "admitted")
+    __slots__ = ("tenant", "order", "priority", "tokens", "decode_base", "admitted")
 
     def __init__(self, tenant: str, order: int, tokens: int):
         self.tenant = tenant
         self.order = order  # arrival order (fair_queue breaks ties by it)
+        self.priority = 0  # fair_queue orders a tenant's queue by it, then by arrival
         self.tokens = tokens  # the prompt's estimated tokens, charged when it is forwarded
         self.decode_base = None  # fair_queue counts decoders by this; service here is charged directly
         self.admitted: asyncio.Future[None] = asyncio.get_running_loop().create_future()

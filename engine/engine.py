@@ -46,6 +46,15 @@ class StepStats(msgspec.Struct):
     decode_context: int = 0  # tokens the decoders attend to, their new ones included
 
 
+class AccountStats(msgspec.Struct):
+    """One account (tenant) at an engine now: what it holds, what waits, what it lost."""
+
+    running: int  # decode seats held (running sequences)
+    kv_blocks: int  # KV blocks its running sequences hold
+    waiting: int
+    preemptions: int  # its sequences preempted since start (for lack of blocks or another's share)
+
+
 class EngineStats(msgspec.Struct):
     """What the engine is doing now: its queue, its KV cache, its totals since start."""
 
@@ -62,6 +71,7 @@ class EngineStats(msgspec.Struct):
     last_step_ms: float = 0.0  # the latest step's duration (0 before any)
     prefix_cache_queries: int = 0  # tokens of admitted sequences looked up in the prefix cache
     prefix_cache_hits: int = 0  # of those, tokens found there (not run again)
+    accounts: dict[str, AccountStats] = {}  # by tenant (the one source of the per-account metrics)
 
 
 class LLMEngine:
@@ -401,6 +411,7 @@ class LLMEngine:
             last_step_ms=self.steps[-1].duration_ms if self.steps else 0.0,
             prefix_cache_queries=self.prefix_cache_queries,
             prefix_cache_hits=self.prefix_cache_hits,
+            accounts={name: AccountStats(*row) for name, row in sched.tenant_stats().items()},
         )
 
     def recent_steps(self, n: int) -> list[StepStats]:

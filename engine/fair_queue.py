@@ -8,9 +8,16 @@ light one ten times as long. A tenant whose queue was empty is lifted to the sma
 the tenants still busy when it comes back, so idleness banks no credit; the queue is
 work-conserving (whoever waits is admitted when there is room).
 
-With one tenant this is the arrival-order queue it replaces (preempted sequences go back to the
-front of their tenant's queue), and nothing is counted until a second tenant appears; the capacity
-simulator, which drives the same policy, pays nothing for fairness it does not use.
+Within a tenant, waiting sequences are ordered by their `priority` (vLLM's convention: lower is
+served first, default 0), then by arrival; a priority orders a tenant's own requests and never lifts
+the tenant above its share. With one tenant and one priority this is the arrival-order queue it
+replaces (preempted sequences go back to the front of their tenant's queue: they are older than
+anything of theirs still waiting), and nothing is counted until a second tenant appears; the
+capacity simulator, which drives the same policy, pays nothing for fairness it does not use.
+
+Shares (what the policy caps and preempts by): a tenant's share of a resource (decode seats, KV
+blocks) is the resource times its weight over the weights of the tenants with work (waiting or
+running), `share()`.
 
 Decoders are charged on the policy's group clock: a tenant with d decoders gains
 d x OUTPUT_COST / weight per step, folded into its counter only when d changes or the counter is
@@ -53,7 +60,8 @@ class FairQueue:
 
     Reads like the deque it replaces where the policy and its readers use one: len(), bool(),
     `in`, append (a new arrival), appendleft (a preempted one, back to the front of its tenant's
-    queue), remove, `head()` (the next to admit) and `pop(seq)`."""
+    queue, within its priority), remove, `head()` (the next to admit) and `pop(seq)`. A sequence's
+    `priority` (an int, lower first) orders its tenant's queue."""
 
     def __init__(self, fair_share: bool = True, running: Callable[[], list[Any]] = list) -> None:
         """`fair_share=False`: one queue in arrival order whoever sends (the baseline fairness is
@@ -87,11 +95,20 @@ class FairQueue:
         tenant = self._tenant(seq.tenant, clock)
         if self.fair and not tenant.queue and not tenant.running:
             self._lift(tenant, clock)
-        tenant.queue.append(seq)
+        queue = tenant.queue
+        if not queue or _rank(queue[-1]) <= _rank(seq):  # the common case: in order
+            queue.append(seq)
+        else:
+            _insert(queue, seq)
         self._count += 1
 
     def appendleft(self, seq: Any) -> None:
-        self._tenants[seq.tenant].queue.appendleft(seq)
+        """A preempted sequence: first of its priority in its tenant's queue (older than the rest)."""
+        queue = self._tenants[seq.tenant].queue
+        if not queue or _rank(seq) <= _rank(queue[0]):
+            queue.appendleft(seq)
+        else:
+            _insert(queue, seq)
         self._count += 1
 
     def remove(self, seq: Any) -> None:
@@ -161,6 +178,40 @@ class FairQueue:
             tenant.since = clock
         tenant.decoders += delta
 
+    def busy_weight(self) -> float:
+        """The weights of the tenants with work (waiting or running) summed: shares divide by it."""
+        total = 0.0
+        for tenant in self._tenants.values():
+            if tenant.queue or tenant.running:
+                total += tenant.weight
+        return total
+
+    def share(self, name: str, amount: int, busy: float) -> float:
+        """Tenant `name`'s weighted share of `amount` (seats, blocks), `busy` being busy_weight()."""
+        tenant = self._lookup(name)
+        if tenant is None or busy <= 0.0:
+            return float(amount)
+        return amount * tenant.weight / busy
+
+    def others_wait(self, name: str) -> bool:
+        """Whether a tenant other than `name` has a sequence waiting."""
+        for tenant in self._tenants.values():
+            if tenant.queue and tenant.name != name:
+                return True
+        return False
+
+    def waiting_counts(self) -> dict[str, int]:
+        """Waiting sequences by tenant (with fair shares off, all under one name: "")."""
+        return {t.name: len(t.queue) for t in list(self._tenants.values()) if t.queue}
+
+    def waiting_tenants(self) -> list[str]:
+        return [t.name for t in self._tenants.values() if t.queue]
+
+    def running_of(self, name: str) -> int:
+        """Running sequences of tenant `name` (counted once the queue is fair)."""
+        tenant = self._lookup(name)
+        return tenant.running if tenant is not None else 0
+
     def over_share(self, held: dict[str, int], num_blocks: int) -> list[str]:
         """Tenants holding more than their share of `num_blocks`, the furthest over first."""
         over = []
@@ -219,3 +270,19 @@ class _Everyone(dict):
 
 def _order(seq: Any) -> int:
     return seq.order
+
+
+def _rank(seq: Any) -> tuple[int, int]:
+    """Where a sequence stands in its tenant's queue: priority (lower first), then arrival."""
+    return (seq.priority, seq.order)
+
+
+def _insert(queue: deque[Any], seq: Any) -> None:
+    """Put `seq` in `queue` (sorted by _rank) at its place: after every sequence that ranks before it."""
+    rank = _rank(seq)
+    i = 0
+    for other in queue:
+        if rank < _rank(other):
+            break
+        i += 1
+    queue.insert(i, seq)

@@ -14,6 +14,17 @@ its blocks are freed and it goes back to the front of its tenant's queue to be r
 so no request starves and the oldest always make progress. A prompt prefix the cache holds
 (`cached_prefix`) is attached at admission instead of being run again.
 
+Shares under contention (once a second tenant is seen): while another tenant has work waiting, a
+tenant is admitted only up to its weighted share (engine.fair_queue.share) of the decode seats and
+of the KV blocks; a tenant alone uses everything (work-conserving), and if every waiting tenant is
+at its share the fair head is admitted anyway. When the fair head (the waiting tenant with the
+least service) is under its share and there is no seat or no blocks for it, running sequences of
+the tenant furthest over its share, with no less service than the head's, are preempted by
+recompute (as vLLM v1 does): the victim goes back to waiting and its prefill, run again, is charged
+to its own tenant. Preemption is bounded: a victim's tenant keeps at least its share after it (so
+the two never trade a seat back and forth), and a sequence so preempted is not preempted so again
+within PREEMPT_COOLDOWN_STEPS steps.
+
 What the policy needs of a sequence (`SeqLike`) and of the block accounting (`BlockAccounting`) is
 declared in engine.policy_types; the engine's KV block pool and the simulator's `BlockCounts`
 (engine.block_counts) both provide it.
@@ -33,6 +44,7 @@ from engine.fair_queue import FairQueue
 from engine.policy_runs import SteadyRun, SteadyRuns, _targets
 from engine.policy_types import (
     BLOCK_TOKENS,
+    PREEMPT_COOLDOWN_STEPS,
     RUNNING,
     BlockAccounting,
     S,
@@ -44,6 +56,7 @@ from engine.policy_types import (
 __all__ = [
     "BlockAccounting",
     "BlockCounts",
+    "PREEMPT_COOLDOWN_STEPS",
     "SchedulerConfig",
     "SchedulingPolicy",
     "SeqLike",
@@ -102,6 +115,10 @@ class SchedulingPolicy(SteadyRuns[S]):
         self.running: list[S] = []  # in arrival order
         self.prefilling: list[S] = []  # the running ones not decoding, in arrival order
         self.preemptions = 0
+        self.fair_preemptions = 0  # of those, made for another tenant's share (not for lack of blocks)
+        self.tenant_preemptions: dict[str, int] = {}  # preemptions by the preempted sequence's tenant
+        self.steps = 0  # steps completed (the preemption bound counts them)
+        self._preempted_at: dict[int, int] = {}  # by order: the step a sequence was last preempted
         self.on_event = on_event
         self.clock = 0  # steps the decode group has taken
         # decoders' blocks hold their tokens at this clock: the clock, or one ahead once a step's
@@ -187,9 +204,12 @@ class SchedulingPolicy(SteadyRuns[S]):
         seq.status = SeqStatus.WAITING
         seq.preemptions += 1
         self.preemptions += 1
+        self.tenant_preemptions[seq.tenant] = self.tenant_preemptions.get(seq.tenant, 0) + 1
+        self._preempted_at[seq.order] = self.steps
         self.waiting.appendleft(seq)
 
     def finish(self, seq: S) -> None:
+        self._preempted_at.pop(seq.order, None)
         self._leave(seq)
         if not self._remove_running(seq):  # not running: still waiting (or finished already)
             if seq in self.waiting:
@@ -252,19 +272,45 @@ class SchedulingPolicy(SteadyRuns[S]):
         if self.preemptions != preempted_before:  # drop the chunks of sequences preempted since
             chunks = [(s, n) for s, n in chunks if s.status is RUNNING]
             budget = limit - self.decode_count - sum(n for _, n in chunks)
-        skip = self._over_share() if waiting.fair and waiting.quotas else frozenset()
-        while waiting and budget > 0 and len(running) < self._seats:
-            head = waiting.head(clock, skip)
-            if head is None:  # only tenants over their KV share wait: admit them (work-conserving)
-                skip = frozenset()
-                head = waiting.head(clock)
+        fair = waiting.fair
+        over = self._over_share() if fair and waiting.quotas else frozenset()
+        # with fair shares: blocks held by tenant (kept up to date below) and the sequences admitted
+        # in this step (never the victims of a preemption in it)
+        held: dict[str, int] = self._held_by_tenant() if fair and waiting else {}
+        admitted: set[int] = set()
+        while waiting and budget > 0:
+            if len(running) >= self._seats and not fair:
+                break
+            capped = self._capped(held) if fair else frozenset()
+            skip = over | capped if over else capped
+            head = waiting.head(clock, skip) if skip else waiting.head(clock)
+            if head is None:  # every waiting tenant is at its share: admit anyway (work-conserving)
+                head = waiting.head(clock, capped) if over else None
+                if head is None:
+                    head = waiting.head(clock)
             assert head is not None  # someone waits
             seq = head
             # a prompt prefix whose blocks the cache already holds is not run again
             cached = blocks.cached_prefix(seq.kv) if not seq.num_computed else 0
             want = min(seq.remaining - cached, budget)
-            if not blocks.grow(seq.kv, cached + want):
-                break  # the chosen head waits for room: nobody overtakes it
+            if len(running) >= self._seats or not blocks.grow(seq.kv, cached + want):
+                # the chosen head waits for room, and nobody overtakes it; under its share, it may
+                # take room from the tenant furthest over its own
+                if (
+                    not fair
+                    or seq.tenant in capped
+                    or not self._make_room(seq, cached + want, held, admitted)
+                ):
+                    break
+                chunks = [(s, n) for s, n in chunks if s.status is RUNNING]
+                budget = limit - self.decode_count - sum(n for _, n in chunks)
+                cached = blocks.cached_prefix(seq.kv) if not seq.num_computed else 0
+                want = min(seq.remaining - cached, budget)
+                if want <= 0 or not blocks.grow(seq.kv, cached + want):
+                    break
+            if fair:
+                held[seq.tenant] = held.get(seq.tenant, 0) + blocks.held(seq.kv)
+                admitted.add(seq.order)
             if cached:
                 seq.num_computed = cached
             waiting.pop(seq)
@@ -300,6 +346,7 @@ class SchedulingPolicy(SteadyRuns[S]):
     def completed(self, plan: Plan[S]) -> None:
         """The executor ran `plan`: the decoders' clock and the chunks' tokens advance, and a chunk
         that completes its prompt (it samples now) decodes from the next step on."""
+        self.steps += 1
         if plan.decode_count:
             self.clock += 1
         self._held_clock = self.clock
@@ -323,20 +370,175 @@ class SchedulingPolicy(SteadyRuns[S]):
             held[seq.tenant] = held.get(seq.tenant, 0) + n
         return held
 
+    def _blocks_of(self, seq: S) -> int:
+        base = seq.decode_base
+        return self.blocks.held(seq.kv) if base is None else self.blocks.blocks_for(base + self._held_clock)
+
+    def _capped(self, held: dict[str, int]) -> frozenset[str]:
+        """Waiting tenants at their share of the seats or of the blocks while another tenant has work
+        waiting: not admitted before the others (a tenant holding nothing never is capped)."""
+        waiting = self.waiting
+        names = waiting.waiting_tenants()
+        if len(names) < 2:
+            return frozenset()
+        busy = waiting.busy_weight()
+        seats, num_blocks = self._seats, self.blocks.num_blocks
+        capped = []
+        for name in names:
+            running = waiting.running_of(name)
+            if not running or not waiting.others_wait(name):
+                continue
+            if running + 1 > waiting.share(name, seats, busy) or held.get(name, 0) >= waiting.share(
+                name, num_blocks, busy
+            ):
+                capped.append(name)
+        return frozenset(capped)
+
+    def _make_room(self, head: S, tokens: int, held: dict[str, int], admitted: set[int]) -> bool:
+        """Preempt running sequences of tenants over their share until `head` (the fair head, under
+        its share) has a seat and room for `tokens` tokens; False when no sequence may be preempted
+        for it (then nothing more is)."""
+        waiting, blocks = self.waiting, self.blocks
+        busy = waiting.busy_weight()
+        name = head.tenant
+        running = waiting.running_of(name)
+        if running and (
+            running + 1 > waiting.share(name, self._seats, busy)
+            or held.get(name, 0) >= waiting.share(name, blocks.num_blocks, busy)
+        ):
+            return False  # at its share already: it waits for room like anyone
+        tenant = waiting.tenant(name)
+        assert tenant is not None  # it waits
+        ahead = waiting.counter(tenant, self.clock)
+        while len(self.running) >= self._seats or not blocks.can_grow(head.kv, tokens):
+            victim = self._fair_victim(name, ahead, held, busy, admitted)
+            if victim is None:
+                return False
+            held[victim.tenant] = held.get(victim.tenant, 0) - self._blocks_of(victim)
+            self.fair_preemptions += 1
+            self._preempt(victim)
+        return True
+
+    def _fair_victim(
+        self, name: str, counter: float, held: dict[str, int], busy: float, admitted: set[int]
+    ) -> S | None:
+        """The sequence to preempt for tenant `name` (whose counter is `counter`): of the tenant
+        furthest over its share (seats or blocks) with no less service, the one of the lowest priority,
+        newest first, that leaves its tenant at least its share, was not admitted in this step and
+        was not preempted in the last PREEMPT_COOLDOWN_STEPS steps; None when there is none."""
+        waiting, clock = self.waiting, self.clock
+        seats, num_blocks = self._seats, self.blocks.num_blocks
+        ranked: list[tuple[float, str]] = []
+        for tenant_name, blocks_held in held.items():
+            running = waiting.running_of(tenant_name)
+            tenant = waiting.tenant(tenant_name)
+            if (
+                tenant_name == name
+                or not running
+                or tenant is None
+                or waiting.counter(tenant, clock) < counter
+            ):
+                continue
+            seat_share = waiting.share(tenant_name, seats, busy)
+            block_share = waiting.share(tenant_name, num_blocks, busy)
+            over = max(running / seat_share, blocks_held / block_share) if seat_share and block_share else 0.0
+            if over > 1.0:
+                ranked.append((over, tenant_name))
+        ranked.sort(reverse=True)
+        cooled = self.steps - PREEMPT_COOLDOWN_STEPS
+        for _, tenant_name in ranked:
+            running = waiting.running_of(tenant_name)
+            seat_over = running - 1 >= waiting.share(tenant_name, seats, busy)
+            block_share = waiting.share(tenant_name, num_blocks, busy)
+            blocks_held = held.get(tenant_name, 0)
+            best: S | None = None
+            for seq in self.running:
+                if seq.tenant != tenant_name or seq.order in admitted:
+                    continue
+                if self._preempted_at.get(seq.order, cooled) > cooled:
+                    continue  # preempted too recently
+                if not seat_over and blocks_held - self._blocks_of(seq) < block_share:
+                    continue  # its tenant would drop below its share
+                if best is None or (seq.priority, seq.order) > (best.priority, best.order):
+                    best = seq
+            if best is not None:
+                return best
+        return None
+
+    def fair_preemption_horizon(self, limit: int, prefill: bool) -> int:
+        """Steps (at most `limit`) over which no preemption for a share can become possible while
+        nothing is admitted or finishes: 0 when one may happen now. Conservative (counters are not
+        compared, and blocks are counted as the decoders could take them at most; with a prefill in
+        the run, 0 whenever a tenant under its share waits beside another's running sequences), so
+        that a steady run never covers a step in which schedule() would preempt for a share."""
+        waiting = self.waiting
+        if not waiting.fair or not waiting or not self.running:
+            return limit
+        held = self._held_by_tenant()
+        capped = self._capped(held)
+        under = [name for name in waiting.waiting_tenants() if name not in capped]
+        if not under:
+            return limit  # caps only tighten while blocks grow: no waiting tenant comes under its share
+        busy = waiting.busy_weight()
+        seats, num_blocks = self._seats, self.blocks.num_blocks
+        for name, blocks_held in held.items():
+            running = waiting.running_of(name)
+            if not running or (len(under) == 1 and under[0] == name):
+                continue
+            if prefill or running - 1 >= waiting.share(name, seats, busy):
+                return 0
+            # its blocks after k steps are at most blocks_held + running * ceil(k / 16); a victim
+            # holds at least one, so no victim is possible while that stays below share + 1
+            room = waiting.share(name, num_blocks, busy) + 1 - blocks_held
+            rounds = -(-room // running) - 1 if room > 0 else 0
+            if rounds <= 0:
+                return 0
+            limit = min(limit, int(rounds) * BLOCK_TOKENS)
+        return limit
+
+    def tenant_stats(self) -> dict[str, tuple[int, int, int, int]]:
+        """By tenant: (running sequences, KV blocks held, sequences waiting, preemptions so far)."""
+        out: dict[str, list[int]] = {}
+        for seq in list(self.running):  # (copies: a metrics reader may call this between steps' changes)
+            row = out.setdefault(seq.tenant, [0, 0, 0, 0])
+            row[0] += 1
+            row[1] += self._blocks_of(seq)
+        for name, n in self.waiting.waiting_counts().items():
+            out.setdefault(name, [0, 0, 0, 0])[2] = n
+        for name, n in list(self.tenant_preemptions.items()):
+            out.setdefault(name, [0, 0, 0, 0])[3] = n
+        return {name: (r[0], r[1], r[2], r[3]) for name, r in out.items()}
+
     def _over_share(self) -> frozenset[str]:
         return frozenset(self.waiting.over_share(self._held_by_tenant(), self.blocks.num_blocks))
 
     def _victim(self) -> S:
-        """The sequence to preempt: the newest of the tenant furthest over its KV share, if any
-        tenant is over its share, else the newest running."""
+        """The sequence to preempt when blocks run out: the newest of the tenant furthest over its
+        KV share (its quota, else its weighted share of the blocks), if any tenant is over, else
+        the newest running."""
         waiting = self.waiting
-        if waiting.fair and waiting.quotas:
-            over = waiting.over_share(self._held_by_tenant(), self.blocks.num_blocks)
-            if over:
-                worst = over[0]
-                for seq in reversed(self.running):
-                    if seq.tenant == worst:
-                        return seq
+        if waiting.fair:
+            held = self._held_by_tenant()
+            worst = ""
+            if waiting.quotas:
+                over = waiting.over_share(held, self.blocks.num_blocks)
+                if over:
+                    worst = over[0]
+            if not worst and len(held) > 1:
+                busy, most = waiting.busy_weight(), 1.0
+                for name, n in held.items():
+                    share = waiting.share(name, self.blocks.num_blocks, busy)
+                    if share > 0 and n / share > most:
+                        worst, most = name, n / share
+            if worst:
+                best: S | None = None
+                for seq in self.running:
+                    if seq.tenant == worst and (
+                        best is None or (seq.priority, seq.order) > (best.priority, best.order)
+                    ):
+                        best = seq
+                if best is not None:
+                    return best
         return self.running[-1]
 
 

@@ -31,6 +31,11 @@ class SteadyRuns(Generic[S]):
     _phase_sizes: list[int]
     _seats: int
     decode_count: int
+    steps: int
+
+    def fair_preemption_horizon(self, limit: int, prefill: bool) -> int:
+        """Steps over which no preemption for a tenant's share can become possible (the policy's)."""
+        return limit
 
     def _rooms(self) -> list[int]:
         """How many decoders have r free token slots in their last block, for r in 0..15."""
@@ -48,6 +53,10 @@ class SteadyRuns(Generic[S]):
         cannot be admitted at the run's first step cannot be admitted later in it."""
         if not self.running or limit < 1:
             return None
+        if self.waiting.fair:  # no steady run past a step that may preempt for a share
+            limit = self.fair_preemption_horizon(limit, bool(self.prefilling))
+            if limit < 1:
+                return None
         prefilling = self.prefilling
         if prefilling:
             if len(prefilling) > 1:
@@ -128,6 +137,7 @@ class SteadyRuns(Generic[S]):
         calls would; the caller advances the sequences' sampled tokens."""
         clock, n = self.clock, self.decode_count
         end = clock + steps
+        self.steps += steps
         if n:
             # each decoder takes a block in every round of 16 steps, and in the s steps left over
             # those with fewer than s free slots: the phases of steps 1..s (see steady_run)

@@ -10,6 +10,9 @@ from typing import Any, Protocol, TypeVar
 import msgspec
 
 BLOCK_TOKENS = 16  # tokens per KV block (engine.kv_cache.BLOCK_SIZE; checked by a test)
+# a sequence preempted for another tenant's fair share is not preempted so again for this many
+# steps (engine.policy: the bound that keeps two tenants from trading the same seat back and forth)
+PREEMPT_COOLDOWN_STEPS = 32
 
 
 class SeqStatus(enum.Enum):
@@ -41,6 +44,7 @@ class SeqLike(Protocol):
     order: int  # arrival order at this policy (set by `add`)
     decode_base: int | None  # set by the policy while the sequence decodes
     tenant: str  # whose request: fair shares and KV shares are per tenant (engine.fair_queue)
+    priority: int  # within its tenant: lower is admitted first (vLLM's convention; default 0)
     kv: Any  # the block accounting's handle for this sequence
 
     @property

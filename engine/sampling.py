@@ -29,6 +29,7 @@ GREEDY_BELOW_TEMPERATURE = 1e-5
 REPETITION_PENALTY_RANGE = (0.01, 2.0)  # Workers AI's range is 0-2; 0 would divide by zero
 SEED_RANGE = (-(2**63), 2**64 - 1)  # what torch.Generator.manual_seed takes (OpenAI: int64)
 MAX_LOGPROBS = 20  # OpenAI's top_logprobs range is 0-20
+PRIORITY_RANGE = (-(2**31), 2**31 - 1)  # a request's priority within its account (vLLM: an int)
 MAX_N = 8  # choices per request (each is a sequence of its own after the shared prompt)
 MAX_LOGIT_BIAS = 300  # entries, as OpenAI documents
 LOGIT_BIAS_RANGE = (-100.0, 100.0)  # OpenAI's: -100 bans a token, 100 all but forces it
@@ -57,6 +58,8 @@ class SamplingParams(msgspec.Struct, kw_only=True):
     n: int = 1  # sequences sampled from the one prompt (its KV computed once)
     # token id -> what is added to its logit before sampling (OpenAI's logit_bias); the row's own
     logit_bias: dict[int, float] = msgspec.field(default_factory=dict)
+    # within its account: lower is scheduled first (vLLM's convention); never above the account's share
+    priority: int = 0
 
     def validate(self) -> None:
         def bad(param: str, message: str) -> InvalidRequestError:
@@ -103,6 +106,12 @@ class SamplingParams(msgspec.Struct, kw_only=True):
                 raise bad("logit_bias", f"token ids are >= 0, got {token}")
             if not low <= bias <= high:  # NaN fails both comparisons
                 raise bad("logit_bias", f"biases are in [{low:g}, {high:g}], got {bias} for token {token}")
+        if not PRIORITY_RANGE[0] <= self.priority <= PRIORITY_RANGE[1]:
+            low, high = PRIORITY_RANGE
+            raise bad(
+                "priority",
+                f"must be an integer in [{low}, {high}] (lower is served first), got {self.priority}",
+            )
         if self.guide is not None:
             self.guide.validate()
 

@@ -84,6 +84,7 @@ class Sequence:
         self.detok = detok
         self.eos_ids = frozenset() if params.ignore_eos else eos_ids | frozenset(params.stop_token_ids)
         self.tenant = tenant
+        self.priority = params.priority  # within its tenant: lower is admitted first (engine.fair_queue)
         self.status = SeqStatus.WAITING
         self.num_computed = 0  # tokens whose KV is in the cache
         self.preemptions = 0

@@ -30,7 +30,7 @@ from edge_sim.remote import health_checks
 from runtime.ai.batch import BatchQueue
 from runtime.ai.catalog import CatalogAlias, CatalogEntry, alias_map, catalog_view
 from runtime.ai.cloudflare_names import stand_in_aliases
-from runtime.ai.service import AIService
+from runtime.ai.service import AIService, account_rows
 from runtime.bindings import BindingStores
 from runtime.control.accounts import Accounts
 from runtime.control.config import WorkerConfig, account_settings
@@ -117,6 +117,7 @@ class Runtime:
         # queued batch requests, kept in the state database; run by a task started in start()
         self.batches = BatchQueue(self.state, self.ai, lambda code: edge.topology.pops[code])
         self.ai.batches, self.ai.metrics = self.batches, self.metrics
+        self.metrics.watch_accounts(lambda: account_rows(edge))  # per account, from the engines' stats
         self.tail = TailHub()
         self.bindings = BindingStores(config.state_dir)  # KV, D1, R2 of every account, under .edge/
         self.default_location = edge.locate(config.edge.client_location)

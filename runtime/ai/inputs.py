@@ -135,6 +135,7 @@ class SamplingFields(_Strict, kw_only=True):
     store: bool | None = None
     service_tier: str | None = None
     logit_bias: dict[str, float] | None = None
+    priority: int = 0  # vLLM's: within the account, lower is scheduled first (never above its share)
 
 
 class ChatFields(SamplingFields, kw_only=True):

@@ -119,6 +119,7 @@ def sampling_params(inputs: Inputs) -> SamplingParams:
         n=inputs.n,
         logprobs=_logprobs(inputs),
         logit_bias=_logit_bias(inputs.logit_bias),
+        priority=inputs.priority,
         guide=None if isinstance(inputs, CompletionRequest) else guide(inputs),
     )
 

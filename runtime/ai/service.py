@@ -333,6 +333,24 @@ class AIService:
             self.rate_limits.used(req.tenant, req.model, result.total_tokens)
         if count_as is not None and self.metrics is not None:
             self.metrics.ai_tokens(count_as, result.prompt_tokens, result.completion_tokens)
+        if self.metrics is not None:
+            timing = result.timing
+            self.metrics.ai_ttft(req.tenant, (timing.queue_ms + timing.prefill_ms) / 1000.0)
+
+
+def account_rows(edge: Edge) -> list[tuple[str, str, str, int, int, int, int]]:
+    """Each account at each engine of the edge, from the engines' own stats (ModelStatus.accounts):
+    (pop, model, account, seats, KV blocks, waiting, preemptions), for runtime.control.metrics."""
+    rows = []
+    for code, node in list(edge.nodes.items()):
+        try:
+            status = node.status()
+        except Exception:  # a node going away mid-scrape has nothing to report
+            continue
+        for model, m in status.models.items():
+            for account, a in m.accounts.items():
+                rows.append((code, model, account, a.running, a.kv_blocks, a.waiting, a.preemptions))
+    return rows
 
 
 async def workers_ai_sse(

@@ -1,15 +1,49 @@
 """Prometheus metrics of the runtime: requests and outcomes per worker, latency, AI tokens per model,
-AI calls refused by rate limits.
+AI calls refused by rate limits, and per account at the engines: seats and KV blocks held, requests
+waiting, preemptions (read at each scrape from the engines' own stats, EngineStats.accounts, the one
+source a per-account view reads too) and time to first token.
 
 Two views: the open one (totals by outcome, latency, AI tokens and refusals per model: no worker or
 account names) and the admin's, which adds the per-worker and per-account series."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Iterator
+
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from prometheus_client.registry import Collector
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
+
+# (pop, model, account, seats held, KV blocks held, waiting, preemptions since start): one account
+# at one engine, as its EngineStats.accounts says
+AccountRow = tuple[str, str, str, int, int, int, int]
+
+
+class AccountCollector(Collector):
+    """The per-account engine series, read from `source()` at each scrape."""
+
+    def __init__(self, source: Callable[[], Iterable[AccountRow]]):
+        self.source = source
+
+    def collect(self) -> Iterator[Metric]:
+        labels = ["pop", "model", "account"]
+        gauge = GaugeMetricFamily
+        seats = gauge("edge_account_seats", "Decode seats (running sequences) held", labels=labels)
+        blocks = gauge("edge_account_kv_blocks", "KV blocks its running sequences hold", labels=labels)
+        waiting = gauge("edge_account_waiting", "Sequences waiting at the engine", labels=labels)
+        preempted = CounterMetricFamily(
+            "edge_account_preemptions", "Sequences preempted (recomputed later) since start", labels=labels
+        )
+        for pop, model, account, n_seats, n_blocks, n_waiting, n_preempted in self.source():
+            key = [pop, model, account]
+            seats.add_metric(key, n_seats)
+            blocks.add_metric(key, n_blocks)
+            waiting.add_metric(key, n_waiting)
+            preempted.add_metric(key, n_preempted)
+        yield from (seats, blocks, waiting, preempted)
 
 
 class Metrics:
@@ -57,6 +91,15 @@ class Metrics:
             registry=self.registry,
         )
 
+        self.account_ttft = Histogram(
+            "edge_account_ttft_seconds",
+            "Time to first token at the GPU PoP (queue + prefill), by account",
+            ["account"],
+            registry=self.registry,
+            buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
+        )
+        self._accounts: AccountCollector | None = None
+
         self.rollouts = Counter(
             "edge_model_rollouts",
             "Canary rollouts finished, by model and decision (promoted or rolled_back)",
@@ -74,6 +117,17 @@ class Metrics:
         """One AI call's tokens (runtime.ai.service counts each call's, from its typed result)."""
         self.tokens.labels(model, "prompt").inc(prompt)
         self.tokens.labels(model, "completion").inc(completion)
+
+    def ai_ttft(self, account: str, seconds: float) -> None:
+        """One AI call's time to first token at its PoP (runtime.ai.service, from its latency account)."""
+        self.account_ttft.labels(account).observe(seconds)
+
+    def watch_accounts(self, source: Callable[[], Iterable[AccountRow]]) -> None:
+        """Per-account engine series (admin view) from `source()`, read at each scrape."""
+        if self._accounts is not None:
+            self.registry.unregister(self._accounts)
+        self._accounts = AccountCollector(source)
+        self.registry.register(self._accounts)
 
     def ai_rate_limited(self, account: str, model: str, limit: str) -> None:
         self.limited.labels(account, model, limit).inc()

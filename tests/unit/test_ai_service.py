@@ -274,8 +274,13 @@ class _Tokens:
     def __init__(self):
         self.counted = []
 
+        self.ttft = []
+
     def ai_tokens(self, model, prompt, completion):
         self.counted.append((model, prompt, completion))
+
+    def ai_ttft(self, account, seconds):
+        self.ttft.append(account)
 
 
 def test_plain_and_streamed_calls_count_their_tokens_once_under_the_name_called(service, monkeypatch):
