@@ -17,7 +17,7 @@ import msgspec
 from edge_sim.pop import ModelSpec
 from edge_sim.roofline import SimulationError
 from edge_sim.target import TargetSpec
-from runtime.ai.cloudflare_names import stand_in_aliases
+from runtime.ai.cloudflare_names import stand_ins
 from runtime.ai.inputs import TextGenerationInputs
 from runtime.ai.refusals import REFUSED
 from runtime.control.config import MODELS_DIR_ENV, ConfigError
@@ -98,7 +98,19 @@ def alias_map(
     own = {a.name: (name, a) for name, (entry, _) in catalog.items() for a in entry.aliases}
     if stand_ins_from is None:
         return own
-    return {**stand_in_aliases(catalog, stand_ins_from), **own}
+    listed = {
+        name: (
+            target,
+            CatalogAlias(
+                name=name,
+                schema="text-generation",
+                description=f"{name} on Workers AI; not shipped here: the closest stand-in answers.",
+                source=source,
+            ),
+        )
+        for name, (target, source) in stand_ins(catalog, stand_ins_from).items()
+    }
+    return {**listed, **own}
 
 
 def catalog_if_any(config) -> dict[str, tuple[CatalogEntry, Path]]:

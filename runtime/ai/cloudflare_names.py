@@ -12,11 +12,9 @@ still 5007, with the nearest names.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from runtime.ai.catalog import CatalogAlias, CatalogEntry
+from typing import Any
 
 SOURCE = "@cloudflare/workers-types 5.20261117.1, interface AiModels (text generation), read 2026-12-02"
 NAMES = (
@@ -92,7 +90,7 @@ EXAMPLE_NAMES = (
 MLA_PREFIXES = ("@cf/moonshotai/", "@cf/deepseek-ai/deepseek-v")  # multi-head latent attention
 
 
-def stand_in_for(name: str, catalog: dict[str, tuple[CatalogEntry, Path]]) -> str | None:
+def stand_in_for(name: str, catalog: Mapping[str, tuple[Any, Path]]) -> str | None:
     """The catalog entry that serves `name`: the Kimi miniature for MLA families, else GLM's."""
     family = "kimi" if name.startswith(MLA_PREFIXES) else "glm"
     for entry_name, (entry, _) in catalog.items():
@@ -102,27 +100,16 @@ def stand_in_for(name: str, catalog: dict[str, tuple[CatalogEntry, Path]]) -> st
     return next(iter(catalog), None)
 
 
-def stand_in_aliases(
-    catalog: dict[str, tuple[CatalogEntry, Path]], served: list[str] | None = None
-) -> dict[str, tuple[str, CatalogAlias]]:
-    """Each listed name the catalog neither ships nor aliases -> (its stand-in among the `served`
-    entries, default all, and an alias entry)."""
-    from runtime.ai.catalog import CatalogAlias
-
+def stand_ins(
+    catalog: Mapping[str, tuple[Any, Path]], served: list[str] | None = None
+) -> dict[str, tuple[str, str]]:
+    """Each listed name the catalog (entries with `target` and `aliases`) neither ships nor aliases
+    -> (its stand-in among the `served` entries, default all; where the name is listed)."""
     taken = set(catalog) | {a.name for entry, _ in catalog.values() for a in entry.aliases}
     serving = {n: catalog[n] for n in (served or catalog) if n in catalog}
-    out: dict[str, tuple[str, CatalogAlias]] = {}
+    out: dict[str, tuple[str, str]] = {}
     for name in (*NAMES, *EXAMPLE_NAMES):
         target = stand_in_for(name, serving)
-        if name in taken or target is None:
-            continue
-        out[name] = (
-            target,
-            CatalogAlias(
-                name=name,
-                schema="text-generation",
-                description=f"{name} on Workers AI; not shipped here: the closest stand-in answers.",
-                source=SOURCE if name in NAMES else "Cloudflare's Workers AI docs and examples",
-            ),
-        )
+        if name not in taken and target is not None:
+            out[name] = (target, SOURCE if name in NAMES else "Cloudflare's Workers AI docs and examples")
     return out
