@@ -17,9 +17,12 @@ from __future__ import annotations
 import asyncio
 import difflib
 import logging
+import re
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
+
+import msgspec
 
 from edge_sim.accounting import LatencyAccount
 from edge_sim.affinity import check_key
@@ -77,6 +80,18 @@ class AICall:
     ingress: PoP
     client_rtt_ms: float
     queue: bool = False  # queueRequest: a batch to queue, not to run now
+    priority: str | None = None  # the x-edge-priority header as given (priority_of checks it)
+
+
+def priority_of(header: str | None) -> int | None:
+    """The x-edge-priority header (an integer, lower first, as the body's `priority`), or None;
+    AIError 5004 saying what to send."""
+    if header is None:
+        return None
+    if re.fullmatch(r"[+-]?[0-9]{1,10}", header.strip()) is None:
+        got = repr(header[:40])
+        raise AIError(5004, f"x-edge-priority: expected an integer (lower is served first), got {got}")
+    return int(header)
 
 
 @dataclass
@@ -151,12 +166,19 @@ class AIService:
         return [*served, *(a for a, (target, _) in self.aliases.items() if target in served)]
 
     def prepare(
-        self, model: str, inputs: Any, account: str, session: str | None = None, responses: bool = False
+        self,
+        model: str,
+        inputs: Any,
+        account: str,
+        session: str | None = None,
+        responses: bool = False,
+        priority: str | None = None,
     ) -> tuple[GenerateRequest, Inputs]:
         """Validate a call before any work is queued, once, into the typed request that flows down
         to the PoP (which only checks that it fits); raises AIError with the Workers AI code.
         `session`: the client's x-session-affinity key (edge_sim.affinity); `responses`: the answer
-        takes the Responses shape (which carries logprobs), whatever the model's own schema."""
+        takes the Responses shape (which carries logprobs), whatever the model's own schema;
+        `priority`: the x-edge-priority header, over the inputs' own `priority`."""
         asked, model = model, self.resolve(model)  # an alias is served by its stand-in
         if model not in self.served():
             refusal = self.edge.refusal(model)
@@ -179,6 +201,9 @@ class AIService:
             parsed = inputs
         else:
             parsed = decode_inputs(inputs, TextGenerationInputs, "Workers AI")
+        given = priority_of(priority)
+        if given is not None:
+            parsed = msgspec.structs.replace(parsed, priority=given)
         try:
             session = check_key(session)
         except ValueError as exc:
@@ -244,7 +269,7 @@ class AIService:
             body, result = await run_responses(self, model, prepared, req, **where)
             return Answer(body=body, result=result)
         if mode == "stream":
-            req, _ = self.prepare(model, call.inputs, call.account, call.session)
+            req, _ = self.prepare(model, call.inputs, call.account, call.session, priority=call.priority)
             return Answer(
                 stream=workers_ai_sse(
                     self, req, model, ingress=call.ingress, client_rtt_ms=call.client_rtt_ms
@@ -254,7 +279,7 @@ class AIService:
 
     async def _run_now(self, call: AICall) -> Answer:
         """A plain run: validated, generated, shaped in the model's schema."""
-        req, _ = self.prepare(call.model, call.inputs, call.account, call.session)
+        req, _ = self.prepare(call.model, call.inputs, call.account, call.session, priority=call.priority)
         try:
             result = await self.generate(
                 req, ingress=call.ingress, client_rtt_ms=call.client_rtt_ms, count_as=call.model

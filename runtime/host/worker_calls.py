@@ -68,6 +68,7 @@ class WorkerCalls:
                     ctx.ingress,
                     ctx.client_rtt_ms,
                     queue=options.get("queueRequest") is True,
+                    priority=_extra_header(options, "x-edge-priority"),
                 )
             )
         except AIError as exc:
@@ -201,10 +202,17 @@ class WorkerCalls:
 def _session(options) -> str | None:
     """The session key a worker gave `env.AI.run` in its options, as Cloudflare's binding takes it:
     `{"extraHeaders": {"x-session-affinity": KEY}}` (`extra_headers` too)."""
+    return _extra_header(options, "x-session-affinity")
+
+
+def _extra_header(options, name: str) -> str | None:
+    """A header a worker gave `env.AI.run` in its options' `extraHeaders` (`extra_headers` too)."""
     if not isinstance(options, dict):
         return None
     headers = options.get("extraHeaders", options.get("extra_headers"))
     if not isinstance(headers, dict):
         return None
-    key = headers.get("x-session-affinity")
-    return key if isinstance(key, str) else None
+    value = headers.get(name)
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    return value if isinstance(value, str) else None

@@ -206,7 +206,10 @@ class AIApi:
         try:
             ingress, rtt = self._where(request)
             queue = request.query_params.get("queueRequest", "").lower() == "true"
-            call = AICall(model, inputs, account, session_key(request), ingress, rtt, queue=queue)
+            priority = request.headers.get("x-edge-priority")
+            call = AICall(
+                model, inputs, account, session_key(request), ingress, rtt, queue=queue, priority=priority
+            )
             answer = await self.runtime.ai.answer(call)
         except BatchNotFound as exc:
             return cf_error(exc.code, exc.detail, 404)

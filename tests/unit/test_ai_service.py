@@ -328,3 +328,22 @@ def test_a_plain_run_never_polls_or_queues_whatever_its_inputs_hold(service):
         with pytest.raises(AIError) as exc:
             call(service, {"prompt": "x", "max_tokens": 2, **extra})
         assert exc.value.code == 5004 and next(iter(extra)) in exc.value.detail
+
+
+def test_the_x_edge_priority_header_sets_a_calls_priority_and_is_checked(service):
+    from runtime.ai.service import priority_of
+    from runtime.host.worker_calls import _extra_header
+
+    assert priority_of(None) is None and priority_of("-3") == -3 and priority_of(" 7 ") == 7
+    for bad in ("high", "1.5", "+-1", "²", "9" * 11, ""):
+        with pytest.raises(AIError, match="^5004: x-edge-priority: expected an integer"):
+            priority_of(bad)
+    req, _ = service.prepare(MODEL, {"prompt": "a", "priority": 4}, "acct")
+    assert req.params.priority == 4  # the body's own
+    req, _ = service.prepare(MODEL, {"prompt": "a", "priority": 4}, "acct", priority="-2")
+    assert req.params.priority == -2  # the header wins
+    with pytest.raises(AIError, match="^5004: priority: must be an integer in"):
+        service.prepare(MODEL, {"prompt": "a"}, "acct", priority="9999999999")  # the body's range holds
+    # env.AI.run(model, inputs, {"extraHeaders": {"x-edge-priority": "1"}}), as a worker sends it
+    assert _extra_header({"extraHeaders": {"x-edge-priority": 1}}, "x-edge-priority") == "1"
+    assert _extra_header({"extraHeaders": {"x-edge-priority": True}}, "x-edge-priority") is None
