@@ -62,20 +62,24 @@ def up(server, *codes):
 
 
 def test_queued_requests_are_rerouted_and_none_is_lost(server):
-    for _ in range(3):  # a round where every stream had started before the down has no queue to hand back
+    # The down is aimed at a moment with streams both queued and generating at ICN, but on a loaded
+    # machine the admin call can land after the stream that set it off has finished, or before a
+    # queue formed: such a round still must lose nothing, and another round is tried for the fault.
+    for _ in range(4):
         outcomes, [answer] = asyncio.run(down_mid_load(server.url, server.admin, ["ICN"]))
         up(server, "ICN")
         lost = {rid: why for rid, (kind, why) in outcomes.items() if kind == "lost"}
         assert not lost, lost
         assert len(outcomes) == REQUESTS
-        if answer["rerouted"]:
+        failed = [code for kind, code in outcomes.values() if kind == "failed"]
+        # a stream cut while generating at ICN ends with 3040, never with another code
+        assert set(failed) <= {"3040"}, outcomes
+        if answer["rerouted"] and failed:
             break
     assert answer["rerouted"] > 0, "ICN had nothing queued when it went down: the fault did not happen"
+    assert failed, f"no stream was generating at ICN when it went down in any round: {outcomes}"
     served = [where for kind, where in outcomes.values() if kind == "completed"]
     assert "FRA" in served, outcomes  # the queued ones were taken by the next PoP
-    failed = [code for kind, code in outcomes.values() if kind == "failed"]
-    # the stream whose first byte set off the down was generating at ICN: it was cut, with a code
-    assert failed and set(failed) == {"3040"}, outcomes
 
 
 def test_with_no_pop_left_queued_requests_fail_with_3040(server):
