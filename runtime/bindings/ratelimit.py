@@ -83,6 +83,7 @@ class RateLimitStore:
         self._lock = threading.Lock()
         self.clock = clock
         self._next_sweep = 0.0
+        self._rows: dict[str, int] = {}  # rows each account has in the file, recounted at each sweep
 
     def call(self, account: str, ident: str, method: str, args: list, kwargs: dict) -> Any:
         if method != "limit":
@@ -101,21 +102,22 @@ class RateLimitStore:
         with self._lock:
             if now >= self._next_sweep:  # expired windows go, so the file holds only live keys
                 self._db.execute("DELETE FROM hits WHERE expires <= ?", (now,))
+                self._rows = dict(self._db.execute("SELECT account, count(*) FROM hits GROUP BY account"))
                 self._next_sweep = now + 10
             row = self._db.execute(
                 "SELECT window, count FROM hits WHERE account = ? AND namespace = ? AND key = ?",
                 (account, namespace, key),
             ).fetchone()
             if row is None:
-                held = self._db.execute(
-                    "SELECT count(*) FROM hits WHERE account = ? AND expires > ?", (account, now)
-                ).fetchone()[0]
-                if held >= MAX_KEYS:
+                # counted from memory, not by a scan of the account's keys per new key; rows whose
+                # window ended since the last sweep still count, for at most 10 s
+                if self._rows.get(account, 0) >= MAX_KEYS:
                     raise BindingError(
                         "RangeError",
                         f"limit: this account's rate limiters count {MAX_KEYS} keys at once; "
                         "reuse keys (a user or client id), or wait for their windows to end",
                     )
+                self._rows[account] = self._rows.get(account, 0) + 1
             count = row[1] + 1 if row is not None and row[0] == window else 1
             self._db.execute(
                 "INSERT INTO hits (account, namespace, key, window, count, expires) VALUES (?, ?, ?, ?, ?, ?)"

@@ -44,7 +44,8 @@ def test_a_key_gets_its_limit_per_window_and_the_next_window_starts_fresh(tmp_pa
 
 
 def test_hostile_calls_get_clear_errors_and_keys_are_bounded(tmp_path, monkeypatch):
-    store = RateLimitStore(tmp_path / "rl.sqlite", Clock())
+    store_path = tmp_path / "rl.sqlite"
+    store = RateLimitStore(store_path, Clock())
     for args, kwargs, words in [
         ([], {}, "must be a string"),
         ([{"key": 7}], {}, "must be a string"),
@@ -63,7 +64,15 @@ def test_hostile_calls_get_clear_errors_and_keys_are_bounded(tmp_path, monkeypat
         limit(store, key="k3")
     assert limit(store, key="k0") is True  # a key it holds still counts
     assert limit(store, account="b", key="k3") is True  # another account is not affected
+    store.clock.now += 70  # every window ended: the next sweep frees the account's keys
+    assert limit(store, key="k3") is True
     store.close()
+    reopened = RateLimitStore(store_path, store.clock)  # a restart counts what the file holds
+    for i in range(4, 6):
+        assert limit(reopened, key=f"k{i}") is True
+    with pytest.raises(BindingError, match="3 keys at once"):
+        limit(reopened, key="k6")
+    reopened.close()
 
 
 def test_the_config_reads_wranglers_ratelimits_and_refuses_bad_policies():
