@@ -49,6 +49,7 @@ def dev_spec(config: WorkerConfig, deps: Path | None) -> WorkerSpec:
     limits = validate_limits(msgspec.structs.asdict(c.limits), "limits")  # as load_config did
     bound = binding_fields(c.bindings, c.durable_objects.bindings)
     services = {s.binding: s.service for s in c.services}
+    services |= {c.assets.binding: ASSETS_SERVICE} if c.assets and c.assets.binding else {}
     return WorkerSpec(
         account=c.account_id,
         name=c.name,
@@ -56,7 +57,7 @@ def dev_spec(config: WorkerConfig, deps: Path | None) -> WorkerSpec:
         script=str(c.main_path),
         vars=dict(c.vars),
         ai_binding=c.ai.binding if c.ai else None,
-        services=services | ({c.assets.binding: ASSETS_SERVICE} if c.assets and c.assets.binding else {}),
+        services=services,
         limits=limits.isolate(),
         subrequests=limits.subrequests,
         **bound,

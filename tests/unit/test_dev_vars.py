@@ -38,3 +38,21 @@ def test_dev_vars_wins_over_env_and_none_is_nothing(tmp_path):
     assert read_dev_vars(tmp_path) == (tmp_path / ".env", {"X": "from-env"})
     (tmp_path / ".dev.vars").write_text("X=from-dev-vars\n")
     assert read_dev_vars(tmp_path) == (tmp_path / ".dev.vars", {"X": "from-dev-vars"})
+
+
+def test_a_local_secret_never_shadows_a_binding_the_assets_one_included(tmp_path, caplog):
+    from runtime.control.config import load_config
+    from runtime.host.registry import dev_spec
+
+    (tmp_path / "worker.py").write_text("")
+    (tmp_path / "public").mkdir()
+    (tmp_path / "wrangler.toml").write_text(
+        'name = "w"\nmain = "worker.py"\ncompatibility_date = "2026-11-01"\n'
+        'assets = { directory = "public", binding = "ASSETS" }\n'
+        'kv_namespaces = [{ binding = "KV", id = "kv1" }]\n'
+    )
+    (tmp_path / ".dev.vars").write_text("ASSETS=x\nKV=y\nTOKEN=z\n")
+    with caplog.at_level(logging.WARNING):
+        spec = dev_spec(load_config(tmp_path / "wrangler.toml"), None)
+    assert spec.local_secrets == {"TOKEN": "z"}
+    assert "ASSETS, KV also name a binding" in caplog.text
