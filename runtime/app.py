@@ -29,7 +29,6 @@ from edge_sim.edge import Edge
 from edge_sim.remote import health_checks
 from runtime.ai.batch import BatchQueue
 from runtime.ai.catalog import CatalogAlias, CatalogEntry, alias_map, catalog_view
-from runtime.ai.cloudflare_names import stand_ins as listed_stand_ins
 from runtime.ai.service import AIService, account_rows
 from runtime.bindings import BindingStores
 from runtime.control.accounts import Accounts
@@ -113,7 +112,8 @@ class Runtime:
             self.rate_limits,
             settings_of=self.accounts.settings,
         )
-        self.ai.stand_ins = frozenset(listed_stand_ins(self.catalog, stand_ins)) & set(self.aliases)
+        own = {a.name for entry, _ in self.catalog.values() for a in entry.aliases}
+        self.ai.stand_ins = frozenset(self.aliases.keys() - own)  # the names alias_map added
         # queued batch requests, kept in the state database; run by a task started in start()
         self.batches = BatchQueue(self.state, self.ai, lambda code: edge.topology.pops[code])
         self.ai.batches, self.ai.metrics = self.batches, self.metrics
