@@ -28,6 +28,7 @@ from engine.policy import SchedulerConfig, SchedulingPolicy
 from engine.prefix_hash import new_salt_key, tenant_salt
 from engine.sampling import Sampler, SamplingError, SamplingParams, apply_logit_bias, choice_seed
 from engine.sequence import SeqEvent, SeqStatus, Sequence
+from engine.speculation import NgramDrafter, SpeculativeConfig, accepted_prefix
 from engine.tokenizer import IncrementalDetokenizer, TextTokenizer
 
 log = logging.getLogger(__name__)
@@ -44,6 +45,8 @@ class StepStats(msgspec.Struct):
     started: float = 0.0  # time.perf_counter() at the step's start (gaps between steps = idle)
     prefill_pairs: float = 0.0  # query-key pairs the prefill chunks' attention covers
     decode_context: int = 0  # tokens the decoders attend to, their new ones included
+    draft_tokens: int = 0  # speculative draft tokens verified in this step
+    accepted_tokens: int = 0  # of those, the ones the model agreed with (kept)
 
 
 class AccountStats(msgspec.Struct):
@@ -72,6 +75,8 @@ class EngineStats(msgspec.Struct):
     prefix_cache_queries: int = 0  # tokens of admitted sequences looked up in the prefix cache
     prefix_cache_hits: int = 0  # of those, tokens found there (not run again)
     accounts: dict[str, AccountStats] = {}  # by tenant (the one source of the per-account metrics)
+    draft_tokens: int = 0  # speculative draft tokens verified since start
+    accepted_tokens: int = 0  # of those, kept
 
 
 class LLMEngine:
@@ -85,7 +90,11 @@ class LLMEngine:
         vocab_size: int,
         scheduler: SchedulerConfig | None = None,
         prefix_caching: bool = True,
+        speculative: SpeculativeConfig | None = None,
     ):
+        """`speculative`: n-gram drafts verified in the decode step (engine.speculation), for
+        greedy sequences without penalties, biases, grammars or logprobs; None decodes one token
+        a step."""
         self.model = model
         self.cache = cache
         self.tokenizer = tokenizer
@@ -106,6 +115,9 @@ class LLMEngine:
         self._salt_key = new_salt_key()
         self.prefix_cache_queries = 0
         self.prefix_cache_hits = 0
+        self.speculative = speculative
+        self.draft_tokens = 0
+        self.accepted_tokens = 0
 
     # --- requests -------------------------------------------------------------------------------
 
@@ -264,6 +276,7 @@ class LLMEngine:
         for seq, _ in policy_plan.chunks:
             if seq.admissions == seq.preemptions:  # admitted this step: it starts after its cached prefix
                 self._admitted(seq)
+        drafts = self._drafts(policy_plan) if self.speculative is not None else {}
         ids: list[int] = []
         positions: list[int] = []
         slices: list[SeqSlice] = []
@@ -272,14 +285,18 @@ class LLMEngine:
             if seq.first_scheduled is None:
                 seq.first_scheduled = now
             tokens = seq.tokens[seq.num_computed : seq.num_computed + n]
-            slices.append(SeqSlice(seq.kv, len(ids), n, seq.num_computed))
+            draft = drafts.get(seq.order)
+            if draft:  # the real token, then the guesses: verified together, causally
+                tokens = tokens + draft
+            slices.append(SeqSlice(seq.kv, len(ids), len(tokens), seq.num_computed))
             ids.extend(tokens)
-            positions.extend(range(seq.num_computed, seq.num_computed + n))
+            positions.extend(range(seq.num_computed, seq.num_computed + len(tokens)))
         samplers = [
             (seq, sl)
             for (seq, n), sl in zip(plan, slices, strict=True)
-            if seq.num_computed + n == len(seq.tokens)
+            if seq.num_computed + n == len(seq.tokens) and seq.order not in drafts
         ]
+        speculated = [(seq, sl) for (seq, _), sl in zip(plan, slices, strict=True) if seq.order in drafts]
         guided = [row for row, (seq, _) in enumerate(samplers) if seq.guide is not None]
         masks = None
         if guided:
@@ -294,6 +311,7 @@ class LLMEngine:
         logits = self.model.logits(hidden[[sl.stop - 1 for _, sl in samplers]]) if samplers else None
         events: list[SeqEvent] = []
         self.scheduler.completed(policy_plan)
+        verified = self._verify(speculated, drafts, hidden) if speculated else []
         pool = self.cache.pool
         for seq, _ in plan:
             seq.num_computed = self.scheduler.computed(seq)
@@ -301,6 +319,12 @@ class LLMEngine:
             pool.commit(seq.kv, seq.num_computed)  # its full computed blocks enter the prefix cache
         if samplers:
             events = self._sample_all(samplers, logits, masks)
+        for seq, tokens in verified:
+            events.extend(self._emit_all(seq, tokens))
+        drafted = sum(len(d) for d in drafts.values())
+        accepted = sum(len(tokens) - 1 for _, tokens in verified)
+        self.draft_tokens += drafted
+        self.accepted_tokens += accepted
         prefill = sum(n for _, n in policy_plan.chunks)  # the decoders' tokens are the rest
         pairs = sum(
             n * (past + (n + 1) / 2) for (_, n), past in zip(policy_plan.chunks, chunk_past, strict=True)
@@ -317,9 +341,78 @@ class LLMEngine:
                 started=started,
                 prefill_pairs=pairs,
                 decode_context=policy_plan.decode_context,
+                draft_tokens=drafted,
+                accepted_tokens=accepted,
             )
         )
         self.total_prompt_tokens += prefill
+        return events
+
+    def _drafts(self, plan) -> dict[int, list[int]]:
+        """N-gram drafts for this step's decoders that may speculate, by sequence order. A draft
+        stays inside the block the real token is written to and never fills its last slot: no
+        block is allocated for a guess, and a quantized format's staged block is never sealed
+        with a token that may be rejected."""
+        config = self.speculative
+        assert config is not None
+        decoders = plan.decoders()
+        if not decoders or len(decoders) > config.max_decoders:
+            return {}
+        out: dict[int, list[int]] = {}
+        for seq in decoders:
+            p = seq.params
+            if not p.greedy or p.penalised or p.logit_bias or seq.guide is not None or p.logprobs is not None:
+                continue
+            if not seq.forked:
+                continue
+            room = min(
+                BLOCK_SIZE - 2 - seq.num_computed % BLOCK_SIZE,  # positions after the real one, same block
+                p.max_tokens - len(seq.output_ids) - 1,  # this step emits at most the drafts + 1
+            )
+            if room <= 0:
+                continue
+            drafter = seq.drafter
+            if drafter is None:
+                drafter = seq.drafter = NgramDrafter(config)
+            draft = drafter.propose(seq.tokens, room)
+            if draft:
+                out[seq.order] = draft
+        return out
+
+    def _verify(self, speculated: list, drafts: dict[int, list[int]], hidden: torch.Tensor) -> list:
+        """Each speculating sequence's tokens for this step: the accepted draft tokens, then the
+        model's own next token (greedy: exactly what decoding one token a step would give). The
+        accepted ones are computed already, so the policy moves the sequence ahead by that many."""
+        rows = [row for _, sl in speculated for row in range(sl.start, sl.stop)]
+        logits = self.model.logits(hidden[rows])
+        finite = torch.isfinite(logits.sum(dim=-1)).tolist()
+        best = logits.argmax(dim=-1).tolist()
+        out, at = [], 0
+        for seq, sl in speculated:
+            draft = drafts[seq.order]
+            predicted, ok = best[at : at + sl.length], finite[at : at + sl.length]
+            at += sl.length
+            n = accepted_prefix(draft, predicted)
+            bad = next((i for i in range(n + 1) if not ok[i]), None)  # row i chooses token i
+            if bad == 0:
+                out.append((seq, None))
+                continue
+            if bad is not None:  # keep the tokens chosen by finite rows only
+                n = bad - 1
+            self.scheduler.advance_decoder(seq, n)
+            out.append((seq, [*draft[:n], predicted[n]]))
+        return out
+
+    def _emit_all(self, seq: Sequence, tokens: list[int] | None) -> list[SeqEvent]:
+        """The events of a speculating sequence's tokens, up to the one that ends it."""
+        if tokens is None:
+            seq.finish("error", "the model produced non-finite logits for this request")
+            return [self._finished(seq, None, "")]
+        events = []
+        for token in tokens:
+            events.append(self._emit(seq, token))
+            if seq.status == SeqStatus.FINISHED:
+                break
         return events
 
     def _admitted(self, seq: Sequence) -> None:
@@ -363,6 +456,18 @@ class LLMEngine:
         # a batch is shared by every tenant: whatever goes wrong sampling one row ends that row
         try:
             token = best if p.greedy and not p.penalised else seq.sampler(logits[row])
+        except SamplingError as exc:
+            seq.finish("error", str(exc))
+            return self._finished(seq, None, "")
+        except Exception:
+            log.exception("sampling request %s failed; it alone ends", seq.request_id)
+            seq.finish("error", "sampling failed for this request (internal error; the others went on)")
+            return self._finished(seq, None, "")
+        return self._emit(seq, token)
+
+    def _emit(self, seq: Sequence, token: int) -> SeqEvent:
+        """Record a chosen token on `seq` and say what it produced."""
+        try:
             text = seq.append(token)
         except SamplingError as exc:
             seq.finish("error", str(exc))
@@ -412,6 +517,8 @@ class LLMEngine:
             prefix_cache_queries=self.prefix_cache_queries,
             prefix_cache_hits=self.prefix_cache_hits,
             accounts={name: AccountStats(*row) for name, row in sched.tenant_stats().items()},
+            draft_tokens=self.draft_tokens,
+            accepted_tokens=self.accepted_tokens,
         )
 
     def recent_steps(self, n: int) -> list[StepStats]:

@@ -22,6 +22,7 @@ from engine.models import causal_lm, expected_tensors, float32_tensors
 from engine.policy import SchedulerConfig
 from engine.sampling import SamplingParams
 from engine.sequence import Logprobs, RequestMetrics, SeqEvent
+from engine.speculation import SpeculativeConfig, speculative_from_env
 from engine.tokenizer import TextTokenizer
 from engine.verified_load import load_verified
 from engine.weight_parts import apply_weight_format, check_format, formats_by_part, parse_parts, weights_label
@@ -81,6 +82,7 @@ class LLM:
         allow_unsigned: bool = False,
         fair_share: bool | None = None,
         prefix_caching: bool = True,
+        speculative: SpeculativeConfig | None | str = "env",
     ):
         """`weights`: 'auto' (as stored), 'bf16', 'fp8', 'int8' or 'int4'; a compressed format
         applies to `weight_parts` (default: routed and shared experts). `kv_cache_dtype`: 'auto'
@@ -92,7 +94,10 @@ class LLM:
         engine by virtual token counters (default: $EDGE_SCHEDULING, else fair).
 
         `prefix_caching`: full KV blocks of a tenant's earlier requests are reused by its later ones
-        that start with the same tokens (salted per tenant; see engine.prefix_hash)."""
+        that start with the same tokens (salted per tenant; see engine.prefix_hash).
+
+        `speculative`: n-gram drafts verified in the decode step (engine.speculation), a
+        SpeculativeConfig, None (one token a step) or "env" ($EDGE_SPECULATIVE, off by default)."""
         self.path = Path(model)
         if not self.path.is_dir():
             raise ModelLoadError(f"{self.path}: not a model directory (expected config.json and safetensors)")
@@ -152,6 +157,7 @@ class LLM:
                 fair_share=scheduling_fair_share() if fair_share is None else fair_share,
             ),
             prefix_caching=prefix_caching,
+            speculative=speculative_from_env() if speculative == "env" else speculative,
         )
 
     @property

@@ -192,6 +192,23 @@ class SchedulingPolicy(SteadyRuns[S]):
         if self.waiting.fair:
             self.waiting.decoding(seq.tenant, self.clock, -1)
 
+    def advance_decoder(self, seq: S, tokens: int) -> None:
+        """A decoder's step computed `tokens` more of its tokens than the group's one (accepted
+        draft tokens of speculative decoding, written within a block it holds): it moves ahead of
+        the clock by that many, and its tenant is charged for them."""
+        base = seq.decode_base
+        if base is None or tokens <= 0:
+            return
+        del self.phase[base % BLOCK_TOKENS][seq.order]
+        self._phase_sizes[base % BLOCK_TOKENS] -= 1
+        base += tokens
+        seq.decode_base = base
+        self.phase[base % BLOCK_TOKENS][seq.order] = seq
+        self._phase_sizes[base % BLOCK_TOKENS] += 1
+        self._base_sum += tokens
+        if self.waiting.fair:
+            self.waiting.charge_prefill(seq.tenant, tokens)
+
     def _preempt(self, seq: S) -> None:
         """Free `seq`'s blocks and queue it first, to be recomputed. `on_event("preempt")` hears it
         before its tokens in the cache are reset to 0 (`num_computed` is up to date then)."""

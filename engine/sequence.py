@@ -10,6 +10,7 @@ from engine.block_pool import SeqBlocks
 from engine.guided import GuideState
 from engine.policy import SeqStatus
 from engine.sampling import Sampler, SamplingParams
+from engine.speculation import NgramDrafter
 from engine.tokenizer import IncrementalDetokenizer
 
 
@@ -91,6 +92,7 @@ class Sequence:
         self.admissions = 0  # times the policy admitted it (one more than its preemptions once running)
         self.cached_tokens = 0  # what the prefix cache held of it at its first admission
         self.order = 0  # arrival order at the scheduling policy (set when it is added)
+        self.drafter: NgramDrafter | None = None  # its n-gram index, once it speculates
         self.finish_reason: str | None = None
         self.error: str | None = None
         self.arrival = time.perf_counter()
