@@ -61,6 +61,7 @@ from runtime.routes.edge import EdgeEndpoints
 from runtime.routes.openapi import routes as openapi_routes
 from runtime.routes.responses import ResponsesApi
 from runtime.routes.rollouts import RolloutEndpoints
+from runtime.routes.workflows import WorkflowApi
 
 log = logging.getLogger("edge.runtime")
 
@@ -186,6 +187,7 @@ class Runtime:
         )
         self.responses = ResponsesApi(self.api)
         self.control = ControlApi(self.state, config.state_dir, self.tail, self.workers.restart_worker)
+        self.workflow_api = WorkflowApi(self.state, self.bindings, lambda: dict(self.workflows.names))
         self._tasks: list[asyncio.Task] = []
 
     @property
@@ -271,6 +273,7 @@ def create_app(runtime: Runtime) -> Starlette:
         *runtime.api.routes(),
         *runtime.responses.routes(),
         *runtime.control.routes(),
+        *runtime.workflow_api.routes(),
         *openapi_routes(),
     ]
     return assemble(served, runtime.front.handle, runtime.start, runtime.stop)

@@ -213,7 +213,8 @@ class WorkflowBooks:
         if row is not None and row[0] != kind:
             raise BindingError(
                 "Error",
-                f"step {key[3]!r} was a {row[0]} step when this instance ran before and is a {kind} step now: "
+                f"step {key[3]!r} was a {row[0]} step when this instance ran before, and is a {kind} step "
+                "now: "
                 "a workflow's steps must come in the same order on every run (keep names of one kind)",
             )
         if row is None:
@@ -223,7 +224,8 @@ class WorkflowBooks:
             if count >= MAX_STEPS:
                 raise BindingError("RangeError", f"an instance runs at most {MAX_STEPS} steps")
             self._db.execute(
-                "INSERT INTO steps (account, workflow, id, name, n, kind, started) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                "INSERT INTO steps (account, workflow, id, name, n, kind, started)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?)",
                 (*key, kind, self.clock()),
             )
         return row

@@ -46,9 +46,10 @@ CREATE TABLE IF NOT EXISTS instances (
     PRIMARY KEY (account, workflow, id));
 CREATE INDEX IF NOT EXISTS instances_due ON instances (account, workflow, status, wake_at);
 CREATE TABLE IF NOT EXISTS steps (
-    account TEXT NOT NULL, workflow TEXT NOT NULL, id TEXT NOT NULL, name TEXT NOT NULL, n INTEGER NOT NULL,
-    kind TEXT NOT NULL, attempts INTEGER NOT NULL DEFAULT 0, running INTEGER NOT NULL DEFAULT 0,
-    done INTEGER NOT NULL DEFAULT 0, failed INTEGER NOT NULL DEFAULT 0, nonretryable INTEGER NOT NULL DEFAULT 0,
+    account TEXT NOT NULL, workflow TEXT NOT NULL, id TEXT NOT NULL, name TEXT NOT NULL,
+    n INTEGER NOT NULL, kind TEXT NOT NULL, attempts INTEGER NOT NULL DEFAULT 0,
+    running INTEGER NOT NULL DEFAULT 0, done INTEGER NOT NULL DEFAULT 0, failed INTEGER NOT NULL DEFAULT 0,
+    nonretryable INTEGER NOT NULL DEFAULT 0,
     result TEXT, error TEXT, until REAL, started REAL, finished REAL,
     PRIMARY KEY (account, workflow, id, name, n));
 CREATE TABLE IF NOT EXISTS events (
@@ -242,7 +243,8 @@ class WorkflowStore:
             else:
                 new = {"pause": "paused", "resume": "running", "terminate": "terminated"}[action]
                 self._db.execute(
-                    "UPDATE instances SET status = ?, updated = ? WHERE account = ? AND workflow = ? AND id = ?",
+                    "UPDATE instances SET status = ?, updated = ?"
+                    " WHERE account = ? AND workflow = ? AND id = ?",
                     (new, now, *key),
                 )
 
@@ -318,7 +320,8 @@ class WorkflowStore:
         """Per workflow of the account: how many instances are in each status."""
         with self._lock:
             rows = self._db.execute(
-                "SELECT workflow, status, count(*) FROM instances WHERE account = ? GROUP BY workflow, status",
+                "SELECT workflow, status, count(*) FROM instances WHERE account = ?"
+                " GROUP BY workflow, status",
                 (account,),
             ).fetchall()
         out: dict[str, dict[str, int]] = {}

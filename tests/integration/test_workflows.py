@@ -6,6 +6,7 @@ instance sleeps (it completes, and its finished step does not run again)."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import time
@@ -13,9 +14,9 @@ import time
 import httpx
 import pytest
 
-from tests.integration.dev_server import REPO, DevServer
+from tests.integration.dev_server import DevServer
 
-WORKER = '''
+WORKER = """
 import json
 from workers import Response, WorkerEntrypoint, WorkflowEntrypoint
 from workers.workflows import NonRetryableError
@@ -85,6 +86,15 @@ class Hang(WorkflowEntrypoint):
         return await spin()
 
 
+class Big(WorkflowEntrypoint):
+    async def run(self, event, step):
+        @step.do("big")
+        async def big():
+            return "x" * (1536 * 1024)
+
+        return await big()
+
+
 class Idle(WorkflowEntrypoint):
     async def run(self, event, step):
         await step.wait_for_event("never", "nothing", timeout="1 hour")
@@ -102,6 +112,8 @@ class Default(WorkerEntrypoint):
             if op == "batch":
                 made = await flow.create_batch(body["batch"])
                 return Response.json({"ids": [i.id for i in made]})
+            if op == "log":
+                return Response.json({"log": await self.env.KV.get("log:" + body["id"])})
             instance = await flow.get(body["id"])
             if op == "status":
                 return Response.json(dict(await instance.status()))
@@ -109,12 +121,10 @@ class Default(WorkerEntrypoint):
                 await instance.send_event(type=body["type"], payload=body.get("payload"))
             elif op in ("pause", "resume", "terminate", "restart"):
                 await getattr(instance, op)()
-            elif op == "log":
-                return Response.json({"log": await self.env.KV.get("log:" + body["id"])})
             return Response.json({"ok": True})
         except Exception as exc:
             return Response.json({"error": f"{type(exc).__name__}: {exc}"}, status=400)
-'''
+"""
 
 CONFIG = {
     "name": "flows",
@@ -127,6 +137,7 @@ CONFIG = {
         {"name": "sleeper", "binding": "SLEEPER", "class_name": "Sleeper"},
         {"name": "hang", "binding": "HANG", "class_name": "Hang"},
         {"name": "idle", "binding": "IDLE", "class_name": "Idle"},
+        {"name": "big", "binding": "BIG", "class_name": "Big"},
     ],
 }
 
@@ -139,10 +150,23 @@ def project(tmp_path_factory):
     return folder
 
 
+class Served:
+    """The module's one edge dev; the restart test (last) replaces it once."""
+
+    server: DevServer
+
+
 @pytest.fixture(scope="module")
-def server(project):
-    with DevServer(project / "wrangler.jsonc", cwd=project) as srv:
-        yield srv
+def served(project):
+    holder = Served()
+    holder.server = DevServer(project / "wrangler.jsonc", cwd=project).__enter__()
+    yield holder
+    holder.server.stop()
+
+
+@pytest.fixture
+def server(served):
+    return served.server
 
 
 def op(server, **body):
@@ -178,3 +202,133 @@ def test_failed_steps_are_retried_and_a_non_retryable_error_errors_the_instance(
     refused = wait_status(server, "FLAKY", "f-2", {"complete", "errored"})
     assert refused["status"] == "errored"
     assert refused["error"]["name"] == "NonRetryableError" and "no, never" in refused["error"]["message"]
+
+
+def edge(server, project, *args, **kw):
+    return subprocess.run(
+        [sys.executable, "-m", "runtime.cli", *args, "--url", server.url,
+         "--config", str(project / "wrangler.jsonc")],
+        capture_output=True, text=True, timeout=60, check=False, cwd=project, env=kw.get("env"),
+    )  # fmt: skip
+
+
+def test_sleep_then_wait_for_event_until_send_event(server):
+    op(server, op="create", binding="SLEEPER", id="s-1", params={"nap": 300})
+    op(server, op="create", binding="SLEEPER", id="s-2", params={"nap": "0 seconds"})
+    op(server, op="event", binding="SLEEPER", id="s-2", type="approve", payload={"by": "early"})  # buffered
+    waiting = wait_status(server, "SLEEPER", "s-1", {"waiting"})
+    assert waiting["status"] == "waiting"
+    time.sleep(0.6)  # past the nap: now it waits for the event
+    assert op(server, op="status", binding="SLEEPER", id="s-1")["status"] == "waiting"
+    op(server, op="event", binding="SLEEPER", id="s-1", type="other", payload={"by": "nobody"})  # not this
+    op(server, op="event", binding="SLEEPER", id="s-1", type="approve", payload={"by": "ada"})
+    done = wait_status(server, "SLEEPER", "s-1", {"complete", "errored"})
+    assert done["status"] == "complete" and done["output"] == {"count": 1, "approved_by": "ada"}
+    early = wait_status(server, "SLEEPER", "s-2", {"complete", "errored"})
+    assert early["output"] == {"count": 1, "approved_by": "early"}
+    assert op(server, op="log", id="s-1") == {"log": "ran;"}  # each step once, over three runs
+
+
+def test_pause_resume_terminate_and_restart(server):
+    op(server, op="create", binding="IDLE", id="i-1")
+    assert wait_status(server, "IDLE", "i-1", {"waiting"})["status"] == "waiting"
+    op(server, op="pause", binding="IDLE", id="i-1")
+    assert op(server, op="status", binding="IDLE", id="i-1")["status"] == "paused"
+    assert "paused" in op(server, op="pause", binding="IDLE", id="i-1")["error"]
+    op(server, op="resume", binding="IDLE", id="i-1")
+    assert wait_status(server, "IDLE", "i-1", {"waiting"})["status"] == "waiting"
+    op(server, op="terminate", binding="IDLE", id="i-1")
+    assert op(server, op="status", binding="IDLE", id="i-1")["status"] == "terminated"
+    assert "terminated" in op(server, op="event", binding="IDLE", id="i-1", type="nothing")["error"]
+    op(server, op="restart", binding="IDLE", id="i-1")
+    assert wait_status(server, "IDLE", "i-1", {"waiting"})["status"] == "waiting"
+
+
+def test_edge_workflows_trigger_describe_and_list(server, project):
+    made = edge(
+        server, project, "workflows", "trigger", "pipeline", "--params", '{"a": 20, "b": 22}', "--id", "cli-1"
+    )
+    assert made.returncode == 0 and "cli-1" in made.stdout, made.stderr
+    wait_status(server, "PIPELINE", "cli-1", {"complete"})
+    shown = edge(server, project, "workflows", "describe", "pipeline", "cli-1")
+    described = json.loads(shown.stdout)
+    assert described["status"] == "complete" and described["output"]["sum"] == 42
+    assert [s["name"] for s in described["steps"]] == ["fetch a", "fetch b", "sum", "double"]
+    assert all(s["success"] and s["attempts"] == 1 for s in described["steps"])
+    listed = edge(server, project, "workflows", "list")
+    assert listed.returncode == 0 and "pipeline  (Pipeline)" in listed.stdout and "complete" in listed.stdout
+    missing = edge(server, project, "workflows", "trigger", "nosuch")
+    assert missing.returncode != 0 and "no workflow 'nosuch'" in missing.stderr
+
+
+# --- hostile ----------------------------------------------------------------------------------------
+
+
+def test_a_step_that_never_returns_is_cut_retried_then_errors_while_others_are_served(server):
+    op(server, op="create", binding="HANG", id="h-1")
+    assert wait_status(server, "HANG", "h-1", {"running"})["status"] == "running"
+    op(server, op="create", id="p-during", params={"a": 1, "b": 2})  # served meanwhile
+    assert wait_status(server, "PIPELINE", "p-during", {"complete"})["output"]["sum"] == 3
+    hung = wait_status(server, "HANG", "h-1", {"errored", "complete"}, timeout=60)
+    assert hung["status"] == "errored"
+    assert "did not finish within its timeout of 1000 ms" in hung["error"]["message"]
+
+
+def test_huge_params_and_results_are_refused_with_what_to_do(server):
+    huge = op(server, op="create", id="p-huge", params={"blob": "x" * (1100 * 1024)})
+    assert "params is" in huge["error"] and "the limit is 1024 KiB" in huge["error"]
+    op(server, op="create", binding="BIG", id="b-1")
+    big = wait_status(server, "BIG", "b-1", {"errored", "complete"})
+    assert big["status"] == "errored" and "the result of step 'big'" in big["error"]["message"]
+    assert "store it in KV or R2" in big["error"]["message"]
+
+
+def test_another_accounts_instance_is_not_found(server, project):
+    made = edge(server, project, "accounts", "create", "intruder")
+    token = made.stdout.strip()
+    assert made.returncode == 0 and token, made.stderr
+    headers = {"authorization": f"Bearer {token}"}
+    theirs = httpx.get(
+        f"{server.url}/client/v4/accounts/intruder/workflows/pipeline/instances/p-1", headers=headers
+    )
+    assert theirs.status_code == 404 and "instance.not_found" in theirs.text
+    ours = httpx.get(
+        f"{server.url}/client/v4/accounts/local/workflows/pipeline/instances/p-1", headers=headers
+    )
+    assert ours.status_code == 403
+
+
+# --- last: a restart, then the bound (it leaves the account full) ---------------------------------
+
+
+def test_a_killed_edge_dev_resumes_a_sleeping_instance_and_does_not_rerun_its_finished_step(served, project):
+    old = served.server
+    op(old, op="create", binding="SLEEPER", id="r-1", params={"nap": "3 seconds"})
+    assert wait_status(old, "SLEEPER", "r-1", {"waiting"})["status"] == "waiting"
+    assert op(old, op="log", id="r-1") == {"log": "ran;"}
+    old.proc.kill()  # no goodbye: as a crash or a power cut
+    old.proc.wait()
+    old._log_file.close()
+    served.server = new = DevServer(project / "wrangler.jsonc", cwd=project, port=old.port).__enter__()
+    assert op(new, op="status", binding="SLEEPER", id="r-1")["status"] in ("waiting", "running")  # replaying
+    op(new, op="event", binding="SLEEPER", id="r-1", type="approve", payload={"by": "after restart"})
+    done = wait_status(new, "SLEEPER", "r-1", {"complete", "errored"})
+    assert done["status"] == "complete" and done["output"] == {"count": 1, "approved_by": "after restart"}
+    assert op(new, op="log", id="r-1") == {"log": "ran;"}  # the finished step did not run again
+
+
+def test_unfinished_instances_are_bounded_per_account(server):
+    made = 0
+    while True:
+        batch = [{"id": f"bound-{made + i}"} for i in range(100)]
+        result = op(server, op="batch", binding="IDLE", batch=batch)
+        if "error" in result:
+            break
+        made += 100
+        assert made <= 1000
+    assert "at most 1000 may be queued, running, paused or waiting at once" in result["error"]
+    held = int(re.search(r"this account has (\d+) unfinished", result["error"]).group(1))
+    rest = [{"id": f"rest-{i}"} for i in range(1000 - held)]  # up to the bound exactly
+    assert "ids" in op(server, op="batch", binding="IDLE", batch=rest)
+    assert "at most 1000" in op(server, op="create", binding="IDLE", id="one-more")["error"]
+    assert "at most 1000" in op(server, op="create", id="p-over", params={"a": 0, "b": 0})["error"]
