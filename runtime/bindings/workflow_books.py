@@ -18,7 +18,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from runtime.bindings.common import BindingError
+from runtime.bindings.common import ACCOUNT_QUOTA_BYTES, BindingError
 from workers.durations import MAX_MS, duration_ms
 
 # Cloudflare's step defaults: 5 retries, 10 seconds apart, doubling; 10 minutes per attempt
@@ -94,9 +94,56 @@ def step_key(args: list) -> tuple[str, int]:
 SUSPEND = {"state": "suspend"}
 
 
+def _size(n: int) -> str:
+    return f"{n / 2**20:.1f} MiB" if n >= 2**20 else f"{n / 1024:.1f} KiB"
+
+
 class WorkflowBooks:
-    def __init__(self, db: sqlite3.Connection, lock: threading.RLock, clock: Callable[[], float]):
+    def __init__(self, db: sqlite3.Connection, lock: threading.RLock, clock: Callable[[], float],
+                 quota_bytes: int = ACCOUNT_QUOTA_BYTES["Workflows"]):  # fmt: skip
         self._db, self._lock, self.clock = db, lock, clock
+        self.quota_bytes = quota_bytes  # params, results, events and outputs one account may keep
+
+    # --- what an account keeps (params, results, event payloads, outputs) ---------------------------
+
+    def charge(self, account: str, size: int, what: str) -> None:
+        """Count `size` more bytes against the account; BindingError past its quota."""
+        row = self._db.execute("SELECT bytes FROM usage WHERE account = ?", (account,)).fetchone()
+        used = row[0] if row else 0
+        if used + size > self.quota_bytes:
+            raise BindingError(
+                "RangeError",
+                f"{what}: this account's workflows would keep {_size(used + size)}, over the "
+                f"{_size(self.quota_bytes)} one account may keep here; store data in KV or R2 and pass "
+                "keys, or let finished instances go",
+            )
+        self._db.execute(
+            "INSERT INTO usage (account, bytes) VALUES (?, ?)"
+            " ON CONFLICT (account) DO UPDATE SET bytes = bytes + excluded.bytes",
+            (account, size),
+        )
+
+    def forget(self, account: str, workflow: str, ident: str, whole: bool) -> None:
+        """Drop an instance's steps and events (and, if `whole`, the instance), refunding their bytes."""
+        key = (account, workflow, ident)
+        where = "WHERE account = ? AND workflow = ? AND id = ?"
+        size = self._db.execute(
+            f"SELECT coalesce(sum(length(result)), 0) FROM steps {where}", key
+        ).fetchone()[0]
+        size += self._db.execute(
+            f"SELECT coalesce(sum(length(payload)), 0) FROM events {where}", key
+        ).fetchone()[0]
+        size += (
+            self._db.execute(
+                "SELECT coalesce(length(output), 0) + (CASE WHEN ? THEN length(params) ELSE 0 END)"
+                f" FROM instances {where}",
+                (whole, *key),
+            ).fetchone()[0]
+            or 0
+        )
+        for table in ("steps", "events", *(("instances",) if whole else ())):
+            self._db.execute(f"DELETE FROM {table} {where}", key)
+        self._db.execute("UPDATE usage SET bytes = max(0, bytes - ?) WHERE account = ?", (size, account))
 
     # --- the runtime's side -----------------------------------------------------------------------
 
@@ -132,6 +179,11 @@ class WorkflowBooks:
         """The run ended the instance (complete or errored), unless it was paused, terminated or
         restarted meanwhile."""
         with self._lock:
+            if output is not None:
+                try:
+                    self.charge(account, len(output), "the output of run()")
+                except BindingError as exc:
+                    output, status, error = None, "errored", {"name": exc.type, "message": str(exc)}
             cur = self._db.execute(
                 "UPDATE instances SET status = ?, output = ?, error = ?, updated = ?, wake_at = NULL"
                 " WHERE account = ? AND workflow = ? AND id = ? AND generation = ? AND status = 'running'",
@@ -275,6 +327,7 @@ class WorkflowBooks:
         if row is not None and row[3]:
             return {"state": "done", "result": json.loads(row[6])}
         data = json_value(f"the result of step {name!r}", value, "store it in KV or R2 and return its key")
+        self.charge(account, len(data), f"the result of step {name!r}")
         self._set(key, done=1, running=0, result=data, finished=self.clock())
         return {"state": "done"}
 
@@ -344,9 +397,14 @@ class WorkflowBooks:
             (*key[:3], kind),
         ).fetchone()
         if event is not None:
-            self._db.execute("UPDATE events SET taken = 1 WHERE seq = ?", (event[0],))
+            self._db.execute("DELETE FROM events WHERE seq = ?", (event[0],))  # it is the step's now
             result = {"type": kind, "payload": json.loads(event[1]), "timestamp": int(event[2] * 1000)}
-            self._set(key, done=1, result=json.dumps(result), finished=now)
+            data = json.dumps(result)
+            self._db.execute(
+                "UPDATE usage SET bytes = bytes - ? + ? WHERE account = ?",
+                (len(event[1]), len(data), account),
+            )
+            self._set(key, done=1, result=data, finished=now)
             return {"state": "done", "result": result}
         if until <= now:
             self._set(key, failed=1, error=f"no {kind!r} event within the timeout", finished=now)

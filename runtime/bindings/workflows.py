@@ -56,6 +56,7 @@ CREATE TABLE IF NOT EXISTS events (
     seq INTEGER PRIMARY KEY AUTOINCREMENT, account TEXT NOT NULL, workflow TEXT NOT NULL, id TEXT NOT NULL,
     type TEXT NOT NULL, payload TEXT NOT NULL, sent REAL NOT NULL, taken INTEGER NOT NULL DEFAULT 0);
 CREATE INDEX IF NOT EXISTS events_of ON events (account, workflow, id, type, taken);
+CREATE TABLE IF NOT EXISTS usage (account TEXT PRIMARY KEY, bytes INTEGER NOT NULL);
 """
 
 
@@ -87,12 +88,14 @@ def instance_id(value: Any) -> str:
 class WorkflowStore:
     """Every account's workflow instances; `books` is what the runtime runs them by."""
 
-    def __init__(self, path: Path, clock: Callable[[], float] = time.time):
+    def __init__(self, path: Path, clock: Callable[[], float] = time.time, quota_bytes: int | None = None):
         self._db = open_private_db(path)
         self._db.executescript(SCHEMA)
         self._lock = threading.RLock()
         self.clock = clock
         self.books = WorkflowBooks(self._db, self._lock, clock)
+        if quota_bytes is not None:
+            self.books.quota_bytes = quota_bytes
 
     # --- what a worker calls ----------------------------------------------------------------------
 
@@ -157,6 +160,7 @@ class WorkflowStore:
                     )
             self._db.execute("BEGIN IMMEDIATE")
             try:
+                self.books.charge(account, sum(len(p) for _, p in rows), "create: params")
                 self._db.executemany(
                     "INSERT INTO instances (account, workflow, id, status, params, created, updated)"
                     " VALUES (?, ?, ?, 'queued', ?, ?, ?)",
@@ -171,9 +175,8 @@ class WorkflowStore:
 
     def _prune(self, account: str) -> None:
         """Keep STORED_INSTANCES per account: the oldest finished ones (and their steps) go."""
-        stored = self._db.execute("SELECT count(*) FROM instances WHERE account = ?", (account,)).fetchone()[
-            0
-        ]
+        count = "SELECT count(*) FROM instances WHERE account = ?"
+        stored = self._db.execute(count, (account,)).fetchone()[0]
         if stored <= STORED_INSTANCES:
             return
         old = self._db.execute(
@@ -182,11 +185,7 @@ class WorkflowStore:
             (account, stored - STORED_INSTANCES),
         ).fetchall()
         for workflow, ident in old:
-            for table in ("instances", "steps", "events"):
-                self._db.execute(
-                    f"DELETE FROM {table} WHERE account = ? AND workflow = ? AND id = ?",
-                    (account, workflow, ident),
-                )
+            self.books.forget(account, workflow, ident, whole=True)
 
     def _find(self, account: str, workflow: str, ident: str) -> tuple | None:
         return self._db.execute(
@@ -230,10 +229,7 @@ class WorkflowStore:
             key = (account, workflow, ident)
             now = self.clock()
             if action == "restart":
-                for table in ("steps", "events"):
-                    self._db.execute(
-                        f"DELETE FROM {table} WHERE account = ? AND workflow = ? AND id = ?", key
-                    )
+                self.books.forget(account, workflow, ident, whole=False)
                 self._db.execute(
                     "UPDATE instances SET status = 'queued', output = NULL, error = NULL, wake_at = NULL,"
                     " waiting_for = NULL, generation = generation + 1, updated = ?"
@@ -266,6 +262,7 @@ class WorkflowStore:
                     "RangeError",
                     f"send_event: instance {ident!r} holds {PENDING_EVENTS} events it has not waited for yet",
                 )
+            self.books.charge(account, len(payload), "send_event: payload")
             self._db.execute(
                 "INSERT INTO events (account, workflow, id, type, payload, sent) VALUES (?, ?, ?, ?, ?, ?)",
                 (account, workflow, ident, kind, payload, now),

@@ -24,7 +24,7 @@ from typing import Any
 import msgspec
 
 from runtime.bindings import BindingError, BindingStores
-from runtime.bindings.workflow_books import StepConfig, WorkflowBooks, json_value
+from runtime.bindings.workflow_books import MAX_STEPS, StepConfig, WorkflowBooks, json_value
 from runtime.host.spec import WorkerSpec, WorkflowAddress
 from runtime.host.worker import WorkerHandle
 from runtime.isolate import ipc
@@ -35,6 +35,9 @@ log = logging.getLogger("edge.workflows")
 POLL_S = 0.1
 RUNNING_PER_ACCOUNT = 32  # runs in flight at once, all the account's workflows together
 GRACE_S = 1.0  # past a step's timeout: the isolate is stopped if the step has not ended by then
+# step calls one run may make: every step of MAX_STEPS with a few retries waited inline; past it the
+# run is refused (a script looping on one raw call would otherwise keep the books busy for ever)
+STEP_CALLS_PER_RUN = 20 * MAX_STEPS
 
 
 @dataclass
@@ -47,12 +50,14 @@ class _Run:
     config: StepConfig | None = None
     deadline: float | None = None  # monotonic
     timed_out: str | None = None  # why the engine stopped its isolate
+    calls: int = 0  # step calls so far
 
 
 @dataclass
 class _Workflow:
     address: WorkflowAddress
     handle: WorkerHandle
+    base: WorkerSpec  # the dev worker's spec it was made from (edge dev --reload replaces that)
     runs: dict[int, _Run] = field(default_factory=dict)  # by the isolate's request id
 
 
@@ -70,12 +75,18 @@ class WorkflowEngine:
     def books(self) -> WorkflowBooks:
         return self.stores.store("workflow").books
 
-    def _workflow(self, name: str) -> _Workflow:
-        if name not in self._workflows:
+    async def _workflow(self, name: str) -> _Workflow:
+        """The workflow's handle, made anew (once its runs are over) when the dev worker was reloaded."""
+        base = self.spec()
+        wf = self._workflows.get(name)
+        if wf is not None and wf.base is not base and not wf.runs:
+            await wf.handle.stop()
+            wf = None
+        if wf is None:
             address = WorkflowAddress(name, self.names[name])
-            spec = msgspec.structs.replace(self.spec(), workflow=address)
-            self._workflows[name] = _Workflow(address, self.start(spec))
-        return self._workflows[name]
+            spec = msgspec.structs.replace(base, workflow=address)
+            wf = self._workflows[name] = _Workflow(address, self.start(spec), base)
+        return wf
 
     # --- the loop ---------------------------------------------------------------------------------
 
@@ -99,7 +110,7 @@ class WorkflowEngine:
             room = RUNNING_PER_ACCOUNT - running
             if room <= 0:
                 break
-            wf = self._workflow(name)
+            wf = await self._workflow(name)
             busy = {r.instance for r in wf.runs.values()}
             due = await self.stores.run(self.books.due, account, name, room, busy)
             for ident, params, created, generation in due:
@@ -188,6 +199,9 @@ class WorkflowEngine:
         run = wf.runs.get(request) if wf is not None else None
         if run is None or not isinstance(method, str):
             raise BindingError("Error", "this step call belongs to no running workflow instance")
+        run.calls += 1
+        if run.calls > STEP_CALLS_PER_RUN:
+            raise BindingError("RangeError", f"a run makes at most {STEP_CALLS_PER_RUN} step calls")
         reply = await self.stores.run(
             self.books.step_call, spec.account, run.workflow, run.instance, run.generation, method, args
         )

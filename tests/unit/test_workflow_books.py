@@ -304,3 +304,19 @@ def test_live_instances_are_bounded_and_finished_ones_do_not_count(store):
     store.call("acct", "flow", "create", [{}], {})
     with pytest.raises(BindingError, match="1 to 100 instances"):
         store.call("acct", "flow", "create_batch", [[{}] * 101], {})
+
+
+def test_what_an_account_keeps_is_bounded_and_given_back_when_it_goes(tmp_path):
+    small = WorkflowStore(tmp_path / "small.sqlite", clock=Clock(), quota_bytes=10_000)
+    try:
+        small.call("acct", "flow", "create", [{"id": "a", "params": "x" * 6_000}], {})
+        with pytest.raises(BindingError, match="over the 9.8 KiB one account may keep here"):
+            small.call("acct", "flow", "create", [{"id": "b", "params": "y" * 6_000}], {})
+        small.call("other", "flow", "create", [{"id": "b", "params": "y" * 6_000}], {})  # its own quota
+        with pytest.raises(BindingError, match="send_event: payload"):
+            small.call("acct", "flow", "send_event", ["a", {"type": "t", "payload": "z" * 5_000}], {})
+        small.call("acct", "flow", "send_event", ["a", {"type": "t", "payload": "z" * 3_000}], {})
+        small.call("acct", "flow", "restart", ["a"], {})  # its event goes, and its bytes with it
+        small.call("acct", "flow", "send_event", ["a", {"type": "t", "payload": "z" * 3_000}], {})
+    finally:
+        small.close()
