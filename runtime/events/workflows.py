@@ -38,6 +38,9 @@ GRACE_S = 1.0  # past a step's timeout: the isolate is stopped if the step has n
 # step calls one run may make: every step of MAX_STEPS with a few retries waited inline; past it the
 # run is refused (a script looping on one raw call would otherwise keep the books busy for ever)
 STEP_CALLS_PER_RUN = 20 * MAX_STEPS
+# a run cut outside any step (its isolate killed past a limit, perhaps for another run's sake) is
+# run again, at most this many times in a row before the instance errors
+CUTS_OUTSIDE_STEPS = 3
 
 
 @dataclass
@@ -70,6 +73,7 @@ class WorkflowEngine:
         self.names = dict(workflows)
         self._workflows: dict[str, _Workflow] = {}
         self._tasks: set[asyncio.Task] = set()
+        self._cuts: dict[tuple[str, str], int] = {}  # (workflow, instance) -> runs cut outside a step
 
     @property
     def books(self) -> WorkflowBooks:
@@ -158,9 +162,16 @@ class WorkflowEngine:
                 if run.cut and run.timed_out is None:
                     return  # still `running`: due again, it replays from its last finished step
                 message = run.timed_out or f"the run was cut: {exc}"
+                if run.step is None and run.timed_out is None:
+                    cuts = self._cuts[(run.workflow, run.instance)] = (
+                        self._cuts.get((run.workflow, run.instance), 0) + 1
+                    )
+                    if cuts < CUTS_OUTSIDE_STEPS:
+                        return  # still `running`: due again
                 fate = await self.stores.run(books.interrupt, *args, run.config, message)
                 log.warning("workflow %s instance %s: %s (%s)", run.workflow, run.instance, message, fate)
                 return
+            self._cuts.pop((run.workflow, run.instance), None)
             await self.stores.run(self._settle, books, args, result)
         except Exception:
             log.exception(

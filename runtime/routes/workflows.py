@@ -18,6 +18,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from runtime.bindings import BindingError, BindingRef, BindingStores
+from runtime.control.admin import read_capped
 from runtime.control.state import State
 from runtime.routes.ai_rest import AuthError, authenticate, cf_error, envelope
 
@@ -73,7 +74,7 @@ class WorkflowApi:
             return cf_error(
                 NOT_FOUND, f"no workflow {name!r} is served here (the config lists: {listed})", 404
             )
-        body = await request.body() if int(request.headers.get("content-length") or 0) <= BODY_BYTES else None
+        body = await read_capped(request, BODY_BYTES)  # in chunks: None past the cap, length or not
         try:
             data = json.loads(body or b"{}") if body is not None else None
         except ValueError:
