@@ -10,9 +10,10 @@ account's instance id is not found. Only the workflows the served config lists c
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
+from typing import Any
 
+import msgspec
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
@@ -20,11 +21,19 @@ from starlette.routing import Route
 from runtime.bindings import BindingError, BindingRef, BindingStores
 from runtime.control.admin import read_capped
 from runtime.control.state import State
+from runtime.http.json_body import BadJSON, decode_json
 from runtime.routes.ai_rest import AuthError, authenticate, cf_error, envelope
 
 PREFIX = "/client/v4/accounts/{account}/workflows"
 NOT_FOUND, BAD_REQUEST = 10007, 10014
 BODY_BYTES = 2 * 1024 * 1024
+
+
+class TriggerRequest(msgspec.Struct, forbid_unknown_fields=True):
+    """POST .../workflows/{name}/instances: a new instance (`edge workflows trigger`)."""
+
+    instance_id: str | None = None  # default: a generated one
+    params: Any = None  # the instance's event.payload
 
 
 class WorkflowApi:
@@ -76,14 +85,12 @@ class WorkflowApi:
             )
         body = await read_capped(request, BODY_BYTES)  # in chunks: None past the cap, length or not
         try:
-            data = json.loads(body or b"{}") if body is not None else None
-        except ValueError:
-            data = None
-        if not isinstance(data, dict) or set(data) - {"instance_id", "params"}:
-            return cf_error(
-                BAD_REQUEST, 'send {"instance_id": optional, "params": any JSON} of at most 2 MiB', 400
-            )
-        opts = {"params": data.get("params")} | ({"id": data["instance_id"]} if "instance_id" in data else {})
+            if body is None:
+                raise BadJSON("the body is over 2 MiB")
+            data = decode_json(body or b"{}", TriggerRequest)
+        except (BadJSON, msgspec.ValidationError) as exc:
+            return cf_error(BAD_REQUEST, f'send {{"instance_id": optional, "params": any JSON}} ({exc})', 400)
+        opts = {"params": data.params} | ({"id": data.instance_id} if data.instance_id is not None else {})
         try:
             made = await self.stores.call(account, BindingRef("workflow", name), "create", [opts], {})
         except BindingError as exc:

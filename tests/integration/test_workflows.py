@@ -259,6 +259,12 @@ def test_edge_workflows_trigger_describe_and_list(server, project):
     assert listed.returncode == 0 and "pipeline  (Pipeline)" in listed.stdout and "complete" in listed.stdout
     missing = edge(server, project, "workflows", "trigger", "nosuch")
     assert missing.returncode != 0 and "no workflow 'nosuch'" in missing.stderr
+    token = (project / ".edge" / "api-token").read_text().strip()
+    url = f"{server.url}/client/v4/accounts/local/workflows/pipeline/instances"
+    odd = httpx.post(
+        url, json={"instance_id": "x", "parms": {}}, headers={"authorization": f"Bearer {token}"}
+    )
+    assert odd.status_code == 400 and "parms" in odd.json()["errors"][0]["message"]
 
 
 # --- hostile ----------------------------------------------------------------------------------------
