@@ -179,6 +179,8 @@ class WorkflowBooks:
         """The run ended the instance (complete or errored), unless it was paused, terminated or
         restarted meanwhile."""
         with self._lock:
+            if not self._running(account, workflow, ident, generation):
+                return False  # paused, terminated or restarted meanwhile: nothing is kept
             if output is not None:
                 try:
                     self.charge(account, len(output), "the output of run()")

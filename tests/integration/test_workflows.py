@@ -78,7 +78,7 @@ class Sleeper(WorkflowEntrypoint):
 
 class Hang(WorkflowEntrypoint):
     async def run(self, event, step):
-        @step.do("spin", config={"retries": {"limit": 1, "delay": 10}, "timeout": "1 second"})
+        @step.do("spin", config={"retries": {"limit": 1, "delay": 10}, "timeout": "300 milliseconds"})
         async def spin():
             while True:
                 pass
@@ -277,7 +277,7 @@ def test_a_step_that_never_returns_is_cut_retried_then_errors_while_others_are_s
     assert wait_status(server, "PIPELINE", "p-during", {"complete"})["output"]["sum"] == 3
     hung = wait_status(server, "HANG", "h-1", {"errored", "complete"}, timeout=60)
     assert hung["status"] == "errored"
-    assert "did not finish within its timeout of 1000 ms" in hung["error"]["message"]
+    assert "did not finish within its timeout of 300 ms" in hung["error"]["message"]
 
 
 def test_huge_params_and_results_are_refused_with_what_to_do(server):
@@ -309,7 +309,7 @@ def test_another_accounts_instance_is_not_found(server, project):
 
 def test_a_killed_edge_dev_resumes_a_sleeping_instance_and_does_not_rerun_its_finished_step(served, project):
     old = served.server
-    op(old, op="create", binding="SLEEPER", id="r-1", params={"nap": "3 seconds"})
+    op(old, op="create", binding="SLEEPER", id="r-1", params={"nap": "1 second"})
     assert wait_status(old, "SLEEPER", "r-1", {"waiting"})["status"] == "waiting"
     assert op(old, op="log", id="r-1") == {"log": "ran;"}
     old.proc.kill()  # no goodbye: as a crash or a power cut
