@@ -95,6 +95,18 @@ class Big(WorkflowEntrypoint):
         return await big()
 
 
+class Broken(WorkflowEntrypoint):
+    async def run(self, event, step):
+        if event.payload == "config":
+
+            @step.do("odd", config={"retries": {"limit": "many"}})
+            async def odd():
+                return 1
+
+            return await odd()
+        return b"raw bytes"
+
+
 class Idle(WorkflowEntrypoint):
     async def run(self, event, step):
         await step.wait_for_event("never", "nothing", timeout="1 hour")
@@ -138,6 +150,7 @@ CONFIG = {
         {"name": "hang", "binding": "HANG", "class_name": "Hang"},
         {"name": "idle", "binding": "IDLE", "class_name": "Idle"},
         {"name": "big", "binding": "BIG", "class_name": "Big"},
+        {"name": "broken", "binding": "BROKEN", "class_name": "Broken"},
     ],
 }
 
@@ -287,6 +300,15 @@ def test_huge_params_and_results_are_refused_with_what_to_do(server):
     big = wait_status(server, "BIG", "b-1", {"errored", "complete"})
     assert big["status"] == "errored" and "the result of step 'big'" in big["error"]["message"]
     assert "store it in KV or R2" in big["error"]["message"]
+
+
+def test_a_bad_step_config_or_output_errors_the_instance_saying_what_to_change(server):
+    op(server, op="create", binding="BROKEN", id="c-1", params="config")
+    op(server, op="create", binding="BROKEN", id="c-2", params="output")
+    config = wait_status(server, "BROKEN", "c-1", {"errored", "complete"})
+    assert config["status"] == "errored" and "retries.limit is 0 to 10000" in config["error"]["message"]
+    output = wait_status(server, "BROKEN", "c-2", {"errored", "complete"})
+    assert output["status"] == "errored" and "must be JSON-serializable" in output["error"]["message"]
 
 
 def test_another_accounts_instance_is_not_found(server, project):
