@@ -19,6 +19,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -295,8 +296,8 @@ class WorkflowStore:
             "workflow": workflow,
             "status": status,
             "params": json.loads(params),
-            "created": created,
-            "modified": updated,
+            "created": _iso(created),
+            "modified": _iso(updated),
             "output": json.loads(output) if output is not None else None,
             "error": json.loads(error) if error is not None else None,
             "steps": [
@@ -306,8 +307,8 @@ class WorkflowStore:
                     "attempts": attempts,
                     "success": bool(done) if done or failed else None,
                     "error": err,
-                    "start": started,
-                    "end": finished,
+                    "start": _iso(started),
+                    "end": _iso(finished),
                 }
                 for name, n, kind, attempts, done, failed, err, started, finished in steps
             ],
@@ -328,6 +329,11 @@ class WorkflowStore:
 
     def close(self) -> None:
         self._db.close()
+
+
+def _iso(when: float | None) -> str | None:
+    """A time as Cloudflare's API writes it: ISO 8601 in UTC."""
+    return datetime.fromtimestamp(when, UTC).isoformat().replace("+00:00", "Z") if when is not None else None
 
 
 def _one_dict(method: str, args: list) -> dict:

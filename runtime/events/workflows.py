@@ -186,9 +186,9 @@ class WorkflowEngine:
             name, _, message = result.message.partition(": ")
             if name == "MemoryError":
                 message = "the workflow's isolate ran out of memory (limits.memory_mb)"
-            books.finish(
-                *args, "errored", error={"name": name or "Error", "message": message or result.message}
-            )
+            error = {"name": name or "Error", "message": message or result.message}
+            if books.finish(*args, "errored", error=error):
+                log.warning("workflow %s instance %s errored: %s", args[1], args[2], result.message[:2000])
             return
         reply = result.result if isinstance(result.result, dict) else {}
         if reply.get("suspend"):

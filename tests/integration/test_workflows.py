@@ -268,6 +268,7 @@ def test_edge_workflows_trigger_describe_and_list(server, project):
     assert described["status"] == "complete" and described["output"]["sum"] == 42
     assert [s["name"] for s in described["steps"]] == ["fetch a", "fetch b", "sum", "double"]
     assert all(s["success"] and s["attempts"] == 1 for s in described["steps"])
+    assert described["created"].endswith("Z") and described["params"] == {"a": 20, "b": 22}
     listed = edge(server, project, "workflows", "list")
     assert listed.returncode == 0 and "pipeline  (Pipeline)" in listed.stdout and "complete" in listed.stdout
     missing = edge(server, project, "workflows", "trigger", "nosuch")
