@@ -11,6 +11,7 @@ import pytest
 from runtime.bindings.common import BindingError
 from runtime.bindings.workflow_books import StepConfig
 from runtime.bindings.workflows import LIVE_INSTANCES, WorkflowStore
+from runtime.control.config import ConfigError, parse_config
 from workers.binding_values import BindingError as SDKBindingError
 from workers.binding_values import binding_error
 from workers.durations import MAX_MS, duration_ms
@@ -320,3 +321,26 @@ def test_what_an_account_keeps_is_bounded_and_given_back_when_it_goes(tmp_path):
         small.call("acct", "flow", "send_event", ["a", {"type": "t", "payload": "z" * 3_000}], {})
     finally:
         small.close()
+
+
+def test_workflows_read_from_toml_and_jsonc_as_wrangler_writes_them():
+    toml = """
+name = "w"
+main = "worker.py"
+compatibility_date = "2025-11-01"
+
+[[workflows]]
+name = "signup"
+binding = "SIGNUP"
+class_name = "Signup"
+"""
+    jsonc = """{
+  // wrangler.jsonc
+  "name": "w", "main": "worker.py", "compatibility_date": "2025-11-01",
+  "workflows": [{"name": "signup", "binding": "SIGNUP", "class_name": "Signup"}]
+}"""
+    for text, syntax in ((toml, "toml"), (jsonc, "json")):
+        (entry,) = parse_config(text, syntax=syntax).bindings["workflows"]
+        assert (entry.name, entry.binding, entry.class_name) == ("signup", "SIGNUP", "Signup")
+    with pytest.raises(ConfigError, match="class_name"):
+        parse_config(toml.replace('class_name = "Signup"\n', ""), syntax="toml")
