@@ -194,21 +194,16 @@ class WorkflowBooks:
             )  # fmt: skip
             return cur.rowcount == 1
 
-    def interrupt(self, account: str, workflow: str, ident: str, generation: int, config: StepConfig | None,
-                  message: str) -> str:  # fmt: skip
-        """The run was cut (its step ran past its timeout, the isolate past a limit): the step it
-        was in counts a failed attempt, retried as its config says ("retry"), else the instance
-        errors ("errored"); no step in flight: it errors."""
+    def interrupt(self, account: str, workflow: str, ident: str, generation: int,
+                  step: tuple[str, int] | None, config: StepConfig | None, message: str) -> str:  # fmt: skip
+        """The run was cut (`step` ran past its timeout, the isolate past a limit): that step
+        counts a failed attempt, retried as its config says ("retry"), else the instance errors
+        ("errored"); no step in flight: it errors."""
         with self._lock:
             if not self._running(account, workflow, ident, generation):
                 return "gone"
-            row = self._db.execute(
-                "SELECT name, n FROM steps WHERE account = ? AND workflow = ? AND id = ? AND running = 1"
-                " ORDER BY started DESC LIMIT 1",
-                (account, workflow, ident),
-            ).fetchone()
-            if row is not None and config is not None:
-                reply = self._fail(account, workflow, ident, row[0], row[1], message, False, config)
+            if step is not None and config is not None:
+                reply = self._fail(account, workflow, ident, step[0], step[1], message, False, config)
                 if reply["state"] in ("retry", "wait", "suspend"):
                     return "retry"
             self.finish(

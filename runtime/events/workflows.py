@@ -49,10 +49,10 @@ class _Run:
     instance: str
     generation: int
     cut: bool = False  # its isolate was stopped for another run's step: run it again, counting nothing
-    step: tuple[str, int] | None = None  # the step.do attempt in flight
-    config: StepConfig | None = None
-    deadline: float | None = None  # monotonic
-    timed_out: str | None = None  # why the engine stopped its isolate
+    # the step.do attempts in flight (several at once under concurrent=True): (name, n) ->
+    # (monotonic deadline, config)
+    steps: dict[tuple[str, int], tuple[float, StepConfig]] = field(default_factory=dict)
+    timed_out: tuple[tuple[str, int], StepConfig, str] | None = None  # the step the isolate was stopped for
     calls: int = 0  # step calls so far
 
 
@@ -131,15 +131,18 @@ class WorkflowEngine:
     async def _watch_timeouts(self) -> None:
         now = time.monotonic()
         for wf in self._workflows.values():
-            late = [r for r in wf.runs.values() if r.deadline is not None and now > r.deadline]
+            late = 0
+            for run in wf.runs.values():
+                for key, (deadline, config) in run.steps.items():
+                    if now > deadline:
+                        message = (
+                            f"step {key[0]!r} did not finish within its timeout of {config.timeout_ms} ms "
+                            "(it never returned, or never awaited); the workflow's isolate was stopped"
+                        )
+                        run.timed_out, late = (key, config, message), late + 1
+                        break
             if not late:
                 continue
-            for run in late:
-                ms = run.config.timeout_ms if run.config else 0
-                run.timed_out = (
-                    f"step {run.step[0]!r} did not finish within its timeout of {ms} ms (it never returned, "
-                    "or never awaited); the workflow's isolate was stopped"
-                )
             for run in wf.runs.values():
                 run.cut = run.timed_out is None
             log.warning("workflow %s: a step ran past its timeout; stopping its isolate", wf.address.name)
@@ -161,14 +164,18 @@ class WorkflowEngine:
             except (ExceededResources, IsolateCrashed) as exc:
                 if run.cut and run.timed_out is None:
                     return  # still `running`: due again, it replays from its last finished step
-                message = run.timed_out or f"the run was cut: {exc}"
-                if run.step is None and run.timed_out is None:
+                if run.timed_out is not None:
+                    step, config, message = run.timed_out
+                else:  # past a CPU, memory or wall-clock limit: the step in flight (if any) counts
+                    step, (_, config) = next(iter(run.steps.items()), (None, (0.0, None)))
+                    message = f"the run was cut: {exc}"
+                if step is None and run.timed_out is None:
                     cuts = self._cuts[(run.workflow, run.instance)] = (
                         self._cuts.get((run.workflow, run.instance), 0) + 1
                     )
                     if cuts < CUTS_OUTSIDE_STEPS:
                         return  # still `running`: due again
-                fate = await self.stores.run(books.interrupt, *args, run.config, message)
+                fate = await self.stores.run(books.interrupt, *args, step, config, message)
                 log.warning("workflow %s instance %s: %s (%s)", run.workflow, run.instance, message, fate)
                 return
             self._cuts.pop((run.workflow, run.instance), None)
@@ -216,11 +223,12 @@ class WorkflowEngine:
         reply = await self.stores.run(
             self.books.step_call, spec.account, run.workflow, run.instance, run.generation, method, args
         )
+        key = (args[0], args[1]) if isinstance(args, list) and len(args) > 1 else None
         if method == "do" and reply.get("state") == "run":
-            run.step, run.config = (args[0], args[1]), StepConfig(args[2] if len(args) > 2 else {})
-            run.deadline = time.monotonic() + reply["timeout_ms"] / 1000 + GRACE_S
+            deadline = time.monotonic() + reply["timeout_ms"] / 1000 + GRACE_S
+            run.steps[key] = (deadline, StepConfig(args[2] if len(args) > 2 else {}))
         elif method in ("done", "fail"):
-            run.step = run.deadline = None
+            run.steps.pop(key, None)
         return reply
 
     async def stop(self) -> None:

@@ -78,11 +78,24 @@ class Sleeper(WorkflowEntrypoint):
 
 class Hang(WorkflowEntrypoint):
     async def run(self, event, step):
-        @step.do("spin", config={"retries": {"limit": 1, "delay": 10}, "timeout": "300 milliseconds"})
+        retries = 0 if event.payload == "beside" else 1
+
+        @step.do("spin", config={"retries": {"limit": retries, "delay": 10}, "timeout": "300 milliseconds"})
         async def spin():
             while True:
                 pass
 
+        @step.do("quick")
+        async def quick():
+            return 1
+
+        if event.payload == "beside":  # a quick step finishing beside the hung one does not hide it
+
+            @step.do("both", depends=[quick, spin], concurrent=True)
+            async def both(quick, spin):
+                return quick
+
+            return await both()
         return await spin()
 
 
@@ -292,6 +305,9 @@ def test_a_step_that_never_returns_is_cut_retried_then_errors_while_others_are_s
     hung = wait_status(server, "HANG", "h-1", {"errored", "complete"}, timeout=60)
     assert hung["status"] == "errored"
     assert "did not finish within its timeout of 300 ms" in hung["error"]["message"]
+    op(server, op="create", binding="HANG", id="h-2", params="beside")
+    beside = wait_status(server, "HANG", "h-2", {"errored", "complete"}, timeout=60)
+    assert beside["status"] == "errored" and "step 'spin' did not finish" in beside["error"]["message"]
 
 
 def test_huge_params_and_results_are_refused_with_what_to_do(server):

@@ -344,3 +344,26 @@ class_name = "Signup"
         assert (entry.name, entry.binding, entry.class_name) == ("signup", "SIGNUP", "Signup")
     with pytest.raises(ConfigError, match="class_name"):
         parse_config(toml.replace('class_name = "Signup"\n', ""), syntax="toml")
+
+
+def test_a_cut_run_counts_its_step_an_attempt_then_errors_the_instance(store):
+    new(store)
+    books, config = store.books, StepConfig({"retries": {"limit": 1, "delay": 0}})
+    assert (
+        books.step_call("acct", "flow", "i-1", 0, "do", ["spin", 1, {"retries": {"limit": 1, "delay": 0}}])[
+            "state"
+        ]
+        == "run"
+    )
+    assert books.interrupt("acct", "flow", "i-1", 0, ("spin", 1), config, "step 'spin' timed out") == "retry"
+    assert store.status("acct", "flow", "i-1")["status"] == "running"  # due again at once
+    reply = books.step_call(
+        "acct", "flow", "i-1", 0, "do", ["spin", 1, {"retries": {"limit": 1, "delay": 0}}]
+    )
+    assert reply == {"state": "run", "attempt": 2, "timeout_ms": 600_000}
+    assert (
+        books.interrupt("acct", "flow", "i-1", 0, ("spin", 1), config, "step 'spin' timed out") == "errored"
+    )
+    status = store.status("acct", "flow", "i-1")
+    assert status["status"] == "errored" and status["error"]["message"] == "step 'spin' timed out"
+    assert books.interrupt("acct", "flow", "i-1", 0, None, None, "again") == "gone"  # it is over
