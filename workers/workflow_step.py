@@ -21,7 +21,6 @@ from workers.durations import duration_ms
 from workers.workflows import NonRetryableError
 
 NAME_CHARS = 256  # of a step's name, as Cloudflare's limit
-INLINE_WAIT_S = 1.0  # a retry delay up to this long is waited here; longer ones end the run (Suspend)
 
 
 class Suspend(BaseException):
@@ -168,16 +167,15 @@ class StepFunction:
             if state != "run":
                 raise Suspend()
             try:
-                value = await asyncio.wait_for(self.fn(*args, **kwargs), reply["timeout_ms"] / 1000)
-                _check_json(self.name, value)
+                value = _as_stored(
+                    self.name, await asyncio.wait_for(self.fn(*args, **kwargs), reply["timeout_ms"] / 1000)
+                )
             except NonRetryableError as exc:
                 await call("fail", [*key, _describe(exc), True, self.config], {})
                 raise
-            except TypeError as exc:
-                retry = not str(exc).startswith("step ")
-                outcome = await call("fail", [*key, _describe(exc), not retry, self.config], {})
-                if outcome["state"] != "retry":
-                    raise
+            except NotStorable as exc:  # it would fail the same way again: not retried
+                await call("fail", [*key, _describe(exc), True, self.config], {})
+                raise
             except TimeoutError:
                 message = f"TimeoutError: step {self.name!r} did not finish within {reply['timeout_ms']} ms"
                 outcome = await call("fail", [*key, message, False, self.config], {})
@@ -192,11 +190,17 @@ class StepFunction:
                 return wrap_result(value)
 
 
-def _check_json(name: str, value: Any) -> None:
+class NotStorable(TypeError):
+    """A step's result that cannot be stored as JSON."""
+
+
+def _as_stored(name: str, value: Any) -> Any:
+    """`value` as the books will give it back on a replay (through JSON: tuples become lists, keys
+    strings), so that the first run sees what every later one does."""
     try:
-        json.dumps(value, allow_nan=False)
+        return json.loads(json.dumps(value, allow_nan=False))
     except (TypeError, ValueError) as exc:
-        raise TypeError(
+        raise NotStorable(
             f"step {name!r} returned a value that is not JSON-serializable ({exc}); return dicts, "
             "lists, strings, numbers, booleans or None"
         ) from None

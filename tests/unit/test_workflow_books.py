@@ -367,3 +367,17 @@ def test_a_cut_run_counts_its_step_an_attempt_then_errors_the_instance(store):
     status = store.status("acct", "flow", "i-1")
     assert status["status"] == "errored" and status["error"]["message"] == "step 'spin' timed out"
     assert books.interrupt("acct", "flow", "i-1", 0, None, None, "again") == "gone"  # it is over
+
+
+def test_the_first_run_sees_a_result_as_every_replay_will(store):
+    new(store)
+
+    async def workflow(step):
+        @step.do("shape")
+        async def shape():
+            return {1: (2, 3)}
+
+        return await shape()
+
+    assert run(workflow(stepper(store))) == {"1": [2, 3]}  # through JSON, as the books keep it
+    assert run(workflow(stepper(store))) == {"1": [2, 3]}
