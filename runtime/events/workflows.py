@@ -198,8 +198,10 @@ class WorkflowEngine:
                 log.warning("workflow %s instance %s errored: %s", args[1], args[2], result.message[:2000])
             return
         reply = result.result if isinstance(result.result, dict) else {}
-        if reply.get("suspend"):
-            return  # sleeping, waiting, paused or terminated: the books know which
+        if reply.get("suspend"):  # sleeping, waiting, paused or terminated: the books know which
+            error = {"name": "Error", "message": "run() stopped without a sleep or wait; never raise Suspend"}
+            books.finish(*args, "errored", error=error)  # only if it is still `running`: a forged stop
+            return
         try:
             output = json_value(
                 "the output of run()", reply.get("output"), "store it in KV or R2, return its key"

@@ -117,6 +117,10 @@ class Broken(WorkflowEntrypoint):
                 return 1
 
             return await odd()
+        if event.payload == "forge":  # claims to sleep without a sleep: it would run again at once, for ever
+            from workers.workflow_step import Suspend
+
+            raise Suspend()
         return b"raw bytes"
 
 
@@ -326,6 +330,9 @@ def test_a_bad_step_config_or_output_errors_the_instance_saying_what_to_change(s
     assert config["status"] == "errored" and "retries.limit is 0 to 10000" in config["error"]["message"]
     output = wait_status(server, "BROKEN", "c-2", {"errored", "complete"})
     assert output["status"] == "errored" and "must be JSON-serializable" in output["error"]["message"]
+    op(server, op="create", binding="BROKEN", id="c-3", params="forge")
+    forged = wait_status(server, "BROKEN", "c-3", {"errored", "complete"})
+    assert forged["status"] == "errored" and "never raise Suspend" in forged["error"]["message"]
 
 
 def test_another_accounts_instance_is_not_found(server, project):
