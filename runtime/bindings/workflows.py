@@ -91,6 +91,9 @@ class WorkflowStore:
 
     def __init__(self, path: Path, clock: Callable[[], float] = time.time, quota_bytes: int | None = None):
         self._db = open_private_db(path)
+        # WAL without a sync per step: a killed edge dev loses nothing (the WAL is in the OS's
+        # hands), a power cut at most the last steps, which then run again (at least once, as ever)
+        self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.executescript(SCHEMA)
         self._lock = threading.RLock()
         self.clock = clock
