@@ -6,6 +6,7 @@ instance sleeps (it completes, and its finished step does not run again)."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -14,7 +15,7 @@ import time
 import httpx
 import pytest
 
-from tests.integration.dev_server import DevServer
+from tests.integration.dev_server import REPO, DevServer
 
 WORKER = """
 import json
@@ -348,6 +349,22 @@ def test_another_accounts_instance_is_not_found(server, project):
         f"{server.url}/client/v4/accounts/local/workflows/pipeline/instances/p-1", headers=headers
     )
     assert ours.status_code == 403
+    # the same worker deployed to that account: its env.PIPELINE names the same workflow, and finds nothing
+    assert op(server, op="status", id="p-1")["status"] == "complete"  # ours, seen by our worker
+    theirs_dir = project / "intruder"
+    theirs_dir.mkdir()
+    (theirs_dir / "worker.py").write_text(WORKER)
+    (theirs_dir / "wrangler.jsonc").write_text(json.dumps({**CONFIG, "account_id": "intruder"}))
+    env = {**os.environ, "EDGE_API_TOKEN": token, "PYTHONPATH": str(REPO)}
+    deployed = subprocess.run(
+        [sys.executable, "-m", "runtime.cli", "deploy", "--url", server.url,
+         "--config", str(theirs_dir / "wrangler.jsonc")],
+        capture_output=True, text=True, timeout=60, check=False, cwd=theirs_dir, env=env,
+    )  # fmt: skip
+    assert deployed.returncode == 0, deployed.stderr
+    intruder = {"x-edge-worker": "intruder/flows"}
+    found = httpx.post(server.url + "/", json={"op": "status", "id": "p-1"}, headers=intruder, timeout=30)
+    assert "instance.not_found" in found.json()["error"]
 
 
 # --- last: a restart, then the bound (it leaves the account full) ---------------------------------
