@@ -263,8 +263,7 @@ class WorkflowBooks:
             raise BindingError(
                 "Error",
                 f"step {key[3]!r} was a {row[0]} step when this instance ran before, and is a {kind} step "
-                "now: "
-                "a workflow's steps must come in the same order on every run (keep names of one kind)",
+                "now: a workflow's steps must come in the same order on every run (keep names of one kind)",
             )
         if row is None:
             count = self._db.execute(
