@@ -118,6 +118,13 @@ class Broken(WorkflowEntrypoint):
                 return 1
 
             return await odd()
+        if event.payload == "memory":
+
+            @step.do("hog", config={"retries": {"limit": 0}})
+            async def hog():
+                return len(bytearray(900 * 2**20))  # past limits.memory_mb (128)
+
+            return await hog()
         if event.payload == "forge":  # claims to sleep without a sleep: it would run again at once, for ever
             from workers.workflow_step import Suspend
 
@@ -331,6 +338,9 @@ def test_a_bad_step_config_or_output_errors_the_instance_saying_what_to_change(s
     assert config["status"] == "errored" and "retries.limit is 0 to 10000" in config["error"]["message"]
     output = wait_status(server, "BROKEN", "c-2", {"errored", "complete"})
     assert output["status"] == "errored" and "must be JSON-serializable" in output["error"]["message"]
+    op(server, op="create", binding="BROKEN", id="c-4", params="memory")
+    hog = wait_status(server, "BROKEN", "c-4", {"errored", "complete"})
+    assert hog["status"] == "errored" and "ran out of memory (limits.memory_mb)" in hog["error"]["message"]
     op(server, op="create", binding="BROKEN", id="c-3", params="forge")
     forged = wait_status(server, "BROKEN", "c-3", {"errored", "complete"})
     assert forged["status"] == "errored" and "never raise Suspend" in forged["error"]["message"]
