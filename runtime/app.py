@@ -40,6 +40,7 @@ from runtime.control.state import State
 from runtime.control.tail import TailHub
 from runtime.events.cron import CronError, CronExpression, run_schedule
 from runtime.events.queue_consumers import ConsumerError, ConsumerSettings, consume
+from runtime.events.workflows import WorkflowEngine
 from runtime.host.addressing import Locator, refuse_worker_host
 from runtime.host.assets import AssetServer
 from runtime.host.fetch_guard import FetchGuard
@@ -59,6 +60,7 @@ from runtime.routes.edge import EdgeEndpoints
 from runtime.routes.openapi import routes as openapi_routes
 from runtime.routes.responses import ResponsesApi
 from runtime.routes.rollouts import RolloutEndpoints
+from runtime.routes.workflows import WorkflowApi
 
 log = logging.getLogger("edge.runtime")
 
@@ -162,6 +164,10 @@ class Runtime:
             event_origin=lambda: (self.default_location, edge.ingress(self.default_location)[0]),
         )
         self.workers = WorkerRegistry(config, self.state, start, self.objects, deps)
+        # the dev worker's workflows: each runs its instances in an isolate of its own
+        configured = {w.name: w.class_name for w in config.bindings.get("workflows", [])}
+        self.workflows = WorkflowEngine(lambda: self.workers.dev.spec, start, self.bindings, configured)
+        services.workflows = self.workflows
         self.front = WorkerFront(self.locator, self.workers, self.assets, edge)
         self.endpoints = EdgeEndpoints(
             config,
@@ -181,6 +187,7 @@ class Runtime:
         )
         self.responses = ResponsesApi(self.api)
         self.control = ControlApi(self.state, config.state_dir, self.tail, self.workers.restart_worker)
+        self.workflow_api = WorkflowApi(self.state, self.bindings, lambda: dict(self.workflows.names))
         self._tasks: list[asyncio.Task] = []
 
     @property
@@ -215,6 +222,9 @@ class Runtime:
             self._tasks.append(asyncio.create_task(run_schedule(crons, self.run_scheduled)))
         self._start_queue_consumers()
         self._tasks.append(asyncio.create_task(self.batches.run_forever()))
+        if self.workflows.names:
+            log.info("workflows: %s", ", ".join(self.workflows.names))
+            self._tasks.append(asyncio.create_task(self.workflows.run_forever()))
 
     def _start_queue_consumers(self) -> None:
         """One delivery loop per queues.consumers entry of the dev worker (runtime.events.queue_consumers)."""
@@ -249,6 +259,7 @@ class Runtime:
         for task in self._tasks:
             task.cancel()
         await self.workers.stop()
+        await self.workflows.stop()
         await self.objects.stop()
         self.bindings.close()
         self.edge.close()
@@ -262,6 +273,7 @@ def create_app(runtime: Runtime) -> Starlette:
         *runtime.api.routes(),
         *runtime.responses.routes(),
         *runtime.control.routes(),
+        *runtime.workflow_api.routes(),
         *openapi_routes(),
     ]
     return assemble(served, runtime.front.handle, runtime.start, runtime.stop)

@@ -22,10 +22,9 @@ class DurableObject:
 
 class WorkflowEntrypoint:
     """Base class of a Workflow: `__init__(self, ctx, env)` keeps both; define
-    `async def run(self, event, step)`.
-
-    Not simulated yet: there is no Workflow binding, so the runtime never calls `run`, and no
-    `step` object (step.do, step.sleep) exists. A script that defines one still loads."""
+    `async def run(self, event, step)`. The runtime runs it for each instance that
+    `env.MY_WORKFLOW.create(...)` makes (workers.workflows), with `event` and `step` from
+    workers.workflow_step, in an isolate of its own that runs this worker's script."""
 
     def __init__(self, ctx: Any, env: Any):
         self.ctx = ctx

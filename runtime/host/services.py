@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from edge_sim.topology import Location, PoP
 from runtime.ai.service import AIService
@@ -31,6 +31,12 @@ class ObjectCalls(Protocol):
     async def call(
         self, caller: WorkerSpec, call: ipc.ObjectCall, ctx: RequestContext
     ) -> ipc.ObjectReply: ...
+
+
+class WorkflowSteps(Protocol):
+    """A workflow run's step calls (runtime.events.workflows.WorkflowEngine)."""
+
+    async def step(self, spec: WorkerSpec, request: int, method: str, args: list) -> Any: ...
 
 
 ServiceCall = Callable[[WorkerSpec, ipc.FetchCall, RequestContext], Awaitable[ipc.FetchReply]]
@@ -55,3 +61,4 @@ class WorkerServices:
     call_service: ServiceCall  # a service binding's fetch (another worker, or the assets)
     network: NetworkMode  # its `emulate`: whether the client's round trip is really waited
     event_origin: Callable[[], tuple[Location, PoP]]  # where a cron or queue event's AI calls start
+    workflows: WorkflowSteps | None = None  # set once the workflow engine is built (runtime.app)

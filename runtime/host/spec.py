@@ -32,6 +32,13 @@ class ObjectAddress(msgspec.Struct, frozen=True):
     id: str
 
 
+class WorkflowAddress(msgspec.Struct, frozen=True):
+    """The workflow an isolate runs instances of: its name (the instances' key) and class."""
+
+    name: str
+    class_name: str
+
+
 class WorkerSpec(msgspec.Struct, frozen=True):
     account: str
     name: str
@@ -47,6 +54,7 @@ class WorkerSpec(msgspec.Struct, frozen=True):
     durable_object: ObjectAddress | None = None  # set: this handle runs that object, not Default
     deps: str | None = None  # the project's installed dependencies (runtime.host.deps): /edge/deps inside
     local_secrets: dict[str, str] = {}  # edge dev's .dev.vars (control.dev_vars): over vars, secrets
+    workflow: WorkflowAddress | None = None  # set: this handle runs that workflow's instances
 
 
 @dataclass

@@ -39,6 +39,8 @@ class WorkerHandle:
         self.requests: dict[int, RequestContext] = {}
         label = f"{spec.name}@{spec.version[:8]}" if spec.version else spec.name
         obj = spec.durable_object
+        if spec.workflow is not None:
+            label = f"{label}:{spec.workflow.class_name}"
         # its console lines in edge dev's terminal: [name], [name:Counter(1a2b3c4d)] for an object
         self.console = WorkerConsole(f"{label}:{obj.class_name}({obj.id[:8]})" if obj else label)
         self.calls = WorkerCalls(spec, self.requests, services, self.console)
@@ -64,6 +66,7 @@ class WorkerHandle:
             on_object=self.calls.object,
             durable_object=(obj.class_name, obj.id) if obj else None,
             deps=Path(spec.deps) if spec.deps else None,
+            workflow=spec.workflow.class_name if spec.workflow else None,
         )
 
     @property
@@ -96,6 +99,37 @@ class WorkerHandle:
         finally:
             self.requests.pop(rid, None)
             self._publish(ctx, outcome, exception, {"rpcMethod": method}, count=False)
+
+    async def run_workflow(
+        self, rid: int, instance_id: str, payload: Any, timestamp_ms: int
+    ) -> ipc.ObjectResult | ipc.InvokeError:
+        """One run of a workflow instance (`rid` from isolate.next_request_id, so that the caller
+        knows which run each step call belongs to); tailed with `event: {workflow, instanceId}`.
+        Raises what the isolate raises (ExceededResources, IsolateCrashed, WorkerLoadError)."""
+        location, ingress = self.services.event_origin()
+        ctx = RequestContext(location, ingress, 0.0, method="", url="")
+        ctx.console = self.console.event(f"workflow({instance_id[:12]})")
+        self.requests[rid] = ctx
+        outcome, exception = "canceled", None
+        try:
+            result = await self.isolate.run_workflow(instance_id, payload, timestamp_ms, request_id=rid)
+            if isinstance(result, ipc.InvokeError):
+                name, _, message = result.message.partition(": ")
+                outcome, exception = (
+                    "exception",
+                    {"name": name, "message": message, "stack": result.traceback},
+                )
+            else:
+                outcome = "ok"
+            return result
+        except (ExceededResources, IsolateCrashed, WorkerLoadError) as exc:
+            outcome = exc.outcome if isinstance(exc, ExceededResources) else "exception"
+            exception = {"name": type(exc).__name__, "message": str(exc)}
+            raise
+        finally:
+            self.requests.pop(rid, None)
+            name = self.spec.workflow.name if self.spec.workflow else ""
+            self._publish(ctx, outcome, exception, {"workflow": name, "instanceId": instance_id}, count=False)
 
     # --- serving a request --------------------------------------------------------------------------
 

@@ -12,6 +12,7 @@ import time
 from runtime.ai.service import AICall
 from runtime.ai.shapes import quantization_label
 from runtime.bindings import BindingError, BindingRef
+from runtime.bindings.workflows import WORKFLOW_STEP
 from runtime.control.tail import LogBudget, log_event
 from runtime.host.fetch_guard import FetchError
 from runtime.host.objects import OBJECT_STORAGE
@@ -165,6 +166,12 @@ class WorkerCalls:
         ctx = self.requests.get(call.request)
         if ctx is None:
             return ipc.BindingReply(call.call, error_type="Error", error_message=ENDED)
+        if self.spec.workflow is not None and call.binding == WORKFLOW_STEP:  # counted by the books
+            try:
+                result = await self.services.workflows.step(self.spec, call.request, call.method, call.args)
+            except BindingError as exc:
+                return ipc.BindingReply(call.call, error_type=exc.type, error_message=str(exc))
+            return ipc.BindingReply(call.call, result=result)
         obj = self.spec.durable_object
         ref = self.spec.bindings.get(call.binding)
         if obj is not None and call.binding == OBJECT_STORAGE:

@@ -41,6 +41,7 @@ class Init(msgspec.Struct, tag=True):
     durable_objects: dict[str, str] = {}  # Durable Object namespaces: env name -> namespace key
     durable_object: str | None = None  # serve this Durable Object class (its instance), not Default
     object_id: str | None = None  # ... the instance with this id
+    workflow: str | None = None  # run instances of this Workflow class (WorkflowRun), not Default
     deps: str = ""  # the project's installed dependencies (runtime.host.deps), readable; "" = none
 
 
@@ -249,6 +250,17 @@ class ObjectInvoke(msgspec.Struct, tag=True):
     kwargs: dict[str, Any] = {}
 
 
+class WorkflowRun(msgspec.Struct, tag=True):
+    """To a workflow's isolate: run `run(event, step)` of its class for one instance, from the
+    top (finished steps answer from the runtime's books); answered by ObjectResult ({"output": x},
+    or {"suspend": True} when the run stopped at a sleep or wait) or InvokeError, then RequestDone."""
+
+    id: int
+    instance_id: str
+    payload: Any
+    timestamp_ms: int
+
+
 class ObjectResult(msgspec.Struct, tag=True):
     id: int
     result: Any = None
@@ -289,6 +301,7 @@ Message = (
     | ObjectCall
     | ObjectReply
     | ObjectInvoke
+    | WorkflowRun
     | ObjectResult
     | Log
     | FetchCall

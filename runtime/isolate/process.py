@@ -87,6 +87,7 @@ class Isolate:
         on_object: ObjectHandler = no_object,
         durable_object: tuple[str, str] | None = None,
         deps: Path | None = None,
+        workflow: str | None = None,
     ):
         self.name = name
         self.script = script
@@ -99,6 +100,7 @@ class Isolate:
         self._on_binding = on_binding
         self.durable_objects = dict(durable_objects or {})  # env name -> namespace key
         self.durable_object = durable_object  # (class, id): this isolate serves that one object
+        self.workflow = workflow  # a Workflow class: this isolate runs its instances (WorkflowRun)
         self._object_calls: set[int] = set()  # requests that are RPC calls (answered by ObjectResult)
         self.deps = deps  # the project's installed dependencies (runtime.host.deps), on its sys.path
         self._ids = itertools.count(1)
@@ -152,6 +154,7 @@ class Isolate:
             durable_objects=self.durable_objects,
             durable_object=self.durable_object[0] if self.durable_object else None,
             object_id=self.durable_object[1] if self.durable_object else None,
+            workflow=self.workflow,
             deps=str(self.deps) if self.deps and not self.jailed else "",
         )
         writer.write(ipc.encode(init))
@@ -282,6 +285,21 @@ class Isolate:
         self._object_calls.add(rid)  # answered by ObjectResult, which only such calls may get
         try:
             _, outcome = await self._event(lambda r: ipc.ObjectInvoke(r, method, args, kwargs), rid)
+        finally:
+            self._object_calls.discard(rid)
+        return outcome
+
+    async def run_workflow(
+        self, instance_id: str, payload: Any, timestamp_ms: int, request_id: int | None = None
+    ) -> ipc.ObjectResult | ipc.InvokeError:
+        """One run of a workflow instance in this workflow's isolate; a request as any other, held
+        to the same CPU and wall-clock limits."""
+        rid = request_id if request_id is not None else next(self._ids)
+        self._object_calls.add(rid)  # answered by ObjectResult, as an RPC call is
+        try:
+            _, outcome = await self._event(
+                lambda r: ipc.WorkflowRun(r, instance_id, payload, int(timestamp_ms)), rid
+            )
         finally:
             self._object_calls.discard(rid)
         return outcome

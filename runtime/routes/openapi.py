@@ -21,6 +21,7 @@ from runtime.ai.responses_inputs import ResponsesRequest
 from runtime.routes.deploy import DeployRequest, RollbackRequest, SecretRequest, Upload
 from runtime.routes.edge import ReloadRequest
 from runtime.routes.rollouts import FinishRequest, StartRequest
+from runtime.routes.workflows import TriggerRequest
 
 PATH = "/client/v4/openapi.json"
 REF = "#/components/schemas/{name}"
@@ -36,6 +37,7 @@ STRUCTS = [
     ReloadRequest,
     StartRequest,
     FinishRequest,
+    TriggerRequest,
 ]
 ACCOUNT = "/client/v4/accounts/{account}"
 SCRIPT = ACCOUNT + "/workers/scripts/{name}"
@@ -278,6 +280,13 @@ def _paths() -> dict[str, dict[str, Any]]:
         SCRIPT + "/rollback": {"post": _cf("back to a version", s, "RollbackRequest", optional_body=True)},
         SCRIPT + "/secrets": {"get": _cf("secret names", s), "put": _cf("set a secret", s, "SecretRequest")},
         SCRIPT + "/secrets/{secret}": {"delete": _cf("delete a secret", s + ["secret"])},
+        ACCOUNT + "/workflows": {"get": _cf("each workflow and its instances by status", a)},
+        ACCOUNT + "/workflows/{name}/instances": {
+            "post": _cf("a new instance of a workflow", s, "TriggerRequest", optional_body=True)
+        },
+        ACCOUNT + "/workflows/{name}/instances/{id}": {
+            "get": _cf("an instance: status, params, output, error, steps", s + ["id"])
+        },
         SCRIPT + "/tail": {
             "get": _op(
                 "live events, one JSON per line",

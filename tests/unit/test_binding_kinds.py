@@ -17,7 +17,10 @@ from runtime.host.registry import dev_spec
 from runtime.isolate.inside.main import sdk_client
 from runtime.routes.deploy import DeployConfig
 
-EXTRA = {"ratelimit": {"simple": {"limit": 5, "period": 60}}}  # what a kind needs beyond its id
+EXTRA = {  # what a kind needs beyond its id
+    "ratelimit": {"simple": {"limit": 5, "period": 60}},
+    "workflow": {"class_name": "MyWorkflow"},
+}
 MINIMAL = '{"name": "w", "main": "worker.py", "compatibility_date": "2026-11-01"'
 
 

@@ -272,11 +272,10 @@ def test_handler_passes_arguments_and_asks_for_ctx():
     ctx.waited[0].close()
 
 
-def test_durable_object_and_workflow_have_their_shape_and_say_what_is_missing():
+def test_durable_object_and_workflow_have_their_shape():
     for cls in (workers.DurableObject, workers.WorkflowEntrypoint):
         obj = cls("ctx", "env")
         assert (obj.ctx, obj.env) == ("ctx", "env")
-    assert "Not simulated yet" in workers.WorkflowEntrypoint.__doc__  # Durable Objects are, now
     from workers.workflows import NonRetryableError
 
     assert issubclass(NonRetryableError, Exception)

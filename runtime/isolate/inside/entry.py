@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from workers import DurableObject, Request, WorkerEntrypoint
+from workers import DurableObject, Request, WorkerEntrypoint, WorkflowEntrypoint
 from workers.durable_objects import DurableObjectState
 from workers.queues import MessageBatch
 
@@ -125,6 +125,24 @@ def load_object(
 
         handlers.fetch = handle_object_fetch
     return class_name, handlers, instance
+
+
+def load_workflow(script: Path, class_name: str) -> type:
+    """Import the script and return its Workflow class `class_name` (a WorkflowEntrypoint with
+    `async def run(self, event, step)`), or raise with what to fix."""
+    module = _import_script(script)
+    cls = getattr(module, class_name, None)
+    if cls is None:
+        raise TypeError(
+            f"{script.name} has no class {class_name}: the workflows entry names it as class_name"
+        )
+    if not (inspect.isclass(cls) and issubclass(cls, WorkflowEntrypoint)):
+        raise TypeError(
+            f"{script.name}: {class_name} must be a class deriving from workers.WorkflowEntrypoint"
+        )
+    if not inspect.iscoroutinefunction(getattr(cls, "run", None)):
+        raise TypeError(f"{script.name}: {class_name} needs `async def run(self, event, step)`")
+    return cls
 
 
 def load_entry(script: Path, env: Env) -> tuple[str, Handlers]:

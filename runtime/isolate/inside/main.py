@@ -30,7 +30,15 @@ from runtime.isolate.inside.channel import (
     current_ctx,
     current_request,
 )
-from runtime.isolate.inside.entry import Context, Env, ScheduledController, load_entry, load_object
+from runtime.isolate.inside.entry import (
+    Context,
+    Env,
+    Handlers,
+    ScheduledController,
+    load_entry,
+    load_object,
+    load_workflow,
+)
 from workers import Request, Response
 from workers.context import _install as install_context
 from workers.durable_objects import (
@@ -42,6 +50,7 @@ from workers.durable_objects import (
 )
 from workers.fetch import _install as install_fetch
 from workers.queues import MessageBatch
+from workers.workflow_step import Suspend, WorkflowStep, workflow_event
 
 ERROR_CHARS = 64 * 1024  # of an exception's message and of its traceback
 
@@ -292,6 +301,37 @@ async def serve_object_call(channel: Channel, instance: Any, msg: ipc.ObjectInvo
     await _finish(channel, ctx, msg.id)
 
 
+async def serve_workflow(channel: Channel, workflow: type, env: Env, msg: ipc.WorkflowRun) -> None:
+    """One run of a workflow instance: a fresh instance of the class, `run(event, step)` from the
+    top; each step asks the runtime first (binding "workflow.step"). ObjectResult {"output": x}
+    or {"suspend": True} (it stopped at a sleep or wait), or InvokeError, then RequestDone."""
+    ctx = _begin(msg.id)
+    step = WorkflowStep(
+        lambda method, args, kwargs: channel.call_binding("workflow.step", method, args, kwargs)
+    )
+    try:
+        try:
+            output = await workflow(ctx, env).run(
+                workflow_event(msg.payload, msg.timestamp_ms, msg.instance_id), step
+            )
+            reply: dict[str, Any] = {"output": output}
+        except Suspend:
+            reply = {"suspend": True}
+        try:
+            channel.send(ipc.ObjectResult(msg.id, reply))
+        except (TypeError, ValueError) as exc:
+            raise TypeError(
+                f"the output of {workflow.__name__}.run cannot be stored ({exc}); return JSON-like values "
+                f"of at most {ipc.FROM_ISOLATE // 2**20} MiB"
+            ) from None
+    except asyncio.CancelledError:
+        ctx.cancel()
+        channel.send(ipc.InvokeError(msg.id, "Cancelled: the run was cancelled", ""))
+    except Exception as exc:  # the workflow's own failure: the instance errors
+        channel.send(_worker_error(msg.id, exc))
+    await _finish(channel, ctx, msg.id)
+
+
 def sdk_client(path: str) -> type:
     """The SDK class a store binding's kind names ("workers.kv:KVNamespace"), imported from workers/."""
     module, _, name = path.partition(":")
@@ -337,7 +377,11 @@ async def main(fd: int, sync_fd: int | None = None) -> None:
         env = Env(values)
         install_context(env=env, current_ctx=current_ctx.get)  # workers.env, workers.wait_until
         instance = None
-        if init.durable_object:  # this isolate is one Durable Object: its storage is its own
+        workflow = None
+        if init.workflow:  # this isolate runs one workflow's instances
+            workflow = load_workflow(script, init.workflow)
+            entry, handlers = init.workflow, Handlers(init.workflow)
+        elif init.durable_object:  # this isolate is one Durable Object: its storage is its own
             storage = DurableObjectStorage(
                 lambda method, args, kwargs: channel.call_binding("ctx.storage", method, args, kwargs),
                 lambda method, args, kwargs: channel.call_binding_sync("ctx.storage", method, args, kwargs),
@@ -370,6 +414,8 @@ async def main(fd: int, sync_fd: int | None = None) -> None:
             channel.tasks[msg.id] = task
         elif isinstance(msg, ipc.QueueBatch):
             channel.tasks[msg.id] = asyncio.create_task(serve_queue(channel, handlers.queue, msg))
+        elif isinstance(msg, ipc.WorkflowRun) and workflow is not None:
+            channel.tasks[msg.id] = asyncio.create_task(serve_workflow(channel, workflow, env, msg))
         elif isinstance(msg, ipc.ObjectInvoke) and instance is not None:
             channel.tasks[msg.id] = asyncio.create_task(serve_object_call(channel, instance, msg))
         elif isinstance(msg, (ipc.RequestChunk, ipc.RequestEnd)):
