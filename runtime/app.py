@@ -39,6 +39,7 @@ from runtime.control.rate_limit import AccountRateLimits
 from runtime.control.rollout import Rollouts
 from runtime.control.state import State
 from runtime.control.tail import TailHub
+from runtime.events.alarms import AlarmScheduler
 from runtime.events.cron import CronError, CronExpression, run_schedule
 from runtime.events.queue_consumers import ConsumerError, ConsumerSettings, consume
 from runtime.host.addressing import Locator, refuse_worker_host
@@ -162,6 +163,9 @@ class Runtime:
             event_origin=lambda: (self.default_location, edge.ingress(self.default_location)[0]),
         )
         self.workers = WorkerRegistry(config, self.state, start, self.objects, deps)
+        # Durable Object alarms: resumed from the objects' files at start, fired in their turn
+        self.alarms = AlarmScheduler(self.bindings.objects, self.bindings.run, self._fire_alarm)
+        services.on_alarm = self.alarms.changed
         self.front = WorkerFront(self.locator, self.workers, self.assets, edge)
         self.endpoints = EdgeEndpoints(
             config,
@@ -215,6 +219,7 @@ class Runtime:
             self._tasks.append(asyncio.create_task(run_schedule(crons, self.run_scheduled)))
         self._start_queue_consumers()
         self._tasks.append(asyncio.create_task(self.batches.run_forever()))
+        self._tasks.append(asyncio.create_task(self.alarms.run()))
 
     def _start_queue_consumers(self) -> None:
         """One delivery loop per queues.consumers entry of the dev worker (runtime.events.queue_consumers)."""
@@ -240,6 +245,14 @@ class Runtime:
             self._tasks.append(asyncio.create_task(task))
         log.info("queue consumers: %s", ", ".join(c.queue for c in consumers))
 
+    async def _fire_alarm(self, address: tuple[str, str, str, str], retry_count: int, due_ms: int) -> str:
+        """An object's alarm is due: the worker of now that defines its class runs it."""
+        account, script, class_name, object_id = address
+        handle = self.workers.worker(account, script)
+        if handle is None:
+            return "gone"
+        return await self.objects.alarm(handle.spec, class_name, object_id, retry_count, due_ms)
+
     async def run_scheduled(self, cron: str, scheduled_time_ms: int) -> tuple[str, dict | None]:
         """A Cron Trigger fired (or /cdn-cgi/handler/scheduled was called): the dev worker's
         scheduled handler runs; its outcome goes to edge tail."""
@@ -248,6 +261,7 @@ class Runtime:
     async def stop(self) -> None:
         for task in self._tasks:
             task.cancel()
+        await self.alarms.stop()
         await self.workers.stop()
         await self.objects.stop()
         self.bindings.close()

@@ -67,6 +67,10 @@ class ObjectHandle(Protocol):
         self, method: str, args: list, kwargs: dict, ctx: RequestContext
     ) -> ipc.ObjectResult | ipc.InvokeError: ...
 
+    async def alarm(
+        self, retry_count: int, scheduled_ms: int, objects: tuple = ()
+    ) -> tuple[str, dict | None]: ...
+
     async def stop(self) -> None: ...
 
 
@@ -172,6 +176,31 @@ class DurableObjects:
                 calling.calling[key] -= 1
                 if calling.calling[key] <= 0:
                     del calling.calling[key]
+
+    async def alarm(
+        self, spec: WorkerSpec, class_name: str, object_id: str, retry_count: int, due_ms: int
+    ) -> str:
+        """Run the object's alarm handler in its turn (one call at a time, as any call); returns
+        the outcome ("ok" when it succeeded; anything else is retried by the scheduler)."""
+        if not any(ref.class_name == class_name and ref.script_name in (None, spec.name)
+                   for ref in spec.durable_objects.values()):  # fmt: skip
+            return "gone"
+        instance = self._instance(spec, class_name, object_id)
+        if instance is None:
+            return "busy"
+        key = (spec.account, spec.name, spec.version, class_name, object_id)
+        instance.waiting += 1
+        try:
+            async with instance.turn:
+                instance.last_used = time.monotonic()
+                outcome, exception = await instance.handle.alarm(retry_count, due_ms, (key,))
+        finally:
+            instance.waiting -= 1
+            instance.last_used = time.monotonic()
+        if exception:
+            log.warning("Durable Object %s(%s) alarm failed (try %d): %s: %s", class_name, object_id[:8],
+                        retry_count + 1, exception.get("name"), exception.get("message"))  # fmt: skip
+        return outcome
 
     def _cycle(self, caller: tuple | None, target: tuple, ctx: RequestContext, worker: str) -> list | None:
         """The cycle a call from `caller` (the instance it runs in; None: a worker's request) to

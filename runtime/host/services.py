@@ -55,3 +55,5 @@ class WorkerServices:
     call_service: ServiceCall  # a service binding's fetch (another worker, or the assets)
     network: NetworkMode  # its `emulate`: whether the client's round trip is really waited
     event_origin: Callable[[], tuple[Location, PoP]]  # where a cron or queue event's AI calls start
+    # an object set ((account, script, class, id), ms) or deleted (ms None) its alarm: the scheduler's
+    on_alarm: Callable[[tuple[str, str, str, str], int | None], None] | None = None

@@ -225,7 +225,9 @@ class WorkerHandle:
             },
         )
 
-    async def _event(self, kind: str, tag: str, event: dict[str, Any], run) -> tuple[str, dict | None, Any]:
+    async def _event(
+        self, kind: str, tag: str, event: dict[str, Any], run, objects: tuple = ()
+    ) -> tuple[str, dict | None, Any]:
         """A worker event that is no HTTP request (a cron run, a queue batch): `run(rid)` returns
         (the isolate's answer, anything else the caller needs). Returns (outcome, exception, that
         other thing, None when the isolate broke the protocol), and tails it as Cloudflare shows
@@ -233,7 +235,7 @@ class WorkerHandle:
         `cron(*/5 * * * *)`). AI calls made in it start at the PoP the config's client_location
         lands on."""
         location, ingress = self.services.event_origin()
-        ctx = RequestContext(location, ingress, 0.0, method="", url="")
+        ctx = RequestContext(location, ingress, 0.0, method="", url="", objects=objects)
         ctx.console = self.console.event(tag)
         rid = self.isolate.next_request_id()
         self.requests[rid] = ctx
@@ -301,6 +303,20 @@ class WorkerHandle:
                 delay = settled.retried.get(m.id) if settled else None
                 retried[m.id] = delay if isinstance(delay, int) and delay >= 0 else None
         return outcome, acked, retried
+
+    async def alarm(
+        self, retry_count: int, scheduled_ms: int, objects: tuple = ()
+    ) -> tuple[str, dict | None]:
+        """Run the alarm handler of the Durable Object this handle serves; returns (outcome,
+        exception); tailed as Cloudflare tails one, with `event: {scheduledTime}`. `objects`: the
+        object's own key, for the call-cycle books."""
+
+        async def run(rid: int):
+            return await self.isolate.alarm(retry_count, request_id=rid), None
+
+        event = {"scheduledTime": scheduled_ms, "retryCount": retry_count}
+        outcome, exception, _ = await self._event("alarm", "alarm", event, run, objects)
+        return outcome, exception
 
     def note(self, level: str, message: str) -> None:
         """A line of the runtime's own about this worker for edge tail (a queue message dropped)."""

@@ -249,6 +249,14 @@ class ObjectInvoke(msgspec.Struct, tag=True):
     kwargs: dict[str, Any] = {}
 
 
+class ObjectAlarm(msgspec.Struct, tag=True):
+    """To a Durable Object's isolate: its alarm is due, run `instance.alarm(alarm_info)`; answered
+    by InvokeResult (status 200) or InvokeError, then RequestDone."""
+
+    id: int
+    retry_count: int = 0  # alarm_info.retryCount: 0 on the first try
+
+
 class ObjectResult(msgspec.Struct, tag=True):
     id: int
     result: Any = None
@@ -289,6 +297,7 @@ Message = (
     | ObjectCall
     | ObjectReply
     | ObjectInvoke
+    | ObjectAlarm
     | ObjectResult
     | Log
     | FetchCall

@@ -286,6 +286,14 @@ class Isolate:
             self._object_calls.discard(rid)
         return outcome
 
+    async def alarm(
+        self, retry_count: int, request_id: int | None = None
+    ) -> ipc.InvokeResult | ipc.InvokeError:
+        """The alarm of the Durable Object this isolate serves is due: its alarm handler runs, a
+        request as any other, held to the same CPU and wall-clock limits."""
+        _, outcome = await self._event(lambda rid: ipc.ObjectAlarm(rid, retry_count), request_id)
+        return outcome
+
     def body(self, request_id: int) -> AsyncIterator[bytes]:
         """The streamed body of a response that began with InvokeStart, taken at the client's pace;
         if the client goes away first, the isolate's stream is cancelled. A stream that fails

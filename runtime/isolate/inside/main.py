@@ -30,8 +30,9 @@ from runtime.isolate.inside.channel import (
     current_ctx,
     current_request,
 )
-from runtime.isolate.inside.entry import Context, Env, ScheduledController, load_entry, load_object
+from runtime.isolate.inside.entry import Context, Env, ScheduledController, _arity, load_entry, load_object
 from workers import Request, Response
+from workers.binding_values import JsObject
 from workers.context import _install as install_context
 from workers.durable_objects import (
     DurableObjectId,
@@ -292,6 +293,32 @@ async def serve_object_call(channel: Channel, instance: Any, msg: ipc.ObjectInvo
     await _finish(channel, ctx, msg.id)
 
 
+async def serve_alarm(channel: Channel, instance: Any, msg: ipc.ObjectAlarm) -> None:
+    """The object's alarm is due: `alarm(self, alarm_info)` runs (alarm_info.retryCount,
+    .isRetry); InvokeResult or InvokeError (the runtime retries it), then RequestDone."""
+    ctx = _begin(msg.id)
+    cls = type(instance)
+    try:
+        handler = getattr(instance, "alarm", None)
+        if handler is None or not inspect.iscoroutinefunction(handler):
+            raise TypeError(
+                f"{cls.__name__} has an alarm set but no alarm handler: define "
+                "`async def alarm(self, alarm_info=None)`"
+            )
+        info = JsObject(retryCount=msg.retry_count, isRetry=msg.retry_count > 0)
+        info.retry_count, info.is_retry = info["retryCount"], info["isRetry"]
+        await handler(*(info,)[: _arity(type(instance).alarm, 1, method=True)])
+        await ctx.settle()
+        channel.send(ipc.InvokeResult(msg.id, 200, [], b""))
+    except asyncio.CancelledError:
+        ctx.cancel()
+        channel.send(ipc.InvokeError(msg.id, "Cancelled: the alarm was cancelled", ""))
+    except Exception as exc:
+        ctx.cancel()
+        channel.send(_worker_error(msg.id, exc))
+    await _finish(channel, ctx, msg.id, settle=False)  # settled before the answer
+
+
 def sdk_client(path: str) -> type:
     """The SDK class a store binding's kind names ("workers.kv:KVNamespace"), imported from workers/."""
     module, _, name = path.partition(":")
@@ -370,6 +397,8 @@ async def main(fd: int, sync_fd: int | None = None) -> None:
             channel.tasks[msg.id] = task
         elif isinstance(msg, ipc.QueueBatch):
             channel.tasks[msg.id] = asyncio.create_task(serve_queue(channel, handlers.queue, msg))
+        elif isinstance(msg, ipc.ObjectAlarm) and instance is not None:
+            channel.tasks[msg.id] = asyncio.create_task(serve_alarm(channel, instance, msg))
         elif isinstance(msg, ipc.ObjectInvoke) and instance is not None:
             channel.tasks[msg.id] = asyncio.create_task(serve_object_call(channel, instance, msg))
         elif isinstance(msg, (ipc.RequestChunk, ipc.RequestEnd)):
