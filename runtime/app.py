@@ -50,6 +50,7 @@ from runtime.host.objects import DurableObjects
 from runtime.host.registry import WorkerRegistry
 from runtime.host.service_binding import ServiceBindings
 from runtime.host.services import WorkerServices
+from runtime.host.sockets import SocketHub
 from runtime.host.source_watch import watch_source
 from runtime.host.spec import RequestContext, WorkerSpec
 from runtime.host.worker import WorkerHandle
@@ -147,7 +148,11 @@ class Runtime:
         def start(spec: WorkerSpec) -> WorkerHandle:
             return WorkerHandle(spec, services)
 
-        self.objects = DurableObjects(start)  # Durable Object instances, each in its own isolate
+        # Durable Object instances, each in its own isolate; WebSockets' client connections
+        self.objects = DurableObjects(
+            start, hibernate_s=config.edge.hibernate_s, on_hibernate=self.metrics.object_hibernated
+        )
+        self.sockets = SocketHub()
         dispatch = ServiceBindings(lambda account, name: self.workers.worker(account, name), self.assets)
         services = WorkerServices(
             secrets=self.state,
@@ -161,12 +166,13 @@ class Runtime:
             call_service=dispatch.call,
             network=edge,
             event_origin=lambda: (self.default_location, edge.ingress(self.default_location)[0]),
+            sockets=self.sockets,
         )
         self.workers = WorkerRegistry(config, self.state, start, self.objects, deps)
         # Durable Object alarms: resumed from the objects' files at start, fired in their turn
         self.alarms = AlarmScheduler(self.bindings.objects, self.bindings.run, self._fire_alarm)
         services.on_alarm = self.alarms.changed
-        self.front = WorkerFront(self.locator, self.workers, self.assets, edge)
+        self.front = WorkerFront(self.locator, self.workers, self.assets, edge, self.sockets)
         self.endpoints = EdgeEndpoints(
             config,
             edge,
@@ -262,6 +268,7 @@ class Runtime:
         for task in self._tasks:
             task.cancel()
         await self.alarms.stop()
+        await self.sockets.stop()
         await self.workers.stop()
         await self.objects.stop()
         self.bindings.close()
@@ -278,4 +285,4 @@ def create_app(runtime: Runtime) -> Starlette:
         *runtime.control.routes(),
         *openapi_routes(),
     ]
-    return assemble(served, runtime.front.handle, runtime.start, runtime.stop)
+    return assemble(served, runtime.front.handle, runtime.start, runtime.stop, runtime.front.handle_websocket)

@@ -189,9 +189,13 @@ class DurableObjectStub:
 
         url, verb, hdrs, data = _as_parts(resource, method, headers, body)
         ns = self._namespace
-        status, out_headers, out_body = await ns._transport(
+        status, out_headers, out_body, *socket = await ns._transport(
             ns._binding, str(self.id), "fetch", [verb, url, [list(h) for h in hdrs], data], {}
         )
+        if status == 101 and socket:  # the object accepted a WebSocket: the worker may return it
+            from workers.websocket import forwarded
+
+            return Response(None, 101, [tuple(h) for h in out_headers], web_socket=forwarded(socket[0]))
         return Response(out_body, status=status, headers=[tuple(h) for h in out_headers])
 
     def __getattr__(self, method: str) -> Callable[..., Awaitable[Any]]:
@@ -393,5 +397,25 @@ class DurableObjectState:
     async def blockConcurrencyWhile(self, callback: Callable[[], Awaitable[Any]]) -> Any:  # noqa: N802
         return await callback()
 
+    def acceptWebSocket(self, ws: Any, tags: list[str] | None = None) -> None:  # noqa: N802
+        """Accept the server end of a WebSocketPair for the object: it may then hibernate (its
+        isolate stopped) while the runtime holds the connection; each message wakes it for
+        `webSocketMessage(self, ws, message)`, a close for `webSocketClose(ws, code, reason,
+        wasClean)`."""
+        from workers.websocket import accept_hibernatable
+
+        accept_hibernatable(ws, tags)
+
+    def getWebSockets(self, tag: str | None = None) -> list:  # noqa: N802 - Cloudflare's name
+        from workers.websocket import hibernatable
+
+        return hibernatable(tag)
+
+    def getTags(self, ws: Any) -> list[str]:  # noqa: N802 - Cloudflare's name
+        return list(getattr(ws, "_tags", None) or [])
+
     wait_until = waitUntil
     block_concurrency_while = blockConcurrencyWhile
+    accept_web_socket = acceptWebSocket
+    get_web_sockets = getWebSockets
+    get_tags = getTags

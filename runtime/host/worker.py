@@ -22,6 +22,7 @@ from runtime.control.tail import log_event
 from runtime.host.addressing import LOCATION_HEADER
 from runtime.host.objects import namespace_key
 from runtime.host.services import WorkerServices
+from runtime.host.sockets import ServerSocket, SocketEvent, SocketOwner, SocketUpgrade
 from runtime.host.spec import RequestContext, WorkerSpec, cf_properties
 from runtime.host.worker_calls import LOG_BYTES, LOG_LINES, WorkerCalls
 from runtime.http.errors import WORKER_EXCEPTION, WORKER_LIMITS, WORKER_UNAVAILABLE, error_response
@@ -42,6 +43,8 @@ class WorkerHandle:
         # its console lines in edge dev's terminal: [name], [name:Counter(1a2b3c4d)] for an object
         self.console = WorkerConsole(f"{label}:{obj.class_name}({obj.id[:8]})" if obj else label)
         self.calls = WorkerCalls(spec, self.requests, services, self.console)
+        # its WebSockets (a Durable Object's handle is given its object's, which outlive it)
+        self.sockets = SocketOwner(services.sockets, spec.account, self.console.label, self.socket_event)
         stored = services.secrets.secrets(spec.account, spec.name)
         env = {**spec.vars, **stored, **spec.local_secrets}  # secrets never logged
         self.isolate = Isolate(
@@ -64,6 +67,8 @@ class WorkerHandle:
             on_object=self.calls.object,
             durable_object=(obj.class_name, obj.id) if obj else None,
             deps=Path(spec.deps) if spec.deps else None,
+            on_socket=lambda msg: self.sockets.from_isolate(msg),
+            held_sockets=lambda: (self.sockets.next_id, self.sockets.held()),
         )
 
     @property
@@ -151,6 +156,13 @@ class WorkerHandle:
             )
             self._finish(rid, ctx, "exception", exception, 500)
             return error_response(500, WORKER_EXCEPTION, f"Worker threw exception: {outcome.message}", timing)
+        if outcome.status == 101:  # a WebSocket: its client is attached by the front (or passed on)
+            upgrade = self._upgrade(outcome)
+            if isinstance(upgrade, str):
+                self._finish(rid, ctx, "exception", {"name": "Error", "message": upgrade}, 500)
+                return error_response(500, WORKER_EXCEPTION, f"Worker threw exception: {upgrade}", timing)
+            self._finish(rid, ctx, outcome_name, exception, 101)
+            return upgrade
         if self.services.network.emulate:  # the response's half of the client round trip
             await asyncio.sleep(ctx.client_rtt_ms / 2000)
         response = Response(outcome.body, status_code=outcome.status)
@@ -160,6 +172,40 @@ class WorkerHandle:
             response.headers[name] = value
         self._finish(rid, ctx, outcome_name, exception, outcome.status)
         return response
+
+    def _upgrade(self, outcome: ipc.InvokeResult) -> SocketUpgrade | str:
+        """The socket a 101 carries: one of this isolate's pairs, or one its object passed on."""
+        offer = outcome.web_socket
+        if offer is None:
+            return "a 101 response needs web_socket=client (the client end of a WebSocketPair)"
+        if offer.token is not None:
+            sock = self.services.sockets.claim(offer.token, self.spec.account)
+            if sock is None:
+                return "the response's WebSocket is not one this worker's Durable Objects answered with"
+        else:
+            sock = self.sockets.open(offer, self.isolate.generation)
+            if isinstance(sock, str):
+                return sock
+        return SocketUpgrade(sock, list(outcome.headers))
+
+    async def socket_event(self, sock: ServerSocket, event: SocketEvent) -> None:
+        """A client's message or close for one of the sockets this handle's isolate holds; tailed
+        with `event: {webSocket}`. A socket whose isolate has stopped since (it did not hibernate
+        with its object) is closed instead."""
+        if not sock.hibernatable and (sock.generation != self.isolate.generation or not self.isolate.alive):
+            sock.cut(1012, "the worker's isolate stopped", tell_worker=False)
+            return
+
+        async def run(rid: int):
+            return await self.isolate.socket_event(lambda r: event.message(r, sock.ws), request_id=rid), None
+
+        key = self.spec.durable_object
+        objects = (
+            ((self.spec.account, self.spec.name, self.spec.version, key.class_name, key.id),) if key else ()
+        )
+        await self._event(
+            "websocket", f"websocket({event.kind})", {"webSocket": {"kind": event.kind}}, run, objects
+        )
 
     def _streamed(
         self, start: ipc.InvokeStart, rid: int, ctx: RequestContext, headers: dict[str, str]
@@ -325,3 +371,4 @@ class WorkerHandle:
 
     async def stop(self) -> None:
         await self.isolate.stop()
+        self.sockets.isolate_gone()

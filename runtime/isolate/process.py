@@ -87,6 +87,8 @@ class Isolate:
         on_object: ObjectHandler = no_object,
         durable_object: tuple[str, str] | None = None,
         deps: Path | None = None,
+        on_socket: Callable[[ipc.SocketSend | ipc.SocketClose | ipc.SocketAttach], None] | None = None,
+        held_sockets: Callable[[], tuple[int, list[ipc.HeldSocket]]] | None = None,
     ):
         self.name = name
         self.script = script
@@ -120,6 +122,10 @@ class Isolate:
         self.output = OutputPump(name, on_output)
         self.entry: str | None = None
         self.jailed = False
+        # WebSockets: what the isolate sends on them, and (first id, sockets held) for a new one
+        self._on_socket = on_socket
+        self.held_sockets = held_sockets
+        self.generation = 0  # starts so far: a socket made by an earlier process is not this one's
 
     @property
     def alive(self) -> bool:
@@ -137,6 +143,8 @@ class Isolate:
             self.name, self.script, self.limits, self.deps
         )
         self._stopping = None
+        self.generation += 1
+        first_socket, held = self.held_sockets() if self.held_sockets is not None else (1, [])
         reader, writer = await asyncio.open_unix_connection(sock=parent, limit=ipc.CHUNK)
         self._spawn(serve_sync(self.name, sync_parent, self._on_binding, self.stop))
         script = f"{isolate_view.BUNDLE}/{self.script.name}" if self.jailed else str(self.script)
@@ -153,6 +161,8 @@ class Isolate:
             durable_object=self.durable_object[0] if self.durable_object else None,
             object_id=self.durable_object[1] if self.durable_object else None,
             deps=str(self.deps) if self.deps and not self.jailed else "",
+            sockets=held,
+            socket_base=first_socket,
         )
         writer.write(ipc.encode(init))
         await writer.drain()
@@ -294,6 +304,13 @@ class Isolate:
         _, outcome = await self._event(lambda rid: ipc.ObjectAlarm(rid, retry_count), request_id)
         return outcome
 
+    async def socket_event(
+        self, event: Callable[[int], ipc.SocketEvent], request_id: int | None = None
+    ) -> ipc.InvokeResult | ipc.InvokeError:
+        """A client's WebSocket message or close for the worker: an event as a request is."""
+        _, outcome = await self._event(event, request_id)
+        return outcome
+
     def body(self, request_id: int) -> AsyncIterator[bytes]:
         """The streamed body of a response that began with InvokeStart, taken at the client's pace;
         if the client goes away first, the isolate's stream is cancelled. A stream that fails
@@ -394,6 +411,9 @@ class Isolate:
             self._end(msg.id)
         elif isinstance(msg, (ipc.AICall, ipc.FetchCall, ipc.BindingCall, ipc.ObjectCall)):
             self._calls.take(msg)
+        elif isinstance(msg, (ipc.SocketSend, ipc.SocketClose, ipc.SocketAttach)):
+            if self._on_socket is not None:
+                self._on_socket(msg)
         elif isinstance(msg, ipc.Log) and self._on_log is not None:
             self._on_log(msg)
 

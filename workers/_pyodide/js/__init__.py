@@ -3,7 +3,7 @@
 built on the `workers` SDK. `X.new(...)` constructs, as with Pyodide's JsProxy of a class;
 options objects may be dicts, to_js(...) results, or keyword arguments.
 
-No JavaScript runs here: globals that need it (HTMLRewriter, WebSocketPair, ...) are not
+No JavaScript runs here: globals that need it (HTMLRewriter, ...) are not
 simulated, and importing one says so.
 """
 
@@ -292,6 +292,10 @@ crypto = _Crypto()
 
 
 def __getattr__(name: str) -> _Any:
+    if name in ("WebSocketPair", "WebSocket"):  # the SDK's, carried by the runtime
+        import workers.websocket
+
+        return getattr(workers.websocket, name)
     if name.startswith("__"):
         raise AttributeError(name)
     # an ImportError, so that `from js import HTMLRewriter` reports this message, not a bare one
