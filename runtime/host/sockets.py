@@ -156,6 +156,7 @@ class ServerSocket:
             return
         self.closed = True
         self.owner.forget(self)
+        self.out_ready.set()  # the writer has nothing more to wait for
         self.inbox.append(SocketEvent("close", code=code, reason=reason, was_clean=True))
         self.in_ready.set()
 
@@ -170,11 +171,7 @@ class SocketOwner:
 
     def open(self, offer: ipc.SocketOffer, generation: int) -> ServerSocket | str:
         """A socket the worker's 101 response carried out; a string says why it is refused."""
-        if (
-            not isinstance(offer.ws, int)
-            or offer.ws < max(1, self.next_id - 2**31)
-            or offer.ws in self.sockets
-        ):
+        if not isinstance(offer.ws, int) or offer.ws < 1 or offer.ws in self.sockets:
             return "the response's WebSocket is not a new one of this worker"
         if len(self.sockets) >= PER_OWNER:
             return f"more than {PER_OWNER} WebSockets open in this worker or object; close some first"
@@ -288,7 +285,11 @@ class SocketHub:
         protocol = next(
             (v for k, v in upgrade.upgrade_headers if k.lower() == "sec-websocket-protocol"), None
         )
-        await websocket.accept(subprotocol=protocol)
+        try:
+            await websocket.accept(subprotocol=protocol)
+        except Exception:  # the client left during the handshake
+            sock.cut(1006, "the client left during the handshake")
+            raise
         sock.client = websocket
         writer = asyncio.create_task(self._write(websocket, sock))
         self._spawn(self._deliver(sock))

@@ -69,7 +69,9 @@ class WorkerHandle:
             deps=Path(spec.deps) if spec.deps else None,
             on_socket=lambda msg: self.sockets.from_isolate(msg),
             held_sockets=lambda: (self.sockets.next_id, self.sockets.held()),
+            on_socket_offer=self._offered,
         )
+        self._offers: dict[int, ServerSocket | str] = {}  # request -> the socket its 101 carried
 
     @property
     def label(self) -> str:
@@ -136,6 +138,8 @@ class WorkerHandle:
             return error_response(500, WORKER_EXCEPTION, f"Worker threw exception: {exc}", headers_out)
         except BaseException:
             self.requests.pop(rid, None)
+            if isinstance(sock := self._offers.pop(rid, None), ServerSocket):  # cancelled meanwhile
+                sock.cut(1001, "the request was cancelled")
             raise
         if isinstance(outcome, ipc.InvokeStart):  # a streamed body: the request lives until it ends
             return self._streamed(outcome, rid, ctx, headers_out)
@@ -183,10 +187,16 @@ class WorkerHandle:
             if sock is None:
                 return "the response's WebSocket is not one this worker's Durable Objects answered with"
         else:
-            sock = self.sockets.open(offer, self.isolate.generation)
+            sock = self._offers.pop(outcome.id, None) or "the response's WebSocket was not taken"
             if isinstance(sock, str):
                 return sock
         return SocketUpgrade(sock, list(outcome.headers))
+
+    def _offered(self, msg: ipc.InvokeResult) -> None:
+        """A 101 from the isolate, as it is read (before the frames that follow it on the socket)."""
+        offer = msg.web_socket
+        if offer is not None and offer.token is None and msg.status == 101:
+            self._offers[msg.id] = self.sockets.open(offer, self.isolate.generation)
 
     async def socket_event(self, sock: ServerSocket, event: SocketEvent) -> None:
         """A client's message or close for one of the sockets this handle's isolate holds; tailed

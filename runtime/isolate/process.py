@@ -89,6 +89,7 @@ class Isolate:
         deps: Path | None = None,
         on_socket: Callable[[ipc.SocketSend | ipc.SocketClose | ipc.SocketAttach], None] | None = None,
         held_sockets: Callable[[], tuple[int, list[ipc.HeldSocket]]] | None = None,
+        on_socket_offer: Callable[[ipc.InvokeResult], None] | None = None,
     ):
         self.name = name
         self.script = script
@@ -124,6 +125,8 @@ class Isolate:
         self.jailed = False
         # WebSockets: what the isolate sends on them, and (first id, sockets held) for a new one
         self._on_socket = on_socket
+        # a 101's socket is taken as the answer is read: the frames that follow it are for it
+        self._on_socket_offer = on_socket_offer
         self.held_sockets = held_sockets
         self.generation = 0  # starts so far: a socket made by an earlier process is not this one's
 
@@ -398,6 +401,13 @@ class Isolate:
             if isinstance(msg, ipc.InvokeStart):
                 self._streams.started(msg.id)
             future = self._pending.get(msg.id)
+            if (
+                isinstance(msg, ipc.InvokeResult)
+                and msg.web_socket is not None
+                and future is not None
+                and self._on_socket_offer is not None
+            ):
+                self._on_socket_offer(msg)
             if future is not None and not future.done():
                 future.set_result(msg)
         elif isinstance(msg, (ipc.BodyChunk, ipc.BodyEnd)):

@@ -1,9 +1,15 @@
-"""WebSockets through a real `edge dev` (a worker and a wrangler.jsonc in a folder of their own):
-a plain worker's echo socket; two clients of one Durable Object (Cloudflare's chat-room shape)
-seeing each other's messages before and after the object hibernates (its isolate stopped, woken
-for the next message with its sockets and their attachments); and hostile clients and scripts:
-a giant frame, a flood of frames, a client that never reads, sockets a script leaves open past
-the bound, with the server serving others throughout."""
+"""Durable Object alarms and WebSockets through a real `edge dev` (a worker and a wrangler.jsonc
+in a folder of their own), one server for the module, restarted once at the end.
+
+Alarms: setAlarm / getAlarm / deleteAlarm, the handler run when due with alarm_info, a failing
+handler retried (retryCount, isRetry), an object re-arming its alarm for "now" in a loop not
+starving another's, and an alarm set before the restart firing after it.
+
+WebSockets: a plain worker's echo socket; two clients of one Durable Object (Cloudflare's
+chat-room shape) seeing each other's messages before and after the object hibernates (its isolate
+stopped, woken for the next message with its sockets and their attachments); hostile clients and
+scripts: a giant frame, a flood of frames, a client that never reads, sockets a script leaves open
+past the bound, the server serving others throughout."""
 
 from __future__ import annotations
 
@@ -26,9 +32,49 @@ pytestmark = pytest.mark.slow
 
 WORKER = """
 import secrets
+import time
 
 from js import WebSocketPair
 from workers import DurableObject, Response, WorkerEntrypoint
+
+
+class Clock(DurableObject):
+    async def arm(self, ms_from_now, fail_times=0):
+        await self.ctx.storage.put("fail", fail_times)
+        await self.ctx.storage.setAlarm(int(time.time() * 1000) + ms_from_now)
+        return await self.ctx.storage.getAlarm()
+
+    async def disarm(self):
+        await self.ctx.storage.deleteAlarm()
+        return await self.ctx.storage.getAlarm()
+
+    async def alarm(self, alarm_info):
+        fired = (await self.ctx.storage.get("fired")) or []
+        fired.append([alarm_info.retryCount, alarm_info.isRetry, await self.ctx.storage.getAlarm()])
+        await self.ctx.storage.put("fired", fired)
+        fail = (await self.ctx.storage.get("fail")) or 0
+        if fail > 0:
+            await self.ctx.storage.put("fail", fail - 1)
+            raise RuntimeError("not yet")
+
+    async def report(self):
+        fired = (await self.ctx.storage.get("fired")) or []
+        return {"fired": fired, "alarm": await self.ctx.storage.getAlarm()}
+
+
+class Spinner(DurableObject):
+    async def spin(self):
+        await self.ctx.storage.setAlarm(0)
+
+    async def alarm(self):
+        n = (await self.ctx.storage.get("n")) or 0
+        await self.ctx.storage.put("n", n + 1)
+        if n < 100:
+            await self.ctx.storage.setAlarm(int(time.time() * 1000))  # again at once, as a hostile loop
+
+    async def count(self):
+        return (await self.ctx.storage.get("n")) or 0
+
 
 closes = []  # the close events this isolate's echo sockets saw
 
@@ -58,6 +104,8 @@ class Default(WorkerEntrypoint):
         path = "/" + request.url.split("/", 3)[3].split("?")[0]
         if path == "/closes":
             return Response.json(closes)
+        if path.split("/")[1] in ("spin", "arm", "disarm", "report"):
+            return await self.alarms(request)
         if request.headers.get("upgrade", "").lower() != "websocket":
             return Response("expected a WebSocket", status=426)
         if path == "/room":
@@ -75,25 +123,52 @@ class Default(WorkerEntrypoint):
             server.addEventListener("message", on_message)
             server.addEventListener("close", lambda event: closes.append([event.code, event.reason]))
         return Response(None, status=101, web_socket=client)  # /hold: open, and left so
+
+    async def alarms(self, request):
+        parts = request.url.split("?")[0].split("/")
+        action, name = parts[3], parts[4]
+        if action == "spin":
+            spinner = self.env.SPINNER.getByName(name)
+            if len(parts) > 5:
+                return Response(str(await spinner.count()))
+            await spinner.spin()
+            return Response("spinning")
+        clock = self.env.CLOCK.getByName(name)
+        if action == "arm":
+            return Response.json(await clock.arm(int(parts[5]), int(parts[6])))
+        if action == "disarm":
+            return Response.json(await clock.disarm())
+        return Response.json(await clock.report())
 """
 
 CONFIG = {
-    "name": "ws-app",
+    "name": "events-app",
     "main": "worker.py",
     "compatibility_date": "2025-01-01",
-    "durable_objects": {"bindings": [{"name": "ROOM", "class_name": "Room"}]},
-    "migrations": [{"tag": "v1", "new_sqlite_classes": ["Room"]}],
+    "durable_objects": {
+        "bindings": [
+            {"name": "CLOCK", "class_name": "Clock"},
+            {"name": "SPINNER", "class_name": "Spinner"},
+            {"name": "ROOM", "class_name": "Room"},
+        ]
+    },
+    "migrations": [{"tag": "v1", "new_sqlite_classes": ["Clock", "Spinner", "Room"]}],
     "edge": {"hibernate_s": 1.0},
 }
 
 
 @pytest.fixture(scope="module")
-def dev(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("ws-app")
+def config(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("events-app")
     (folder / "worker.py").write_text(textwrap.dedent(WORKER))
-    config = folder / "wrangler.jsonc"
-    config.write_text(json.dumps(CONFIG, indent=2))
-    with DevServer(config, cwd=folder) as server:
+    path = folder / "wrangler.jsonc"
+    path.write_text(json.dumps(CONFIG, indent=2))
+    return path
+
+
+@pytest.fixture(scope="module")
+def dev(config):
+    with DevServer(config, cwd=config.parent) as server:
         yield server
 
 
@@ -210,3 +285,45 @@ def _rss_mb(pid: int) -> float:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) / 1024
     return 0.0
+
+
+def _report(dev: DevServer, name: str) -> dict:
+    r = httpx.get(f"{dev.url}/report/{name}", timeout=60)
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def _until(check, timeout: float = 30.0):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value or time.monotonic() > deadline:
+            return value
+        time.sleep(0.1)
+
+
+# last: it restarts the module's server
+def test_alarms_fire_retry_stay_fair_and_survive_a_restart(dev, config):
+    assert httpx.get(f"{dev.url}/spin/s", timeout=60).text == "spinning"  # re-arms for ever
+    before = int(time.time() * 1000)
+    armed = httpx.get(f"{dev.url}/arm/a/300/1", timeout=60).json()  # fails once, then succeeds
+    assert isinstance(armed, int) and armed >= before + 300
+    assert httpx.get(f"{dev.url}/arm/gone/60000/0", timeout=60).json() >= before + 60000
+    assert httpx.get(f"{dev.url}/disarm/gone", timeout=60).json() is None
+
+    # the first try fails, the retry (2 s later) succeeds; during each run getAlarm() is None
+    fired = _until(lambda: len(_report(dev, "a")["fired"]) >= 2 and _report(dev, "a"))
+    assert fired == {"fired": [[0, False, None], [1, True, None]], "alarm": None}, fired
+    assert int(httpx.get(f"{dev.url}/spin/s/count", timeout=60).text) >= 2  # it was spinning
+    assert _report(dev, "gone") == {"fired": [], "alarm": None}
+
+    armed = httpx.get(f"{dev.url}/arm/later/4000/0", timeout=60).json()
+    assert _report(dev, "later") == {"fired": [], "alarm": armed}
+    dev.stop()  # the restart: the module's server ends here
+    assert "failed (try 1): RuntimeError: not yet" in dev.log.read_text()
+
+    with DevServer(config, cwd=config.parent) as dev:  # set before the restart, due after it: it fires
+        fired = _until(lambda: _report(dev, "later")["fired"])
+        assert fired == [[0, False, None]]
+        assert _report(dev, "later")["alarm"] is None
+        assert _report(dev, "gone")["fired"] == []
