@@ -34,6 +34,7 @@ WORKER = """
 import secrets
 import time
 
+import asgi
 from js import WebSocketPair
 from workers import DurableObject, Response, WorkerEntrypoint
 
@@ -79,6 +80,13 @@ class Spinner(DurableObject):
 closes = []  # the close events this isolate's echo sockets saw
 
 
+async def asgi_echo(scope, receive, send):  # an ASGI app's WebSocket, as FastAPI's run
+    assert scope["type"] == "websocket" and (await receive())["type"] == "websocket.connect"
+    await send({"type": "websocket.accept"})
+    while (message := await receive())["type"] == "websocket.receive":
+        await send({"type": "websocket.send", "text": "asgi: " + message["text"]})
+
+
 class Room(DurableObject):
     def __init__(self, ctx, env):
         super().__init__(ctx, env)
@@ -108,6 +116,8 @@ class Default(WorkerEntrypoint):
             return await self.alarms(request)
         if request.headers.get("upgrade", "").lower() != "websocket":
             return Response("expected a WebSocket", status=426)
+        if path == "/asgi":
+            return await asgi.fetch(asgi_echo, request, self.env)
         if path == "/room":
             return await self.env.ROOM.getByName("lobby").fetch(request)
         client, server = WebSocketPair()
@@ -195,6 +205,13 @@ def test_a_worker_echoes_text_and_bytes(dev):
         ws.send(b"\x00\x01binary")
         assert ws.recv(timeout=30) == b"\x00\x01binary"
     assert httpx.get(f"{dev.url}/echo", timeout=30).status_code == 426  # plain HTTP: the worker's answer
+
+
+def test_an_asgi_app_takes_a_websocket(dev):
+    with _ws(dev, "/asgi") as ws:
+        for text in ("one", "two"):
+            ws.send(text)
+            assert ws.recv(timeout=30) == f"asgi: {text}"
 
 
 def test_two_clients_of_a_room_see_each_other_through_hibernation(dev):
