@@ -4,9 +4,11 @@ runtime.bindings.do_storage) fires its `alarm(self, alarm_info)` handler when du
 The scheduler holds, in memory, the due time of every object that has an alarm: read from the
 objects' files when the runtime starts (an alarm set before a restart fires after it), then kept
 up to date as objects call setAlarm / deleteAlarm. Due alarms run in order of their time, at most
-RUNNING of them at once; a handler that re-arms its alarm for "now" in a loop goes behind every
-alarm already due, so one object cannot starve the others. A handler that fails is retried with
-backoff (do_storage: 2 s, doubling, at most 6 retries), `alarm_info.retryCount` saying which try.
+RUNNING of them at once and PER_ACCOUNT of one account's (the rest of its due alarms wait aside
+meanwhile); a handler that re-arms its alarm for "now" in a loop goes behind every alarm already
+due, so neither one object nor one account with many can starve the others. A handler that
+fails is retried with backoff (do_storage: 2 s, doubling, at most 6 retries),
+`alarm_info.retryCount` saying which try.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from runtime.bindings.do_storage import Address, ObjectStorageStore
 log = logging.getLogger("edge.alarms")
 
 RUNNING = 4  # alarm handlers running at once, all objects together
+PER_ACCOUNT = 2  # ... of them one account's: an account with many due alarms leaves room for others
 MAX_WAIT_S = 30.0  # the loop looks again at least this often (a clock that jumped)
 
 # (address, retry count, due ms) -> the outcome: "ok", "gone" (no such worker or class any more:
@@ -37,8 +40,18 @@ def now_ms() -> int:
 
 
 class AlarmScheduler:
-    def __init__(self, store: ObjectStorageStore, pool: Pool, fire: Fire, running: int = RUNNING):
+    def __init__(
+        self,
+        store: ObjectStorageStore,
+        pool: Pool,
+        fire: Fire,
+        running: int = RUNNING,
+        per_account: int = PER_ACCOUNT,
+    ):
         self.store, self.pool, self.fire = store, pool, fire
+        self.per_account = per_account
+        self._running: dict[str, int] = {}  # account -> its handlers running now
+        self._parked: dict[str, list[tuple[int, int, Address]]] = {}  # due, waiting for its account
         self._due: dict[Address, int] = {}  # each object's alarm time, as last known
         self._heap: list[tuple[int, int, Address]] = []  # (due ms, order, address); stale ones skipped
         self._order = itertools.count()
@@ -78,8 +91,13 @@ class AlarmScheduler:
             if delay > 0:
                 await self._wait(min(delay, MAX_WAIT_S))
                 continue
-            heapq.heappop(self._heap)
+            entry = heapq.heappop(self._heap)
+            account = address[0]
+            if self._running.get(account, 0) >= self.per_account:
+                self._parked.setdefault(account, []).append(entry)  # back when one of its ends
+                continue
             del self._due[address]
+            self._running[account] = self._running.get(account, 0) + 1
             await self._slots.acquire()
             task = asyncio.create_task(self._run_one(address, time_ms))
             self._tasks.add(task)
@@ -117,6 +135,13 @@ class AlarmScheduler:
             log.exception("Durable Object alarm of %s(%s): storage failed", address[2], address[3][:8])
         finally:
             self._slots.release()
+            account = address[0]
+            self._running[account] -= 1
+            if not self._running[account]:
+                del self._running[account]
+            for entry in self._parked.pop(account, []):
+                heapq.heappush(self._heap, entry)
+            self._wake.set()
 
     async def stop(self) -> None:
         for task in list(self._tasks):

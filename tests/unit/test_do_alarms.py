@@ -2,6 +2,7 @@
 hidden from its SQL, retried with backoff up to Cloudflare's limit, found again by the scan a
 restart makes; and the SDK's setAlarm times."""
 
+import asyncio
 import datetime
 
 import pytest
@@ -9,6 +10,7 @@ import pytest
 from runtime.bindings import BindingStores
 from runtime.bindings.common import BindingError
 from runtime.bindings.do_storage import ALARM_BACKOFF_S, ALARM_RETRIES
+from runtime.events.alarms import AlarmScheduler
 from workers.durable_objects import alarm_time_ms
 
 ADDRESS = ("acct", "w", "Clock", "a" * 64)
@@ -84,3 +86,36 @@ def test_set_alarm_takes_a_datetime_or_epoch_ms():
     for bad in ("tomorrow", None, True, float("nan"), -5, 2**60):
         with pytest.raises(TypeError, match="setAlarm"):
             alarm_time_ms(bad)
+
+
+def test_due_alarms_run_in_time_order_and_one_account_cannot_take_every_slot(tmp_path):
+    stores = BindingStores(tmp_path)
+    busy = [("busy", "w", "Clock", f"{i:064x}") for i in range(8)]
+    for i, address in enumerate(busy):
+        _call(stores, "setAlarm", [1_000 + i], address)
+    calm = ("calm", "w", "Clock", "f" * 64)
+    _call(stores, "setAlarm", [2_000], calm)  # due after every one of busy's
+    order: list[str] = []
+
+    async def scenario():
+        release = asyncio.Event()
+
+        async def fire(address, retries, due_ms):
+            order.append(address[0])
+            await release.wait()  # each handler runs until the test lets them all go
+            return "ok"
+
+        scheduler = AlarmScheduler(stores.objects, stores.run, fire, running=4, per_account=2)
+        task = asyncio.create_task(scheduler.run())
+        while len(order) < 3:
+            await asyncio.sleep(0.01)
+        assert sorted(order) == ["busy", "busy", "calm"]  # busy holds 2 slots; calm is not kept waiting
+        release.set()
+        while scheduler.fired < 9:
+            await asyncio.sleep(0.01)
+        task.cancel()
+
+    asyncio.run(scenario())
+    assert order.count("busy") == 8
+    assert all(_call(stores, "getAlarm", [], a) is None for a in [*busy, calm])  # each ran once, done
+    stores.close()
