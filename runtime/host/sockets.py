@@ -119,19 +119,23 @@ class ServerSocket:
         log.warning("WebSocket of %s closed (%d): %s", self.owner.label, code, reason)
         self.outbox.clear()
         self.out_bytes = 0
-        self._end(code, reason)
-        if tell_worker:
+        told = tell_worker and self.client is not None  # a client's session delivers the close
+        self._end(code, reason, forget=not told)
+        if told:
             self.inbox.clear()
             self.in_bytes = 0
             self.inbox.append(SocketEvent("close", code=code, reason=reason, was_clean=False))
             self.in_ready.set()
 
-    def _end(self, code: int, reason: str) -> None:
+    def _end(self, code: int, reason: str, forget: bool = True) -> None:
+        """Closed: the client is sent the close; the owner forgets it now, or (`forget` False)
+        once the worker has had its close event (a woken object gets the socket back for it)."""
         self.closed = True
         self.outbox.append(("close", (code, reason)))
         self.out_ready.set()
         self.in_ready.set()
-        self.owner.forget(self)
+        if forget:
+            self.owner.forget(self)
 
     # --- from the client ------------------------------------------------------------------------
 
@@ -154,8 +158,7 @@ class ServerSocket:
     def client_left(self, code: int, reason: str) -> None:
         if self.closed:
             return
-        self.closed = True
-        self.owner.forget(self)
+        self.closed = True  # forgotten once the worker has had the close event
         self.out_ready.set()  # the writer has nothing more to wait for
         self.inbox.append(SocketEvent("close", code=code, reason=reason, was_clean=True))
         self.in_ready.set()
@@ -345,6 +348,9 @@ class SocketHub:
                 await sock.owner.deliver(sock, event)
             except Exception:
                 log.exception("WebSocket event of %s failed", sock.owner.label)
+            finally:
+                if event.kind != "message":
+                    sock.owner.forget(sock)
             if event.kind != "message":
                 return
 

@@ -70,6 +70,7 @@ class WorkerHandle:
             on_socket=lambda msg: self.sockets.from_isolate(msg),
             held_sockets=lambda: (self.sockets.next_id, self.sockets.held()),
             on_socket_offer=self._offered,
+            on_exit=lambda: self.sockets.isolate_gone(),
         )
         self._offers: dict[int, ServerSocket | str] = {}  # request -> the socket its 101 carried
 

@@ -90,6 +90,7 @@ class Isolate:
         on_socket: Callable[[ipc.SocketSend | ipc.SocketClose | ipc.SocketAttach], None] | None = None,
         held_sockets: Callable[[], tuple[int, list[ipc.HeldSocket]]] | None = None,
         on_socket_offer: Callable[[ipc.InvokeResult], None] | None = None,
+        on_exit: Callable[[], None] | None = None,
     ):
         self.name = name
         self.script = script
@@ -127,6 +128,7 @@ class Isolate:
         self._on_socket = on_socket
         # a 101's socket is taken as the answer is read: the frames that follow it are for it
         self._on_socket_offer = on_socket_offer
+        self._on_exit = on_exit  # the process ended (crashed, killed, stopped): what it held ends
         self.held_sockets = held_sockets
         self.generation = 0  # starts so far: a socket made by an earlier process is not this one's
 
@@ -363,6 +365,8 @@ class Isolate:
                 self._stopping or IsolateCrashed(f"the isolate for {self.name} ended (exit status {code})")
             )
             self._writer = None
+            if self._on_exit is not None:
+                self._on_exit()
 
     # --- what the isolate sends -------------------------------------------------------------------
 

@@ -104,7 +104,9 @@ class Room(DurableObject):
             other.send(f"{who}: {message} [{self.born}]")
 
     async def webSocketClose(self, ws, code, reason, was_clean):
-        pass
+        who = ws.deserializeAttachment()["name"]
+        for other in self.ctx.getWebSockets("chat"):
+            other.send(f"{who} left [{self.born}]")
 
 
 class Default(WorkerEntrypoint):
@@ -124,6 +126,10 @@ class Default(WorkerEntrypoint):
         server.accept()
         if path == "/echo":
             def on_message(event):
+                if event.data == "crash":
+                    import os
+
+                    os._exit(3)  # the isolate dies with the socket open
                 if event.data == "flood-me":
                     for _ in range(600):
                         server.send("x" * 65536)
@@ -220,15 +226,30 @@ def test_two_clients_of_a_room_see_each_other_through_hibernation(dev):
         first = alice.recv(timeout=30)
         assert first.startswith("alice: hello [") and bob.recv(timeout=30) == first
         born = first.split("[")[1]
-        before = _hibernations(dev)
-        deadline = time.monotonic() + 30
-        while _hibernations(dev) <= before and time.monotonic() < deadline:  # idle 1 s: it hibernates
-            time.sleep(0.2)
-        assert _hibernations(dev) > before
+        _wait_for_hibernation(dev, _hibernations(dev))
         bob.send("still here?")  # wakes it: a new isolate, the sockets and attachments intact
         again = bob.recv(timeout=30)
         assert again.startswith("bob: still here? [") and alice.recv(timeout=30) == again
         assert again.split("[")[1] != born  # the constructor ran again: it was another isolate
+        _wait_for_hibernation(dev, _hibernations(dev))
+        bob.close()  # a close wakes it too: alice hears of it, bob's attachment still his
+        left = alice.recv(timeout=30)
+        assert left.startswith("bob left [") and left.split("[")[1] != again.split("[")[1]
+
+
+def _wait_for_hibernation(dev: DevServer, before: float) -> None:
+    deadline = time.monotonic() + 30
+    while _hibernations(dev) <= before and time.monotonic() < deadline:  # idle 1 s: it hibernates
+        time.sleep(0.2)
+    assert _hibernations(dev) > before
+
+
+def test_an_isolate_that_dies_closes_its_sockets_and_the_next_request_gets_a_new_one(dev):
+    with _ws(dev, "/echo") as ws, pytest.raises(ConnectionClosed) as closed:
+        ws.send("crash")
+        ws.recv(timeout=30)
+    assert closed.value.rcvd.code == 1012
+    _echo_works(dev)
 
 
 def test_a_giant_frame_is_cut_with_1009(dev):

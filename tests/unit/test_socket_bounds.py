@@ -21,6 +21,12 @@ def _owner(hub=None, account="acct"):
     return SocketOwner(hub or SocketHub(), account, "w", _never)
 
 
+def _attached(sock):
+    """As the front's session leaves it: a client holds the socket (its close is delivered there)."""
+    sock.client = "a client"
+    return sock
+
+
 def _closed_with(sock):
     kind, (code, reason) = sock.outbox[-1]
     assert kind == "close" and sock.closed
@@ -52,7 +58,8 @@ def test_tags_and_attachments_are_bounded():
 
 
 def test_a_client_that_does_not_read_is_cut_not_buffered():
-    sock = _owner().open(ipc.SocketOffer(ws=1), 1)
+    owner = _owner()
+    sock = _attached(owner.open(ipc.SocketOffer(ws=1), 1))
     chunk = "x" * (64 * 1024)
     for _ in range(OUTBOX_BYTES // len(chunk)):
         sock.send(chunk, None)
@@ -61,12 +68,12 @@ def test_a_client_that_does_not_read_is_cut_not_buffered():
     code, reason = _closed_with(sock)
     assert code == 1008 and "not reading" in reason
     assert sock.out_bytes == 0 and len(sock.outbox) == 1  # only the close waits
-    kind, event = "close", sock.inbox[-1]  # the worker is told why
-    assert event.kind == kind and event.code == 1008
+    event = sock.inbox[-1]  # the worker is told why, and the socket kept until it has been
+    assert event.kind == "close" and event.code == 1008 and owner.sockets == {1: sock}
 
 
 def test_a_flood_and_a_giant_message_from_a_client_are_cut():
-    flood = _owner().open(ipc.SocketOffer(ws=1), 1)
+    flood = _attached(_owner().open(ipc.SocketOffer(ws=1), 1))
     for _ in range(INBOX_FRAMES):
         flood.received("hi", None)
     assert not flood.closed
@@ -91,6 +98,8 @@ def test_an_accounts_sockets_are_counted_and_a_stopped_isolate_keeps_only_hibern
     owner.isolate_gone()
     assert plain.closed and _closed_with(plain)[0] == 1012 and not kept.closed
     assert hub.count("acct") == 1 and list(owner.sockets) == [2]
+    kept.cut(1011, "no client ever took it")  # never attached: no one to deliver a close, forgotten now
+    assert owner.sockets == {} and hub.count("acct") == 0
 
 
 def test_a_socket_passed_on_by_token_is_claimed_once_by_its_account_only():
