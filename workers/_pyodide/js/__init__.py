@@ -133,7 +133,7 @@ def _body(value: _Any) -> _Any:
 
 
 class Response:
-    """`Response.new(body, {status, statusText, headers})`, `Response.json(data, init)`,
+    """`Response.new(body, {status, statusText, headers, webSocket})`, `Response.json(data, init)`,
     `Response.redirect(url, status)`: each a workers.Response."""
 
     @staticmethod
@@ -144,6 +144,7 @@ class Response:
             status=opts.get("status", 200),
             headers=_headers(opts.get("headers")),
             status_text=opts.get("statusText", ""),
+            web_socket=opts.get("webSocket"),  # Response.new(None, status=101, webSocket=client)
         )
 
     @staticmethod
