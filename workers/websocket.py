@@ -44,7 +44,8 @@ class SocketTransport:
 
 _transport: SocketTransport | None = None
 _ids = itertools.count(1)
-# the server ends of this isolate that the runtime knows (live) or may soon (pending), by id
+# the server ends of this isolate that a 101 carried out (the runtime holds their clients), by id;
+# a pair never returned is only the script's, and goes with its last reference
 sockets: dict[int, WebSocket] = {}
 
 
@@ -78,6 +79,7 @@ class WebSocket:
         self._live = False  # the runtime holds a client connection for it
         self._token: str | None = None  # a socket another worker's object answered with (stub.fetch)
         self._pending: list[tuple[str, Any]] = []  # sent before the response carried it out
+        self._peer: WebSocket | None = None  # a client end's server end
 
     # --- the server end -----------------------------------------------------------------------------
 
@@ -157,6 +159,8 @@ class WebSocket:
     def _gone_live(self) -> None:
         """The response carried it out: the runtime holds its client now; send what waited."""
         self._live = True
+        if self.readyState == OPEN:  # a pair joins the isolate's sockets only once it is carried out
+            sockets[self._id] = self
         pending, self._pending = self._pending, []
         for kind, value in pending:
             if _transport is None:
@@ -201,9 +205,7 @@ class WebSocketPair:
     def __init__(self) -> None:
         ws_id = next(_ids)
         self.client, self.server = WebSocket(ws_id, server=False), WebSocket(ws_id, server=True)
-        if len(sockets) >= 4096:
-            raise RuntimeError("WebSocketPair: at most 4096 open WebSockets in one isolate")
-        sockets[ws_id] = self.server
+        self.client._peer = self.server  # what a 101 with this client end carries out
 
     @classmethod
     def new(cls) -> WebSocketPair:

@@ -73,6 +73,7 @@ class WorkerHandle:
             on_exit=lambda: self.sockets.isolate_gone(),
         )
         self._offers: dict[int, ServerSocket | str] = {}  # request -> the socket its 101 carried
+        self._background: set[asyncio.Task] = set()
 
     @property
     def label(self) -> str:
@@ -189,9 +190,22 @@ class WorkerHandle:
                 return "the response's WebSocket is not one this worker's Durable Objects answered with"
         else:
             sock = self._offers.pop(outcome.id, None) or "the response's WebSocket was not taken"
-            if isinstance(sock, str):
+            if isinstance(sock, str):  # refused: the isolate's server end is closed, so it lets go
+                self._tell_closed(offer.ws, sock)
                 return sock
         return SocketUpgrade(sock, list(outcome.headers))
+
+    def _tell_closed(self, ws: int, why: str) -> None:
+        async def tell() -> None:
+            event = SocketEvent("close", code=1011, reason=why[:123], was_clean=False)
+            try:
+                await self.isolate.socket_event(lambda rid: event.message(rid, ws))
+            except Exception:  # the isolate is gone: so is its end
+                pass
+
+        task = asyncio.ensure_future(tell())
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
 
     def _offered(self, msg: ipc.InvokeResult) -> None:
         """A 101 from the isolate, as it is read (before the frames that follow it on the socket)."""

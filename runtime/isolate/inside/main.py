@@ -211,7 +211,7 @@ def _socket_offer(client: Any) -> tuple[ipc.SocketOffer, Any]:
     """What a 101 response carries out: the pair's server end (by id), or a forwarded token."""
     if client._token is not None:
         return ipc.SocketOffer(token=client._token), None
-    server = websocket.sockets.get(client._id)
+    server = client._peer
     if server is None or not server._accepted:
         raise TypeError(
             "Response(status=101): accept() the server end of the pair (or ctx.acceptWebSocket it) first"
