@@ -196,7 +196,11 @@ class WorkerHandle:
         return SocketUpgrade(sock, list(outcome.headers))
 
     def _tell_closed(self, ws: int, why: str) -> None:
+        generation = self.isolate.generation
+
         async def tell() -> None:
+            if not self.isolate.alive or self.isolate.generation != generation:
+                return  # its end went with the process: never start one just to say so
             event = SocketEvent("close", code=1011, reason=why[:123], was_clean=False)
             try:
                 await self.isolate.socket_event(lambda rid: event.message(rid, ws))
