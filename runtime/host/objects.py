@@ -12,7 +12,11 @@ holding an object the other waits for, would wait for ever: the runtime refuses 
 object's current call waits for), never from what a script sends. The object's storage
 (`ctx.storage`) crosses as ipc.BindingCall naming OBJECT_STORAGE, which the runtime scopes to that
 object's id (runtime.bindings.do_storage), so no object can reach another's. An instance idle for
-IDLE_S is stopped; the next call starts it again, its storage intact.
+IDLE_S is stopped; the next call starts it again, its storage intact. One whose only open WebSockets
+it accepted with ctx.acceptWebSocket hibernates after `hibernate_s` idle: its isolate is stopped,
+the runtime keeps the sockets (runtime.host.sockets, one SocketOwner per object, outliving its
+isolates) and the next message or close starts a new isolate that gets them back. Its alarm
+(runtime.events.alarms) runs in its turn as a call does.
 """
 
 from __future__ import annotations
