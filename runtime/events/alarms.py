@@ -76,7 +76,8 @@ class AlarmScheduler:
         """Resume the alarms kept on disk, then fire each when due, for ever."""
         found = await self.pool(self.store.scan_alarms)
         for address, time_ms in found:
-            self.changed(address, time_ms)
+            if address not in self._due:  # one set while the scan ran is newer than the file's read
+                self.changed(address, time_ms)
         if found:
             log.info("Durable Object alarms: %d resumed from storage", len(found))
         while True:
