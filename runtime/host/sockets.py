@@ -160,7 +160,10 @@ class ServerSocket:
             return
         self.closed = True  # forgotten once the worker has had the close event
         self.out_ready.set()  # the writer has nothing more to wait for
-        self.inbox.append(SocketEvent("close", code=code, reason=reason, was_clean=True))
+        if code == 1006:  # gone without a close frame: an error (webSocketError), not a close
+            self.inbox.append(SocketEvent("error", code=code, reason=reason or "the connection broke"))
+        else:
+            self.inbox.append(SocketEvent("close", code=code, reason=reason, was_clean=True))
         self.in_ready.set()
 
 

@@ -110,3 +110,16 @@ def test_a_socket_passed_on_by_token_is_claimed_once_by_its_account_only():
     assert hub.claim(token, "acct") is sock
     assert hub.claim(token, "acct") is None
     assert hub.claim(12, "acct") is None
+
+
+def test_a_client_gone_without_a_close_frame_is_an_error_for_the_worker():
+    owner = _owner()
+    clean = _attached(owner.open(ipc.SocketOffer(ws=1), 1))
+    clean.client_left(1000, "bye")
+    broken = _attached(owner.open(ipc.SocketOffer(ws=2), 1))
+    broken.client_left(1006, "")
+    assert [(e.kind, e.code) for e in (clean.inbox[-1], broken.inbox[-1])] == [
+        ("close", 1000),
+        ("error", 1006),
+    ]
+    assert set(owner.sockets) == {1, 2}  # kept until those events are delivered
