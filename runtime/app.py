@@ -38,6 +38,7 @@ from runtime.control.rate_limit import AccountRateLimits
 from runtime.control.rollout import Rollouts
 from runtime.control.state import State
 from runtime.control.tail import TailHub
+from runtime.events.alarms import AlarmScheduler
 from runtime.events.cron import CronError, CronExpression, run_schedule
 from runtime.events.queue_consumers import ConsumerError, ConsumerSettings, consume
 from runtime.events.workflows import WorkflowEngine
@@ -49,6 +50,7 @@ from runtime.host.objects import DurableObjects
 from runtime.host.registry import WorkerRegistry
 from runtime.host.service_binding import ServiceBindings
 from runtime.host.services import WorkerServices
+from runtime.host.sockets import SocketHub
 from runtime.host.source_watch import watch_source
 from runtime.host.spec import RequestContext, WorkerSpec
 from runtime.host.worker import WorkerHandle
@@ -148,7 +150,11 @@ class Runtime:
         def start(spec: WorkerSpec) -> WorkerHandle:
             return WorkerHandle(spec, services)
 
-        self.objects = DurableObjects(start)  # Durable Object instances, each in its own isolate
+        # Durable Object instances, each in its own isolate; WebSockets' client connections
+        self.objects = DurableObjects(
+            start, hibernate_s=config.edge.hibernate_s, on_hibernate=self.metrics.object_hibernated
+        )
+        self.sockets = SocketHub()
         dispatch = ServiceBindings(lambda account, name: self.workers.worker(account, name), self.assets)
         services = WorkerServices(
             secrets=self.state,
@@ -162,13 +168,17 @@ class Runtime:
             call_service=dispatch.call,
             network=edge,
             event_origin=lambda: (self.default_location, edge.ingress(self.default_location)[0]),
+            sockets=self.sockets,
         )
         self.workers = WorkerRegistry(config, self.state, start, self.objects, deps)
         # the dev worker's workflows: each runs its instances in an isolate of its own
         configured = {w.name: w.class_name for w in config.bindings.get("workflows", [])}
         self.workflows = WorkflowEngine(lambda: self.workers.dev.spec, start, self.bindings, configured)
         services.workflows = self.workflows
-        self.front = WorkerFront(self.locator, self.workers, self.assets, edge)
+        # Durable Object alarms: resumed from the objects' files at start, fired in their turn
+        self.alarms = AlarmScheduler(self.bindings.objects, self.bindings.run, self._fire_alarm)
+        services.on_alarm = self.alarms.changed
+        self.front = WorkerFront(self.locator, self.workers, self.assets, edge, self.sockets)
         self.endpoints = EdgeEndpoints(
             config,
             edge,
@@ -225,6 +235,7 @@ class Runtime:
         if self.workflows.names:
             log.info("workflows: %s", ", ".join(self.workflows.names))
             self._tasks.append(asyncio.create_task(self.workflows.run_forever()))
+        self._tasks.append(asyncio.create_task(self.alarms.run()))
 
     def _start_queue_consumers(self) -> None:
         """One delivery loop per queues.consumers entry of the dev worker (runtime.events.queue_consumers)."""
@@ -250,6 +261,14 @@ class Runtime:
             self._tasks.append(asyncio.create_task(task))
         log.info("queue consumers: %s", ", ".join(c.queue for c in consumers))
 
+    async def _fire_alarm(self, address: tuple[str, str, str, str], retry_count: int, due_ms: int) -> str:
+        """An object's alarm is due: the worker of now that defines its class runs it."""
+        account, script, class_name, object_id = address
+        handle = self.workers.worker(account, script)
+        if handle is None:
+            return "gone"
+        return await self.objects.alarm(handle.spec, class_name, object_id, retry_count, due_ms)
+
     async def run_scheduled(self, cron: str, scheduled_time_ms: int) -> tuple[str, dict | None]:
         """A Cron Trigger fired (or /cdn-cgi/handler/scheduled was called): the dev worker's
         scheduled handler runs; its outcome goes to edge tail."""
@@ -258,6 +277,8 @@ class Runtime:
     async def stop(self) -> None:
         for task in self._tasks:
             task.cancel()
+        await self.alarms.stop()
+        await self.sockets.stop()
         await self.workers.stop()
         await self.workflows.stop()
         await self.objects.stop()
@@ -276,4 +297,4 @@ def create_app(runtime: Runtime) -> Starlette:
         *runtime.workflow_api.routes(),
         *openapi_routes(),
     ]
-    return assemble(served, runtime.front.handle, runtime.start, runtime.stop)
+    return assemble(served, runtime.front.handle, runtime.start, runtime.stop, runtime.front.handle_websocket)

@@ -189,9 +189,13 @@ class DurableObjectStub:
 
         url, verb, hdrs, data = _as_parts(resource, method, headers, body)
         ns = self._namespace
-        status, out_headers, out_body = await ns._transport(
+        status, out_headers, out_body, *socket = await ns._transport(
             ns._binding, str(self.id), "fetch", [verb, url, [list(h) for h in hdrs], data], {}
         )
+        if status == 101 and socket:  # the object accepted a WebSocket: the worker may return it
+            from workers.websocket import forwarded
+
+            return Response(None, 101, [tuple(h) for h in out_headers], web_socket=forwarded(socket[0]))
         return Response(out_body, status=status, headers=[tuple(h) for h in out_headers])
 
     def __getattr__(self, method: str) -> Callable[..., Awaitable[Any]]:
@@ -342,7 +346,43 @@ class DurableObjectStorage:
         merged.update({k: v for k, v in kwargs.items() if v is not None})
         return await self._transport("list", [], merged)
 
+    # --- the alarm: one per object, kept in its storage, fired by the runtime --------------------------
+
+    async def getAlarm(self, options: Any = None) -> int | None:  # noqa: N802 - Cloudflare's name
+        """When the alarm is set for (ms since the epoch), or None; None too while the alarm
+        handler runs, unless it set a new one."""
+        return await self._transport("getAlarm", [], {})
+
+    async def setAlarm(self, scheduled_time: Any, options: Any = None) -> None:  # noqa: N802
+        """Set (or move) the object's one alarm: a datetime, or ms since the epoch as Cloudflare
+        takes it; a time in the past fires at once. The object's `alarm(self, alarm_info)` runs then."""
+        await self._transport("setAlarm", [alarm_time_ms(scheduled_time)], {})
+
+    async def deleteAlarm(self, options: Any = None) -> None:  # noqa: N802 - Cloudflare's name
+        await self._transport("deleteAlarm", [], {})
+
     delete_all = deleteAll
+    get_alarm = getAlarm
+    set_alarm = setAlarm
+    delete_alarm = deleteAlarm
+
+
+def alarm_time_ms(when: Any) -> int:
+    """A setAlarm time as ms since the epoch: a datetime (naive ones are UTC, as Date's are), or a
+    number of ms; TypeError names what else was given."""
+    import datetime
+
+    if isinstance(when, datetime.datetime):
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=datetime.UTC)
+        return int(when.timestamp() * 1000)
+    if hasattr(when, "getTime"):  # a js.Date stand-in
+        when = when.getTime()
+    if isinstance(when, (int, float)) and not isinstance(when, bool) and when == when:
+        if not 0 <= when < 2**53:
+            raise TypeError(f"setAlarm: {when} ms is not a time (0 <= ms < 2**53)")
+        return int(when)
+    raise TypeError(f"setAlarm: pass a datetime or ms since the epoch (int), got {type(when).__name__}")
 
 
 class DurableObjectState:
@@ -357,5 +397,25 @@ class DurableObjectState:
     async def blockConcurrencyWhile(self, callback: Callable[[], Awaitable[Any]]) -> Any:  # noqa: N802
         return await callback()
 
+    def acceptWebSocket(self, ws: Any, tags: list[str] | None = None) -> None:  # noqa: N802
+        """Accept the server end of a WebSocketPair for the object: it may then hibernate (its
+        isolate stopped) while the runtime holds the connection; each message wakes it for
+        `webSocketMessage(self, ws, message)`, a close for `webSocketClose(ws, code, reason,
+        wasClean)`."""
+        from workers.websocket import accept_hibernatable
+
+        accept_hibernatable(ws, tags)
+
+    def getWebSockets(self, tag: str | None = None) -> list:  # noqa: N802 - Cloudflare's name
+        from workers.websocket import hibernatable
+
+        return hibernatable(tag)
+
+    def getTags(self, ws: Any) -> list[str]:  # noqa: N802 - Cloudflare's name
+        return list(getattr(ws, "_tags", None) or [])
+
     wait_until = waitUntil
     block_concurrency_while = blockConcurrencyWhile
+    accept_web_socket = acceptWebSocket
+    get_web_sockets = getWebSockets
+    get_tags = getTags

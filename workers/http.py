@@ -198,9 +198,12 @@ class Response:
     ):
         if isinstance(headers, str):  # Cloudflare's order: (body, status, status_text, headers)
             headers, status_text = (status_text or None), headers
-        if web_socket is not None:
-            raise TypeError("WebSocket responses are not simulated by the edge runtime")
         status = 200 if status is None else status
+        if web_socket is not None and (int(status) != 101 or type(web_socket).__name__ != "WebSocket"):
+            raise TypeError("web_socket: pass the client end of a WebSocketPair, with status=101")
+        if int(status) == 101 and web_socket is None:
+            raise TypeError("status 101: pass web_socket=client (the client end of a WebSocketPair)")
+        self.web_socket = web_socket
         if not 100 <= int(status) <= 599:
             raise ValueError(f"Response status must be between 100 and 599, got {status}")
         self.status = int(status)

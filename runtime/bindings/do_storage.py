@@ -11,6 +11,8 @@ the key-value API's data (`__cf_kv`, as Cloudflare names it). Key-value values a
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import sqlite3
 import threading
 from collections import OrderedDict
@@ -29,7 +31,16 @@ VALUE_BYTES = 128 * 1024  # a stored value, encoded
 KEYS_PER_CALL = 128  # Cloudflare: get/put/delete take at most 128 keys at once
 OPEN_OBJECTS = 64  # SQLite files kept open at once; the least recently used is closed past it
 KV_TABLE = "__cf_kv"
+# the object's one alarm: its time, its retries so far, whether its handler runs now, and the
+# object's own address (so that a scan of the files after a restart knows whom to wake)
+ALARM_TABLE = "__cf_alarm"
+ALARM_MS_MAX = 2**53
+ALARM_RETRIES = 6  # Cloudflare's: a failing alarm handler is retried up to 6 times
+ALARM_BACKOFF_S = 2.0  # ... with exponential backoff from 2 s
+ALARM_SCAN_FILES = 100_000  # object files read for alarms when edge dev starts
+Address = tuple[str, str, str, str]  # (account, script, class, id)
 
+log = logging.getLogger("edge.objects")
 _encoder = msgspec.msgpack.Encoder()
 _decoder = msgspec.msgpack.Decoder()
 
@@ -42,9 +53,16 @@ class ObjectStorage(D1Database):
         self._internal_sql(
             f"CREATE TABLE IF NOT EXISTS {KV_TABLE} (key TEXT PRIMARY KEY, value BLOB) WITHOUT ROWID"
         )
+        self._internal_sql(
+            f"CREATE TABLE IF NOT EXISTS {ALARM_TABLE} (one INTEGER PRIMARY KEY CHECK (one = 1), "
+            "time_ms INTEGER NOT NULL, retries INTEGER NOT NULL DEFAULT 0, running INTEGER NOT NULL "
+            "DEFAULT 0, account TEXT NOT NULL, script TEXT NOT NULL, class_name TEXT NOT NULL, "
+            "object_id TEXT NOT NULL)"
+        )
 
     def _authorize(self, action: int, arg1: Any, arg2: Any, dbname: Any, source: Any) -> int:
-        if not self._internal and KV_TABLE in (str(arg1 or "").lower(), str(arg2 or "").lower()):
+        names = (str(arg1 or "").lower(), str(arg2 or "").lower())
+        if not self._internal and (KV_TABLE in names or ALARM_TABLE in names):
             return sqlite3.SQLITE_DENY
         return super()._authorize(action, arg1, arg2, dbname, source)
 
@@ -126,6 +144,49 @@ class ObjectStorage(D1Database):
             )
         return {k: _decoder.decode(v) for k, v in rows}
 
+    # --- the alarm -------------------------------------------------------------------------------------
+
+    def get_alarm(self) -> int | None:
+        """The alarm's time as the object sees it: None while its handler runs (unless it set
+        a new one)."""
+        rows, _ = self._kv(f"SELECT time_ms, running FROM {ALARM_TABLE}", [])
+        return rows[0][0] if rows and not rows[0][1] else None
+
+    def set_alarm(self, address: Address, time_ms: int) -> None:
+        self._kv(
+            f"INSERT OR REPLACE INTO {ALARM_TABLE} (one, time_ms, retries, running, account, script, "
+            "class_name, object_id) VALUES (1, ?, 0, 0, ?, ?, ?, ?)",
+            [time_ms, *address],
+        )
+
+    def delete_alarm(self) -> None:
+        self._kv(f"DELETE FROM {ALARM_TABLE}", [])
+
+    def begin_alarm(self, time_ms: int) -> int | None:
+        """The alarm due at `time_ms` starts: its retries so far, or None when it has moved or
+        gone since (the scheduler then follows the new one)."""
+        rows, _ = self._kv(
+            f"UPDATE {ALARM_TABLE} SET running = 1 WHERE time_ms = ? AND running = 0 RETURNING retries",
+            [time_ms],
+        )
+        return rows[0][0] if rows else None
+
+    def end_alarm(self, succeeded: bool, now_ms: int) -> int | None:
+        """The handler ended. An alarm it set meanwhile stays; else on success the alarm is gone,
+        on failure it is retried with backoff until ALARM_RETRIES. Returns the next time, or None."""
+        rows, _ = self._kv(f"SELECT time_ms, retries, running FROM {ALARM_TABLE}", [])
+        if not rows:
+            return None
+        time_ms, retries, running = rows[0]
+        if not running:  # set again by the handler: that one stands
+            return time_ms
+        if succeeded or retries >= ALARM_RETRIES:
+            self.delete_alarm()
+            return None
+        due = now_ms + int(ALARM_BACKOFF_S * 1000 * 2**retries)
+        self._kv(f"UPDATE {ALARM_TABLE} SET time_ms = ?, retries = ?, running = 0", [due, retries + 1])
+        return due
+
     # --- the SQL API --------------------------------------------------------------------------------
 
     def sql(self, query: str, params: list[Any]) -> dict[str, Any]:
@@ -147,6 +208,21 @@ class ObjectStorage(D1Database):
             "rowsRead": sum(r["meta"]["rows_read"] for r in out),
             "rowsWritten": sum(r["meta"]["rows_written"] for r in out),
         }
+
+
+def read_alarm(path: Path) -> tuple[Address, int] | None:
+    """The alarm kept in one object's file, if any, for the scan at start (a handler that was
+    running when the runtime stopped runs again)."""
+    try:
+        with contextlib.closing(sqlite3.connect(path, timeout=1.0)) as db:
+            row = db.execute(
+                f"SELECT account, script, class_name, object_id, time_ms FROM {ALARM_TABLE}"
+            ).fetchone()
+    except sqlite3.Error:  # no alarm table (a file from before alarms), or unreadable: no alarm
+        return None
+    if row is None or not all(isinstance(v, str) for v in row[:4]) or not isinstance(row[4], int):
+        return None
+    return (row[0], row[1], row[2], row[3]), row[4]
 
 
 def _key(what: str, value: Any) -> str:
@@ -258,6 +334,20 @@ class ObjectStorageStore:
                 limit,
                 bool(opts.get("reverse", False)),
             )
+        if method == "getAlarm":
+            arity("storage.getAlarm", args, 0)
+            return db.get_alarm()
+        if method == "setAlarm":
+            arity("storage.setAlarm", args, 1)
+            when = args[0]
+            if not isinstance(when, int) or isinstance(when, bool) or not 0 <= when < ALARM_MS_MAX:
+                raise BindingError("TypeError", "storage.setAlarm: the time must be ms since the epoch")
+            db.set_alarm((account, script, class_name, object_id), when)
+            return None
+        if method == "deleteAlarm":
+            arity("storage.deleteAlarm", args, 0)
+            db.delete_alarm()
+            return None
         if method == "sql.exec":
             arity("sql.exec", args, 2)
             options("sql.exec", kwargs, set())
@@ -268,6 +358,30 @@ class ObjectStorageStore:
                 raise BindingError("TypeError", str(exc).replace("D1_TYPE_ERROR: ", "")) from None
             return db.sql(query, params)
         raise BindingError("TypeError", f"ctx.storage has no method {method!r}")
+
+    # --- alarms, for the runtime's scheduler (runtime.events.alarms) -----------------------------------
+
+    def begin_alarm(self, address: Address, time_ms: int) -> int | None:
+        return self.storage(*address).begin_alarm(time_ms)
+
+    def end_alarm(self, address: Address, succeeded: bool, now_ms: int) -> int | None:
+        return self.storage(*address).end_alarm(succeeded, now_ms)
+
+    def drop_alarm(self, address: Address) -> None:
+        self.storage(*address).delete_alarm()
+
+    def scan_alarms(self, limit: int = ALARM_SCAN_FILES) -> list[tuple[Address, int]]:
+        """Every alarm kept under the root (at most `limit` files read): what a restart resumes."""
+        found, files = [], 0
+        for path in sorted(self.root.rglob("*.sqlite")):
+            files += 1
+            if files > limit:
+                log.warning("Durable Object alarms: more than %d object files; the rest not read", limit)
+                break
+            alarm = read_alarm(path)
+            if alarm is not None and self.path(*alarm[0]) == path:
+                found.append(alarm)  # its address names this very file: no file speaks for another
+        return found
 
     def close(self) -> None:
         with self._lock:

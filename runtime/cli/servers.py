@@ -81,6 +81,7 @@ def cmd_dev(args: argparse.Namespace) -> int:
     import uvicorn
 
     from runtime.app import Runtime, create_app
+    from runtime.host.sockets import WIRE_BYTES, WIRE_QUEUE
 
     logging.basicConfig(
         level=getattr(logging, args.log_level.upper()), format="%(levelname)s %(name)s: %(message)s"
@@ -152,7 +153,14 @@ def cmd_dev(args: argparse.Namespace) -> int:
     )
     if note := isolate_console.settings.describe():
         print(f"  {note}", flush=True)
-    uvicorn.run(create_app(runtime), host=args.host, port=args.port, log_level=args.log_level)
+    uvicorn.run(
+        create_app(runtime),
+        host=args.host,
+        port=args.port,
+        log_level=args.log_level,
+        ws_max_size=WIRE_BYTES,  # a frame over it is closed 1009 by the protocol; over 1 MiB by ours
+        ws_max_queue=WIRE_QUEUE,  # frames buffered before uvicorn stops reading a client
+    )
     return 0
 
 

@@ -302,6 +302,10 @@ def parse_config(
         worker_limits.validate(msgspec.structs.asdict(config.limits), "limits")
     except worker_limits.LimitError as exc:
         raise ConfigError(f"{source}: {exc}") from None
+    if not 0.1 <= config.edge.hibernate_s <= 3600:
+        raise ConfigError(
+            f"{source}: edge.hibernate_s: {config.edge.hibernate_s} is not between 0.1 and 3600 s"
+        )
     for i, entry in enumerate(config.edge.fetch_allow):
         try:
             parse_host_port(entry)

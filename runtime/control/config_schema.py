@@ -69,6 +69,9 @@ class EdgeConfig(msgspec.Struct):
     # true: a Cloudflare model name the catalog neither ships nor aliases is 5007, instead of being
     # served by the closest stand-in (runtime.ai.cloudflare_names)
     strict_models: bool = False
+    # seconds a Durable Object whose only open WebSockets are accepted with ctx.acceptWebSocket
+    # stays idle before it hibernates (its isolate stopped; the runtime keeps the sockets)
+    hibernate_s: float = 10.0
 
 
 class ModelsConfig(msgspec.Struct):

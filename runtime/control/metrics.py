@@ -50,6 +50,11 @@ class Metrics:
     def __init__(self) -> None:
         self.public = CollectorRegistry()  # what anyone may read
         self.registry = CollectorRegistry()  # per worker: the admin's
+        self.hibernations = Counter(
+            "edge_durable_object_hibernations",
+            "Durable Objects whose isolate was stopped while the runtime held their WebSockets",
+            registry=self.public,
+        )
         self.total_requests = Counter(
             "edge_requests", "Requests handled by all workers, by outcome", ["outcome"], registry=self.public
         )
@@ -128,6 +133,9 @@ class Metrics:
             self.registry.unregister(self._accounts)
         self._accounts = AccountCollector(source)
         self.registry.register(self._accounts)
+
+    def object_hibernated(self) -> None:
+        self.hibernations.inc()
 
     def ai_rate_limited(self, account: str, model: str, limit: str) -> None:
         self.limited.labels(account, model, limit).inc()

@@ -1,1 +1,1 @@
-"""What fires a worker without HTTP: cron triggers and queue consumers."""
+"""What fires a worker without HTTP: cron triggers, queue consumers and Durable Object alarms."""

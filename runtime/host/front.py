@@ -9,18 +9,22 @@ from __future__ import annotations
 
 import asyncio
 
+from starlette.datastructures import URL
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
+from starlette.websockets import WebSocket
 
 from edge_sim.topology import TopologyError
 from runtime.host.addressing import LOCATION_HEADER, Locator, target
 from runtime.host.assets import AssetResponse, AssetServer
 from runtime.host.registry import WorkerRegistry
 from runtime.host.services import NetworkMode
+from runtime.host.sockets import SocketHub, SocketUpgrade
 from runtime.http.errors import (
     BAD_LOCATION,
     BODY_TOO_LARGE,
     NO_SUCH_WORKER,
+    WORKER_EXCEPTION,
     ClientBody,
     error_response,
     ray_id,
@@ -37,8 +41,10 @@ class WorkerFront:
         workers: WorkerRegistry,
         assets: AssetServer | None,
         network: NetworkMode,
+        sockets: SocketHub | None = None,
     ):
         self.locator, self.workers, self.assets, self.network = locator, workers, assets, network
+        self.sockets = sockets or SocketHub()
 
     async def _client_body(self, request: Request) -> bytes | ClientBody | None:
         """The body as the worker will read it: bytes when it is small, else a stream that is
@@ -82,11 +88,66 @@ class WorkerFront:
         if self.network.emulate:  # the request's half of the client round trip, really waited
             await asyncio.sleep(ctx.client_rtt_ms / 2000)
         response = await handle.serve(request, body, ctx, ray)
+        if isinstance(response, SocketUpgrade):  # 101 to a request that cannot take a WebSocket
+            response.socket.cut(1002, "the request was not a WebSocket upgrade", tell_worker=False)
+            return error_response(
+                500, WORKER_EXCEPTION, "Worker answered 101 to a request that is no WebSocket upgrade", ray
+            )
         if isinstance(body, ClientBody) and body.exceeded:  # it grew past the limit on the way
             if isinstance(response, StreamingResponse):
                 await response.body_iterator.aclose()
             return error_response(413, BODY_TOO_LARGE, too_large, ray)
         return response
+
+    async def handle_websocket(self, websocket: WebSocket) -> None:
+        """A WebSocket request: the worker's fetch gets it as a GET with `Upgrade: websocket`; a
+        101 with a socket attaches the client to it, anything else is the handshake's answer."""
+        path = websocket.scope["path"]
+        if path.startswith(("/cdn-cgi", "/client/v4")):  # the runtime's own: never a worker's
+            await websocket.close(1008, "no WebSocket is served under the runtime's own paths")
+            return
+        request = _UpgradeRequest(websocket)
+        try:
+            ctx = self.locator.locate(request)
+        except TopologyError as exc:
+            await _deny(websocket, error_response(400, BAD_LOCATION, f"{LOCATION_HEADER}: {exc}"))
+            return
+        ray = {"cf-ray": f"{ray_id()}-{ctx.ingress.code}"}
+        addressed = target(request)
+        handle = self.workers.dev if addressed is None else self.workers.worker(*addressed, request=request)
+        if handle is None:
+            await _deny(
+                websocket, error_response(404, NO_SUCH_WORKER, f"no worker {addressed[1]!r} is deployed")
+            )
+            return
+        response = await handle.serve(request, b"", ctx, ray)
+        if isinstance(response, SocketUpgrade):
+            await self.sockets.serve_client(websocket, response)
+        else:
+            await _deny(websocket, response)
+
+
+class _UpgradeRequest:
+    """A WebSocket request as the worker path reads a request: a GET at its http(s) URL."""
+
+    method = "GET"
+
+    def __init__(self, websocket: WebSocket):
+        self.scope, self.headers = websocket.scope, websocket.headers
+        url = str(websocket.url)
+        self.url = URL("http" + url[2:] if url.startswith("ws") else url)
+
+
+async def _deny(websocket: WebSocket, response: Response) -> None:
+    """The worker did not take the socket: its response answers the handshake where the server
+    can send one, else the socket closes with its status in the reason."""
+    if hasattr(response, "body_iterator"):
+        await response.body_iterator.aclose()
+        response = Response(b"", status_code=response.status_code)
+    if "websocket.http.response" in websocket.scope.get("extensions", {}):
+        await websocket.send_denial_response(response)
+    else:
+        await websocket.close(1008, f"the worker answered {response.status_code}, not 101")
 
 
 def _asset_response(served: AssetResponse, headers: dict[str, str]) -> Response:

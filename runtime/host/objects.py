@@ -12,7 +12,11 @@ holding an object the other waits for, would wait for ever: the runtime refuses 
 object's current call waits for), never from what a script sends. The object's storage
 (`ctx.storage`) crosses as ipc.BindingCall naming OBJECT_STORAGE, which the runtime scopes to that
 object's id (runtime.bindings.do_storage), so no object can reach another's. An instance idle for
-IDLE_S is stopped; the next call starts it again, its storage intact.
+IDLE_S is stopped; the next call starts it again, its storage intact. One whose only open WebSockets
+it accepted with ctx.acceptWebSocket hibernates after `hibernate_s` idle: its isolate is stopped,
+the runtime keeps the sockets (runtime.host.sockets, one SocketOwner per object, outliving its
+isolates) and the next message or close starts a new isolate that gets them back. Its alarm
+(runtime.events.alarms) runs in its turn as a call does.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from typing import Any, Protocol
 import msgspec
 from starlette.responses import Response
 
+from runtime.host.sockets import ServerSocket, SocketEvent, SocketOwner, SocketUpgrade
 from runtime.host.spec import ObjectAddress, RequestContext, WorkerSpec
 from runtime.http.errors import InternalRequest
 from runtime.isolate import ipc
@@ -40,6 +45,9 @@ log = logging.getLogger("edge.objects")
 
 OBJECT_STORAGE = "ctx.storage"  # the binding an object's isolate names for its own storage
 IDLE_S = 60.0  # an object's isolate with no call for this long is stopped
+# ... and one whose only open WebSockets are accepted with ctx.acceptWebSocket hibernates after
+# this long (its isolate stopped, the runtime holding the sockets; `[edge] hibernate_s`)
+HIBERNATE_S = 10.0
 # Durable Object isolates one account may have running at once: each is a process tree, and a
 # script could otherwise start one per newUniqueId() until the host runs out
 MAX_RUNNING_PER_ACCOUNT = 16
@@ -61,11 +69,19 @@ def _refuse(call: ipc.ObjectCall, error_type: str, message: str) -> ipc.ObjectRe
 class ObjectHandle(Protocol):
     """The running worker that serves one object (runtime.host.worker.WorkerHandle)."""
 
+    sockets: SocketOwner  # the object's WebSockets: given the object's own, which outlive the handle
+
     async def serve(self, request: Any, body: bytes, ctx: RequestContext, headers_out: dict) -> Response: ...
 
     async def call_object(
         self, method: str, args: list, kwargs: dict, ctx: RequestContext
     ) -> ipc.ObjectResult | ipc.InvokeError: ...
+
+    async def alarm(
+        self, retry_count: int, scheduled_ms: int, objects: tuple = ()
+    ) -> tuple[str, dict | None]: ...
+
+    async def socket_event(self, sock: ServerSocket, event: SocketEvent) -> None: ...
 
     async def stop(self) -> None: ...
 
@@ -96,9 +112,18 @@ def _cycle_message(path: list) -> str:
 class DurableObjects:
     """Every running Durable Object instance, keyed by (account, script, version, class, id)."""
 
-    def __init__(self, start: Callable[[WorkerSpec], ObjectHandle], idle_s: float = IDLE_S):
+    def __init__(
+        self,
+        start: Callable[[WorkerSpec], ObjectHandle],
+        idle_s: float = IDLE_S,
+        hibernate_s: float = HIBERNATE_S,
+        on_hibernate: Callable[[], None] | None = None,
+    ):
         self.start = start  # a handle for an object's spec (its isolate starts on the first call)
-        self.idle_s = idle_s
+        self.idle_s, self.hibernate_s = idle_s, hibernate_s
+        self.on_hibernate = on_hibernate
+        self.hibernations = 0  # objects stopped while the runtime held their sockets
+        self._owners: dict[tuple, SocketOwner] = {}  # each object's WebSockets, across its isolates
         self._instances: dict[tuple, _Instance] = {}
         self._reaper: asyncio.Task | None = None
         self._stopping: set[asyncio.Future] = set()  # evicted instances on their way out
@@ -173,6 +198,51 @@ class DurableObjects:
                 if calling.calling[key] <= 0:
                     del calling.calling[key]
 
+    async def alarm(
+        self, spec: WorkerSpec, class_name: str, object_id: str, retry_count: int, due_ms: int
+    ) -> str:
+        """Run the object's alarm handler in its turn (one call at a time, as any call); returns
+        the outcome ("ok" when it succeeded; anything else is retried by the scheduler)."""
+        if not any(ref.class_name == class_name and ref.script_name in (None, spec.name)
+                   for ref in spec.durable_objects.values()):  # fmt: skip
+            return "gone"
+        instance = self._instance(spec, class_name, object_id)
+        if instance is None:
+            return "busy"
+        key = (spec.account, spec.name, spec.version, class_name, object_id)
+        instance.waiting += 1
+        try:
+            async with instance.turn:
+                instance.last_used = time.monotonic()
+                outcome, exception = await instance.handle.alarm(retry_count, due_ms, (key,))
+        finally:
+            instance.waiting -= 1
+            instance.last_used = time.monotonic()
+        if exception:
+            log.warning("Durable Object %s(%s) alarm failed (try %d): %s: %s", class_name, object_id[:8],
+                        retry_count + 1, exception.get("name"), exception.get("message"))  # fmt: skip
+        return outcome
+
+    async def _socket_event(
+        self, spec: WorkerSpec, class_name: str, object_id: str, sock: ServerSocket, event: SocketEvent
+    ) -> None:
+        """A client's message or close for one of the object's sockets, in the object's turn;
+        a hibernated object is woken for it (a new isolate, its sockets handed back)."""
+        instance = self._instance(spec, class_name, object_id)
+        if instance is None:
+            if event.kind == "message":
+                sock.cut(1013, f"more than {MAX_RUNNING_PER_ACCOUNT} Durable Objects of this account are "
+                         "busy at once; try again later")  # fmt: skip
+            return
+        instance.waiting += 1
+        try:
+            async with instance.turn:
+                instance.last_used = time.monotonic()
+                await instance.handle.socket_event(sock, event)
+        finally:
+            instance.waiting -= 1
+            instance.last_used = time.monotonic()
+
     def _cycle(self, caller: tuple | None, target: tuple, ctx: RequestContext, worker: str) -> list | None:
         """The cycle a call from `caller` (the instance it runs in; None: a worker's request) to
         `target` would close, as the path of instances from target back to target; None if none.
@@ -228,6 +298,9 @@ class DurableObjects:
         sub = ctx.sub(method, url)
         sub.objects = (*ctx.objects, key)
         response = await handle.serve(InternalRequest(method, url, headers), body, sub, {})
+        if isinstance(response, SocketUpgrade):  # the worker passes it on, by a token only it may use
+            token = response.socket.owner.hub.offer(response.socket)
+            return ipc.ObjectReply(call.call, result=[101, response.upgrade_headers, b"", token])
         if hasattr(response, "body_iterator"):
             chunks, size = [], 0
             async for chunk in response.body_iterator:
@@ -259,7 +332,18 @@ class DurableObjects:
                 self._stopping.add(asyncio.ensure_future(evicted.handle.stop()))
                 self._stopping = {t for t in self._stopping if not t.done()}
             object_spec = msgspec.structs.replace(spec, durable_object=ObjectAddress(class_name, object_id))
-            instance = self._instances[key] = _Instance(self.start(object_spec))
+            handle = self.start(object_spec)
+            owner = self._owners.get(key)
+            if owner is None:
+
+                async def deliver(sock: ServerSocket, event: SocketEvent) -> None:
+                    await self._socket_event(spec, class_name, object_id, sock, event)
+
+                owner = self._owners[key] = SocketOwner(
+                    handle.sockets.hub, spec.account, handle.sockets.label, deliver
+                )
+            handle.sockets = owner
+            instance = self._instances[key] = _Instance(handle)
             if self._reaper is None or self._reaper.done():
                 self._reaper = asyncio.create_task(self._reap())
         return instance
@@ -269,18 +353,34 @@ class DurableObjects:
     async def _reap(self) -> None:
         """Stop instances idle for idle_s (the next call starts a fresh isolate)."""
         while self._instances:
-            await asyncio.sleep(min(10.0, self.idle_s / 2))
+            await asyncio.sleep(min(10.0, self.idle_s / 2, self.hibernate_s / 2))
             now = time.monotonic()
             for key, instance in list(self._instances.items()):
-                if instance.waiting == 0 and now - instance.last_used >= self.idle_s:
+                sockets = list(instance.handle.sockets.sockets.values())
+                if any(not s.hibernatable for s in sockets):  # its isolate holds them: it stays
+                    continue
+                if instance.waiting == 0 and now - instance.last_used >= (
+                    self.hibernate_s if sockets else self.idle_s
+                ):
                     del self._instances[key]
-                    log.info("Durable Object %s:%s idle: stopped", key[3], key[4][:8])
                     await instance.handle.stop()
+                    if sockets:
+                        self.hibernations += 1
+                        if self.on_hibernate is not None:
+                            self.on_hibernate()
+                        log.info("Durable Object %s(%s) hibernated: its isolate stopped, %d WebSocket(s) "
+                                 "held by the runtime", key[3], key[4][:8], len(sockets))  # fmt: skip
+                    else:
+                        log.info("Durable Object %s:%s idle: stopped", key[3], key[4][:8])
+            for key in [k for k, o in self._owners.items() if not o.sockets and k not in self._instances]:
+                del self._owners[key]
 
     async def stop_worker(self, account: str, script: str) -> None:
         """The worker's code or env changed: its objects start again on their next call."""
         for key in [k for k in self._instances if k[:2] == (account, script)]:
             await self._instances.pop(key).handle.stop()
+        for key in [k for k in self._owners if k[:2] == (account, script)]:
+            self._owners.pop(key).close_all(1012, "the worker's code changed")
 
     async def stop(self) -> None:
         if self._reaper is not None:
@@ -288,6 +388,8 @@ class DurableObjects:
         for instance in self._instances.values():
             await instance.handle.stop()
         self._instances.clear()
+        for owner in self._owners.values():
+            owner.close_all(1001, "the runtime is stopping")
 
     def running(self) -> int:
         return len(self._instances)

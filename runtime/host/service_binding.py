@@ -9,6 +9,7 @@ from typing import Protocol
 from starlette.responses import Response
 
 from runtime.host.assets import ASSETS_SERVICE, AssetServer
+from runtime.host.sockets import SocketUpgrade
 from runtime.host.spec import RequestContext, WorkerSpec
 from runtime.http.errors import InternalRequest
 from runtime.isolate import ipc
@@ -42,6 +43,13 @@ class ServiceBindings:
             )
         fake = InternalRequest(call.method, call.url, call.headers)
         response = await handle.serve(fake, call.body, ctx.sub(call.method, call.url), {})
+        if isinstance(response, SocketUpgrade):  # no token crosses a service binding: refused, freed
+            response.socket.cut(1011, "a WebSocket cannot be passed through a service binding", False)
+            return ipc.FetchReply(
+                call.call,
+                error=f"service binding {call.service}: {service!r} answered with a WebSocket; WebSockets "
+                "are passed on from Durable Objects only (stub.fetch), not through service bindings",
+            )
         body = (
             response.body
             if hasattr(response, "body")

@@ -8,7 +8,7 @@ dispatch. A handle reaches nothing else of the runtime, so the parts import each
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from edge_sim.topology import Location, PoP
@@ -17,6 +17,7 @@ from runtime.bindings import BindingStores
 from runtime.control.metrics import Metrics
 from runtime.control.tail import TailHub
 from runtime.host.fetch_guard import FetchGuard
+from runtime.host.sockets import SocketHub
 from runtime.host.spec import RequestContext, WorkerSpec
 from runtime.isolate import ipc
 
@@ -62,3 +63,6 @@ class WorkerServices:
     network: NetworkMode  # its `emulate`: whether the client's round trip is really waited
     event_origin: Callable[[], tuple[Location, PoP]]  # where a cron or queue event's AI calls start
     workflows: WorkflowSteps | None = None  # set once the workflow engine is built (runtime.app)
+    # an object set ((account, script, class, id), ms) or deleted (ms None) its alarm: the scheduler's
+    on_alarm: Callable[[tuple[str, str, str, str], int | None], None] | None = None
+    sockets: SocketHub = field(default_factory=SocketHub)  # every WebSocket's client connection

@@ -22,6 +22,7 @@ from runtime.control.tail import log_event
 from runtime.host.addressing import LOCATION_HEADER
 from runtime.host.objects import namespace_key
 from runtime.host.services import WorkerServices
+from runtime.host.sockets import ServerSocket, SocketEvent, SocketOwner, SocketUpgrade
 from runtime.host.spec import RequestContext, WorkerSpec, cf_properties
 from runtime.host.worker_calls import LOG_BYTES, LOG_LINES, WorkerCalls
 from runtime.http.errors import WORKER_EXCEPTION, WORKER_LIMITS, WORKER_UNAVAILABLE, error_response
@@ -44,6 +45,8 @@ class WorkerHandle:
         # its console lines in edge dev's terminal: [name], [name:Counter(1a2b3c4d)] for an object
         self.console = WorkerConsole(f"{label}:{obj.class_name}({obj.id[:8]})" if obj else label)
         self.calls = WorkerCalls(spec, self.requests, services, self.console)
+        # its WebSockets (a Durable Object's handle is given its object's, which outlive it)
+        self.sockets = SocketOwner(services.sockets, spec.account, self.console.label, self.socket_event)
         stored = services.secrets.secrets(spec.account, spec.name)
         env = {**spec.vars, **stored, **spec.local_secrets}  # secrets never logged
         self.isolate = Isolate(
@@ -67,7 +70,13 @@ class WorkerHandle:
             durable_object=(obj.class_name, obj.id) if obj else None,
             deps=Path(spec.deps) if spec.deps else None,
             workflow=spec.workflow.class_name if spec.workflow else None,
+            on_socket=lambda msg: self.sockets.from_isolate(msg),
+            held_sockets=lambda: (self.sockets.next_id, self.sockets.held()),
+            on_socket_offer=self._offered,
+            on_exit=lambda: self.sockets.isolate_gone(),
         )
+        self._offers: dict[int, ServerSocket | str] = {}  # request -> the socket its 101 carried
+        self._background: set[asyncio.Task] = set()
 
     @property
     def label(self) -> str:
@@ -165,6 +174,8 @@ class WorkerHandle:
             return error_response(500, WORKER_EXCEPTION, f"Worker threw exception: {exc}", headers_out)
         except BaseException:
             self.requests.pop(rid, None)
+            if isinstance(sock := self._offers.pop(rid, None), ServerSocket):  # cancelled meanwhile
+                sock.cut(1001, "the request was cancelled")
             raise
         if isinstance(outcome, ipc.InvokeStart):  # a streamed body: the request lives until it ends
             return self._streamed(outcome, rid, ctx, headers_out)
@@ -185,6 +196,13 @@ class WorkerHandle:
             )
             self._finish(rid, ctx, "exception", exception, 500)
             return error_response(500, WORKER_EXCEPTION, f"Worker threw exception: {outcome.message}", timing)
+        if outcome.status == 101:  # a WebSocket: its client is attached by the front (or passed on)
+            upgrade = self._upgrade(outcome)
+            if isinstance(upgrade, str):
+                self._finish(rid, ctx, "exception", {"name": "Error", "message": upgrade}, 500)
+                return error_response(500, WORKER_EXCEPTION, f"Worker threw exception: {upgrade}", timing)
+            self._finish(rid, ctx, outcome_name, exception, 101)
+            return upgrade
         if self.services.network.emulate:  # the response's half of the client round trip
             await asyncio.sleep(ctx.client_rtt_ms / 2000)
         response = Response(outcome.body, status_code=outcome.status)
@@ -194,6 +212,63 @@ class WorkerHandle:
             response.headers[name] = value
         self._finish(rid, ctx, outcome_name, exception, outcome.status)
         return response
+
+    def _upgrade(self, outcome: ipc.InvokeResult) -> SocketUpgrade | str:
+        """The socket a 101 carries: one of this isolate's pairs, or one its object passed on."""
+        offer = outcome.web_socket
+        if offer is None:
+            return "a 101 response needs web_socket=client (the client end of a WebSocketPair)"
+        if offer.token is not None:
+            sock = self.services.sockets.claim(offer.token, self.spec.account)
+            if sock is None:
+                return "the response's WebSocket is not one this worker's Durable Objects answered with"
+        else:
+            sock = self._offers.pop(outcome.id, None) or "the response's WebSocket was not taken"
+            if isinstance(sock, str):  # refused: the isolate's server end is closed, so it lets go
+                self._tell_closed(offer.ws, sock)
+                return sock
+        return SocketUpgrade(sock, list(outcome.headers))
+
+    def _tell_closed(self, ws: int, why: str) -> None:
+        generation = self.isolate.generation
+
+        async def tell() -> None:
+            if not self.isolate.alive or self.isolate.generation != generation:
+                return  # its end went with the process: never start one just to say so
+            event = SocketEvent("close", code=1011, reason=why[:123], was_clean=False)
+            try:
+                await self.isolate.socket_event(lambda rid: event.message(rid, ws))
+            except Exception:  # the isolate is gone: so is its end
+                pass
+
+        task = asyncio.ensure_future(tell())
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    def _offered(self, msg: ipc.InvokeResult) -> None:
+        """A 101 from the isolate, as it is read (before the frames that follow it on the socket)."""
+        offer = msg.web_socket
+        if offer is not None and offer.token is None and msg.status == 101:
+            self._offers[msg.id] = self.sockets.open(offer, self.isolate.generation)
+
+    async def socket_event(self, sock: ServerSocket, event: SocketEvent) -> None:
+        """A client's message or close for one of the sockets this handle's isolate holds; tailed
+        with `event: {webSocket}`. A socket whose isolate has stopped since (it did not hibernate
+        with its object) is closed instead."""
+        if not sock.hibernatable and (sock.generation != self.isolate.generation or not self.isolate.alive):
+            sock.cut(1012, "the worker's isolate stopped", tell_worker=False)
+            return
+
+        async def run(rid: int):
+            return await self.isolate.socket_event(lambda r: event.message(r, sock.ws), request_id=rid), None
+
+        key = self.spec.durable_object
+        objects = (
+            ((self.spec.account, self.spec.name, self.spec.version, key.class_name, key.id),) if key else ()
+        )
+        await self._event(
+            "websocket", f"websocket({event.kind})", {"webSocket": {"kind": event.kind}}, run, objects
+        )
 
     def _streamed(
         self, start: ipc.InvokeStart, rid: int, ctx: RequestContext, headers: dict[str, str]
@@ -259,7 +334,9 @@ class WorkerHandle:
             },
         )
 
-    async def _event(self, kind: str, tag: str, event: dict[str, Any], run) -> tuple[str, dict | None, Any]:
+    async def _event(
+        self, kind: str, tag: str, event: dict[str, Any], run, objects: tuple = ()
+    ) -> tuple[str, dict | None, Any]:
         """A worker event that is no HTTP request (a cron run, a queue batch): `run(rid)` returns
         (the isolate's answer, anything else the caller needs). Returns (outcome, exception, that
         other thing, None when the isolate broke the protocol), and tails it as Cloudflare shows
@@ -267,7 +344,7 @@ class WorkerHandle:
         `cron(*/5 * * * *)`). AI calls made in it start at the PoP the config's client_location
         lands on."""
         location, ingress = self.services.event_origin()
-        ctx = RequestContext(location, ingress, 0.0, method="", url="")
+        ctx = RequestContext(location, ingress, 0.0, method="", url="", objects=objects)
         ctx.console = self.console.event(tag)
         rid = self.isolate.next_request_id()
         self.requests[rid] = ctx
@@ -336,6 +413,20 @@ class WorkerHandle:
                 retried[m.id] = delay if isinstance(delay, int) and delay >= 0 else None
         return outcome, acked, retried
 
+    async def alarm(
+        self, retry_count: int, scheduled_ms: int, objects: tuple = ()
+    ) -> tuple[str, dict | None]:
+        """Run the alarm handler of the Durable Object this handle serves; returns (outcome,
+        exception); tailed as Cloudflare tails one, with `event: {scheduledTime}`. `objects`: the
+        object's own key, for the call-cycle books."""
+
+        async def run(rid: int):
+            return await self.isolate.alarm(retry_count, request_id=rid), None
+
+        event = {"scheduledTime": scheduled_ms, "retryCount": retry_count}
+        outcome, exception, _ = await self._event("alarm", "alarm", event, run, objects)
+        return outcome, exception
+
     def note(self, level: str, message: str) -> None:
         """A line of the runtime's own about this worker for edge tail (a queue message dropped)."""
         entry = {"level": level, "message": message, "timestamp": int(time.time() * 1000)}
@@ -343,3 +434,4 @@ class WorkerHandle:
 
     async def stop(self) -> None:
         await self.isolate.stop()
+        self.sockets.isolate_gone()

@@ -190,6 +190,9 @@ class WorkerCalls:
                 result = await stores.call_object_storage(
                     spec.account, spec.name, obj.class_name, obj.id, call.method, call.args, call.kwargs
                 )
+                if call.method in ("setAlarm", "deleteAlarm") and self.services.on_alarm is not None:
+                    when = call.args[0] if call.method == "setAlarm" else None  # checked by the store
+                    self.services.on_alarm((spec.account, spec.name, obj.class_name, obj.id), when)
             else:
                 result = await stores.call(spec.account, ref, call.method, call.args, call.kwargs)
         except BindingError as exc:

@@ -26,6 +26,15 @@ TO_ISOLATE = 16 * 1024 * 1024  # largest frame an isolate reads from the runtime
 MAX_FRAME = TO_ISOLATE
 
 
+class HeldSocket(msgspec.Struct):
+    """A WebSocket the runtime held while a Durable Object hibernated: the woken isolate gets it
+    back (ctx.getWebSockets) with its tags and attachment."""
+
+    ws: int
+    tags: list[str]
+    attachment: Any = None
+
+
 class Init(msgspec.Struct, tag=True):
     script: str  # absolute path of the worker's main module
     vars: dict[str, Any]  # [vars] and secrets: the worker's env
@@ -43,6 +52,8 @@ class Init(msgspec.Struct, tag=True):
     object_id: str | None = None  # ... the instance with this id
     workflow: str | None = None  # run instances of this Workflow class (WorkflowRun), not Default
     deps: str = ""  # the project's installed dependencies (runtime.host.deps), readable; "" = none
+    sockets: list[HeldSocket] = []  # a Durable Object's hibernated WebSockets, woken with it
+    socket_base: int = 1  # the first id this isolate gives a WebSocketPair (ids held stay below)
 
 
 class Ready(msgspec.Struct, tag=True):
@@ -135,11 +146,59 @@ class RequestDone(msgspec.Struct, tag=True):
     id: int
 
 
+class SocketOffer(msgspec.Struct):
+    """A 101 response's WebSocket: the server end `ws` of a pair this isolate made (tags set: the
+    Durable Object accepted it with ctx.acceptWebSocket, so it may hibernate), or `token`: one a
+    Durable Object answered this worker's stub.fetch with, passed on."""
+
+    ws: int = 0
+    tags: list[str] | None = None
+    attachment: Any = None
+    token: str | None = None
+
+
 class InvokeResult(msgspec.Struct, tag=True):
     id: int
     status: int
     headers: list[tuple[str, str]]
     body: bytes
+    web_socket: SocketOffer | None = None  # status 101 only
+
+
+class SocketSend(msgspec.Struct, tag=True):
+    """From an isolate: server.send(message) on one of its WebSockets (text or data)."""
+
+    ws: int
+    text: str | None = None
+    data: bytes | None = None
+
+
+class SocketClose(msgspec.Struct, tag=True):
+    ws: int
+    code: int = 1000
+    reason: str = ""
+
+
+class SocketAttach(msgspec.Struct, tag=True):
+    """ws.serializeAttachment(value): the runtime keeps it with the socket (it outlives the isolate)."""
+
+    ws: int
+    value: Any = None
+
+
+class SocketEvent(msgspec.Struct, tag=True):
+    """To an isolate: a client's message ("message": text or data) or its socket's end ("close",
+    "error") on WebSocket `ws`; an event as a request is, answered by InvokeResult or InvokeError,
+    then RequestDone."""
+
+    id: int
+    ws: int
+    kind: str
+    text: str | None = None
+    data: bytes | None = None
+    code: int = 1005
+    reason: str = ""
+    was_clean: bool = True
 
 
 class InvokeError(msgspec.Struct, tag=True):
@@ -261,6 +320,14 @@ class WorkflowRun(msgspec.Struct, tag=True):
     timestamp_ms: int
 
 
+class ObjectAlarm(msgspec.Struct, tag=True):
+    """To a Durable Object's isolate: its alarm is due, run `instance.alarm(alarm_info)`; answered
+    by InvokeResult (status 200) or InvokeError, then RequestDone."""
+
+    id: int
+    retry_count: int = 0  # alarm_info.retryCount: 0 on the first try
+
+
 class ObjectResult(msgspec.Struct, tag=True):
     id: int
     result: Any = None
@@ -302,6 +369,11 @@ Message = (
     | ObjectReply
     | ObjectInvoke
     | WorkflowRun
+    | ObjectAlarm
+    | SocketSend
+    | SocketClose
+    | SocketAttach
+    | SocketEvent
     | ObjectResult
     | Log
     | FetchCall

@@ -88,6 +88,10 @@ class Isolate:
         durable_object: tuple[str, str] | None = None,
         deps: Path | None = None,
         workflow: str | None = None,
+        on_socket: Callable[[ipc.SocketSend | ipc.SocketClose | ipc.SocketAttach], None] | None = None,
+        held_sockets: Callable[[], tuple[int, list[ipc.HeldSocket]]] | None = None,
+        on_socket_offer: Callable[[ipc.InvokeResult], None] | None = None,
+        on_exit: Callable[[], None] | None = None,
     ):
         self.name = name
         self.script = script
@@ -122,6 +126,13 @@ class Isolate:
         self.output = OutputPump(name, on_output)
         self.entry: str | None = None
         self.jailed = False
+        # WebSockets: what the isolate sends on them, and (first id, sockets held) for a new one
+        self._on_socket = on_socket
+        # a 101's socket is taken as the answer is read: the frames that follow it are for it
+        self._on_socket_offer = on_socket_offer
+        self._on_exit = on_exit  # the process ended (crashed, killed, stopped): what it held ends
+        self.held_sockets = held_sockets
+        self.generation = 0  # starts so far: a socket made by an earlier process is not this one's
 
     @property
     def alive(self) -> bool:
@@ -139,6 +150,8 @@ class Isolate:
             self.name, self.script, self.limits, self.deps
         )
         self._stopping = None
+        self.generation += 1
+        first_socket, held = self.held_sockets() if self.held_sockets is not None else (1, [])
         reader, writer = await asyncio.open_unix_connection(sock=parent, limit=ipc.CHUNK)
         self._spawn(serve_sync(self.name, sync_parent, self._on_binding, self.stop))
         script = f"{isolate_view.BUNDLE}/{self.script.name}" if self.jailed else str(self.script)
@@ -156,6 +169,8 @@ class Isolate:
             object_id=self.durable_object[1] if self.durable_object else None,
             workflow=self.workflow,
             deps=str(self.deps) if self.deps and not self.jailed else "",
+            sockets=held,
+            socket_base=first_socket,
         )
         writer.write(ipc.encode(init))
         await writer.drain()
@@ -304,6 +319,21 @@ class Isolate:
             self._object_calls.discard(rid)
         return outcome
 
+    async def alarm(
+        self, retry_count: int, request_id: int | None = None
+    ) -> ipc.InvokeResult | ipc.InvokeError:
+        """The alarm of the Durable Object this isolate serves is due: its alarm handler runs, a
+        request as any other, held to the same CPU and wall-clock limits."""
+        _, outcome = await self._event(lambda rid: ipc.ObjectAlarm(rid, retry_count), request_id)
+        return outcome
+
+    async def socket_event(
+        self, event: Callable[[int], ipc.SocketEvent], request_id: int | None = None
+    ) -> ipc.InvokeResult | ipc.InvokeError:
+        """A client's WebSocket message or close for the worker: an event as a request is."""
+        _, outcome = await self._event(event, request_id)
+        return outcome
+
     def body(self, request_id: int) -> AsyncIterator[bytes]:
         """The streamed body of a response that began with InvokeStart, taken at the client's pace;
         if the client goes away first, the isolate's stream is cancelled. A stream that fails
@@ -353,6 +383,8 @@ class Isolate:
                 self._stopping or IsolateCrashed(f"the isolate for {self.name} ended (exit status {code})")
             )
             self._writer = None
+            if self._on_exit is not None:
+                self._on_exit()
 
     # --- what the isolate sends -------------------------------------------------------------------
 
@@ -391,6 +423,13 @@ class Isolate:
             if isinstance(msg, ipc.InvokeStart):
                 self._streams.started(msg.id)
             future = self._pending.get(msg.id)
+            if (
+                isinstance(msg, ipc.InvokeResult)
+                and msg.web_socket is not None
+                and future is not None
+                and self._on_socket_offer is not None
+            ):
+                self._on_socket_offer(msg)
             if future is not None and not future.done():
                 future.set_result(msg)
         elif isinstance(msg, (ipc.BodyChunk, ipc.BodyEnd)):
@@ -404,6 +443,9 @@ class Isolate:
             self._end(msg.id)
         elif isinstance(msg, (ipc.AICall, ipc.FetchCall, ipc.BindingCall, ipc.ObjectCall)):
             self._calls.take(msg)
+        elif isinstance(msg, (ipc.SocketSend, ipc.SocketClose, ipc.SocketAttach)):
+            if self._on_socket is not None:
+                self._on_socket(msg)
         elif isinstance(msg, ipc.Log) and self._on_log is not None:
             self._on_log(msg)
 

@@ -9,7 +9,8 @@ from collections.abc import Awaitable, Callable
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import BaseRoute, Match, Route
+from starlette.routing import BaseRoute, Match, Route, WebSocketRoute
+from starlette.websockets import WebSocket
 
 from runtime.control.storage_errors import StorageUnavailable, storage_failure
 from runtime.http.errors import (
@@ -29,6 +30,7 @@ def assemble(
     worker_path: Callable[[Request], Awaitable[Response]],
     start: Callable[[], Awaitable[None]],
     stop: Callable[[], Awaitable[None]],
+    websocket_path: Callable[[WebSocket], Awaitable[None]] | None = None,
 ) -> Starlette:
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette):
@@ -47,6 +49,7 @@ def assemble(
             Route("/client/v4{rest:path}", _NotServed(served, _cf_shape)),
             Route("/cdn-cgi{rest:path}", _NotServed(served, _runtime_shape)),
             Route("/{path:path}", worker_path, methods=METHODS),
+            *([WebSocketRoute("/{path:path}", websocket_path)] if websocket_path else []),
         ],
         lifespan=lifespan,
         exception_handlers={StorageUnavailable: _storage_unavailable, OSError: _disk_full},

@@ -7,6 +7,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
 import starlette
 
 from runtime.isolate import ipc
@@ -282,3 +283,39 @@ def test_response_js_object_and_request_js_object_are_themselves():
     assert request.js_object is request
     response = Response("x")
     assert response.js_object is response
+
+
+def _upgrade(path="/ws"):
+    headers = [("upgrade", "websocket"), ("sec-websocket-protocol", "chat, v2")]
+    return Request(f"https://edge.example{path}", "GET", headers, b"")
+
+
+def test_a_websocket_scope_accept_answers_101_with_the_pairs_client_end():
+    seen = {}
+
+    async def app(scope, receive, send):
+        seen.update(scope)
+        assert (await receive())["type"] == "websocket.connect"
+        await send({"type": "websocket.accept", "subprotocol": "chat"})
+        await receive()  # held open: the socket's life is the client's
+
+    response = run(asgi.fetch(app, _upgrade(), env={"E": 1}))
+    assert response.status == 101 and response.web_socket is not None and not response.web_socket._server
+    assert response.headers.get("sec-websocket-protocol") == "chat"
+    assert seen["type"] == "websocket" and seen["scheme"] == "wss" and seen["path"] == "/ws"
+    assert seen["subprotocols"] == ["chat", "v2"] and "method" not in seen and seen["env"] == {"E": 1}
+
+
+def test_a_websocket_closed_before_accept_is_refused_and_a_broken_app_raises():
+    async def refuses(scope, receive, send):
+        await receive()
+        await send({"type": "websocket.close", "code": 1008})
+
+    assert run(asgi.fetch(refuses, _upgrade())).status == 403
+
+    async def sends_first(scope, receive, send):
+        await receive()
+        await send({"type": "websocket.send", "text": "too soon"})
+
+    with pytest.raises(RuntimeError, match="before websocket.accept"):
+        run(asgi.fetch(sends_first, _upgrade()))

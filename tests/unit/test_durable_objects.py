@@ -13,6 +13,7 @@ from runtime.bindings import BindingStores
 from runtime.bindings.common import BindingError
 from runtime.control.tail import TailHub
 from runtime.host.objects import DurableObjects, namespace_key
+from runtime.host.sockets import SocketHub
 from runtime.host.spec import DurableObjectRef, RequestContext, WorkerSpec
 from runtime.host.worker import WorkerHandle
 from runtime.isolate import ipc
@@ -157,7 +158,10 @@ class _State:
 def objects(tmp_path):
     script = tmp_path / "worker.py"
     script.write_text(textwrap.dedent(SCRIPT))
-    fake = SimpleNamespace(secrets=_State(), bindings=BindingStores(tmp_path / ".edge"), tail=TailHub())
+    fake = SimpleNamespace(
+        secrets=_State(), bindings=BindingStores(tmp_path / ".edge"), tail=TailHub(), sockets=SocketHub()
+    )
+    fake.on_alarm = None
     fake.objects = DurableObjects(lambda spec: WorkerHandle(spec, fake))
     spec = WorkerSpec(
         account="acct",

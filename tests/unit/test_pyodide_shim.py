@@ -72,6 +72,32 @@ def test_js_globals_build_workers_objects():
         from js import HTMLRewriter  # noqa: F401
 
 
+def test_js_websocket_pair_in_both_shapes_and_a_101_response():
+    from js import Object, Response, WebSocketPair
+    from pyodide.ffi import to_js
+
+    client, server = WebSocketPair.new().object_values()
+    other_client, other_server = WebSocketPair()  # plain unpacking too
+    assert client._id == server._id != other_client._id == other_server._id
+    server.accept()
+    for init in (
+        {"status": 101, "webSocket": client},
+        to_js({"status": 101, "webSocket": client}, dict_converter=Object.fromEntries),
+    ):
+        response = Response.new(None, init)
+        assert response.status == 101 and response.web_socket is client
+    with pytest.raises(TypeError, match="client end"):
+        client.send("the client end is the runtime's")
+    with pytest.raises(TypeError, match="status=101"):
+        workers.Response(None, status=200, web_socket=client)
+    with pytest.raises(TypeError, match="web_socket=client"):
+        workers.Response(None, status=101)
+    with pytest.raises(ValueError, match="1 MiB"):
+        server.send("x" * (1024 * 1024 + 1))
+    with pytest.raises(TypeError, match="1000 or in 3000-4999"):
+        server.close(1006)
+
+
 WORKER = """
 import json
 from js import JSON, Object, Response as JsResponse, console, fetch as js_fetch

@@ -315,6 +315,7 @@ def test_a_durable_object_call_shows_under_its_prefix_and_in_the_tail(tmp_path, 
     from runtime.bindings import BindingStores
     from runtime.control.tail import TailHub
     from runtime.host.objects import DurableObjects, namespace_key
+    from runtime.host.sockets import SocketHub
     from runtime.host.spec import DurableObjectRef, RequestContext, WorkerSpec
     from runtime.host.worker import WorkerHandle
     from runtime.isolate.process import IsolateLimits
@@ -324,6 +325,7 @@ def test_a_durable_object_call_shows_under_its_prefix_and_in_the_tail(tmp_path, 
     tail = TailHub()
     secrets = types.SimpleNamespace(secrets=lambda account, name: {})
     fake = types.SimpleNamespace(secrets=secrets, bindings=BindingStores(tmp_path / ".edge"), tail=tail)
+    fake.sockets, fake.on_alarm = SocketHub(), None
     fake.objects = DurableObjects(lambda spec: WorkerHandle(spec, fake))
     spec = WorkerSpec(
         account="acct",

@@ -320,6 +320,26 @@ class ServiceBinding:
         return await self._channel.fetch(verb, url, hdrs, data, service=self._name)
 
 
+class ChannelSockets:
+    """workers.websocket's transport: a server end's send, close and attachment, to the runtime
+    (a frame each, at most MESSAGE_BYTES of message: within FROM_ISOLATE)."""
+
+    def __init__(self, channel: Channel):
+        self._channel = channel
+
+    def send(self, ws: int, data: str | bytes) -> None:
+        if isinstance(data, str):
+            self._channel.send(ipc.SocketSend(ws, text=data))
+        else:
+            self._channel.send(ipc.SocketSend(ws, data=data))
+
+    def close(self, ws: int, code: int, reason: str) -> None:
+        self._channel.send(ipc.SocketClose(ws, code, reason))
+
+    def attach(self, ws: int, value: Any) -> None:
+        self._channel.send(ipc.SocketAttach(ws, value))
+
+
 class _LogToRuntime(logging.Handler):
     def __init__(self, channel: Channel):
         super().__init__()

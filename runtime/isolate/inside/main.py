@@ -25,6 +25,7 @@ from runtime.isolate.inside import walk as call_walk
 from runtime.isolate.inside.channel import (
     AIBinding,
     Channel,
+    ChannelSockets,
     ServiceBinding,
     capture_logs,
     current_ctx,
@@ -35,11 +36,13 @@ from runtime.isolate.inside.entry import (
     Env,
     Handlers,
     ScheduledController,
+    _arity,
     load_entry,
     load_object,
     load_workflow,
 )
-from workers import Request, Response
+from workers import Request, Response, websocket
+from workers.binding_values import JsObject
 from workers.context import _install as install_context
 from workers.durable_objects import (
     DurableObjectId,
@@ -191,7 +194,12 @@ async def serve_invoke(channel: Channel, handler, inv: ipc.Invoke) -> None:
         if not isinstance(response, Response):
             raise TypeError(f"fetch must return a workers.Response, got {type(response).__name__}")
         whole = await _body_bytes(response.body)
-        if whole is not None and len(whole) <= ipc.CHUNK:
+        if response.status == 101:  # a WebSocket: the runtime holds its client from here
+            offer, server = _socket_offer(response.web_socket)
+            channel.send(ipc.InvokeResult(inv.id, 101, response.headers.items(), b"", offer))
+            if server is not None:
+                server._gone_live()
+        elif whole is not None and len(whole) <= ipc.CHUNK:
             channel.send(ipc.InvokeResult(inv.id, response.status, response.headers.items(), whole))
         else:
             await _stream_response(channel, inv.id, response, whole if whole is not None else response.body)
@@ -207,6 +215,74 @@ async def serve_invoke(channel: Channel, handler, inv: ipc.Invoke) -> None:
     if walk is not None:
         walk.stop()
         call_walk.write_summary(walk)
+
+
+def _socket_offer(client: Any) -> tuple[ipc.SocketOffer, Any]:
+    """What a 101 response carries out: the pair's server end (by id), or a forwarded token."""
+    if client._token is not None:
+        return ipc.SocketOffer(token=client._token), None
+    server = client._peer
+    if server is None or not server._accepted:
+        raise TypeError(
+            "Response(status=101): accept() the server end of the pair (or ctx.acceptWebSocket it) first"
+        )
+    return ipc.SocketOffer(ws=server._id, tags=server._tags, attachment=server._attachment), server
+
+
+class _SocketEventData(JsObject):
+    """The event a listener gets: `event.data` (str or bytes), `event.code`, `event.reason`,
+    `event.wasClean`, `event.type`."""
+
+
+async def serve_socket_event(channel: Channel, instance: Any, msg: ipc.SocketEvent) -> None:
+    """A client's message, or its socket's end, for one of this isolate's WebSockets: the Durable
+    Object's webSocketMessage / webSocketClose / webSocketError for a socket it accepted with
+    ctx.acceptWebSocket, else the socket's listeners. InvokeResult or InvokeError, then RequestDone."""
+    ctx = _begin(msg.id)
+    try:
+        ws = websocket.sockets.get(msg.ws)
+        if ws is not None:
+            message = msg.text if msg.text is not None else msg.data
+            if msg.kind != "message":
+                ws.readyState = websocket.CLOSED
+                websocket.sockets.pop(msg.ws, None)
+            if ws._tags is not None and instance is not None:
+                await _object_socket_handler(instance, ws, msg, message)
+            else:
+                event = _SocketEventData(type=msg.kind, data=message, code=msg.code, reason=msg.reason,
+                                         wasClean=msg.was_clean)  # fmt: skip
+                for listener in list(ws._listeners.get(msg.kind, [])):
+                    result = listener(event)
+                    if inspect.isawaitable(result):
+                        await result
+        await ctx.settle()
+        channel.send(ipc.InvokeResult(msg.id, 200, [], b""))
+    except asyncio.CancelledError:
+        ctx.cancel()
+        channel.send(ipc.InvokeError(msg.id, "Cancelled: the WebSocket event was cancelled", ""))
+    except Exception as exc:
+        ctx.cancel()
+        channel.send(_worker_error(msg.id, exc))
+    await _finish(channel, ctx, msg.id, settle=False)
+
+
+async def _object_socket_handler(instance: Any, ws: Any, msg: ipc.SocketEvent, message: Any) -> None:
+    if msg.kind == "message":
+        handler, args = getattr(instance, "webSocketMessage", None), (ws, message)
+    elif msg.kind == "close":
+        handler, args = getattr(instance, "webSocketClose", None), (ws, msg.code, msg.reason, msg.was_clean)
+    else:
+        handler, args = getattr(instance, "webSocketError", None), (ws, RuntimeError(msg.reason))
+    if handler is None:
+        if msg.kind == "message":
+            raise TypeError(
+                f"{type(instance).__name__} accepted a WebSocket but has no "
+                "`async def webSocketMessage(self, ws, message)`"
+            )
+        return
+    result = handler(*args)
+    if inspect.isawaitable(result):
+        await result
 
 
 async def serve_scheduled(channel: Channel, handler, msg: ipc.Scheduled) -> None:
@@ -332,6 +408,32 @@ async def serve_workflow(channel: Channel, workflow: type, env: Env, msg: ipc.Wo
     await _finish(channel, ctx, msg.id)
 
 
+async def serve_alarm(channel: Channel, instance: Any, msg: ipc.ObjectAlarm) -> None:
+    """The object's alarm is due: `alarm(self, alarm_info)` runs (alarm_info.retryCount,
+    .isRetry); InvokeResult or InvokeError (the runtime retries it), then RequestDone."""
+    ctx = _begin(msg.id)
+    cls = type(instance)
+    try:
+        handler = getattr(instance, "alarm", None)
+        if handler is None or not inspect.iscoroutinefunction(handler):
+            raise TypeError(
+                f"{cls.__name__} has an alarm set but no alarm handler: define "
+                "`async def alarm(self, alarm_info=None)`"
+            )
+        info = JsObject(retryCount=msg.retry_count, isRetry=msg.retry_count > 0)
+        info.retry_count, info.is_retry = info["retryCount"], info["isRetry"]
+        await handler(*(info,)[: _arity(type(instance).alarm, 1, method=True)])
+        await ctx.settle()
+        channel.send(ipc.InvokeResult(msg.id, 200, [], b""))
+    except asyncio.CancelledError:
+        ctx.cancel()
+        channel.send(ipc.InvokeError(msg.id, "Cancelled: the alarm was cancelled", ""))
+    except Exception as exc:
+        ctx.cancel()
+        channel.send(_worker_error(msg.id, exc))
+    await _finish(channel, ctx, msg.id, settle=False)  # settled before the answer
+
+
 def sdk_client(path: str) -> type:
     """The SDK class a store binding's kind names ("workers.kv:KVNamespace"), imported from workers/."""
     module, _, name = path.partition(":")
@@ -365,6 +467,9 @@ async def main(fd: int, sync_fd: int | None = None) -> None:
     for name, key in init.durable_objects.items():  # each call crosses as ipc.ObjectCall
         values[name] = DurableObjectNamespace(name, key, channel.call_object)
     capture_logs(channel)
+    websocket._install(ChannelSockets(channel), init.socket_base)
+    for held in init.sockets[: websocket.HELD_MAX]:  # a hibernated object's sockets, back with it
+        websocket.held(held.ws, list(held.tags), held.attachment)
     install_fetch(lambda method, url, headers, body: channel.fetch(method, url, headers, body))
     try:
         script = Path(init.script)
@@ -416,6 +521,11 @@ async def main(fd: int, sync_fd: int | None = None) -> None:
             channel.tasks[msg.id] = asyncio.create_task(serve_queue(channel, handlers.queue, msg))
         elif isinstance(msg, ipc.WorkflowRun) and workflow is not None:
             channel.tasks[msg.id] = asyncio.create_task(serve_workflow(channel, workflow, env, msg))
+        elif isinstance(msg, ipc.SocketEvent):
+            task = asyncio.create_task(serve_socket_event(channel, instance, msg))
+            channel.tasks[msg.id] = task
+        elif isinstance(msg, ipc.ObjectAlarm) and instance is not None:
+            channel.tasks[msg.id] = asyncio.create_task(serve_alarm(channel, instance, msg))
         elif isinstance(msg, ipc.ObjectInvoke) and instance is not None:
             channel.tasks[msg.id] = asyncio.create_task(serve_object_call(channel, instance, msg))
         elif isinstance(msg, (ipc.RequestChunk, ipc.RequestEnd)):

@@ -7,7 +7,13 @@ the bindings in `request.scope["env"]`), the request body fed to `receive` chunk
 `http.response.start` / `http.response.body` collected into a `workers.Response`: one body
 message gives a plain body, more (`more_body`) a body streamed as the app sends it. An app that
 speaks the lifespan protocol gets `lifespan.startup` once per isolate, before its first request.
-WebSockets are not simulated.
+
+A request with `Upgrade: websocket` runs the app under a `websocket` scope instead: `websocket.connect`
+first, then each client message as `websocket.receive` (one at a time: the next waits until the app
+has taken this one) and its close as `websocket.disconnect`; the app's `websocket.accept` answers
+101 with a WebSocketPair's client end, `websocket.send` / `websocket.close` go to the client, and a
+close before the accept answers 403. The app's handler keeps running after the 101, outside the
+request that started it: its own binding calls after that are refused (the request has ended).
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ ASGI_VERSION = {"version": "3.0", "spec_version": "2.3"}
 _END = object()  # the app's last body message
 # (event loop, app) -> its lifespan startup: once per isolate (an isolate runs one loop)
 _started: dict[tuple[int, int], asyncio.Future] = {}
+_sockets: set[asyncio.Future] = set()  # the apps' WebSocket handlers still running
 _alive: list[Any] = []  # the started apps, their loops and lifespan tasks: ids are never reused
 
 
@@ -109,11 +116,87 @@ async def _request_messages(request: Any) -> AsyncIterator[dict[str, Any]]:
     yield {"type": "http.request", "body": b"", "more_body": False}
 
 
+async def _websocket(app: Any, request: Any, scope: dict[str, Any]) -> workers.Response:
+    """The app under a websocket scope, its socket the server end of a WebSocketPair."""
+    from workers.websocket import WebSocketPair
+
+    scope.pop("method", None)
+    scope["type"] = "websocket"
+    scope["scheme"] = "wss" if scope["scheme"] == "https" else "ws"
+    offered = request.headers.get("sec-websocket-protocol") or ""
+    scope["subprotocols"] = [p.strip() for p in offered.split(",") if p.strip()]
+    client, server = WebSocketPair()
+    incoming: asyncio.Queue = asyncio.Queue(maxsize=16)
+    answered: asyncio.Future = asyncio.get_running_loop().create_future()
+    connected = False
+
+    async def receive() -> dict[str, Any]:
+        nonlocal connected
+        if not connected:
+            connected = True
+            return {"type": "websocket.connect"}
+        return await incoming.get()
+
+    async def send(message: dict[str, Any]) -> None:
+        kind = message.get("type")
+        if kind == "websocket.accept":
+            if answered.done():
+                raise RuntimeError("ASGI app sent websocket.accept after its answer")
+            server.accept()
+            answered.set_result(message)
+        elif kind == "websocket.send":
+            if not answered.done() or answered.result().get("type") != "websocket.accept":
+                raise RuntimeError("ASGI app sent websocket.send before websocket.accept")
+            text = message.get("text")
+            server.send(text if text is not None else bytes(message.get("bytes") or b""))
+        elif kind == "websocket.close":
+            if not answered.done():
+                answered.set_result(message)
+                return
+            code, reason = message.get("code", 1000), message.get("reason") or ""
+            try:
+                server.close(code, reason)
+            except TypeError:  # a code a worker may not send (1001-2999): closed as 1000
+                server.close(1000, reason)
+        else:
+            raise RuntimeError(f"ASGI app sent {kind!r} on a WebSocket")
+
+    async def on_message(event: Any) -> None:  # awaited: the next message waits for this one
+        key = "text" if isinstance(event.data, str) else "bytes"
+        await incoming.put({"type": "websocket.receive", key: event.data})
+
+    async def on_close(event: Any) -> None:
+        await incoming.put({"type": "websocket.disconnect", "code": event.code, "reason": event.reason})
+
+    server.addEventListener("message", on_message)
+    server.addEventListener("close", on_close)
+    task = asyncio.ensure_future(app(scope, receive, send))
+    waiting = asyncio.ensure_future(answered)
+    await asyncio.wait([task, waiting], return_when=asyncio.FIRST_COMPLETED)
+    if not answered.done():
+        waiting.cancel()
+        task.result()  # its exception, if any
+        raise RuntimeError("ASGI app returned without websocket.accept or websocket.close")
+    message = answered.result()
+    if message.get("type") != "websocket.accept":
+        return workers.Response("", status=403)
+    _sockets.add(task)  # the app's handler runs on for the socket's life
+    task.add_done_callback(_sockets.discard)
+    headers = [
+        (bytes(k).decode("latin-1"), bytes(v).decode("latin-1")) for k, v in message.get("headers") or []
+    ]
+    if message.get("subprotocol"):
+        headers.append(("sec-websocket-protocol", str(message["subprotocol"])))
+    return workers.Response(None, status=101, headers=headers, web_socket=client)
+
+
 async def fetch(app: Any, request: Any, env: Any = None, ctx: Any = None) -> workers.Response:
     """Run one request through the ASGI app; returns its response (streamed if the app streams)."""
     request = getattr(request, "js_object", request)
     state = await _lifespan(app)
     scope = _scope(request, env, state)
+    if (request.headers.get("upgrade") or "").lower() == "websocket":
+        return await _websocket(app, request, scope)
     messages = _request_messages(request)
     disconnected = asyncio.Event()
 

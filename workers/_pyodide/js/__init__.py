@@ -3,7 +3,7 @@
 built on the `workers` SDK. `X.new(...)` constructs, as with Pyodide's JsProxy of a class;
 options objects may be dicts, to_js(...) results, or keyword arguments.
 
-No JavaScript runs here: globals that need it (HTMLRewriter, WebSocketPair, ...) are not
+No JavaScript runs here: globals that need it (HTMLRewriter, ...) are not
 simulated, and importing one says so.
 """
 
@@ -133,7 +133,7 @@ def _body(value: _Any) -> _Any:
 
 
 class Response:
-    """`Response.new(body, {status, statusText, headers})`, `Response.json(data, init)`,
+    """`Response.new(body, {status, statusText, headers, webSocket})`, `Response.json(data, init)`,
     `Response.redirect(url, status)`: each a workers.Response."""
 
     @staticmethod
@@ -144,6 +144,7 @@ class Response:
             status=opts.get("status", 200),
             headers=_headers(opts.get("headers")),
             status_text=opts.get("statusText", ""),
+            web_socket=opts.get("webSocket"),  # Response.new(None, status=101, webSocket=client)
         )
 
     @staticmethod
@@ -292,6 +293,10 @@ crypto = _Crypto()
 
 
 def __getattr__(name: str) -> _Any:
+    if name in ("WebSocketPair", "WebSocket"):  # the SDK's, carried by the runtime
+        import workers.websocket
+
+        return getattr(workers.websocket, name)
     if name.startswith("__"):
         raise AttributeError(name)
     # an ImportError, so that `from js import HTMLRewriter` reports this message, not a bare one
