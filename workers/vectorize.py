@@ -9,6 +9,7 @@ from typing import Any
 from workers.binding_values import JsObject, Transport, merge_options, wrap_result
 
 VECTOR_FIELDS = ("id", "values", "metadata", "namespace")
+BATCH = 1000  # vectors per insert / upsert, as Cloudflare allows (the runtime checks it too)
 
 
 def _packed(values: Any, what: str) -> bytes:
@@ -48,6 +49,10 @@ class VectorizeIndex:
             vectors = vectors.to_py()
         if not isinstance(vectors, (list, tuple)):
             raise TypeError(f"{method}: pass a list of vectors")
+        if len(vectors) > BATCH:
+            raise ValueError(
+                f"{method}: {len(vectors)} vectors in one call; at most {BATCH}: split them into batches"
+            )
         return wrap_result(await self._call(method, [[_vector(v, i) for i, v in enumerate(vectors)]], {}))
 
     async def insert(self, vectors: Any) -> JsObject:
