@@ -71,7 +71,7 @@ class Default(WorkerEntrypoint):
 
     async def answer(self, question, max_tokens):
         if not isinstance(question, str) or not question.strip():
-            return Response.json({"error": "ask with ?q=... or POST {\"question\": \"...\"}"}, status=400)
+            return Response.json({"error": 'ask with ?q=... or POST {"question": "..."}'}, status=400)
         embedded = await self.env.AI.run(EMBEDDING_MODEL, {"text": [question]})
         found = await self.env.VECTORIZE.query(embedded.data[0], {"topK": TOP_K, "returnMetadata": "all"})
         passages = [m.metadata["text"] for m in found.matches]
