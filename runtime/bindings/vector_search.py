@@ -20,7 +20,7 @@ import numpy as np
 METRICS = ("cosine", "euclidean", "dot-product")
 EXACT_BELOW = 20_000  # vectors; above it the HNSW graph proposes candidates
 CANDIDATES_PER_RESULT, MIN_CANDIDATES = 4, 64
-EXPANSION_SEARCH = 200  # the graph's breadth per query: recall against time
+EXPANSION_SEARCH = 2000  # graph breadth per query: recall@10 0.95 on 25k random 768-d vectors (200: 0.3)
 _USEARCH_METRIC = {"cosine": "ip", "dot-product": "ip", "euclidean": "l2sq"}
 
 

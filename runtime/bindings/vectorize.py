@@ -30,7 +30,16 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from runtime.bindings.common import BindingError, arity, check_quota, integer, open_private_db, options, text
+from runtime.bindings.common import (
+    REPLY_BYTES,
+    BindingError,
+    arity,
+    check_quota,
+    integer,
+    open_private_db,
+    options,
+    text,
+)
 from runtime.bindings.kind import BindingKind
 from runtime.bindings.vector_filter import check_filter, matches
 from runtime.bindings.vector_search import METRICS, VectorSearch
@@ -429,11 +438,19 @@ class VectorizeStore:
         ids = self._ids("getByIds", args)
         options("getByIds", kwargs, set())
         loaded = self._index(account, name)
-        out = []
+        out, size = [], 0
         for ident in ids:
             key = loaded.by_id.get(ident)
             if key is None:
                 continue
+            # each value crosses as a 9-byte float; the reply must fit one frame to the isolate
+            size += 9 * loaded.search.dimensions + len(json.dumps(loaded.metadata[key])) + 128
+            if size > REPLY_BYTES:
+                raise BindingError(
+                    "RangeError",
+                    f"getByIds: the {len(ids)} vectors asked for are over the {REPLY_BYTES // 2**20} MiB one "
+                    f"answer carries; ask for at most {len(out)} at a time",
+                )
             vector: dict[str, Any] = {"id": ident, "values": self._stored_values(key)}
             if loaded.metadata[key] is not None:
                 vector["metadata"] = loaded.metadata[key]

@@ -155,3 +155,22 @@ def test_approximate_search_finds_most_of_the_exact_top_10(metric):
         found = search.search(q, 10)
         recall.append(len({k for k, _ in found} & {k for k, _ in exact}) / 10)
     assert np.mean(recall) >= 0.9, np.mean(recall)
+
+
+def test_accounts_hold_their_own_indexes_and_answers_stay_within_a_frame(store, monkeypatch):
+    from runtime.bindings import vectorize
+
+    store.create("b", "docs", 2, "euclidean")  # the same name in another account: another index
+    call(store, "upsert", [{"id": "mine", "values": vec(1, 0, 0), "metadata": {"secret": 1}}])
+    call(store, "upsert", [{"id": "theirs", "values": vec(3, 4)}], account="b")
+    with pytest.raises(BindingError, match="this index takes 2"):
+        call(store, "query", vec(1, 0, 0), account="b")
+    assert call(store, "getByIds", ["mine"], account="b") == []
+    assert call(store, "query", vec(0, 0), account="b", returnMetadata="all")["matches"] == [
+        {"id": "theirs", "score": 5.0, "metadata": None}
+    ]
+    assert [v["id"] for v in call(store, "getByIds", ["mine"])] == ["mine"]
+    call(store, "upsert", [{"id": f"m{i}", "values": vec(1, i, 0)} for i in range(10)])
+    monkeypatch.setattr(vectorize, "REPLY_BYTES", 9 * 3 * 4 + 600)
+    with pytest.raises(BindingError, match="ask for at most"):
+        call(store, "getByIds", [f"m{i}" for i in range(10)])
