@@ -174,3 +174,24 @@ def test_accounts_hold_their_own_indexes_and_answers_stay_within_a_frame(store, 
     monkeypatch.setattr(vectorize, "REPLY_BYTES", 9 * 3 * 4 + 600)
     with pytest.raises(BindingError, match="ask for at most"):
         call(store, "getByIds", [f"m{i}" for i in range(10)])
+
+
+def test_the_cli_creates_lists_shows_and_deletes_indexes(tmp_path, capsys):
+    from runtime.cli import main
+
+    config = tmp_path / "wrangler.jsonc"
+    config.write_text('{"name": "w", "main": "worker.py", "compatibility_date": "2026-11-01"}')
+    (tmp_path / "worker.py").write_text("")
+    run = lambda *a: main(["vectorize", *a, "--config", str(config)])  # noqa: E731
+    assert run("create", "docs", "--dimensions", "32", "--metric", "dot-product") == 0
+    assert run("create", "small", "--preset", "@cf/baai/bge-small-en-v1.5") == 0
+    assert run("create", "nometric", "--dimensions", "8") == 2
+    assert run("create", "docs", "--dimensions", "8", "--metric", "cosine") == 2
+    assert "exists already" in capsys.readouterr().err
+    assert run("list") == 0
+    listed = capsys.readouterr().out
+    assert (
+        "docs: 32 dimensions, dot-product, 0 vectors" in listed and "small: 384 dimensions, cosine" in listed
+    )
+    assert run("delete", "docs") == 0 and run("info", "docs") == 2
+    assert "no Vectorize index 'docs'" in capsys.readouterr().err
