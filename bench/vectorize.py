@@ -30,7 +30,8 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from runtime.bindings.vector_search import EXACT_BELOW, EXPANSION_SEARCH  # noqa: E402
+from runtime.bindings import vector_search  # noqa: E402
+from runtime.bindings.vector_search import EXPANSION_SEARCH  # noqa: E402
 from runtime.bindings.vectorize import VectorizeStore  # noqa: E402
 
 BATCH = 500
@@ -54,7 +55,15 @@ def main() -> int:
     ap.add_argument("--queries", type=int, default=200)
     ap.add_argument("--metric", default="cosine", choices=["cosine", "euclidean", "dot-product"])
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument(
+        "--exact-below",
+        type=int,
+        default=20_000,
+        help="build the graph from this many vectors (the store's own threshold is "
+        f"{vector_search.EXACT_BELOW}; lower, so that the graph is measured)",
+    )
     args = ap.parse_args()
+    vector_search.EXACT_BELOW = args.exact_below
     rng = np.random.default_rng(args.seed)
     data = rng.standard_normal((args.n, args.dims)).astype(np.float32)
     queries = rng.standard_normal((args.queries, args.dims)).astype(np.float32)
@@ -94,7 +103,7 @@ def main() -> int:
     exact_p50 = statistics.median(exact_ms)
     print(
         f"vectorize bench: {args.n} random vectors of {args.dims} dimensions, {args.metric}, "
-        f"{args.queries} queries at topK 10; CPU {cpu_model()}; exact below {EXACT_BELOW} vectors"
+        f"{args.queries} queries at topK 10; CPU {cpu_model()}; graph from {args.exact_below} vectors"
     )
     rows = [
         (

@@ -5,7 +5,7 @@ Configured as wrangler writes it: `"vectorize": [{"binding": "VECTORIZE", "index
 Every account's indexes live in one SQLite file (`.edge/vectorize.sqlite`): the index (dimensions,
 metric, a version bumped by every change) and each vector (its id, namespace, float32 values and
 JSON metadata), so they survive a restart, and another account's index of the same name is another
-index. Searching runs in memory (runtime.bindings.vector_search: exact below 20,000 vectors,
+index. Searching runs in memory (runtime.bindings.vector_search: exact below 200,000 vectors,
 usearch's HNSW above), loaded from the file on first use and again whenever the version says that
 another process (the CLI) changed it. Changes apply at once (Cloudflare's are asynchronous: a
 `mutationId` is returned there and here alike).
