@@ -18,6 +18,7 @@ validation error), naming the field and what to change.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import math
 import re
@@ -219,14 +220,17 @@ def workers_ai_answer(result: Embeddings) -> dict[str, Any]:
     }
 
 
-def openai_answer(result: Embeddings, model: str) -> dict[str, Any]:
-    """OpenAI's embeddings list."""
+def openai_answer(result: Embeddings, model: str, encoding: str = "float") -> dict[str, Any]:
+    """OpenAI's embeddings list; `encoding` "base64": each vector as its little-endian float32
+    bytes in base64, as OpenAI sends them (its Python client asks for that by default)."""
+    rows: list[Any] = (
+        [base64.b64encode(row.astype("<f4").tobytes()).decode("ascii") for row in result.vectors]
+        if encoding == "base64"
+        else result.vectors.tolist()
+    )
     return {
         "object": "list",
-        "data": [
-            {"object": "embedding", "index": i, "embedding": row}
-            for i, row in enumerate(result.vectors.tolist())
-        ],
+        "data": [{"object": "embedding", "index": i, "embedding": row} for i, row in enumerate(rows)],
         "model": model,
         "usage": {"prompt_tokens": result.tokens, "total_tokens": result.tokens},
         "served_by": served_by(result.model),
@@ -237,8 +241,9 @@ OPENAI_FIELDS = ("input", "model", "encoding_format", "dimensions", "user")
 
 
 def openai_request(body: Any, names: list[str]) -> tuple[str, list[str]]:
-    """OpenAI's embeddings body -> (model, texts); AIError naming the field (5007 for a model that
-    embeds nothing, with the names that do; 5006 for the rest). `names`: every name served."""
+    """OpenAI's embeddings body -> (model, texts) (openai_answer reads `encoding_format`); AIError
+    naming the field (5007 for a model that embeds nothing, with the names that do; 5006 for the
+    rest). `names`: every name served."""
     if not isinstance(body, dict):
         raise AIError(INVALID, "the body must be a JSON object such as {'model': ..., 'input': [...]}")
     unknown = sorted(str(k) for k in body if k not in OPENAI_FIELDS)
@@ -251,8 +256,10 @@ def openai_request(body: Any, names: list[str]) -> tuple[str, list[str]]:
     if not isinstance(model, str) or not is_embedding_model(model):
         what = "is a text generation model" if model in names else "is no model served here"
         raise AIError(5007, f"model: {model!r} {what}; the embedding models are {embedding}", "model")
-    if body.get("encoding_format", "float") != "float":
-        raise AIError(INVALID, "encoding_format: only 'float' is served; leave it out", "encoding_format")
+    if body.get("encoding_format", "float") not in ("float", "base64"):
+        raise AIError(
+            INVALID, "encoding_format: send 'float' or 'base64' (or leave it out)", "encoding_format"
+        )
     dims = body.get("dimensions")
     if dims is not None and dims != EMBEDDING_MODELS[model]:
         raise AIError(

@@ -358,7 +358,7 @@ class AIApi:
             if exc.code == 5007:  # OpenAI's answer for a model that cannot serve the call
                 return openai_error(404, exc.detail, "model_not_found", "model")
             return openai_ai_error(exc, 400)
-        return JSONResponse(openai_embeddings(result, model))
+        return JSONResponse(openai_embeddings(result, model, body.get("encoding_format") or "float"))
 
 
 def _model_object(entry: dict[str, Any], created: int) -> dict[str, Any]:

@@ -71,3 +71,15 @@ def test_inputs_are_checked_with_5006_saying_what_to_change():
     with pytest.raises(AIError, match="dimensions: "):
         openai_request({"model": BASE, "input": "a", "dimensions": 3}, [])
     assert texts_of("single") == ["single"]
+    with pytest.raises(AIError, match="encoding_format"):
+        openai_request({"model": BASE, "input": "a", "encoding_format": "int8"}, [])
+
+
+def test_openai_base64_vectors_are_the_float32_bytes():
+    import base64
+
+    from runtime.ai.embeddings import openai_answer
+
+    result = embed(BASE, ["one text"])
+    packed = openai_answer(result, BASE, "base64")["data"][0]["embedding"]
+    assert np.array_equal(np.frombuffer(base64.b64decode(packed), dtype="<f4"), result.vectors[0])
