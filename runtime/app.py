@@ -114,6 +114,7 @@ class Runtime:
             settings_of=self.accounts.settings,
         )
         self.ai.stand_ins = frozenset(listed_stand_ins(self.catalog, stand_ins)) & set(self.aliases)
+        self.ai.serve_embeddings = not config.edge.strict_models
         # queued batch requests, kept in the state database; run by a task started in start()
         self.batches = BatchQueue(self.state, self.ai, lambda code: edge.topology.pops[code])
         self.ai.batches, self.ai.metrics = self.batches, self.metrics

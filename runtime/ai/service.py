@@ -157,6 +157,8 @@ class AIService:
         self.metrics: Metrics | None = None  # tokens per model; the app sets it
         # Cloudflare names served by a stand-in of another family (runtime.ai.cloudflare_names): warned once
         self.stand_ins: frozenset[str] = frozenset()
+        # the embedding names' stand-in (runtime.ai.embeddings); [edge] strict_models turns it off
+        self.serve_embeddings = True
         self._warned: set[str] = set()
 
     def resolve(self, model: str) -> str:
@@ -180,7 +182,7 @@ class AIService:
         """Every name a call can use now: the models served and the aliases they answer to."""
         served = self.served()
         aliases = [a for a, (target, _) in self.aliases.items() if target in served]
-        return [*served, *aliases, *EMBEDDING_MODELS]
+        return [*served, *aliases, *(EMBEDDING_MODELS if self.serve_embeddings else ())]
 
     def prepare(
         self,
@@ -301,6 +303,12 @@ class AIService:
         """Checked `texts` (runtime.ai.embeddings.texts_of) embedded by `model`'s stand-in, in a
         thread of its own; counted against the account's requests and tokens per minute and in the
         metrics, as every AI call is."""
+        if not self.serve_embeddings:
+            raise AIError(
+                5007,
+                f"{model} is not shipped here and [edge] strict_models = true refuses its stand-in "
+                "(a hashed n-gram embedding); set strict_models = false to embed with it",
+            )
         terms = self.settings_of(account) if self.settings_of is not None else None
         if self.rate_limits is not None:
             self.rate_limits.check(account, model, model, terms.limits() if terms else None)

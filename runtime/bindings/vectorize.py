@@ -11,8 +11,9 @@ another process (the CLI) changed it. Changes apply at once (Cloudflare's are as
 `mutationId` is returned there and here alike).
 
 Cloudflare's limits hold: at most 1536 dimensions, 1000 vectors per insert or upsert, ids at most
-64 bytes, metadata at most 10 KiB of JSON, namespaces at most 64 bytes, topK at most 100 (20 with
-returnValues or returnMetadata "all"), filters at most 2048 bytes. Locally an account keeps at most
+64 bytes, metadata at most 10 KiB of JSON, namespaces at most 64 bytes (50,000 of them per
+index), topK at most 100 (20 with returnValues or returnMetadata "all"), filters at most 2048
+bytes. Locally an account keeps at most
 100 indexes and 1 GiB of vectors and metadata.
 """
 
@@ -48,6 +49,7 @@ MAX_DIMENSIONS = 1536
 BATCH = 1000  # vectors per insert / upsert, ids per getByIds / deleteByIds
 ID_BYTES = 64
 NAMESPACE_BYTES = 64
+MAX_NAMESPACES = 50_000  # per index, as Cloudflare's paid plan
 METADATA_BYTES = 10 * 1024
 TOP_K, TOP_K_WITH_DATA = 100, 20
 INDEX_NAME = re.compile(r"^[a-z][a-z0-9-]{0,63}$")
@@ -305,6 +307,14 @@ class VectorizeStore:
         loaded = self._index(account, name)
         if mode == "insert":  # insert keeps an id that exists; upsert replaces it
             vectors = [v for v in vectors if v[0] not in loaded.by_id]
+        held = set(loaded.namespaces.values()) - {None}
+        new = {v[1] for v in vectors} - held - {None}
+        if len(held) + len(new) > MAX_NAMESPACES:
+            raise BindingError(
+                "RangeError",
+                f"{mode}: this index would hold {len(held) + len(new)} namespaces; at most {MAX_NAMESPACES}: "
+                "reuse namespaces, or filter on metadata instead",
+            )
         adding = sum(len(v[2]) + len((v[3] or "").encode()) for v in vectors)
         replaced = [loaded.by_id[v[0]] for v in vectors if v[0] in loaded.by_id]
         self._db.execute("BEGIN IMMEDIATE")

@@ -83,3 +83,17 @@ def test_openai_base64_vectors_are_the_float32_bytes():
     result = embed(BASE, ["one text"])
     packed = openai_answer(result, BASE, "base64")["data"][0]["embedding"]
     assert np.array_equal(np.frombuffer(base64.b64decode(packed), dtype="<f4"), result.vectors[0])
+
+
+def test_strict_models_refuses_the_stand_in_and_a_served_call_counts_its_tokens():
+    import asyncio
+
+    from runtime.ai.service import AIService
+
+    service = AIService(edge=None)
+    result = asyncio.run(service.embed(BASE, ["two words"], "acct"))
+    assert result.vectors.shape == (1, 768) and result.tokens == 2
+    service.serve_embeddings = False
+    with pytest.raises(AIError, match="strict_models") as err:
+        asyncio.run(service.embed(BASE, ["x"], "acct"))
+    assert err.value.code == 5007

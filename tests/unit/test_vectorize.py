@@ -171,6 +171,12 @@ def test_accounts_hold_their_own_indexes_and_answers_stay_within_a_frame(store, 
     ]
     assert [v["id"] for v in call(store, "getByIds", ["mine"])] == ["mine"]
     call(store, "upsert", [{"id": f"m{i}", "values": vec(1, i, 0)} for i in range(10)])
+    monkeypatch.setattr(vectorize, "MAX_NAMESPACES", 2)
+    call(store, "upsert", [{"id": "n1", "values": vec(1, 0, 0), "namespace": "one"}])
+    call(store, "upsert", [{"id": "n2", "values": vec(1, 0, 0), "namespace": "two"}])
+    with pytest.raises(BindingError, match="at most 2: reuse namespaces"):
+        call(store, "upsert", [{"id": "n3", "values": vec(1, 0, 0), "namespace": "three"}])
+    call(store, "upsert", [{"id": "n4", "values": vec(1, 0, 0), "namespace": "one"}])  # a held one is fine
     monkeypatch.setattr(vectorize, "REPLY_BYTES", 9 * 3 * 4 + 600)
     with pytest.raises(BindingError, match="ask for at most"):
         call(store, "getByIds", [f"m{i}" for i in range(10)])
