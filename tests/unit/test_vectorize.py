@@ -102,6 +102,9 @@ def test_queries_with_a_filter_take_the_top_k_from_the_matching_vectors(store):
     )
     found = call(store, "query", vec(1, 0, 0), topK=3, filter={"i": {"$gte": 5}}, returnMetadata="all")
     assert [m["id"] for m in found["matches"]] == ["v5", "v6", "v7"]
+    by_id = call(store, "queryById", "v9", topK=2, returnValues=True)
+    assert [m["id"] for m in by_id["matches"]] == ["v9", "v8"] and len(by_id["matches"][0]["values"]) == 3
+    assert call(store, "queryById", "absent") == {"count": 0, "matches": []}
 
 
 def test_hostile_calls_get_clear_errors_and_change_nothing(store):
