@@ -118,6 +118,7 @@ class Runtime:
         )
         own = {a.name for entry, _ in self.catalog.values() for a in entry.aliases}
         self.ai.stand_ins = frozenset(self.aliases.keys() - own)  # the names alias_map added
+        self.ai.serve_embeddings = not config.edge.strict_models
         # queued batch requests, kept in the state database; run by a task started in start()
         self.batches = BatchQueue(self.state, self.ai, lambda code: edge.topology.pops[code])
         self.ai.batches, self.ai.metrics = self.batches, self.metrics

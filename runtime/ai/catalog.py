@@ -18,6 +18,7 @@ from edge_sim.pop import ModelSpec
 from edge_sim.roofline import SimulationError
 from edge_sim.target import TargetSpec
 from runtime.ai.cloudflare_names import stand_ins
+from runtime.ai.embeddings import catalog_entries as embedding_entries
 from runtime.ai.inputs import TextGenerationInputs
 from runtime.ai.refusals import REFUSED
 from runtime.control.config import MODELS_DIR_ENV, ConfigError
@@ -184,7 +185,7 @@ def catalog_view(
 ) -> list[dict[str, Any]]:
     """The catalog as the models search API shows it: formats that serve each model, always;
     then each alias (another provider's name, `@cf/...`; `aliases`, default the catalog's own)
-    with the miniature that stands in."""
+    with the miniature that stands in; then the embedding names and their stand-in."""
     out = []
     for name, (entry, folder) in catalog.items():
         formats = next((n.formats(name) for n in edge.nodes.values() if name in n.models()), None)
@@ -224,4 +225,4 @@ def catalog_view(
                 "source": entry.source,
             }
         )
-    return out
+    return out + embedding_entries()

@@ -8,6 +8,9 @@ families (Moonshot's Kimi, DeepSeek V2 and later) by the Kimi K2 miniature, ever
 answer's `served_by` says so, and `edge dev` warns once per name. A catalog alias with the same
 name wins (it says more); `[edge] strict_models = true` serves none of these. A name on no list is
 still 5007, with the nearest names.
+
+The text-embedding names (EMBEDDING_MODELS, with each one's documented width) are served by
+runtime.ai.embeddings' deterministic stand-in, never by a miniature.
 """
 
 from __future__ import annotations
@@ -87,6 +90,14 @@ EXAMPLE_NAMES = (
     "@cf/meta/llama-3.1-8b-instruct-fast",
     "@cf/meta/llama-3.1-70b-instruct",
 )
+# the text-embedding names and the width each answers in; runtime.ai.embeddings serves them
+EMBEDDING_MODELS: dict[str, int] = {
+    "@cf/baai/bge-small-en-v1.5": 384,
+    "@cf/baai/bge-base-en-v1.5": 768,
+    "@cf/baai/bge-large-en-v1.5": 1024,
+    "@cf/baai/bge-m3": 1024,
+}
+EMBEDDING_SOURCE = "developers.cloudflare.com/workers-ai/models/ (Text Embeddings), read 2026-12-02"
 MLA_PREFIXES = ("@cf/moonshotai/", "@cf/deepseek-ai/deepseek-v")  # multi-head latent attention
 
 

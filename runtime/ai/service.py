@@ -7,7 +7,11 @@ decides a call's mode once (a plain run, a stream, a queued batch, a batch poll,
 shape), and counts its tokens in the metrics from the typed result. An engine failure that is not
 an AIError becomes 3007 here, the one place that answers it.
 
-Error codes are Workers AI's: 5007 no such model, 5004 invalid input, 3006 request too large,
+An embedding model's call (runtime.ai.embeddings) is answered here too, by its stand-in, computed
+in the runtime's own threads (no PoP serves it); its inputs refused with 5006.
+
+Error codes are Workers AI's: 5007 no such model, 5004 invalid input, 5006 an embedding call's
+input refused, 3006 request too large,
 3040 out of capacity, 3007 timeout, 3036 account limited (runtime.control.rate_limit: the account's
 requests or tokens per minute for the model, checked before any work is queued).
 """
@@ -19,6 +23,7 @@ import difflib
 import logging
 import re
 from collections.abc import AsyncIterator, Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -31,6 +36,14 @@ from edge_sim.errors import EdgeError
 from edge_sim.request import Delta, GenerateRequest, GenerateResult
 from edge_sim.topology import PoP
 from engine.fair_queue import TenantShare
+from runtime.ai.embeddings import (
+    EMBEDDING_MODELS,
+    Embeddings,
+    embed,
+    is_embedding_model,
+    workers_ai_answer,
+    workers_ai_inputs,
+)
 from runtime.ai.inputs import SamplingFields, TextGenerationInputs
 from runtime.ai.params import Inputs, generate_request, json_mode_failure
 from runtime.ai.refusals import InputError, decode_inputs
@@ -45,6 +58,9 @@ if TYPE_CHECKING:
     from runtime.control.metrics import Metrics
 
 log = logging.getLogger("edge.ai")
+
+EMBED_THREADS = 2  # embedding calls computed at once (CPU work, kept off the event loop)
+_embedding_pool = ThreadPoolExecutor(EMBED_THREADS, thread_name_prefix="edge-embed")
 
 ERROR_CODES = {
     "model_not_found": 5007,
@@ -141,6 +157,8 @@ class AIService:
         self.metrics: Metrics | None = None  # tokens per model; the app sets it
         # Cloudflare names served by a stand-in of another family (runtime.ai.cloudflare_names): warned once
         self.stand_ins: frozenset[str] = frozenset()
+        # the embedding names' stand-in (runtime.ai.embeddings); [edge] strict_models turns it off
+        self.serve_embeddings = True
         self._warned: set[str] = set()
 
     def resolve(self, model: str) -> str:
@@ -163,7 +181,8 @@ class AIService:
     def names(self) -> list[str]:
         """Every name a call can use now: the models served and the aliases they answer to."""
         served = self.served()
-        return [*served, *(a for a, (target, _) in self.aliases.items() if target in served)]
+        aliases = [a for a, (target, _) in self.aliases.items() if target in served]
+        return [*served, *aliases, *(EMBEDDING_MODELS if self.serve_embeddings else ())]
 
     def prepare(
         self,
@@ -250,6 +269,9 @@ class AIService:
 
     async def answer(self, call: AICall) -> Answer:
         """A Workers AI call through either door, its mode decided here once; raises AIError."""
+        if is_embedding_model(call.model):
+            texts, pooling = workers_ai_inputs(call.model, call.inputs)
+            return Answer(body=workers_ai_answer(await self.embed(call.model, texts, call.account, pooling)))
         mode, model = mode_of(call), call.model
         if mode == "batch":
             if not call.queue:
@@ -276,6 +298,27 @@ class AIService:
                 )
             )
         return await self._run_now(call)
+
+    async def embed(self, model: str, texts: list[str], account: str, pooling: str = "mean") -> Embeddings:
+        """Checked `texts` (runtime.ai.embeddings.texts_of) embedded by `model`'s stand-in, in a
+        thread of its own; counted against the account's requests and tokens per minute and in the
+        metrics, as every AI call is."""
+        if not self.serve_embeddings:
+            raise AIError(
+                5007,
+                f"{model} is not shipped here and [edge] strict_models = true refuses its stand-in "
+                "(a hashed n-gram embedding); set strict_models = false to embed with it",
+            )
+        terms = self.settings_of(account) if self.settings_of is not None else None
+        if self.rate_limits is not None:
+            self.rate_limits.check(account, model, model, terms.limits() if terms else None)
+        loop = asyncio.get_running_loop()
+        result = await loop.run_in_executor(_embedding_pool, embed, model, texts, pooling)
+        if self.rate_limits is not None:
+            self.rate_limits.used(account, model, result.tokens)
+        if self.metrics is not None:
+            self.metrics.ai_tokens(model, result.tokens, 0)
+        return result
 
     async def _run_now(self, call: AICall) -> Answer:
         """A plain run: validated, generated, shaped in the model's schema."""

@@ -33,7 +33,13 @@ class BindingError(Exception):
 
 # What one account may keep in each store here: a hostile script could otherwise fill the disk
 # one frame at a time (D1 has SQLite's own max_page_count per database).
-ACCOUNT_QUOTA_BYTES = {"KV": 256 * 2**20, "R2": 1024 * 2**20, "Queues": 64 * 2**20, "Workflows": 256 * 2**20}
+ACCOUNT_QUOTA_BYTES = {
+    "KV": 256 * 2**20,
+    "R2": 1024 * 2**20,
+    "Queues": 64 * 2**20,
+    "Workflows": 256 * 2**20,
+    "Vectorize": 1024 * 2**20,
+}
 
 
 def check_quota(store: str, used: int, adding: int) -> None:

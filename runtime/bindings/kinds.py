@@ -18,10 +18,11 @@ from runtime.bindings.kv import KIND as KV
 from runtime.bindings.queues import KIND as QUEUE
 from runtime.bindings.r2 import KIND as R2
 from runtime.bindings.ratelimit import KIND as RATELIMIT
+from runtime.bindings.vectorize import KIND as VECTORIZE
 from runtime.bindings.workflows import KIND as WORKFLOW
 from runtime.control import config_schema
 
-KINDS: list[BindingKind] = [KV, D1, R2, QUEUE, RATELIMIT, WORKFLOW]
+KINDS: list[BindingKind] = [KV, D1, R2, QUEUE, RATELIMIT, WORKFLOW, VECTORIZE]
 
 
 def kind(name: str) -> BindingKind | None:

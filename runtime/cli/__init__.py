@@ -3,7 +3,7 @@
 common: what every command shares; client: tokens and the HTTP client; control: the commands that
 talk to a running runtime; accounts: its accounts and their tokens (admin); servers: edge dev and
 edge pop serve; bench: edge bench serve (a load generator); models: the model tools; project:
-edge init and edge d1 execute. edge sim / edge plan are capacity/cli.py's."""
+edge init and edge d1 execute; vectorize: edge vectorize. edge sim / edge plan are capacity/cli.py's."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from runtime.cli.models import add_model_parsers
 from runtime.cli.project import add_d1_parser, add_init_parser
 from runtime.cli.rollout import add_rollout_parser
 from runtime.cli.servers import add_dev_parser, add_pop_parser, build_edge, load_topology
+from runtime.cli.vectorize import add_vectorize_parser
 
 __all__ = ["main", "build_edge", "load_topology", "_pretty"]
 
@@ -37,6 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     add_reload_parser(models)
     add_rollout_parser(models)
     add_d1_parser(sub)
+    add_vectorize_parser(sub)
     add_bench_parser(sub)
     capacity_cli.register(sub)
     _show_defaults(parser)

@@ -6,7 +6,7 @@
     POST /client/v4/accounts/{account}/ai/v1/completions       OpenAI Completion (and streaming)
     GET  /client/v4/accounts/{account}/ai/v1/models            OpenAI model list
     GET  /client/v4/accounts/{account}/ai/v1/models/{model}    OpenAI model (404 in OpenAI's shape)
-    POST /client/v4/accounts/{account}/ai/v1/embeddings        404 in OpenAI's shape: none served
+    POST /client/v4/accounts/{account}/ai/v1/embeddings        OpenAI embeddings (the BGE names' stand-in)
 
 Request bodies: runtime.ai.inputs (the structs), runtime.ai.refusals (what is refused and why),
 runtime.ai.params (the mapping to the typed request).
@@ -28,6 +28,8 @@ from starlette.routing import Route
 from edge_sim.request import GenerateRequest
 from edge_sim.topology import PoP, TopologyError
 from runtime.ai.batch import BatchNotFound
+from runtime.ai.embeddings import openai_answer as openai_embeddings
+from runtime.ai.embeddings import openai_request as embedding_request
 from runtime.ai.inputs import ChatCompletionRequest, CompletionRequest
 from runtime.ai.params import json_mode_failure
 from runtime.ai.refusals import InputError, decode_inputs
@@ -49,7 +51,7 @@ log = logging.getLogger("edge.api")
 
 PREFIX = "/client/v4/accounts/{account}"
 AUTH_ERROR = 10000  # Cloudflare's "Authentication error"
-HTTP_STATUS = {5007: 400, 5004: 400, 3006: 413, 3040: 429, 3036: 429, 3007: 504, AUTH_ERROR: 401}
+HTTP_STATUS = {5007: 400, 5004: 400, 5006: 400, 3006: 413, 3040: 429, 3036: 429, 3007: 504, AUTH_ERROR: 401}
 
 
 SEARCH_PER_PAGE, SEARCH_MAX_PER_PAGE = 20, 1000  # a v4 paginated list's default page size
@@ -338,18 +340,25 @@ class AIApi:
         )
 
     async def embeddings(self, request: Request) -> Response:
-        """No embedding model is served: answered here (never by the user's worker), in OpenAI's shape."""
+        """OpenAI's embeddings.create under an embedding model's name (runtime.ai.embeddings):
+        `input` a string or a list of strings, `model`, `encoding_format` "float"; a text
+        generation model's name is a 400 naming the embedding models."""
         try:
-            self.authenticate(request)
+            account = self.authenticate(request)
         except AuthError as exc:
             return openai_error(exc.status, str(exc), AUTH_ERROR)
-        return openai_error(
-            404,
-            "no embedding model is served here; the catalog's models are text generation "
-            "(use /chat/completions or /completions)",
-            "model_not_found",
-            "model",
-        )
+        try:
+            body = decode_json(await request.body() or b"{}")
+        except BadJSON as exc:
+            return openai_error(400, str(exc))
+        try:
+            model, texts = embedding_request(body, self.runtime.ai.names())
+            result = await self.runtime.ai.embed(model, texts, account)
+        except AIError as exc:
+            if exc.code == 5007:  # OpenAI's answer for a model that cannot serve the call
+                return openai_error(404, exc.detail, "model_not_found", "model")
+            return openai_ai_error(exc, 400)
+        return JSONResponse(openai_embeddings(result, model, body.get("encoding_format") or "float"))
 
 
 def _model_object(entry: dict[str, Any], created: int) -> dict[str, Any]:

@@ -266,9 +266,14 @@ def _paths() -> dict[str, dict[str, Any]]:
         },
         ACCOUNT + "/ai/v1/embeddings": {
             "post": _op(
-                "always 404 in OpenAI's shape: no embedding model is served",
+                "OpenAI embeddings under the BGE names (a deterministic stand-in); 404 for another model",
                 a,
-                {"default": {"description": "404: no embedding model", **_json(_ref("OpenAIError"))}},
+                {
+                    "default": {
+                        "description": "an embeddings list, or an OpenAI error",
+                        **_json(_ref("OpenAIError")),
+                    }
+                },
             )
         },
         SCRIPT: {"put": _cf("upload and deploy a version", s, "Upload")},

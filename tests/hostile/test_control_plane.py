@@ -205,7 +205,7 @@ def test_the_echo_worker_shows_what_reaches_it(project):
 
 
 def test_embeddings_are_answered_by_the_api_in_openais_shape(project):
-    # no embedding model is served; the OpenAI API says so itself (the worker never sees the call)
+    # a body naming no embedding model; the OpenAI API says so itself (the worker never sees the call)
     r = never_the_worker(project, "POST", "/client/v4/accounts/local/ai/v1/embeddings")
     assert r.status_code == 404 and r.json()["error"]["type"] == "invalid_request_error"
 

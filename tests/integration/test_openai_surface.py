@@ -1,6 +1,7 @@
 """The OpenAI request surface with the official `openai` client against a running `edge dev`:
 refused parameters get a 400 naming them, unknown fields too, logit_bias is honoured, content
-parts and `developer` are read, an image part is refused, models.retrieve, embeddings answer 404
+parts and `developer` are read, an image part is refused, models.retrieve, embeddings (BGE names;
+a text generation model's name a 404)
 from the API (never the user's worker), and stream_options.include_usage ends the stream with the
 usage chunk."""
 
@@ -110,7 +111,9 @@ def test_models_retrieve_and_embeddings_come_from_the_api(client):
     assert err.value.body["code"] == "model_not_found"
     with pytest.raises(openai.NotFoundError) as err:
         client.embeddings.create(model=MODEL, input="x")
-    assert "no embedding model is served here" in err.value.body["message"]
+    assert "the embedding models are @cf/baai/bge-small-en-v1.5" in err.value.body["message"]
+    vectors = client.embeddings.create(model="@cf/baai/bge-base-en-v1.5", input=["one", "two"])
+    assert [len(d.embedding) for d in vectors.data] == [768, 768] and vectors.data[1].index == 1
 
 
 def test_include_usage_ends_the_stream_with_a_usage_chunk(client):

@@ -275,7 +275,14 @@ def test_models_retrieve_and_embeddings_answer_in_openai_shape(client):
     missing = client.get(f"{A}/ai/v1/models/@edge/none")
     assert missing.status_code == 404 and missing.json()["error"]["code"] == "model_not_found"
     emb = client.post(f"{A}/ai/v1/embeddings", json={"model": TINY_MODEL, "input": "x"})
-    assert emb.status_code == 404 and "no embedding model is served here" in emb.json()["error"]["message"]
+    assert emb.status_code == 404 and emb.json()["error"]["code"] == "model_not_found"
+    assert "is a text generation model; the embedding models are @cf/baai/" in emb.json()["error"]["message"]
+    bge = client.post(
+        f"{A}/ai/v1/embeddings", json={"model": "@cf/baai/bge-small-en-v1.5", "input": ["x", "y"]}
+    )
+    assert bge.status_code == 200 and [len(d["embedding"]) for d in bge.json()["data"]] == [384, 384]
+    run = client.post(f"{A}/ai/run/@cf/baai/bge-m3", json={"text": "x"})
+    assert run.status_code == 200 and run.json()["result"]["shape"] == [1, 1024]
 
 
 def test_a_guided_generation_that_fails_says_json_mode_could_not_be_met(runtime):

@@ -27,7 +27,9 @@ def test_each_template_writes_a_worker_a_wrangler_config_and_a_readme(tmp_path, 
     assert config.name == "my-project" and config.main == "worker.py"
     assert config.compatibility_date == "2026-11-01" and config.compatibility_flags == ["python_workers"]
     assert config.main_path == (folder / "worker.py").resolve()
-    assert (config.ai is not None) == (template == "ai-chat")
+    assert (config.ai is not None) == (template in ("ai-chat", "rag"))
+    if template == "rag":
+        assert config.bindings["vectorize"][0].index_name == "docs"
     if template == "d1":
         assert config.bindings["d1_databases"][0].binding == "DB"
         assert config.bindings["d1_databases"][0].database_name == "my-project-db"
@@ -156,3 +158,10 @@ def test_an_ai_chat_project_streams_the_models_answer(tmp_path):
         assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
         events = [line for line in r.text.splitlines() if line.startswith("data: ")]
         assert len(events) > 1 and events[-1] == "data: [DONE]"
+
+
+def test_the_rag_example_is_the_rag_template():
+    example = REPO / "examples" / "rag"
+    assert (example / "worker.py").read_text() == TEMPLATES["rag"].worker
+    config = parse_config((example / "wrangler.jsonc").read_text(), source="wrangler.jsonc", base_dir=example)
+    assert config.bindings["vectorize"][0].binding == "VECTORIZE" and config.ai is not None

@@ -1,0 +1,206 @@
+"""The Vectorize store: indexes per account surviving a reopen, insert / upsert / query /
+getByIds / deleteByIds, namespaces, metadata filters, Cloudflare's limits as clear errors that
+change nothing, and the approximate search's recall against exact search."""
+
+import numpy as np
+import pytest
+
+from runtime.bindings.common import BindingError
+from runtime.bindings.vector_filter import check_filter, matches
+from runtime.bindings.vector_search import VectorSearch
+from runtime.bindings.vectorize import VectorizeStore
+
+
+def vec(*values):
+    return list(map(float, values))
+
+
+@pytest.fixture
+def store(tmp_path):
+    s = VectorizeStore(tmp_path / "v.sqlite")
+    s.create("a", "docs", 3, "cosine")
+    yield s
+    s.close()
+
+
+def call(store, method, *args, account="a", index="docs", **kwargs):
+    return store.call(account, index, method, list(args), kwargs)
+
+
+def test_vectors_are_found_nearest_first_and_survive_a_reopen(tmp_path, store):
+    out = call(
+        store,
+        "insert",
+        [
+            {"id": "x", "values": vec(1, 0, 0), "metadata": {"kind": "a", "year": 2001}},
+            {"id": "y", "values": vec(0, 1, 0), "metadata": {"kind": "b", "year": 1999}, "namespace": "n1"},
+            {"id": "z", "values": vec(1, 1, 0), "metadata": {"kind": "a", "year": 2010}},
+        ],
+    )
+    assert out["count"] == 3 and out["mutationId"]
+    found = call(store, "query", vec(1, 0.1, 0), topK=2, returnMetadata="all")
+    assert [m["id"] for m in found["matches"]] == ["x", "z"] and found["matches"][0]["metadata"][
+        "kind"
+    ] == "a"
+    assert found["matches"][0]["score"] > found["matches"][1]["score"] > 0
+    assert call(store, "insert", [{"id": "x", "values": vec(0, 0, 1)}])["count"] == 0  # insert keeps x
+    call(store, "upsert", [{"id": "x", "values": vec(0, 0, 1)}])  # upsert replaces it
+    assert call(store, "getByIds", ["x", "missing"]) == [{"id": "x", "values": [0.0, 0.0, 1.0]}]
+    assert call(store, "query", vec(0, 0, 1), topK=1)["matches"][0]["id"] == "x"
+    assert [m["id"] for m in call(store, "query", vec(1, 0, 0), namespace="n1")["matches"]] == ["y"]
+    assert call(store, "deleteByIds", ["y", "nope"])["ids"] == ["y"]
+    assert call(store, "describe") | {"processedUpToDatetime": None, "processedUpToMutation": None} == {
+        "dimensions": 3, "metric": "cosine", "vectorCount": 2,
+        "processedUpToDatetime": None, "processedUpToMutation": None,
+    }  # fmt: skip
+    store.close()
+    reopened = VectorizeStore(tmp_path / "v.sqlite")
+    assert [m["id"] for m in call(reopened, "query", vec(1, 1, 0), topK=5)["matches"]] == ["z", "x"]
+    # another process (the CLI) deleting and re-creating the index is seen at the next call
+    other = VectorizeStore(tmp_path / "v.sqlite")
+    other.delete("a", "docs")
+    other.create("a", "docs", 3, "cosine")
+    assert call(reopened, "query", vec(1, 1, 0))["matches"] == []
+    other.close()
+    reopened.close()
+
+
+def test_metadata_filters_take_each_operator():
+    f = lambda given: check_filter("q", given)  # noqa: E731
+    meta = {"genre": "drama", "year": 2004, "tags": "x", "author": {"name": "Ada"}, "ok": True}
+    assert matches(meta, f({"genre": "drama"})) and not matches(meta, f({"genre": "comedy"}))
+    assert matches(meta, f({"genre": {"$ne": "comedy"}})) and matches(meta, f({"missing": {"$ne": 1}}))
+    assert matches(meta, f({"genre": {"$in": ["drama", "noir"]}})) and not matches(
+        meta, f({"genre": {"$nin": ["drama"]}})
+    )
+    assert matches(meta, f({"year": {"$gte": 2004, "$lt": 2005}})) and not matches(
+        meta, f({"year": {"$gt": 2004}})
+    )
+    assert matches(meta, f({"year": {"$lte": 2004}})) and not matches(meta, f({"genre": {"$lt": 5}}))
+    assert (
+        matches(meta, f({"author.name": "Ada"}))
+        and matches(meta, f({"ok": True}))
+        and not matches(meta, f({"ok": 1}))
+    )
+    assert not matches(None, f({"genre": "drama"}))
+    for bad, words in [
+        ({"genre": {"$regex": "d"}}, "unknown operator"),
+        ({"year": {"$gt": [1]}}, "takes a number or a string"),
+        ({"x": {"$in": "a"}}, "list"),
+        ({"k": "v" * 3000}, "2048"),
+        ([1], "must be an object"),
+    ]:
+        with pytest.raises(BindingError, match=words):
+            f(bad)
+
+
+def test_queries_with_a_filter_take_the_top_k_from_the_matching_vectors(store):
+    call(
+        store,
+        "upsert",
+        [{"id": f"v{i}", "values": vec(1, i / 10, 0), "metadata": {"i": i}} for i in range(10)],
+    )
+    found = call(store, "query", vec(1, 0, 0), topK=3, filter={"i": {"$gte": 5}}, returnMetadata="all")
+    assert [m["id"] for m in found["matches"]] == ["v5", "v6", "v7"]
+    by_id = call(store, "queryById", "v9", topK=2, returnValues=True)
+    assert [m["id"] for m in by_id["matches"]] == ["v9", "v8"] and len(by_id["matches"][0]["values"]) == 3
+    assert call(store, "queryById", "absent") == {"count": 0, "matches": []}
+
+
+def test_hostile_calls_get_clear_errors_and_change_nothing(store):
+    call(store, "insert", [{"id": "keep", "values": vec(1, 0, 0)}])
+    for method, args, kwargs, words in [
+        ("query", [vec(1, 0, 0)], {"topK": 10**6}, "at most 100"),
+        ("query", [vec(1, 0, 0)], {"topK": 50, "returnValues": True}, "at most 20 with returnValues"),
+        ("query", [vec(1, 0)], {}, "2 dimensions; this index takes 3"),
+        ("insert", [[{"id": "w", "values": vec(1, 2)}]], {}, "this index takes 3"),
+        ("insert", [[{"id": "i" * 65, "values": vec(1, 0, 0)}]], {}, "the limit is 64"),
+        ("insert", [[{"id": "big", "values": vec(1, 0, 0), "metadata": {"t": "x" * 11_000}}]], {}, "10240"),
+        ("insert", [[{"id": f"n{i}", "values": vec(1, 0, 0)} for i in range(1001)]], {}, "at most 1000"),
+        ("insert", [[{"id": "nan", "values": [float("nan"), 0, 0]}]], {}, "NaN"),
+        ("insert", [[{"id": "zero", "values": vec(0, 0, 0)}]], {}, "all zeros"),
+        (
+            "insert",
+            [[{"id": "ok", "values": vec(1, 0, 0)}, {"id": "bad", "values": "x"}]],
+            {},
+            "list of numbers",
+        ),
+        ("query", [vec(1, 0, 0)], {"filter": {"k": {"$where": 1}}}, "unknown operator"),
+        ("query", [vec(1, 0, 0)], {"secret": 1}, "unknown option"),
+        ("drop", [], {}, "no method"),
+    ]:
+        with pytest.raises(BindingError, match=words):
+            call(store, method, *args, **kwargs)
+    assert call(store, "describe")["vectorCount"] == 1  # nothing half-written
+    with pytest.raises(BindingError, match="no Vectorize index 'docs' in this account"):
+        call(store, "query", vec(1, 0, 0), account="b")  # another account's index of that name
+    with pytest.raises(BindingError, match="lowercase"):
+        store.create("a", "Bad_Name", 3, "cosine")
+    with pytest.raises(BindingError, match="exists already"):
+        store.create("a", "docs", 3, "cosine")
+    with pytest.raises(BindingError, match="between 1 and 1536"):
+        store.create("a", "wide", 4096, "cosine")
+
+
+@pytest.mark.parametrize("metric", ["cosine", "euclidean", "dot-product"])
+def test_approximate_search_finds_most_of_the_exact_top_10(metric):
+    rng = np.random.default_rng(7)
+    centers = rng.standard_normal((40, 32))  # clustered, as embeddings are
+    data = (centers[rng.integers(0, 40, 3000)] + 0.3 * rng.standard_normal((3000, 32))).astype(np.float32)
+    search = VectorSearch(32, metric, exact_below=1000)
+    search.add(list(range(3000)), data)
+    assert search.approximate
+    search.remove([5, 6, 7])
+    recall = []
+    for q in data[rng.integers(0, 3000, 40)] + 0.1 * rng.standard_normal((40, 32)).astype(np.float32):
+        exact = search.exact(q, 10)
+        assert all(k not in (5, 6, 7) for k, _ in exact)
+        found = search.search(q, 10)
+        recall.append(len({k for k, _ in found} & {k for k, _ in exact}) / 10)
+    assert np.mean(recall) >= 0.9, np.mean(recall)
+
+
+def test_accounts_hold_their_own_indexes_and_answers_stay_within_a_frame(store, monkeypatch):
+    from runtime.bindings import vectorize
+
+    store.create("b", "docs", 2, "euclidean")  # the same name in another account: another index
+    call(store, "upsert", [{"id": "mine", "values": vec(1, 0, 0), "metadata": {"secret": 1}}])
+    call(store, "upsert", [{"id": "theirs", "values": vec(3, 4)}], account="b")
+    with pytest.raises(BindingError, match="this index takes 2"):
+        call(store, "query", vec(1, 0, 0), account="b")
+    assert call(store, "getByIds", ["mine"], account="b") == []
+    assert call(store, "query", vec(0, 0), account="b", returnMetadata="all")["matches"] == [
+        {"id": "theirs", "score": 5.0, "metadata": None}
+    ]
+    assert [v["id"] for v in call(store, "getByIds", ["mine"])] == ["mine"]
+    call(store, "upsert", [{"id": f"m{i}", "values": vec(1, i, 0)} for i in range(10)])
+    monkeypatch.setattr(vectorize, "MAX_NAMESPACES", 2)
+    call(store, "upsert", [{"id": "n1", "values": vec(1, 0, 0), "namespace": "one"}])
+    call(store, "upsert", [{"id": "n2", "values": vec(1, 0, 0), "namespace": "two"}])
+    with pytest.raises(BindingError, match="at most 2: reuse namespaces"):
+        call(store, "upsert", [{"id": "n3", "values": vec(1, 0, 0), "namespace": "three"}])
+    call(store, "upsert", [{"id": "n4", "values": vec(1, 0, 0), "namespace": "one"}])  # a held one is fine
+    monkeypatch.setattr(vectorize, "REPLY_BYTES", 9 * 3 * 4 + 600)
+    with pytest.raises(BindingError, match="ask for at most"):
+        call(store, "getByIds", [f"m{i}" for i in range(10)])
+
+
+def test_the_cli_creates_lists_shows_and_deletes_indexes(tmp_path, capsys):
+    from runtime.cli import main
+
+    config = tmp_path / "wrangler.jsonc"
+    config.write_text('{"name": "w", "main": "worker.py", "compatibility_date": "2026-11-01"}')
+    (tmp_path / "worker.py").write_text("")
+    run = lambda *a: main(["vectorize", *a, "--config", str(config)])  # noqa: E731
+    assert run("create", "docs", "--dimensions", "32", "--metric", "dot-product") == 0
+    assert run("create", "small", "--preset", "@cf/baai/bge-small-en-v1.5") == 0
+    assert run("create", "nometric", "--dimensions", "8") == 2
+    assert run("create", "docs", "--dimensions", "8", "--metric", "cosine") == 2
+    assert "exists already" in capsys.readouterr().err
+    assert run("list") == 0
+    listed = capsys.readouterr().out
+    assert (
+        "docs: 32 dimensions, dot-product, 0 vectors" in listed and "small: 384 dimensions, cosine" in listed
+    )
+    assert run("delete", "docs") == 0 and run("info", "docs") == 2
+    assert "no Vectorize index 'docs'" in capsys.readouterr().err
