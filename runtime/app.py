@@ -33,6 +33,7 @@ from runtime.ai.service import AIService, account_rows
 from runtime.bindings import BindingStores
 from runtime.control.accounts import Accounts
 from runtime.control.config import WorkerConfig, account_settings
+from runtime.control.dashboard_feed import DashboardFeed
 from runtime.control.metrics import Metrics
 from runtime.control.rate_limit import AccountRateLimits
 from runtime.control.rollout import Rollouts
@@ -54,6 +55,7 @@ from runtime.host.worker import WorkerHandle
 from runtime.routes.accounts import AccountEndpoints
 from runtime.routes.ai_rest import AIApi
 from runtime.routes.app import assemble
+from runtime.routes.dashboard import DashboardEndpoints
 from runtime.routes.deploy import ControlApi
 from runtime.routes.edge import EdgeEndpoints
 from runtime.routes.openapi import routes as openapi_routes
@@ -101,7 +103,13 @@ class Runtime:
             self.accounts.put(name, account_settings(config, name))
         self.catalog = catalog or {}
         self.metrics = Metrics()
-        self.rate_limits = AccountRateLimits(self.accounts.limits_of, on_refused=self.metrics.ai_rate_limited)
+        self.feed = DashboardFeed()  # the live dashboard's windows (runtime.routes.dashboard)
+
+        def refused(account: str, model: str, limit: str) -> None:
+            self.metrics.ai_rate_limited(account, model, limit)
+            self.feed.rate_limited(account, model, limit)
+
+        self.rate_limits = AccountRateLimits(self.accounts.limits_of, on_refused=refused)
         # the catalog's aliases and, unless [edge] strict_models, Cloudflare's other names
         stand_ins = None if config.edge.strict_models else list(config.edge.models)
         self.aliases = alias_map(self.catalog, stand_ins_from=stand_ins)
@@ -116,7 +124,7 @@ class Runtime:
         self.ai.stand_ins = frozenset(self.aliases.keys() - own)  # the names alias_map added
         # queued batch requests, kept in the state database; run by a task started in start()
         self.batches = BatchQueue(self.state, self.ai, lambda code: edge.topology.pops[code])
-        self.ai.batches, self.ai.metrics = self.batches, self.metrics
+        self.ai.batches, self.ai.metrics, self.ai.feed = self.batches, self.metrics, self.feed
         self.metrics.watch_accounts(lambda: account_rows(edge))  # per account, from the engines' stats
         self.tail = TailHub()
         self.bindings = BindingStores(config.state_dir)  # KV, D1, R2 of every account, under .edge/
@@ -153,6 +161,7 @@ class Runtime:
             ai=self.ai,
             metrics=self.metrics,
             tail=self.tail,
+            feed=self.feed,
             bindings=self.bindings,
             objects=self.objects,
             fetch_guard=self.fetch_guard,
@@ -176,6 +185,7 @@ class Runtime:
         self.rollout_endpoints = RolloutEndpoints(
             config, edge, self.metrics, self.tail, self.ai.rollouts, self.endpoints.admin_body
         )
+        self.dashboard = DashboardEndpoints(edge, self.feed, self.ai.rollouts, admin_token)
         self.api = AIApi(
             ApiServices(self.state, self.ai, self.metrics, self.locator, self.catalog, edge, self.aliases)
         )
@@ -215,6 +225,7 @@ class Runtime:
             self._tasks.append(asyncio.create_task(run_schedule(crons, self.run_scheduled)))
         self._start_queue_consumers()
         self._tasks.append(asyncio.create_task(self.batches.run_forever()))
+        self._tasks.append(asyncio.create_task(self.dashboard.publish_forever()))
 
     def _start_queue_consumers(self) -> None:
         """One delivery loop per queues.consumers entry of the dev worker (runtime.events.queue_consumers)."""
@@ -259,6 +270,7 @@ def create_app(runtime: Runtime) -> Starlette:
         *runtime.endpoints.routes(),
         *runtime.account_endpoints.routes(),
         *runtime.rollout_endpoints.routes(),
+        *runtime.dashboard.routes(),
         *runtime.api.routes(),
         *runtime.responses.routes(),
         *runtime.control.routes(),

@@ -125,6 +125,10 @@ def cmd_dev(args: argparse.Namespace) -> int:
         config, edge, state, catalog_if_any(config), deps=deps, admin_token=admin_token, watch=args.reload
     )
     print(f"edge dev: worker {config.name!r} ({config.main}) on http://{args.host}:{args.port}", flush=True)
+    print(
+        f"  dashboard: http://{args.host}:{args.port}/cdn-cgi/edge/dashboard (sign in with the admin token)",
+        flush=True,
+    )
     if deps:
         print(f"  its dependencies: {deps} (read-only at /edge/deps in its isolate)", flush=True)
     if created:  # shown once; kept (only) in .edge/api-token for the CLI

@@ -21,6 +21,7 @@ from runtime.bindings.kinds import sdk_clients
 from runtime.control.tail import log_event
 from runtime.host.addressing import LOCATION_HEADER
 from runtime.host.objects import namespace_key
+from runtime.host.request_entry import request_entry
 from runtime.host.services import WorkerServices
 from runtime.host.spec import RequestContext, WorkerSpec, cf_properties
 from runtime.host.worker_calls import LOG_BYTES, LOG_LINES, WorkerCalls
@@ -224,6 +225,7 @@ class WorkerHandle:
                 "wallTimeMs": round(seconds * 1000, 3),
             },
         )
+        self.services.feed.request(request_entry(self.spec, ctx, outcome, event, seconds))
 
     async def _event(self, kind: str, tag: str, event: dict[str, Any], run) -> tuple[str, dict | None, Any]:
         """A worker event that is no HTTP request (a cron run, a queue batch): `run(rid)` returns
