@@ -153,6 +153,7 @@ def _login_form(problem: str | None, status: int) -> Response:
     page = f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>edge dashboard: sign in</title>
 <meta name="viewport" content="width=device-width, initial-scale=1">
+<link rel="icon" href="data:,">
 <link rel="stylesheet" href="{PATH}/static/dashboard.css"></head>
 <body class="login"><main>
 <h1>edge dashboard</h1>
