@@ -107,7 +107,7 @@ function drawArc(req) {
   g.append(svg("line", { class: "leg-client", x1: cx, y1: cy, x2: ix, y2: iy }));
   for (const call of req.ai) {
     const pop = byCode[call.pop];
-    if (!pop) continue;
+    if (!pop || pop.code === ingress.code) continue; // served where it landed: no backbone leg
     const [px, py] = project(pop.lat, pop.lon);
     const mx = (ix + px) / 2, my = Math.min(iy, py) - 30 - Math.abs(px - ix) / 6;
     g.append(svg("path", { class: "leg-backbone", d: `M${ix},${iy} Q${mx},${my} ${px},${py}` }));
@@ -154,7 +154,7 @@ function matches(req) {
 function row(req) {
   const call = req.ai[0];
   const route = call ? `${req.ingress} → ${req.ai.map((c) => c.pop).join(", ")}` : req.ingress;
-  const tr = el("tr", { class: "req", "data-id": String(req.id), "data-pop": call ? call.pop : "", "data-account": req.account },
+  const tr = el("tr", { class: "req", "data-id": String(req.id), "data-pop": call ? call.pop : "", "data-account": req.account, "data-path": req.path },
     el("td", {}, new Date(req.t * 1000).toLocaleTimeString()), el("td", {}, req.account), el("td", {}, req.worker),
     el("td", { class: "path", title: req.path }, `${req.method || req.kind} ${req.path}`),
     el("td", { class: statusClass(req.status) }, req.status == null ? req.outcome : req.status),
