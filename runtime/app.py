@@ -192,6 +192,7 @@ class Runtime:
         self.responses = ResponsesApi(self.api)
         self.control = ControlApi(self.state, config.state_dir, self.tail, self.workers.restart_worker)
         self._tasks: list[asyncio.Task] = []
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     @property
     def dev(self) -> WorkerHandle:
@@ -201,6 +202,7 @@ class Runtime:
     # --- lifecycle --------------------------------------------------------------------------------
 
     async def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
         remotes = self.edge.remote_nodes()
         if remotes:  # know their state before the first request, then keep checking
             await asyncio.gather(*(node.refresh() for node in remotes))
@@ -255,6 +257,12 @@ class Runtime:
         """A Cron Trigger fired (or /cdn-cgi/handler/scheduled was called): the dev worker's
         scheduled handler runs; its outcome goes to edge tail."""
         return await self.dev.schedule(cron, scheduled_time_ms)
+
+    def closing(self) -> None:
+        """The server was told to stop (a signal, from any thread): the dashboards' streams end now,
+        since the server waits for every open response before it stops."""
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self.feed.close)
 
     async def stop(self) -> None:
         for task in self._tasks:

@@ -156,7 +156,18 @@ def cmd_dev(args: argparse.Namespace) -> int:
     )
     if note := isolate_console.settings.describe():
         print(f"  {note}", flush=True)
-    uvicorn.run(create_app(runtime), host=args.host, port=args.port, log_level=args.log_level)
+    server = uvicorn.Server(
+        uvicorn.Config(create_app(runtime), host=args.host, port=args.port, log_level=args.log_level)
+    )
+    on_signal = server.handle_exit
+
+    def handle_exit(sig, frame) -> None:
+        # uvicorn waits for every open response before it stops: end the dashboards' endless streams
+        runtime.closing()
+        on_signal(sig, frame)
+
+    server.handle_exit = handle_exit  # type: ignore[method-assign]
+    server.run()
     return 0
 
 

@@ -49,6 +49,7 @@ class DashboardClient:
         self.events: deque[bytes] = deque(maxlen=max_events)
         self.snapshot: bytes | None = None
         self.dropped = 0  # request events it lost by not reading fast enough
+        self.closed = False  # the runtime is stopping: its stream ends
         self._wake = asyncio.Event()
 
     def offer_event(self, data: bytes) -> None:
@@ -70,14 +71,21 @@ class DashboardClient:
         self._wake.clear()
         return out
 
-    async def next(self, timeout: float) -> list[bytes]:
-        """What is waiting, after at most `timeout` seconds ([] when nothing came: send a keep-alive)."""
+    def close(self) -> None:
+        self.closed = True
+        self._wake.set()
+
+    async def next(self, timeout: float) -> list[bytes] | None:
+        """What is waiting, after at most `timeout` seconds ([] when nothing came: send a keep-alive;
+        None once closed: end the stream)."""
+        if self.closed:
+            return None
         if not self.events and self.snapshot is None:
             try:
                 await asyncio.wait_for(self._wake.wait(), timeout)
             except TimeoutError:
                 return []
-        return self.take()
+        return None if self.closed else self.take()
 
 
 class Series:
@@ -157,6 +165,7 @@ class DashboardFeed:
         # the last minute's TTFTs per model served (a canary's name apart), for the rollback signal
         self.model_ttft: OrderedDict[str, deque[tuple[float, float]]] = OrderedDict()
         self._next_id = 0
+        self.closed = False
 
     # --- what the runtime tells it -----------------------------------------------------------------
 
@@ -208,8 +217,9 @@ class DashboardFeed:
     # --- the browsers ------------------------------------------------------------------------------
 
     def join(self) -> DashboardClient | None:
-        """A new browser, its first message the window of recent requests; None when MAX_CLIENTS are open."""
-        if len(self.clients) >= self.max_clients:
+        """A new browser, its first message the window of recent requests; None when MAX_CLIENTS are
+        open or the runtime is stopping."""
+        if len(self.clients) >= self.max_clients or self.closed:
             return None
         client = DashboardClient()
         for entry in list(self.requests)[-CLIENT_EVENTS:]:
@@ -219,6 +229,12 @@ class DashboardFeed:
 
     def leave(self, client: DashboardClient) -> None:
         self.clients.discard(client)
+
+    def close(self) -> None:
+        """The runtime is stopping: every open stream ends, and no new one starts."""
+        self.closed = True
+        for client in self.clients:
+            client.close()
 
     def publish_snapshot(self, snapshot: dict[str, Any]) -> None:
         """The state of now (built by the caller once), encoded once for every open browser."""

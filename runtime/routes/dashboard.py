@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import html
+import logging
 from collections.abc import AsyncIterator
 from pathlib import Path
 from urllib.parse import parse_qs
@@ -29,6 +30,8 @@ from runtime.control.dashboard_sessions import COOKIE, SESSION_SECONDS, Dashboar
 from runtime.control.rollout import Rollouts
 from runtime.http.errors import ADMIN_AUTH, BAD_CONTROL_REQUEST, BODY_TOO_LARGE, error_response
 from runtime.routes.dashboard_view import SnapshotBuilder, topology_view
+
+log = logging.getLogger("edge.runtime")
 
 PATH = "/cdn-cgi/edge/dashboard"
 STATIC = Path(__file__).parent / "dashboard_static"
@@ -105,9 +108,12 @@ class DashboardEndpoints:
             return error_response(401, ADMIN_AUTH, f"sign in at {PATH} with the admin token first")
         client = self.feed.join()
         if client is None:
-            return error_response(
-                503, BAD_CONTROL_REQUEST, f"{self.feed.max_clients} dashboards are open already; close one"
+            why = (
+                "the runtime is stopping"
+                if self.feed.closed
+                else f"{self.feed.max_clients} dashboards are open already; close one"
             )
+            return error_response(503, BAD_CONTROL_REQUEST, why)
         feed, snapshots = self.feed, self.snapshots
 
         async def stream() -> AsyncIterator[bytes]:
@@ -117,6 +123,8 @@ class DashboardEndpoints:
                 yield sse("snapshot", snapshots.build())
                 while True:
                     items = await client.next(KEEPALIVE_S)
+                    if items is None:  # the runtime is stopping
+                        return
                     if not items:
                         yield b": keep-alive\n\n"
                     for data in items:
@@ -136,8 +144,12 @@ class DashboardEndpoints:
         """While a browser is open, a snapshot UPDATES_PER_SECOND times a second, built once for all."""
         while True:
             await asyncio.sleep(1.0 / UPDATES_PER_SECOND)
-            if self.feed.clients:
+            if not self.feed.clients:
+                continue
+            try:
                 self.feed.publish_snapshot(self.snapshots.build())
+            except Exception:  # a bug here must not stop the updates for good, nor reach serving
+                log.exception("the dashboard's snapshot failed")
 
 
 def _secured(response: Response) -> Response:

@@ -179,13 +179,18 @@ class Browser:
 
     def wait_for(self, expression: str, timeout: float = 30.0) -> Any:
         """The expression's value once it is truthy (polled every 0.1 s), else a TimeoutError naming it."""
-        deadline = time.monotonic() + timeout
+        deadline, error = time.monotonic() + timeout, None
         while time.monotonic() < deadline:
-            value = self.evaluate(expression)
+            try:
+                value = self.evaluate(expression)
+            except RuntimeError as exc:  # a page mid-navigation has no body yet: try again
+                value, error = None, exc
             if value:
                 return value
             time.sleep(0.1)
-        raise TimeoutError(f"the page never made this true: {expression}")
+        raise TimeoutError(
+            f"the page never made this true: {expression}" + (f" (last: {error})" if error else "")
+        )
 
     def goto(self, url: str) -> None:
         self.call("Page.navigate", {"url": url})

@@ -142,3 +142,16 @@ def test_sessions_expire_are_capped_and_refuse_made_up_ids():
     assert not sessions.valid(opened[0]) and sessions.valid(opened[-1])
     sessions.close(opened[-1])
     assert not sessions.valid(opened[-1])
+
+
+def test_closing_ends_every_open_stream_at_once_and_refuses_new_ones():
+    async def run():
+        feed = DashboardFeed()
+        waiting = [feed.join() for _ in range(3)]
+        reads = [asyncio.create_task(c.next(timeout=60)) for c in waiting]
+        await asyncio.sleep(0)
+        feed.close()  # edge dev was told to stop: uvicorn waits for every open response
+        return await asyncio.wait_for(asyncio.gather(*reads), 5), feed.join()
+
+    ended, late = asyncio.run(run())
+    assert ended == [None, None, None] and late is None
