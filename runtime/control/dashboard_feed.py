@@ -94,6 +94,7 @@ class Series:
     def __init__(self, clock: Callable[[], float] = time.time):
         self.clock = clock
         self.buckets: deque[dict[str, Any]] = deque(maxlen=SERIES_BUCKETS)
+        self._done: dict[int, dict[str, Any]] = {}  # the rows of finished buckets, which no longer change
 
     def _bucket(self) -> dict[str, Any]:
         start = int(self.clock() // SERIES_SECONDS) * SERIES_SECONDS
@@ -118,7 +119,13 @@ class Series:
     def view(self) -> list[dict[str, Any]]:
         """Per bucket: request and output-token throughput, and TTFT / TPOT / E2E percentiles (ms)."""
         out = []
-        for b in self.buckets:
+        self._done = (
+            {t: row for t, row in self._done.items() if t >= self.buckets[0]["t"]} if self.buckets else {}
+        )
+        for i, b in enumerate(self.buckets):
+            if (row := self._done.get(b["t"])) is not None:
+                out.append(row)
+                continue
             row = {
                 "t": b["t"],
                 "req_s": round(b["requests"] / SERIES_SECONDS, 3),
@@ -128,6 +135,8 @@ class Series:
             for key in ("ttft", "tpot", "e2e"):
                 row[f"{key}_p50"] = percentile(b[key], 50)
                 row[f"{key}_p99"] = percentile(b[key], 99)
+            if i < len(self.buckets) - 1:
+                self._done[b["t"]] = row
             out.append(row)
         return out
 
@@ -166,6 +175,9 @@ class DashboardFeed:
         self.model_ttft: OrderedDict[str, deque[tuple[float, float]]] = OrderedDict()
         self._next_id = 0
         self.closed = False
+        # seconds spent on the browsers' behalf (encoding, fanning out, building snapshots): what an
+        # open dashboard costs the event loop that serves, shown in each snapshot
+        self.work_s = 0.0
 
     # --- what the runtime tells it -----------------------------------------------------------------
 
@@ -176,9 +188,11 @@ class DashboardFeed:
         self.requests.append(entry)
         self.series.request(entry.get("outcome") == "ok" and int(entry.get("status") or 0) < 500)
         if self.clients:
+            started = time.perf_counter()
             data = sse("request", entry)
             for client in self.clients:
                 client.offer_event(data)
+            self.work_s += time.perf_counter() - started
 
     def ai_call(
         self,
@@ -240,9 +254,11 @@ class DashboardFeed:
         """The state of now (built by the caller once), encoded once for every open browser."""
         if not self.clients:
             return
+        started = time.perf_counter()
         data = sse("snapshot", snapshot)
         for client in self.clients:
             client.offer_snapshot(data)
+        self.work_s += time.perf_counter() - started
 
     def model_p99_ttft(self, model: str) -> float | None:
         now = self.clock()

@@ -15,6 +15,7 @@ import asyncio
 import hmac
 import html
 import logging
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from urllib.parse import parse_qs
@@ -147,7 +148,10 @@ class DashboardEndpoints:
             if not self.feed.clients:
                 continue
             try:
-                self.feed.publish_snapshot(self.snapshots.build())
+                started = time.perf_counter()
+                snapshot = self.snapshots.build()
+                self.feed.work_s += time.perf_counter() - started
+                self.feed.publish_snapshot(snapshot)
             except Exception:  # a bug here must not stop the updates for good, nor reach serving
                 log.exception("the dashboard's snapshot failed")
 

@@ -80,6 +80,7 @@ class SnapshotBuilder:
             "accounts": self._accounts(per_account, seats, blocks),
             "models": self._models(models),
             "series": self.feed.series.view(),
+            "work_s": round(self.feed.work_s, 6),  # the dashboards' cost so far (dashboard_feed)
         }
 
     def _decode_rate(self, code: str, model: str, generated: int, now: float) -> float:

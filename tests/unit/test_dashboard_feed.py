@@ -155,3 +155,16 @@ def test_closing_ends_every_open_stream_at_once_and_refuses_new_ones():
 
     ended, late = asyncio.run(run())
     assert ended == [None, None, None] and late is None
+
+
+def test_the_series_view_follows_the_current_bucket_as_it_fills():
+    clock = Clock()
+    feed = DashboardFeed(clock=clock)
+    feed.ai_call("a", "m", 1, 10, 5.0, 1.0, 9.0)
+    clock.t += SERIES_SECONDS
+    feed.ai_call("a", "m", 1, 10, 50.0, 1.0, 9.0)
+    before = feed.series.view()
+    feed.ai_call("a", "m", 1, 10, 70.0, 1.0, 9.0)
+    after = feed.series.view()
+    assert before[0] == after[0] and after[0]["ttft_p99"] == 5.0
+    assert before[1]["tok_s"] == 2.0 and after[1]["tok_s"] == 4.0 and after[1]["ttft_p99"] == 70.0
