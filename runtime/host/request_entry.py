@@ -23,6 +23,7 @@ def request_entry(
     status = (event.get("response") or {}).get("status")
     kind = "fetch" if "request" in event else next(iter(event), "event")
     path = urlsplit(ctx.url).path if ctx.url else ""
+    where = ctx.location  # None for an event no client sent (some Durable Object calls)
     calls = []
     for i, account in enumerate(ctx.accounts[:AI_CALLS]):
         call = msgspec.to_builtins(account)
@@ -39,8 +40,8 @@ def request_entry(
         "status": status,
         "outcome": outcome,
         "wall_ms": round(seconds * 1000, 3),
-        "client": {"name": ctx.location.name[:80], "lat": ctx.location.lat, "lon": ctx.location.lon},
-        "ingress": ctx.ingress.code,
+        "client": None if where is None else {"name": where.name[:80], "lat": where.lat, "lon": where.lon},
+        "ingress": ctx.ingress.code if ctx.ingress is not None else "",
         "ai": calls,
         "ai_calls": len(ctx.accounts),
         "logs": [

@@ -11,6 +11,7 @@ import pytest
 
 from runtime.bindings import BindingStores
 from runtime.bindings.common import BindingError
+from runtime.control.dashboard_feed import DashboardFeed
 from runtime.control.tail import TailHub
 from runtime.host.objects import DurableObjects, namespace_key
 from runtime.host.spec import DurableObjectRef, RequestContext, WorkerSpec
@@ -157,7 +158,9 @@ class _State:
 def objects(tmp_path):
     script = tmp_path / "worker.py"
     script.write_text(textwrap.dedent(SCRIPT))
-    fake = SimpleNamespace(secrets=_State(), bindings=BindingStores(tmp_path / ".edge"), tail=TailHub())
+    fake = SimpleNamespace(
+        secrets=_State(), bindings=BindingStores(tmp_path / ".edge"), tail=TailHub(), feed=DashboardFeed()
+    )
     fake.objects = DurableObjects(lambda spec: WorkerHandle(spec, fake))
     spec = WorkerSpec(
         account="acct",

@@ -191,7 +191,7 @@ function pick(req) {
   if (tr) tr.classList.add("picked");
   const detail = document.getElementById("detail");
   const parts = [el("h3", {}, `${req.method || req.kind} ${req.path}`),
-    el("p", { class: "muted" }, `${req.account} / ${req.worker} · client ${req.client.name} → ${req.ingress} · ${req.status ?? req.outcome} · ${fmt(req.wall_ms, 1)} ms`)];
+    el("p", { class: "muted" }, `${req.account} / ${req.worker} · client ${req.client ? req.client.name : "–"} → ${req.ingress} · ${req.status ?? req.outcome} · ${fmt(req.wall_ms, 1)} ms`)];
   req.ai.forEach((call, i) => {
     parts.push(el("p", {}, `AI call ${i + 1}: ${call.model} at ${call.pop}`), waterfall(call, 320, 34, true));
     const t = el("table", {}, el("tr", {}, el("th", {}, ""), el("th", { class: "num" }, "measured"), el("th", { class: "num" }, "modeled full size")));
