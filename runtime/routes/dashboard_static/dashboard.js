@@ -256,6 +256,7 @@ function drawCharts() {
     keys.forEach(([k, label], i) => {
       const pts = series.filter((p) => p[k] != null && p.t >= now - 600).map((p) => `${x(p.t).toFixed(1)},${y(p[k]).toFixed(1)}`);
       if (pts.length) s.append(svg("polyline", { class: "s" + i, points: pts.join(" ") }));
+      for (const pt of pts) { const [px, py] = pt.split(","); s.append(svg("circle", { class: "dot" + i, cx: px, cy: py, r: 2 })); }
       s.append(svg("rect", { class: "key" + i, x: w - 120 + i * 55, y: 4, width: 8, height: 8 }), svg("text", { x: w - 108 + i * 55, y: 12 }, label));
     });
     return el("div", { class: "chart" }, el("h3", {}, title), s);
