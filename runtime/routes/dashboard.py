@@ -115,7 +115,7 @@ class DashboardEndpoints:
                 else f"{self.feed.max_clients} dashboards are open already; close one"
             )
             return error_response(503, BAD_CONTROL_REQUEST, why)
-        feed, snapshots = self.feed, self.snapshots
+        feed, snapshots, sid = self.feed, self.snapshots, request.cookies.get(COOKIE)
 
         async def stream() -> AsyncIterator[bytes]:
             told = 0
@@ -124,7 +124,7 @@ class DashboardEndpoints:
                 yield sse("snapshot", snapshots.build())
                 while True:
                     items = await client.next(KEEPALIVE_S)
-                    if items is None:  # the runtime is stopping
+                    if items is None or not self.sessions.valid(sid):  # stopping, or signed out / expired
                         return
                     if not items:
                         yield b": keep-alive\n\n"

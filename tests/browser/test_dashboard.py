@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import textwrap
+import time
 from pathlib import Path
 
 import httpx
@@ -116,8 +117,15 @@ def test_the_login_trades_the_token_once_for_a_strict_http_only_cookie(server):
     sid = signed.cookies["edge_dashboard"]
     with httpx.stream("GET", server.url + DASHBOARD + "/events", cookies={"edge_dashboard": sid}) as r:
         assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
-        first = next(r.iter_lines())
-    assert first == "event: topology"
+        lines = r.iter_lines()
+        assert next(lines) == "event: topology"
+        # signing out ends the open stream too, at its next update
+        out = httpx.post(server.url + DASHBOARD + "/logout", cookies={"edge_dashboard": sid})
+        assert out.status_code == 303
+        deadline = time.monotonic() + 30
+        for _ in lines:
+            assert time.monotonic() < deadline, "the stream went on after its session was closed"
+    assert httpx.get(server.url + DASHBOARD + "/events", cookies={"edge_dashboard": sid}).status_code == 401
     assert httpx.get(f"{server.url}{DASHBOARD}/static/..%2Fdashboard.py").status_code == 404
 
 
