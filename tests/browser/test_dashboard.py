@@ -192,6 +192,20 @@ def test_a_rate_limited_burst_shows_its_429s_in_the_account_table(browser, serve
     cell = "document.querySelector('#accounts tr[data-account=local] td.limited')"
     assert int(browser.wait_for(f"{cell} && Number({cell}.textContent) > 0 && {cell}.textContent")) >= 1
     browser.screenshot(SCREENS / "accounts.png")
+    # the request list filtered to 4xx shows the refused call and none of the served ones
+    last = f"#requests tr[data-path='/ai/burst-{len(statuses) - 1}']"
+    browser.wait_for(f'!!document.querySelector("{last}")')
+    shown = browser.evaluate(
+        "(() => { const f = document.getElementById('f-status'); f.value = '4';"
+        " f.dispatchEvent(new Event('change'));"
+        " return [...document.querySelectorAll('#requests tbody tr')].filter((r) => !r.hidden)"
+        ".map((r) => r.cells[4].textContent); })()"
+    )
+    assert shown and set(shown) == {"429"}, shown
+    browser.evaluate(
+        "(() => { const f = document.getElementById('f-status'); f.value = '';"
+        " f.dispatchEvent(new Event('change')); return 1; })()"
+    )
 
 
 def test_the_other_views_draw_and_the_console_stayed_clean(browser, server):
