@@ -33,6 +33,7 @@ from runtime.ai.service import AIService, account_rows
 from runtime.bindings import BindingStores
 from runtime.control.accounts import Accounts
 from runtime.control.config import WorkerConfig, account_settings
+from runtime.control.dashboard_feed import DashboardFeed
 from runtime.control.metrics import Metrics
 from runtime.control.rate_limit import AccountRateLimits
 from runtime.control.rollout import Rollouts
@@ -57,6 +58,7 @@ from runtime.host.worker import WorkerHandle
 from runtime.routes.accounts import AccountEndpoints
 from runtime.routes.ai_rest import AIApi
 from runtime.routes.app import assemble
+from runtime.routes.dashboard import DashboardEndpoints
 from runtime.routes.deploy import ControlApi
 from runtime.routes.edge import EdgeEndpoints
 from runtime.routes.openapi import routes as openapi_routes
@@ -105,7 +107,13 @@ class Runtime:
             self.accounts.put(name, account_settings(config, name))
         self.catalog = catalog or {}
         self.metrics = Metrics()
-        self.rate_limits = AccountRateLimits(self.accounts.limits_of, on_refused=self.metrics.ai_rate_limited)
+        self.feed = DashboardFeed()  # the live dashboard's windows (runtime.routes.dashboard)
+
+        def refused(account: str, model: str, limit: str) -> None:
+            self.metrics.ai_rate_limited(account, model, limit)
+            self.feed.rate_limited(account, model, limit)
+
+        self.rate_limits = AccountRateLimits(self.accounts.limits_of, on_refused=refused)
         # the catalog's aliases and, unless [edge] strict_models, Cloudflare's other names
         stand_ins = None if config.edge.strict_models else list(config.edge.models)
         self.aliases = alias_map(self.catalog, stand_ins_from=stand_ins)
@@ -121,7 +129,7 @@ class Runtime:
         self.ai.serve_embeddings = not config.edge.strict_models
         # queued batch requests, kept in the state database; run by a task started in start()
         self.batches = BatchQueue(self.state, self.ai, lambda code: edge.topology.pops[code])
-        self.ai.batches, self.ai.metrics = self.batches, self.metrics
+        self.ai.batches, self.ai.metrics, self.ai.feed = self.batches, self.metrics, self.feed
         self.metrics.watch_accounts(lambda: account_rows(edge))  # per account, from the engines' stats
         self.tail = TailHub()
         self.bindings = BindingStores(config.state_dir)  # KV, D1, R2 of every account, under .edge/
@@ -162,6 +170,7 @@ class Runtime:
             ai=self.ai,
             metrics=self.metrics,
             tail=self.tail,
+            feed=self.feed,
             bindings=self.bindings,
             objects=self.objects,
             fetch_guard=self.fetch_guard,
@@ -193,6 +202,7 @@ class Runtime:
         self.rollout_endpoints = RolloutEndpoints(
             config, edge, self.metrics, self.tail, self.ai.rollouts, self.endpoints.admin_body
         )
+        self.dashboard = DashboardEndpoints(edge, self.feed, self.ai.rollouts, admin_token)
         self.api = AIApi(
             ApiServices(self.state, self.ai, self.metrics, self.locator, self.catalog, edge, self.aliases)
         )
@@ -200,6 +210,7 @@ class Runtime:
         self.control = ControlApi(self.state, config.state_dir, self.tail, self.workers.restart_worker)
         self.workflow_api = WorkflowApi(self.state, self.bindings, lambda: dict(self.workflows.names))
         self._tasks: list[asyncio.Task] = []
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     @property
     def dev(self) -> WorkerHandle:
@@ -209,6 +220,7 @@ class Runtime:
     # --- lifecycle --------------------------------------------------------------------------------
 
     async def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
         remotes = self.edge.remote_nodes()
         if remotes:  # know their state before the first request, then keep checking
             await asyncio.gather(*(node.refresh() for node in remotes))
@@ -237,6 +249,7 @@ class Runtime:
             log.info("workflows: %s", ", ".join(self.workflows.names))
             self._tasks.append(asyncio.create_task(self.workflows.run_forever()))
         self._tasks.append(asyncio.create_task(self.alarms.run()))
+        self._tasks.append(asyncio.create_task(self.dashboard.publish_forever()))
 
     def _start_queue_consumers(self) -> None:
         """One delivery loop per queues.consumers entry of the dev worker (runtime.events.queue_consumers)."""
@@ -275,6 +288,12 @@ class Runtime:
         scheduled handler runs; its outcome goes to edge tail."""
         return await self.dev.schedule(cron, scheduled_time_ms)
 
+    def closing(self) -> None:
+        """The server was told to stop (a signal, from any thread): the dashboards' streams end now,
+        since the server waits for every open response before it stops."""
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self.feed.close)
+
     async def stop(self) -> None:
         for task in self._tasks:
             task.cancel()
@@ -292,6 +311,7 @@ def create_app(runtime: Runtime) -> Starlette:
         *runtime.endpoints.routes(),
         *runtime.account_endpoints.routes(),
         *runtime.rollout_endpoints.routes(),
+        *runtime.dashboard.routes(),
         *runtime.api.routes(),
         *runtime.responses.routes(),
         *runtime.control.routes(),

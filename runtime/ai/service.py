@@ -50,6 +50,7 @@ from runtime.ai.refusals import InputError, decode_inputs
 from runtime.ai.responses_run import is_responses, prepare_responses, run_responses, stream_responses
 from runtime.ai.shapes import Schema, shape_result, workers_ai_events
 from runtime.control.accounts import AccountSettings
+from runtime.control.dashboard_feed import DashboardFeed
 from runtime.control.rate_limit import AccountRateLimits
 from runtime.control.rollout import CANARY_SUFFIX, Rollouts
 from workers import AIError
@@ -155,6 +156,7 @@ class AIService:
         self.rollouts: Rollouts | None = None  # canaries in progress (control.rollout); the app sets it
         self.batches: Batches | None = None  # queued batch requests (runtime.ai.batch); the app sets it
         self.metrics: Metrics | None = None  # tokens per model; the app sets it
+        self.feed: DashboardFeed | None = None  # the live dashboard's windows; the app sets it
         # Cloudflare names served by a stand-in of another family (runtime.ai.cloudflare_names): warned once
         self.stand_ins: frozenset[str] = frozenset()
         # the embedding names' stand-in (runtime.ai.embeddings); [edge] strict_models turns it off
@@ -404,6 +406,17 @@ class AIService:
         if self.metrics is not None:
             timing = result.timing
             self.metrics.ai_ttft(req.tenant, (timing.queue_ms + timing.prefill_ms) / 1000.0)
+        if self.feed is not None and result.timing is not None:
+            t = result.timing
+            self.feed.ai_call(
+                req.tenant,
+                req.model,
+                result.prompt_tokens,
+                result.completion_tokens,
+                t.ttft_ms,
+                t.tpot_ms,
+                t.total_ms,
+            )
 
 
 def account_rows(edge: Edge) -> list[tuple[str, str, str, int, int, int, int]]:

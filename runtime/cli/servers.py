@@ -126,6 +126,10 @@ def cmd_dev(args: argparse.Namespace) -> int:
         config, edge, state, catalog_if_any(config), deps=deps, admin_token=admin_token, watch=args.reload
     )
     print(f"edge dev: worker {config.name!r} ({config.main}) on http://{args.host}:{args.port}", flush=True)
+    print(
+        f"  dashboard: http://{args.host}:{args.port}/cdn-cgi/edge/dashboard (sign in with the admin token)",
+        flush=True,
+    )
     if deps:
         print(f"  its dependencies: {deps} (read-only at /edge/deps in its isolate)", flush=True)
     if created:  # shown once; kept (only) in .edge/api-token for the CLI
@@ -153,14 +157,25 @@ def cmd_dev(args: argparse.Namespace) -> int:
     )
     if note := isolate_console.settings.describe():
         print(f"  {note}", flush=True)
-    uvicorn.run(
-        create_app(runtime),
-        host=args.host,
-        port=args.port,
-        log_level=args.log_level,
-        ws_max_size=WIRE_BYTES,  # a frame over it is closed 1009 by the protocol; over 1 MiB by ours
-        ws_max_queue=WIRE_QUEUE,  # frames buffered before uvicorn stops reading a client
+    server = uvicorn.Server(
+        uvicorn.Config(
+            create_app(runtime),
+            host=args.host,
+            port=args.port,
+            log_level=args.log_level,
+            ws_max_size=WIRE_BYTES,  # a frame over it is closed 1009 by the protocol; over 1 MiB by ours
+            ws_max_queue=WIRE_QUEUE,  # frames buffered before uvicorn stops reading a client
+        )
     )
+    on_signal = server.handle_exit
+
+    def handle_exit(sig, frame) -> None:
+        # uvicorn waits for every open response before it stops: end the dashboards' endless streams
+        runtime.closing()
+        on_signal(sig, frame)
+
+    server.handle_exit = handle_exit  # type: ignore[method-assign]
+    server.run()
     return 0
 
 

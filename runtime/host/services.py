@@ -14,6 +14,7 @@ from typing import Any, Protocol
 from edge_sim.topology import Location, PoP
 from runtime.ai.service import AIService
 from runtime.bindings import BindingStores
+from runtime.control.dashboard_feed import DashboardFeed
 from runtime.control.metrics import Metrics
 from runtime.control.tail import TailHub
 from runtime.host.fetch_guard import FetchGuard
@@ -55,6 +56,7 @@ class WorkerServices:
     ai: AIService
     metrics: Metrics
     tail: TailHub
+    feed: DashboardFeed  # each finished request, for the live dashboard (runtime.routes.dashboard)
     bindings: BindingStores  # KV, D1, R2 and Durable Object storage
     objects: ObjectCalls
     fetch_guard: FetchGuard  # outbound fetch: checked by address on every hop

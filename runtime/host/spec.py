@@ -67,6 +67,7 @@ class RequestContext:
     origin: str = ""  # scheme://host:port the runtime was reached at (fetches back to it are refused)
     accounts: list[LatencyAccount] = field(default_factory=list)
     quantization: list[str] = field(default_factory=list)  # per AI call, for x-edge-quantization
+    models: list[str] = field(default_factory=list)  # per AI call, the model that served it (dashboard)
     logs: list[dict[str, Any]] = field(default_factory=list)
     subrequests: int = 0
     binding_calls: int = 0

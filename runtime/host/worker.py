@@ -21,6 +21,7 @@ from runtime.bindings.kinds import sdk_clients
 from runtime.control.tail import log_event
 from runtime.host.addressing import LOCATION_HEADER
 from runtime.host.objects import namespace_key
+from runtime.host.request_entry import request_entry
 from runtime.host.services import WorkerServices
 from runtime.host.sockets import ServerSocket, SocketEvent, SocketOwner, SocketUpgrade
 from runtime.host.spec import RequestContext, WorkerSpec, cf_properties
@@ -333,6 +334,7 @@ class WorkerHandle:
                 "wallTimeMs": round(seconds * 1000, 3),
             },
         )
+        self.services.feed.request(request_entry(self.spec, ctx, outcome, event, seconds))
 
     async def _event(
         self, kind: str, tag: str, event: dict[str, Any], run, objects: tuple = ()

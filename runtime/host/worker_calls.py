@@ -79,6 +79,7 @@ class WorkerCalls:
         if answer.result is not None:  # a run now (not a batch): its latency and formats on the answer
             ctx.accounts.append(answer.result.timing)
             ctx.quantization.append(quantization_label(answer.result))
+            ctx.models.append(answer.result.model)
         return ipc.AIReply(call.call, result=answer.body)
 
     async def _chunks(self, call: ipc.AICall, stream):

@@ -1,3 +1,3 @@
 """One module per API surface the runtime answers (Workers AI REST, OpenAI, Responses, deploy, accounts,
-rollouts, its own edge endpoints, OpenAPI) and the Starlette app they make; over http, ai and control,
-never the reverse."""
+rollouts, its own edge endpoints, the live dashboard with its page in dashboard_static/, OpenAPI) and
+the Starlette app they make; over http, ai and control, never the reverse."""

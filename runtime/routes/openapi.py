@@ -213,6 +213,12 @@ def _cdn(summary: str, params: list[str], body: str | None = None, ok: str = "20
     return _op(summary, params, _answers(_ANY_OBJECT, "RuntimeError", ok), body, security="adminToken", **kw)
 
 
+def _page(summary: str, security: str, params: list[str] | None = None, ok: str = "200") -> dict[str, Any]:
+    """A page or file for a browser (the dashboard's), not JSON."""
+    answers = _answers({"type": "string"}, "RuntimeError", ok, "text/html")
+    return _op(summary, params or [], answers, security=security)
+
+
 def _streamed(ok: dict[str, Any], error: str) -> dict[str, Any]:
     """An AI call's answers: JSON, or server-sent events when the request asked for a stream."""
     answers = _answers(ok, error)
@@ -331,6 +337,32 @@ def _paths() -> dict[str, dict[str, Any]]:
             "post": _cdn("a new API token", ["name"], "TokenRequest", ok="201", optional_body=True),
         },
         CDN + "/accounts/{name}/tokens/{token}": {"delete": _cdn("revoke a token", ["name", "token"])},
+        # the live dashboard (runtime.routes.dashboard): a page for a browser, its session a cookie
+        CDN + "/dashboard": {"get": _page("the dashboard, or its login form without a session", "")},
+        CDN + "/dashboard/login": {
+            "post": _op(
+                "trade the admin token (form field `token`) for a session cookie; 303 to the dashboard",
+                [],
+                {
+                    **_answers({"type": "string"}, "RuntimeError", ok_status="303", media="text/html"),
+                    "403": {
+                        "description": "not the admin token: the login form again, saying so",
+                        "content": {"text/html": {"schema": {"type": "string"}}},
+                    },
+                },
+                security="",
+            )
+        },
+        CDN + "/dashboard/logout": {"post": _page("end the session; 303 to the login form", "", ok="303")},
+        CDN + "/dashboard/events": {
+            "get": _op(
+                "the dashboard's live state, as server-sent events",
+                [],
+                _answers({"type": "string"}, "RuntimeError", media="text/event-stream"),
+                security="dashboardSession",
+            )
+        },
+        CDN + "/dashboard/static/{name}": {"get": _page("the page's own CSS and JavaScript", "", ["name"])},
         "/cdn-cgi/handler/scheduled": {
             "get": _op(
                 "run the dev worker's scheduled handler once",
@@ -357,6 +389,12 @@ def document() -> dict[str, Any]:
             "securitySchemes": {
                 "apiToken": {"type": "http", "scheme": "bearer", "description": "an account's API token"},
                 "adminToken": {"type": "http", "scheme": "bearer", "description": "edge dev's admin token"},
+                "dashboardSession": {
+                    "type": "apiKey",
+                    "in": "cookie",
+                    "name": "edge_dashboard",
+                    "description": "the session the dashboard's login form gives for the admin token",
+                },
             },
         },
     }

@@ -11,6 +11,7 @@ import pytest
 
 from runtime.bindings import BindingStores
 from runtime.bindings.common import BindingError
+from runtime.control.dashboard_feed import DashboardFeed
 from runtime.control.tail import TailHub
 from runtime.host.objects import DurableObjects, namespace_key
 from runtime.host.sockets import SocketHub
@@ -159,7 +160,11 @@ def objects(tmp_path):
     script = tmp_path / "worker.py"
     script.write_text(textwrap.dedent(SCRIPT))
     fake = SimpleNamespace(
-        secrets=_State(), bindings=BindingStores(tmp_path / ".edge"), tail=TailHub(), sockets=SocketHub()
+        secrets=_State(),
+        bindings=BindingStores(tmp_path / ".edge"),
+        tail=TailHub(),
+        sockets=SocketHub(),
+        feed=DashboardFeed(),
     )
     fake.on_alarm = None
     fake.objects = DurableObjects(lambda spec: WorkerHandle(spec, fake))

@@ -13,6 +13,7 @@ from starlette.testclient import TestClient
 from edge_sim.edge import Edge
 from edge_sim.network import NetworkModel
 from edge_sim.topology import Topology
+from runtime.control.dashboard_feed import DashboardFeed
 from runtime.host.addressing import Locator
 from runtime.host.fetch_guard import FetchGuard
 from runtime.host.worker import WorkerHandle
@@ -58,7 +59,7 @@ def _handle(requests=None):
     published = []
     tail = types.SimpleNamespace(publish=lambda account, worker, event: published.append(event))
     metrics = types.SimpleNamespace(request=lambda *a: None)
-    services = types.SimpleNamespace(tail=tail, metrics=metrics)
+    services = types.SimpleNamespace(tail=tail, metrics=metrics, feed=DashboardFeed())
     spec = types.SimpleNamespace(account="local", name="w", version=None)
     requests = requests or {}
     fake = types.SimpleNamespace(requests=requests, services=services, spec=spec)

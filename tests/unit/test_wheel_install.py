@@ -118,6 +118,8 @@ def test_the_wheel_holds_the_design_packages_the_shims_inside_workers_and_the_mo
     ):
         assert shipped + data in names
     assert not [n for n in names if n.startswith(shipped + "recipe/")], "the training recipe stays behind"
+    for page in ("dashboard.html", "dashboard.css", "dashboard.js"):  # the live dashboard's, served from here
+        assert f"runtime/routes/dashboard_static/{page}" in names
 
 
 INSTALLED = """

@@ -13,6 +13,7 @@ import msgspec
 import pytest
 
 from runtime.control.config_schema import ObservabilityConfig
+from runtime.control.dashboard_feed import DashboardFeed
 from runtime.host.worker_calls import WorkerCalls
 from runtime.isolate import console as isolate_console
 from runtime.isolate import ipc
@@ -324,7 +325,9 @@ def test_a_durable_object_call_shows_under_its_prefix_and_in_the_tail(tmp_path, 
     (tmp_path / "worker.py").write_text(OBJECT_SCRIPT)
     tail = TailHub()
     secrets = types.SimpleNamespace(secrets=lambda account, name: {})
-    fake = types.SimpleNamespace(secrets=secrets, bindings=BindingStores(tmp_path / ".edge"), tail=tail)
+    fake = types.SimpleNamespace(
+        secrets=secrets, bindings=BindingStores(tmp_path / ".edge"), tail=tail, feed=DashboardFeed()
+    )
     fake.sockets, fake.on_alarm = SocketHub(), None
     fake.objects = DurableObjects(lambda spec: WorkerHandle(spec, fake))
     spec = WorkerSpec(
