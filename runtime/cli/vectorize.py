@@ -64,11 +64,11 @@ def add_vectorize_parser(sub) -> None:
         "--preset", help="an embedding model's name: its width, cosine (@cf/baai/bge-base-en-v1.5)"
     )
     create.add_argument("--metric", choices=METRICS, default=None, help="cosine, euclidean or dot-product")
-    create.add_argument("--description", default=None)
+    create.add_argument("--description", default=None, help="a note kept with the index")
     for name, helptext in (("list", "the account's indexes"), ("info", "one index"), ("delete", "an index")):
         p = vec_sub.add_parser(name, help=helptext)
         if name != "list":
-            p.add_argument("name")
+            p.add_argument("name", help="the index name")
         if name == "delete":
             p.add_argument("--force", "-y", action="store_true", help="accepted for wrangler's sake")
     for p in (create, *(vec_sub.choices[n] for n in ("list", "info", "delete"))):

@@ -9,6 +9,7 @@ import asyncio
 import pytest
 
 from runtime.host.objects import CALL_CYCLE, DurableObjects, namespace_key
+from runtime.host.sockets import SocketHub, SocketOwner
 from runtime.host.spec import DurableObjectRef, RequestContext, WorkerSpec
 from runtime.isolate import ipc
 from runtime.isolate.process import IsolateLimits
@@ -28,6 +29,7 @@ class Hop:
 
     def __init__(self, spec: WorkerSpec, objects: DurableObjects):
         self.spec, self.objects = spec, objects
+        self.sockets = SocketOwner(SocketHub(), spec.account, "hop", None)  # (it holds none)
 
     async def call_object(self, method, args, kwargs, ctx: RequestContext):
         route, pause = args[0], kwargs.get("pause", 0)

@@ -182,7 +182,8 @@ def test_defaults_when_the_keys_are_absent():
     cfg = parse_config(MINIMAL, source="wrangler.json")
     assert cfg.compatibility_flags == [] and cfg.migrations == [] and cfg.triggers.crons == []
     assert cfg.bindings == {
-        "kv_namespaces": [], "d1_databases": [], "r2_buckets": [], "queues.producers": [], "ratelimits": []
+        "kv_namespaces": [], "d1_databases": [], "r2_buckets": [], "queues.producers": [], "ratelimits": [],
+        "workflows": [], "vectorize": [],
     }  # fmt: skip
     assert cfg.durable_objects.bindings == [] and cfg.queues == QueuesConfig()
     assert cfg.assets is None and cfg.observability is None and cfg.ai is None
