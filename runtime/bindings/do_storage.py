@@ -15,6 +15,7 @@ import contextlib
 import logging
 import sqlite3
 import threading
+import time
 from collections import OrderedDict
 from pathlib import Path
 from typing import Any
@@ -68,6 +69,9 @@ class ObjectStorage(D1Database):
 
     def _kv(self, sql: str, params: list[Any]) -> tuple[list[tuple], int]:
         with self._lock:
+            # the progress handler stops a statement past its deadline: each one gets its own (a
+            # stale one from an earlier statement interrupted any KV call over 1000 VM steps)
+            self._deadline = time.monotonic() + self.query_s
             self._internal = True
             try:
                 before = self._db.total_changes
@@ -88,6 +92,7 @@ class ObjectStorage(D1Database):
 
     def put(self, entries: dict[str, bytes]) -> None:
         with self._lock:
+            self._deadline = time.monotonic() + self.query_s
             self._internal = True
             try:
                 self._db.execute("BEGIN IMMEDIATE")

@@ -119,3 +119,14 @@ def test_due_alarms_run_in_time_order_and_one_account_cannot_take_every_slot(tmp
     assert order.count("busy") == 8
     assert all(_call(stores, "getAlarm", [], a) is None for a in [*busy, calm])  # each ran once, done
     stores.close()
+
+
+def test_storage_calls_of_a_fresh_object_are_never_cut_by_a_deadline_they_did_not_have(tmp_path):
+    # the statement deadline is set for every KV call: a stale one (none yet on a fresh file) used to
+    # interrupt any put, get or list over SQLite's 1000-step progress interval ("storage: interrupted")
+    stores = BindingStores(tmp_path)
+    entries = {f"key-{i:03}": {"n": i, "text": "x" * 100} for i in range(128)}
+    assert _call(stores, "put", [entries]) is None
+    assert _call(stores, "get", [list(entries)[:100]]) == {k: entries[k] for k in list(entries)[:100]}
+    assert len(stores.objects.call(*ADDRESS, "list", [], {"prefix": "key-"})) == 128
+    stores.close()
