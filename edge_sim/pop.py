@@ -90,6 +90,8 @@ class PopNode(NodeBase):
             allow_unsigned=spec.allow_unsigned,
             prefix_caching=spec.prefix_caching,
         )
+        if llm.engine.compiled_decode is not None:  # steps run eagerly until their bucket compiles
+            llm.engine.compiled_decode.warm_up_in_background()
         log.info(
             "%s: loaded %s in %.2f s (verification %.3f s)",
             pop.code,

@@ -19,6 +19,7 @@ import msgspec
 import torch
 
 from engine.batch import SeqSlice, StepBatch
+from engine.compiled_step import CompiledDecode
 from engine.errors import InvalidRequestError, RequestTooLargeError
 from engine.fair_queue import TenantShare
 from engine.guided import GuideBatch, GuideCompiler, GuideState, overlap_masks
@@ -91,10 +92,12 @@ class LLMEngine:
         scheduler: SchedulerConfig | None = None,
         prefix_caching: bool = True,
         speculative: SpeculativeConfig | None = None,
+        compiled: bool = False,
     ):
         """`speculative`: n-gram drafts verified in the decode step (engine.speculation), for
         greedy sequences without penalties, biases, grammars or logprobs; None decodes one token
-        a step."""
+        a step. `compiled`: decode-only steps run as a compiled graph (engine.compiled_step) once
+        their batch bucket is compiled; `compiled_decode.warm_up()` compiles them."""
         self.model = model
         self.cache = cache
         self.tokenizer = tokenizer
@@ -118,6 +121,7 @@ class LLMEngine:
         self.speculative = speculative
         self.draft_tokens = 0
         self.accepted_tokens = 0
+        self.compiled_decode = CompiledDecode(model, cache, self.device) if compiled else None
 
     # --- requests -------------------------------------------------------------------------------
 
@@ -303,11 +307,15 @@ class LLMEngine:
             masks = GuideBatch(self.guide_compiler(), guided, [samplers[row][0].guide for row in guided])
             if overlap_masks(self.device):
                 masks.start()  # computed while the forward pass runs (else after it, in apply)
-        hidden = self.model.forward(
-            torch.tensor(ids, dtype=torch.long, device=self.device),
-            torch.tensor(positions, dtype=torch.long, device=self.device),
-            StepBatch(slices, self.device, self.cache.layers),
-        )
+        compiled = self.compiled_decode
+        if compiled is not None and len(ids) == len(plan) and compiled.accepts(len(plan)):
+            hidden = compiled.decode(ids, slices)  # every sequence decodes one token
+        else:
+            hidden = self.model.forward(
+                torch.tensor(ids, dtype=torch.long, device=self.device),
+                torch.tensor(positions, dtype=torch.long, device=self.device),
+                StepBatch(slices, self.device, self.cache.layers),
+            )
         logits = self.model.logits(hidden[[sl.stop - 1 for _, sl in samplers]]) if samplers else None
         events: list[SeqEvent] = []
         self.scheduler.completed(policy_plan)

@@ -57,8 +57,12 @@ class PagedKVCache:
                 f"{budget_bytes} bytes hold no complete block; one block takes {self.block_bytes}",
             )
         self.pool = BlockPool(num_blocks, max_seqs, staging_blocks)
+        # one block and one staging slot past the pool's, never handed out: where the padding rows
+        # of a compiled decode step (engine.compiled_step) write and read
+        self.scratch_block, self.scratch_slot = num_blocks, max_seqs
         self.layers = [
-            LayerKV(components, kv_dtype, num_blocks, dense, device, max_seqs) for _ in range(num_layers)
+            LayerKV(components, kv_dtype, num_blocks + 1, dense, device, max_seqs + 1)
+            for _ in range(num_layers)
         ]
 
     layout_bytes = staticmethod(layout_bytes)

@@ -14,6 +14,7 @@ import msgspec
 import torch
 
 from engine.batch import SeqSlice, StepBatch
+from engine.compiled_step import compile_from_env
 from engine.config import ModelConfig, load_config
 from engine.engine import EngineStats, LLMEngine, StepStats, default_kv_budget
 from engine.errors import EngineError, InvalidRequestError, ModelLoadError, RequestTooLargeError
@@ -83,6 +84,7 @@ class LLM:
         fair_share: bool | None = None,
         prefix_caching: bool = True,
         speculative: SpeculativeConfig | None | str = "env",
+        compile: bool | str = "env",
     ):
         """`weights`: 'auto' (as stored), 'bf16', 'fp8', 'int8' or 'int4'; a compressed format
         applies to `weight_parts` (default: routed and shared experts). `kv_cache_dtype`: 'auto'
@@ -97,7 +99,11 @@ class LLM:
         that start with the same tokens (salted per tenant; see engine.prefix_hash).
 
         `speculative`: n-gram drafts verified in the decode step (engine.speculation), a
-        SpeculativeConfig, None (one token a step) or "env" ($EDGE_SPECULATIVE, off by default)."""
+        SpeculativeConfig, None (one token a step) or "env" ($EDGE_SPECULATIVE, off by default).
+
+        `compile`: decode steps as a compiled graph per batch bucket (engine.compiled_step), True,
+        False or "env" ($EDGE_COMPILE; unset: on a CPU). Buckets compile on first use of
+        `engine.compiled_decode.warm_up()`; until then steps run eagerly."""
         self.path = Path(model)
         if not self.path.is_dir():
             raise ModelLoadError(f"{self.path}: not a model directory (expected config.json and safetensors)")
@@ -158,6 +164,7 @@ class LLM:
             ),
             prefix_caching=prefix_caching,
             speculative=speculative_from_env() if speculative == "env" else speculative,
+            compiled=compile_from_env(self.device) if compile == "env" else bool(compile),
         )
 
     @property

@@ -153,7 +153,7 @@ def decode_write(store: KVStore, index: DecodeIndex, x: torch.Tensor) -> None:
         from kernels.paged_kv_triton import decode_write_triton
 
         return decode_write_triton(store, index.tables, index.pos, index.slots, x)
-    return paged_kv_flat.write(store, index, x)
+    return index.write(store, x)
 
 
 def gqa_decode(q, k: KVStore, v: KVStore, index: DecodeIndex, scale: float) -> torch.Tensor:

@@ -46,6 +46,14 @@ class DecodeIndex:
     def batch(self) -> int:
         return self.tables.shape[0]
 
+    # the attention functions below write and read through their index: this one's, or a
+    # compiled step's kernels.paged_kv_static.StaticDecodeIndex
+    def write(self, store, x: torch.Tensor) -> None:
+        write(store, self, x)
+
+    def read(self, store) -> torch.Tensor:
+        return read(store, self)
+
 
 def decode_index(
     tables: list[list[int]], pos: list[int], slots: list[int | None], device: torch.device
@@ -145,14 +153,14 @@ def read(store, index: DecodeIndex) -> torch.Tensor:
     return dense.view(index.batch, -1, *dense.shape[2:])
 
 
-def _mask(index: DecodeIndex, dtype: torch.dtype) -> torch.Tensor:
+def _mask(index, dtype: torch.dtype) -> torch.Tensor:
     return index.mask if index.mask.dtype == dtype else index.mask.to(dtype)
 
 
-def gqa_decode(q: torch.Tensor, k, v, index: DecodeIndex, scale: float) -> torch.Tensor:
+def gqa_decode(q: torch.Tensor, k, v, index, scale: float) -> torch.Tensor:
     """q [B, H, D] against each sequence's cached K/V; -> [B, H, D]. Each KV head's group of query
     heads is one batch row of torch's fused attention (its CPU kernel: no [B, H, T] round trips)."""
-    k_all, v_all = read(k, index), read(v, index)  # [B, T, KVH, D]
+    k_all, v_all = index.read(k), index.read(v)  # [B, T, KVH, D]
     b, _, kvh, d = k_all.shape
     out = F.scaled_dot_product_attention(
         q.view(b, kvh, -1, d),
@@ -164,13 +172,11 @@ def gqa_decode(q: torch.Tensor, k, v, index: DecodeIndex, scale: float) -> torch
     return out.reshape(b, -1, d)
 
 
-def mla_decode(
-    q_lat: torch.Tensor, q_rot: torch.Tensor, latent, rope, index: DecodeIndex, scale: float
-) -> torch.Tensor:
+def mla_decode(q_lat: torch.Tensor, q_rot: torch.Tensor, latent, rope, index, scale: float) -> torch.Tensor:
     """Absorbed MLA over the cached latent: softmax(scale * (q_lat.latent + q_rot.rope)) . latent;
     -> [B, H, R]. The mask enters as baddbmm's input, so scores take two fused ops."""
-    lat = read(latent, index)[:, :, 0]  # [B, T, R]
-    rot = read(rope, index)[:, :, 0]
+    lat = index.read(latent)[:, :, 0]  # [B, T, R]
+    rot = index.read(rope)[:, :, 0]
     scores = torch.baddbmm(_mask(index, q_lat.dtype), q_lat, lat.transpose(1, 2), alpha=scale)
     scores = torch.baddbmm(scores, q_rot, rot.transpose(1, 2), alpha=scale)
     probs = torch.softmax(scores, dim=-1, dtype=torch.float32)

@@ -14,6 +14,7 @@ import torch.nn.functional as F
 
 import kernels
 from engine.config import ModelConfig, RopeSpec
+from engine.models import eager_ops
 from kernels.quant import QuantizedWeight, concat_out, rows_of, stack
 
 Tensors = Mapping[str, "torch.Tensor | QuantizedWeight"]
@@ -46,8 +47,10 @@ class Linear:
 
     def __init__(self, weight: torch.Tensor | QuantizedWeight, bias: torch.Tensor | None = None):
         self.bias = bias
+        self.out_features = weight.shape[-2]
         if isinstance(weight, QuantizedWeight):
             self.quantized, self.weight_t = weight, None
+            self.handle = eager_ops.register(self)  # a compiled step calls it as an opaque op
         else:
             self.quantized, self.weight_t = None, weight.t().contiguous()
 
@@ -57,9 +60,14 @@ class Linear:
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         if self.weight_t is None:
-            return kernels.linear(x, self.quantized, self.bias)
+            if torch.compiler.is_compiling():
+                return eager_ops.quantized_linear(x, self.handle)
+            return self.eager(x)
         y = torch.matmul(x, self.weight_t)
         return y if self.bias is None else y + self.bias
+
+    def eager(self, x: torch.Tensor) -> torch.Tensor:
+        return kernels.linear(x, self.quantized, self.bias)
 
 
 def linear(t: Tensors, prefix: str, bias: bool = False) -> Linear:
@@ -310,6 +318,7 @@ class MoE:
         self.num_experts = c.n_routed_experts
         self._load = torch.zeros(c.n_routed_experts, dtype=torch.int64)
         self._pending: list[torch.Tensor] = []  # routed ids not yet counted (counted in bulk: cheaper)
+        self.handle = eager_ops.register(self)  # a compiled step runs `routed` as an opaque op
 
     @property
     def expert_load(self) -> torch.Tensor:
@@ -320,12 +329,19 @@ class MoE:
             self._pending.clear()
         return self._load
 
-    def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        weights, ids = self.router(x)
+    def routed(self, x: torch.Tensor, weights: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+        """The routed experts' weighted sum, the routing counted in the expert load."""
         self._pending.append(ids)
         if len(self._pending) >= 256:
             self.expert_load  # noqa: B018 - folds the pending ids into the counts
-        out = self.experts(x, weights, ids)
+        return self.experts(x, weights, ids)
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        weights, ids = self.router(x)
+        if torch.compiler.is_compiling():
+            out = eager_ops.routed_experts(x, weights, ids, self.handle)
+        else:
+            out = self.routed(x, weights, ids)
         if self.shared is not None:
             out = out + self.shared(x)
         return out

@@ -1,0 +1,181 @@
+"""The decode step as one compiled graph per batch bucket (torch.compile, inductor).
+
+An eager decode step of a miniature is about a thousand ATen calls of a few microseconds each;
+compiled, the norms, RoPE, attention over the paged cache, the router and the dense matmuls of
+all layers become a few fused C++ kernels. What a graph cannot hold stays eager as opaque ops
+(engine.models.eager_ops: the routed experts, which read their token counts on the host, and
+compressed-weight matmuls in C).
+
+Shapes are bounded so compiles are counted, not open-ended: the batch is padded to a bucket
+(1, 2, 4, ... 64 rows; padding rows write to the cache's scratch block) and the context is one
+dynamic dimension (blocks per sequence), so each bucket compiles once, whatever the lengths. The
+KV addressing is kernels.paged_kv_static's: every field a tensor, no branch on data.
+
+Only decode-only steps on a CPU take this path; prefill chunks and speculative verify steps run
+the eager model, which stays the reference (tests/unit/test_compiled_step.py checks both give the
+same tokens). $EDGE_COMPILE=0 turns it off. Compiled artifacts persist in inductor's cache under
+the user cache dir, so a second start reuses them.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Iterable
+from pathlib import Path
+
+import torch
+
+from engine.block_pool import BLOCK_SIZE
+from engine.models import eager_ops
+from kernels.paged_kv_static import StaticDecodeIndex, static_index
+
+log = logging.getLogger(__name__)
+
+# one compile at a time in a process: several engines (PoPs, models) warm up on few cores
+_COMPILING = threading.Lock()
+
+COMPILE_ENV = "EDGE_COMPILE"
+ROW_BUCKETS = (1, 2, 4, 8, 16, 32, 64)
+
+
+def compile_from_env(device: torch.device) -> bool:
+    """$EDGE_COMPILE: "0" / "off" eager, "1" / "on" compiled; unset: compiled on a CPU."""
+    value = os.environ.get(COMPILE_ENV, "").strip().lower()
+    if value in ("0", "off", "false", "no"):
+        return False
+    if value in ("1", "on", "true", "yes"):
+        return True
+    return device.type == "cpu"
+
+
+def _cache_dir() -> Path:
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return base / "edge-workers" / f"inductor-torch-{torch.__version__}"
+
+
+def row_bucket(n: int) -> int | None:
+    """The smallest bucket holding n rows; None past the largest."""
+    return next((b for b in ROW_BUCKETS if b >= n), None)
+
+
+class _CompiledBatch:
+    """What the model's layers ask a step batch for, on a compiled step: every row decodes."""
+
+    decode_only = True
+
+    def __init__(self, layers, index: StaticDecodeIndex):
+        self.layers = layers
+        self.index = index
+        self.decode = self  # LayerKV.decode_write and the attention read `decode.index`
+
+    def kv(self, layer: int):
+        return self.layers[layer]
+
+
+class CompiledDecode:
+    """Decode-only steps of up to `max_rows` sequences through a compiled forward."""
+
+    def __init__(self, model, cache, device: torch.device, max_rows: int = ROW_BUCKETS[-1]):
+        os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(_cache_dir()))
+        # one graph per row bucket per engine; many engines live in one process (tests, PoPs)
+        torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 1024)
+        torch._dynamo.config.accumulated_recompile_limit = max(
+            torch._dynamo.config.accumulated_recompile_limit, 4096
+        )
+        self.model, self.cache, self.device = model, cache, device
+        self.max_rows = max_rows
+        self._fn = torch.compile(self._forward, fullgraph=True)
+        self.ready: set[int] = set()  # row buckets whose graph is compiled
+        self.compile_seconds: dict[int, float] = {}
+        self.failed: str | None = None  # why compiling failed (then every step runs eagerly)
+        self.steps = 0  # steps served compiled
+
+    # --- the graph -----------------------------------------------------------------------------
+
+    def _forward(self, ids: torch.Tensor, index: StaticDecodeIndex, layers) -> torch.Tensor:
+        return self.model.forward(ids, index.pos, _CompiledBatch(layers, index))
+
+    def _call(self, ids: torch.Tensor, index: StaticDecodeIndex) -> torch.Tensor:
+        # the context (blocks per row) is the one dynamic dimension: one graph per row bucket
+        for t, dim in ((index.tables, 1), (index.blocks, 0), (index.mask, 2)):
+            torch._dynamo.mark_dynamic(t, dim)
+        with torch._dynamo.config.patch(automatic_dynamic_shapes=False):  # rows stay the bucket's
+            return self._fn(ids, index, self.cache.layers)
+
+    def _index(self, tables: list[list[int]], pos: list[int], slots: list[int | None], rows: int):
+        blocks = max(2, max(len(t) for t in tables))  # at least 2: the dynamic dim's minimum
+        scratch_slot = self.cache.scratch_slot
+        return static_index(
+            tables,
+            pos,
+            [scratch_slot if s is None else s for s in slots],
+            rows,
+            blocks,
+            self.cache.scratch_block,
+            scratch_slot,
+            self.device,
+        )
+
+    # --- serving -------------------------------------------------------------------------------
+
+    def accepts(self, rows: int) -> bool:
+        """Whether a decode-only step of `rows` sequences runs compiled now (its bucket is ready)."""
+        if self.failed is not None or rows > self.max_rows:
+            return False
+        bucket = row_bucket(rows)
+        return bucket is not None and bucket in self.ready
+
+    def decode(self, ids: list[int], slices) -> torch.Tensor:
+        """Final hidden states [B, hidden] of B decoding sequences' next tokens `ids`, one
+        engine.batch.SeqSlice each."""
+        rows = row_bucket(len(ids))
+        assert rows is not None
+        tables, pos = [], []
+        for s in slices:
+            needed = -(-(s.past + 1) // BLOCK_SIZE)
+            tables.append(s.blocks.block_table[:needed])
+            pos.append(s.past)
+        index = self._index(tables, pos, [s.blocks.slot for s in slices], rows)
+        ids_t = torch.tensor(ids + [0] * (rows - len(ids)), dtype=torch.long, device=self.device)
+        self.steps += 1
+        with eager_ops.real_rows(len(ids)):
+            return self._call(ids_t, index)[: len(ids)]
+
+    def warm_up(self, buckets: Iterable[int] | None = None) -> None:
+        """Compile the graph of each row bucket (all rows padding: only the scratch block is
+        written), smallest first; a failure turns the compiled path off and says why."""
+        for rows in buckets if buckets is not None else ROW_BUCKETS:
+            if rows > self.max_rows or rows in self.ready or self.failed is not None:
+                continue
+            started = time.perf_counter()
+            try:
+                with _COMPILING, torch.inference_mode():
+                    for blocks in (2, 3):  # a second length: the context dim compiles dynamic at once
+                        index = static_index(
+                            [],
+                            [],
+                            [],
+                            rows,
+                            blocks,
+                            self.cache.scratch_block,
+                            self.cache.scratch_slot,
+                            self.device,
+                        )
+                        ids = torch.zeros(rows, dtype=torch.long, device=self.device)
+                        with eager_ops.real_rows(0):
+                            self._call(ids, index)
+            except Exception as exc:  # noqa: BLE001 - any compiler failure: serve eagerly
+                self.failed = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
+                log.warning("compiled decode step unavailable, serving eagerly: %s", self.failed)
+                return
+            self.compile_seconds[rows] = time.perf_counter() - started
+            self.ready.add(rows)
+
+    def warm_up_in_background(self, buckets: Iterable[int] | None = None) -> threading.Thread:
+        """warm_up on a daemon thread: steps run eagerly until their bucket is ready."""
+        thread = threading.Thread(target=self.warm_up, args=(buckets,), name="edge-compile", daemon=True)
+        thread.start()
+        return thread
