@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +30,8 @@ from runtime.http.errors import WORKER_EXCEPTION, WORKER_LIMITS, WORKER_UNAVAILA
 from runtime.isolate import ipc
 from runtime.isolate.console import WorkerConsole, indented
 from runtime.isolate.process import ExceededResources, Isolate, IsolateCrashed, WorkerLoadError
+
+ObjectAnswer = ipc.ObjectResult | ipc.InvokeError
 
 log = logging.getLogger("edge.worker")
 
@@ -83,46 +85,38 @@ class WorkerHandle:
     def label(self) -> str:
         return self.spec.name
 
-    async def call_object(
-        self, method: str, args: list, kwargs: dict, ctx: RequestContext
-    ) -> ipc.ObjectResult | ipc.InvokeError:
+    async def call_object(self, method: str, args: list, kwargs: dict, ctx: RequestContext) -> ObjectAnswer:
         """Run `method` on the Durable Object this handle serves (its isolate started if need be);
         tailed as Cloudflare tails one, with `event: {rpcMethod}` (not counted as a request)."""
         rid = self.isolate.next_request_id()
-        self.requests[rid] = ctx
-        outcome, exception = "canceled", None
-        try:
-            result = await self.isolate.call_object(method, args, kwargs, request_id=rid)
-            if isinstance(result, ipc.InvokeError):
-                name, _, message = result.message.partition(": ")
-                outcome, exception = (
-                    "exception",
-                    {"name": name, "message": message, "stack": result.traceback},
-                )
-            else:
-                outcome = "ok"
-            return result
-        except (ExceededResources, IsolateCrashed, WorkerLoadError) as exc:
-            outcome = exc.outcome if isinstance(exc, ExceededResources) else "exception"
-            exception = {"name": type(exc).__name__, "message": str(exc)}
-            raise
-        finally:
-            self.requests.pop(rid, None)
-            self._publish(ctx, outcome, exception, {"rpcMethod": method}, count=False)
+        return await self._tailed_event(
+            rid, ctx, self.isolate.call_object(method, args, kwargs, request_id=rid), {"rpcMethod": method}
+        )
 
-    async def run_workflow(
-        self, rid: int, instance_id: str, payload: Any, timestamp_ms: int
-    ) -> ipc.ObjectResult | ipc.InvokeError:
+    async def run_workflow(self, rid: int, instance_id: str, payload: Any, timestamp_ms: int) -> ObjectAnswer:
         """One run of a workflow instance (`rid` from isolate.next_request_id, so that the caller
         knows which run each step call belongs to); tailed with `event: {workflow, instanceId}`.
         Raises what the isolate raises (ExceededResources, IsolateCrashed, WorkerLoadError)."""
         location, ingress = self.services.event_origin()
         ctx = RequestContext(location, ingress, 0.0, method="", url="")
         ctx.console = self.console.event(f"workflow({instance_id[:12]})")
+        name = self.spec.workflow.name if self.spec.workflow else ""
+        return await self._tailed_event(
+            rid,
+            ctx,
+            self.isolate.run_workflow(instance_id, payload, timestamp_ms, request_id=rid),
+            {"workflow": name, "instanceId": instance_id},
+        )
+
+    async def _tailed_event(
+        self, rid: int, ctx: RequestContext, call: Awaitable[ObjectAnswer], event: dict
+    ) -> ObjectAnswer:
+        """Await an isolate call that is not a request (an RPC, a workflow run) under request id
+        `rid`, and tail its outcome with `event` (not counted as a request)."""
         self.requests[rid] = ctx
         outcome, exception = "canceled", None
         try:
-            result = await self.isolate.run_workflow(instance_id, payload, timestamp_ms, request_id=rid)
+            result = await call
             if isinstance(result, ipc.InvokeError):
                 name, _, message = result.message.partition(": ")
                 outcome, exception = (
@@ -138,8 +132,7 @@ class WorkerHandle:
             raise
         finally:
             self.requests.pop(rid, None)
-            name = self.spec.workflow.name if self.spec.workflow else ""
-            self._publish(ctx, outcome, exception, {"workflow": name, "instanceId": instance_id}, count=False)
+            self._publish(ctx, outcome, exception, event, count=False)
 
     # --- serving a request --------------------------------------------------------------------------
 
