@@ -39,6 +39,10 @@ _COMPILING = threading.Lock()
 
 COMPILE_ENV = "EDGE_COMPILE"
 ROW_BUCKETS = (1, 2, 4, 8, 16, 32, 64)
+# buckets a PoP compiles and serves compiled by default: measured (bench/compiled_step.py), the
+# graph wins up to 16 sequences and is even at 32, where the step is mostly matmuls either way
+DEFAULT_MAX_ROWS = 16
+SKIP_GUARDS = os.environ.get("EDGE_COMPILE_GUARDS", "") != "all"
 
 
 def compile_from_env(device: torch.device) -> bool:
@@ -76,9 +80,10 @@ class _CompiledBatch:
 
 
 class CompiledDecode:
-    """Decode-only steps of up to `max_rows` sequences through a compiled forward."""
+    """Decode-only steps through a compiled forward, for the batch buckets compiled so far;
+    `warm_up()` compiles those up to `max_rows` unless given others (larger batches run eagerly)."""
 
-    def __init__(self, model, cache, device: torch.device, max_rows: int = ROW_BUCKETS[-1]):
+    def __init__(self, model, cache, device: torch.device, max_rows: int = DEFAULT_MAX_ROWS):
         os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(_cache_dir()))
         # one graph per row bucket per engine; many engines live in one process (tests, PoPs)
         torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 1024)
@@ -123,7 +128,7 @@ class CompiledDecode:
 
     def accepts(self, rows: int) -> bool:
         """Whether a decode-only step of `rows` sequences runs compiled now (its bucket is ready)."""
-        if self.failed is not None or rows > self.max_rows:
+        if self.failed is not None:
             return False
         bucket = row_bucket(rows)
         return bucket is not None and bucket in self.ready
@@ -141,14 +146,16 @@ class CompiledDecode:
         index = self._index(tables, pos, [s.blocks.slot for s in slices], rows)
         ids_t = torch.tensor(ids + [0] * (rows - len(ids)), dtype=torch.long, device=self.device)
         self.steps += 1
-        with eager_ops.real_rows(len(ids)):
+        # the bucket is compiled, and the inputs differ from warm-up's only in values and in the
+        # context length (dynamic): only the guards that tell graphs apart need evaluating
+        with eager_ops.real_rows(len(ids)), torch.compiler.set_stance(skip_guard_eval_unsafe=SKIP_GUARDS):
             return self._call(ids_t, index)[: len(ids)]
 
     def warm_up(self, buckets: Iterable[int] | None = None) -> None:
         """Compile the graph of each row bucket (all rows padding: only the scratch block is
         written), smallest first; a failure turns the compiled path off and says why."""
         for rows in buckets if buckets is not None else ROW_BUCKETS:
-            if rows > self.max_rows or rows in self.ready or self.failed is not None:
+            if (buckets is None and rows > self.max_rows) or rows in self.ready or self.failed is not None:
                 continue
             started = time.perf_counter()
             try:
