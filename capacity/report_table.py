@@ -98,6 +98,18 @@ def format_table(report: dict[str, Any]) -> str:
     rows = [[label, *(col[i][1] for col in columns)] for i, (label, _) in enumerate(columns[0])]
     lines += _table(header, rows)
     for s in runs:
+        if "tenants" not in s:
+            continue
+        lines.append("")
+        lines.append(f"per account, KV {s['kv']} (server TTFT: queue + prefill, no network)")
+        header = ["account", "requests", "served", "TTFT p50/p90/p99", "server TTFT p50/p90/p99", "preempted"]
+        rows = [
+            [name, str(t["requests"]), str(t["served"]), _triple(t["ttft_ms"]), _triple(t["server_ttft_ms"]),
+             str(t["preempted"])]
+            for name, t in s["tenants"].items()
+        ]  # fmt: skip
+        lines += _table(header, rows)
+    for s in runs:
         lines.append("")
         lines.append(f"per PoP, KV {s['kv']}")
         header = [
