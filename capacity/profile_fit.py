@@ -45,6 +45,7 @@ class ProfileFit(msgspec.Struct, kw_only=True):
     # the cached tokens per decoder that decode_batch_ms already includes (a serving fit's typical
     # context, so that the context slope only prices the difference; 0: nothing cached, a profile)
     context_per_seq: float = 0.0
+    serving_notes: list[str] = []  # what the serving fit could not fit from its steps, and used instead
 
     def step_ms(self, prefill_tokens, prefill_pairs, prefill_kv, decode_seqs, decode_kv) -> float:
         prefill = self.prefill_token_ms * prefill_tokens + self.prefill_pair_ms_per_1m * prefill_pairs / 1e6

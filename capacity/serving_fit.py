@@ -116,6 +116,22 @@ def _monotone(values: list[float], weights: list[float]) -> list[float]:
     return [v for v, _, n in blocks for _ in range(int(n))]
 
 
+_COLUMNS = ("prefill fixed", "context slope", "mixed fixed", "prefill per token", "prefill per pair")
+
+
+def _solve(rows: list[list[float]], ys: list[float], fixed: dict[int, float]) -> list[float]:
+    """Non-negative least squares with the columns in `fixed` held at their values."""
+    free = [j for j in range(len(rows[0])) if j not in fixed]
+    rest = [y - sum(v * r[j] for j, v in fixed.items()) for r, y in zip(rows, ys, strict=True)]
+    sol = least_squares([[r[j] for j in free] for r in rows], rest)
+    coef = [0.0] * len(rows[0])
+    for j, v in fixed.items():
+        coef[j] = v
+    for j, v in zip(free, sol, strict=True):
+        coef[j] = v
+    return coef
+
+
 def fit_serving_steps(steps: list[dict], base: ProfiledCostModel, kv: str = "auto") -> ProfiledCostModel:
     """`base` with the step times of its `kv` fit refitted to recorded serving steps.
 
@@ -165,13 +181,36 @@ def fit_serving_steps(steps: list[dict], base: ProfiledCostModel, kv: str = "aut
         extra = (s["decode_context"] - per_seq * b) / 1e3
         row += [extra, float(bool(prefill and b)), prefill, s["prefill_pairs"] / 1e6]
         rows.append(row)
-    coef = least_squares(rows, ys)
+    # a term the log has too few steps of keeps the profile's value (its steps are fitted around it)
+    fallback = {
+        n: ("prefill-only steps", fit.prefill_fixed_ms),
+        n + 2: ("mixed steps", max(0.0, fit.prefill_fixed_ms - fit._base(1))),
+        n + 3: ("prefill steps", fit.prefill_token_ms),
+        n + 4: ("prefill steps", fit.prefill_pair_ms_per_1m),
+    }
+    fixed, notes = {}, []
+    for j, (what, value) in fallback.items():
+        seen = sum(1 for r in rows if r[j])
+        if seen < MIN_STEPS_PER_KNOT:
+            fixed[j] = value
+            notes.append(f"{seen} {what}: column {_COLUMNS[j - n]} kept from the profile")
+    coef = _solve(rows, ys, fixed)
+    # The cache read of a token beyond the typical context costs no more than a step at that
+    # context costs per cached token (it is part of that step): above that bound, the slope is the
+    # log's noise, and the profile's (measured by varying the context alone) is used, within it.
     support = [sum(r[j] for r in rows) for j in range(n)]
     table = _monotone(coef[:n], support)
+    per_token = [ms / (b * per_seq) * 1e3 for b, ms in zip(knots, table, strict=True) if ms > 0]
+    bound = min(per_token) if per_seq > 0 and per_token else 0.0
+    if coef[n + 1] > bound:
+        fixed[n + 1] = min(fit.decode_kv_ms_per_1k, bound)
+        notes.append(
+            f"context slope {coef[n + 1]:.2f} ms/1k over the plausible {bound:.2f}: the profile's, within it"
+        )
+        coef = _solve(rows, ys, fixed)
+        table = _monotone(coef[:n], support)
     longest = max(ys)
-    most = {
-        key: max(s[key] for s in rows_steps) for key in ("decode_context", "prefill_tokens", "prefill_pairs")
-    }
+    most = {key: max(s[key] for s in rows_steps) for key in ("prefill_tokens", "prefill_pairs")}
     terms = {f"decode step at batch {b}": ms for b, ms in zip(knots, table, strict=True)} | {
         "context slope at the most cached tokens": coef[n + 1] * max(r[n + 1] for r in rows),
         "mixed step's fixed cost": coef[n + 2],
@@ -192,13 +231,14 @@ def fit_serving_steps(steps: list[dict], base: ProfiledCostModel, kv: str = "aut
         fit,
         decode_batch_ms=list(zip(knots, table, strict=True)),
         decode_kv_ms_per_1k=coef[n + 1],
-        prefill_fixed_ms=coef[n] if any(r[n] for r in rows) else fit.prefill_fixed_ms,
+        prefill_fixed_ms=coef[n],
         mixed_fixed_ms=coef[n + 2],
         prefill_token_ms=coef[n + 3],
         prefill_pair_ms_per_1m=coef[n + 4],
         serving_steps=len(rows),
         serving_error=statistics.median(errors) if errors else 0.0,
         context_per_seq=per_seq,
+        serving_notes=notes,
     )
     name = f"{base.device}, fitted to {len(rows)} serving steps"
     return ProfiledCostModel(base.model_name, name, {kv: refit}, base.threads, base.prices)
@@ -214,4 +254,5 @@ def describe_fit(fit) -> str:
         f"prefill {fit.prefill_fixed_ms:.2f} ms + {fit.prefill_token_ms:.4f} ms/token "
         f"+ {fit.prefill_pair_ms_per_1m:.2f} ms/1M pairs"
         + (f"; median |error| on its steps {fit.serving_error:.0%}" if fit.serving_steps else "")
+        + "".join(f"; {note}" for note in fit.serving_notes)
     )

@@ -66,18 +66,42 @@ def test_too_few_steps_or_one_batch_size_is_refused_saying_what_is_missing():
         fit_serving_steps(only_three, base_profile())
 
 
-def test_a_term_the_steps_cannot_separate_is_refused(monkeypatch):
-    # a regression that puts the whole step into the cache read (as collinear batch and context can)
+def wild_regression(monkeypatch, column_from_end: int, value: float) -> None:
+    """The fit's regression with one coefficient replaced, as collinear columns can make it."""
     real = serving_fit.least_squares
+    calls = []
 
     def wild(rows, ys):
         coef = real(rows, ys)
-        coef[len(coef) - 4] = 500.0  # ms per 1k cached tokens: seconds at the log's contexts
+        if not calls:  # the first regression, every column free
+            coef[len(coef) - column_from_end] = value
+        calls.append(1)
         return coef
 
     monkeypatch.setattr(serving_fit, "least_squares", wild)
-    with pytest.raises(SimulationError, match=r"context slope at the most cached tokens comes out at"):
+
+
+def test_a_term_longer_than_any_step_recorded_is_refused(monkeypatch):
+    wild_regression(monkeypatch, 3, 5000.0)  # a mixed step's fixed cost of 5 s
+    with pytest.raises(
+        SimulationError, match=r"its mixed step's fixed cost comes out at 5000.0 ms, longer than"
+    ):
         fit_serving_steps(serving_steps(), base_profile())
+
+
+def test_a_context_slope_above_the_plausible_bound_is_the_profiles(monkeypatch):
+    # ms per 1k cached tokens: more than a whole step costs per cached token at the log's context
+    wild_regression(monkeypatch, 4, 500.0)
+    fit = fit_serving_steps(serving_steps(), base_profile()).fits["auto"]
+    assert fit.decode_kv_ms_per_1k == base_profile().fits["auto"].decode_kv_ms_per_1k
+    assert any("context slope 500.00 ms/1k over the plausible" in note for note in fit.serving_notes)
+
+
+def test_a_term_with_too_few_steps_keeps_the_profiles_value():
+    steps = [s for s in serving_steps() if s["decode_tokens"]]  # no prefill-only step
+    fit = fit_serving_steps(steps, base_profile()).fits["auto"]
+    assert fit.prefill_fixed_ms == base_profile().fits["auto"].prefill_fixed_ms
+    assert "0 prefill-only steps: column prefill fixed kept from the profile" in fit.serving_notes
 
 
 def test_past_the_largest_batch_seen_the_fit_grows_no_faster_than_its_data():
