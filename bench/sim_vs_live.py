@@ -51,7 +51,7 @@ sys.path.insert(0, str(REPO))
 from bench.dev_project import MODEL, start_dev, write_project  # noqa: E402
 from capacity.profile import ProfiledCostModel  # noqa: E402
 from capacity.report import percentile  # noqa: E402
-from capacity.serving_fit import describe_fit, fit_serving_steps, load_step_log  # noqa: E402
+from capacity.serving_fit import charged_ms, describe_fit, fit_serving_steps, load_step_log  # noqa: E402
 from capacity.simulator import SERVED, refusals, simulate  # noqa: E402
 from capacity.workload import (  # noqa: E402
     TopologySetup,
@@ -269,6 +269,19 @@ def live_step_summary(steps: list[dict]) -> str:
     )
 
 
+def steps_error(cost, steps: list[dict]) -> str:
+    """The cost model's total for the live run's own steps against what they took: the step model's
+    share of a replay's error (the rest is the queueing that a step time's error feeds)."""
+    if not steps:
+        return "-"
+    fit = cost.fits["auto"]
+    pred = sum(
+        fit.step_ms(s["prefill_tokens"], s["prefill_pairs"], 0, s["decode_tokens"], s["decode_context"])
+        for s in steps
+    )
+    return f"{pred / sum(charged_ms(steps)) - 1:+.1%}"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -343,6 +356,8 @@ def main() -> None:
         ("fitted to serving steps", fitted, goal_fit),
     ):
         rows, worst, what = replay_errors(workload, cost, args, setup, trace, live)
+        if live_log.is_file():
+            what += f"; its total for the live run's own steps {steps_error(cost, load_step_log(live_log))}"
         print_table(f"{title}: {what}; {describe_fit(cost.fits['auto'])}", rows, worst, goal, args.two_tenant)
 
 

@@ -25,6 +25,7 @@ from capacity.profile_fit import least_squares
 from edge_sim.roofline import SimulationError
 
 BUSY_GAP_MS = 10.0  # a shorter pause before the next step is overhead, a longer one is idle time
+DRIFT_NOTE = 0.10  # a fit whose log's halves differ more than this says so
 MIN_STEPS_PER_KNOT = 8  # steps at least on each segment of the fitted base(B)
 
 
@@ -56,7 +57,7 @@ def load_step_log(path: str | Path) -> list[dict]:
     return steps
 
 
-def _charged_ms(steps: list[dict]) -> list[float]:
+def charged_ms(steps: list[dict]) -> list[float]:
     """Each step's duration plus its pause before the next step, when the engine went straight on;
     a step followed by idle time (or the last one) gets the typical pause instead."""
     gaps = [
@@ -116,6 +117,20 @@ def _monotone(values: list[float], weights: list[float]) -> list[float]:
     return [v for v, _, n in blocks for _ in range(int(n))]
 
 
+def _drift(steps: list[dict], predicted: list[float], ys: list[float]) -> float:
+    """How far the fit's total time for the log's first half (in time) and for its second half each
+    miss the recorded totals, the larger: one formula for both halves cannot be closer than the
+    host's own change of speed between them (another process, a thermal limit)."""
+    middle = statistics.median(s["started"] for s in steps)
+    worst = 0.0
+    for half in (True, False):
+        idx = [i for i, s in enumerate(steps) if (s["started"] < middle) == half]
+        actual = sum(ys[i] for i in idx)
+        if actual > 0:
+            worst = max(worst, abs(sum(predicted[i] for i in idx) / actual - 1.0))
+    return worst
+
+
 _COLUMNS = ("prefill fixed", "context slope", "mixed fixed", "prefill per token", "prefill per pair")
 
 
@@ -151,7 +166,7 @@ def fit_serving_steps(steps: list[dict], base: ProfiledCostModel, kv: str = "aut
     for engine_steps in by_engine.values():
         engine_steps.sort(key=lambda s: s["started"])
         rows_steps += engine_steps
-        ys += _charged_ms(engine_steps)
+        ys += charged_ms(engine_steps)
     counts: dict[int, int] = defaultdict(int)
     for s in rows_steps:
         counts[s["decode_tokens"]] += 1  # decoders: one token each
@@ -227,6 +242,11 @@ def fit_serving_steps(steps: list[dict], base: ProfiledCostModel, kv: str = "aut
             )
     predicted = [sum(c * x for c, x in zip(coef, r, strict=True)) for r in rows]
     errors = sorted(abs(p - y) / y for p, y in zip(predicted, ys, strict=True) if y > 0)
+    drift = _drift(rows_steps, predicted, ys)
+    if drift > DRIFT_NOTE:
+        notes.append(
+            f"the host's speed moved by {drift:.0%} between the log's halves: no replay is closer than that"
+        )
     refit = msgspec.structs.replace(
         fit,
         decode_batch_ms=list(zip(knots, table, strict=True)),
@@ -237,6 +257,7 @@ def fit_serving_steps(steps: list[dict], base: ProfiledCostModel, kv: str = "aut
         prefill_pair_ms_per_1m=coef[n + 4],
         serving_steps=len(rows),
         serving_error=statistics.median(errors) if errors else 0.0,
+        serving_drift=drift,
         context_per_seq=per_seq,
         serving_notes=notes,
     )

@@ -147,3 +147,16 @@ def test_a_refusal_is_counted_and_explained():
     assert refused > 0
     assert refusals(result).startswith(f"{refused} refused for capacity (3040)")
     assert "admission limit of 50 ms" in refusals(result)
+
+
+def test_a_host_whose_speed_moved_during_the_log_is_said_so():
+    steps = serving_steps(stalls=0.0)
+    middle = steps[len(steps) // 2]["started"]
+    for s in steps:  # another process took half the core for the log's second half
+        if s["started"] >= middle:
+            s["duration_ms"] *= 1.5
+    fit = fit_serving_steps(steps, base_profile()).fits["auto"]
+    assert fit.serving_drift > 0.1
+    assert any(note.startswith("the host's speed moved by") for note in fit.serving_notes)
+    steady = fit_serving_steps(serving_steps(stalls=0.0), base_profile()).fits["auto"]
+    assert steady.serving_drift < 0.05 and not any("speed moved" in n for n in steady.serving_notes)
