@@ -75,3 +75,12 @@ def _meta(w, r) -> dict:
     from capacity.report import build_report
 
     return build_report([r], w)["meta"]
+
+
+def test_edge_sim_prints_the_accounts_of_the_two_tenant_profile(tmp_path, capsys):
+    from capacity import cli as capacity_cli
+
+    argv = ["sim", "--workload", "two-tenant", "--duration", "20", "--knee", "none", "--no-plots"]
+    assert capacity_cli.main([*argv, "--out", str(tmp_path)]) == 0  # PoPs that serve nobody print "-"
+    out = capsys.readouterr().out
+    assert "per account" in out and "light" in out and "heavy" in out
