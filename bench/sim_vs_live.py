@@ -218,14 +218,15 @@ def replay_errors(workload, cost, args, setup, trace, live) -> tuple[list, float
         return [values[j] for j in (served if idx is None else idx) if not math.isnan(values[j])]
 
     if args.two_tenant:  # per account, the server part of TTFT (queue + prefill), as fairness.py
-        rows = []
+        rows, worst = [], math.inf
         for tenant in ("light", "heavy"):
             mine = [j for j in served if replay.tenants[j] == tenant]
             lv = [live[ok[j]]["queue_ms"] + live[ok[j]]["prefill_ms"] for j in mine]
             sv = [sim.ttft_ms[j] - sim.network_ms[j] for j in mine]
             rows.append(error_row(f"{tenant}: TTFT (queue + prefill), p50 / p99", lv, sv, (50, 99)))
+            if tenant == "light":  # the goal: the light account's p99 (within 15%)
+                worst = abs(percentile(sorted(sv), 99) / percentile(sorted(lv), 99) - 1.0)
         rows.append(error_row("(all: TPOT)", live_of("tpot_ms"), sim_of(sim.tpot_ms)))
-        worst = rows[0][2]  # the goal: the light account's p99 (within 15%)
     else:
         server_ttft_live = [live[i]["queue_ms"] + live[i]["prefill_ms"] for i in ok]
         server_ttft_sim = [sim.ttft_ms[j] - sim.network_ms[j] for j in served]
@@ -253,7 +254,7 @@ def print_table(title: str, rows: list, worst: float, goal: float, two_tenant: b
     print("|---|---:|---:|---:|---:|---:|---:|")
     for name, cells, _ in rows:
         print(f"| {name} | " + " | ".join(cells) + " |")
-    what = "the light account's TTFT" if two_tenant else "TTFT, TPOT and end-to-end"
+    what = "the light account's p99 TTFT" if two_tenant else "TTFT, TPOT and end-to-end"
     print(f"\nlargest |error| of {what}: {worst * 100:.1f}% (goal <= {goal * 100:.0f}%)")
 
 
@@ -352,7 +353,7 @@ def main() -> None:
         print(f"live steps: {live_step_summary(load_step_log(live_log))}")
     goal_fit = 0.15 if args.two_tenant else 0.10
     for title, cost, goal in (
-        ("profiled (engine alone)", profiled, 0.25),
+        ("profiled (engine alone)", profiled, goal_fit if args.two_tenant else 0.25),
         ("fitted to serving steps", fitted, goal_fit),
     ):
         rows, worst, what = replay_errors(workload, cost, args, setup, trace, live)
