@@ -42,6 +42,7 @@ class ProfileFit(msgspec.Struct, kw_only=True):
     mixed_fixed_ms: float | None = None
     serving_steps: int = 0  # how many recorded steps the fit used (0: a standalone profile)
     serving_error: float = 0.0  # the serving fit's median relative error on the steps it was fitted to
+    serving_pause_ms: float = 0.0  # the mean pause before the next step it charged to each step
     serving_drift: float = 0.0  # how far its total misses either half of those steps (capacity.serving_fit)
     # the cached tokens per decoder that decode_batch_ms already includes (a serving fit's typical
     # context, so that the context slope only prices the difference; 0: nothing cached, a profile)

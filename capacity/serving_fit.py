@@ -167,6 +167,7 @@ def fit_serving_steps(steps: list[dict], base: ProfiledCostModel, kv: str = "aut
         engine_steps.sort(key=lambda s: s["started"])
         rows_steps += engine_steps
         ys += charged_ms(engine_steps)
+    pause = statistics.mean(y - s["duration_ms"] for s, y in zip(rows_steps, ys, strict=True)) if ys else 0.0
     counts: dict[int, int] = defaultdict(int)
     for s in rows_steps:
         counts[s["decode_tokens"]] += 1  # decoders: one token each
@@ -258,6 +259,7 @@ def fit_serving_steps(steps: list[dict], base: ProfiledCostModel, kv: str = "aut
         serving_steps=len(rows),
         serving_error=statistics.median(errors) if errors else 0.0,
         serving_drift=drift,
+        serving_pause_ms=pause,
         context_per_seq=per_seq,
         serving_notes=notes,
     )
@@ -274,6 +276,11 @@ def describe_fit(fit) -> str:
         f"decode ms by batch {{{table}}} + {fit.decode_kv_ms_per_1k:.3f} ms/1k cached tokens{at}{mixed}; "
         f"prefill {fit.prefill_fixed_ms:.2f} ms + {fit.prefill_token_ms:.4f} ms/token "
         f"+ {fit.prefill_pair_ms_per_1m:.2f} ms/1M pairs"
-        + (f"; median |error| on its steps {fit.serving_error:.0%}" if fit.serving_steps else "")
+        + (
+            f"; pause before the next step {fit.serving_pause_ms:.2f} ms on average, in every step's time; "
+            f"median |error| on its steps {fit.serving_error:.0%}"
+            if fit.serving_steps
+            else ""
+        )
         + "".join(f"; {note}" for note in fit.serving_notes)
     )
