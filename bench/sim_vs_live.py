@@ -12,6 +12,7 @@ latency, for two cost models of our engine on this machine:
     python bench/sim_vs_live.py --two-tenant [--rate 2] [--duration 60]   # light at rate, heavy at 10x
     python bench/sim_vs_live.py --keep DIR ...    # save the traces, live answers and step logs
     python bench/sim_vs_live.py --replay DIR      # fit and replay what --keep saved, no live run
+    python bench/sim_vs_live.py --bracket ...     # calibrate before and after the live run, fit to both
 
 `--slow` emulates a slower host: the whole bench (profile, calibration and live runs) runs beside a
 process that keeps one core busy (bounded: it ends itself after the bench's longest possible run and
@@ -297,12 +298,15 @@ def main() -> None:
     parser.add_argument("--slow", action="store_true", help="emulate a slower host (a core kept busy beside)")
     parser.add_argument("--two-tenant", action="store_true", help="a light account and a heavy one at 10x")
     parser.add_argument("--keep", default=None, help="save traces, live answers and step logs in this folder")
+    parser.add_argument(
+        "--bracket", action="store_true", help="fit to calibration runs before and after the live one"
+    )
     parser.add_argument("--replay", default=None, help="no live run: fit and replay what --keep saved here")
     args = parser.parse_args()
     if args.replay:
         saved = json.loads((Path(args.replay) / "run.json").read_text())
-        for key in ("rate", "duration", "seed", "two_tenant", "slow", "threads"):
-            setattr(args, key, saved["args"][key])
+        for key in ("rate", "duration", "seed", "two_tenant", "slow", "threads", "bracket"):
+            setattr(args, key, saved["args"].get(key, False))
     if args.rate is None:
         args.rate = 2.0 if args.two_tenant else 4.0
     if args.slow:
@@ -336,7 +340,13 @@ def main() -> None:
                 burner.stop()
         profiled = ProfiledCostModel.load(profile_path)
         (keep / "run.json").write_text(json.dumps({"args": vars(args), "live": live}))
-    fitted = fit_serving_steps(load_step_log(step_log), profiled)
+    calibration_steps = load_step_log(step_log)
+    after_log = keep / "calibration-after-steps.jsonl"
+    if args.bracket and after_log.is_file():  # its own engine name: its clock is another process's
+        calibration_steps += [
+            {**s, "engine": f"{s.get('engine', '')}, after"} for s in load_step_log(after_log)
+        ]
+    fitted = fit_serving_steps(calibration_steps, profiled)
 
     host = f"engine on {profiled.device}" + (", beside a core kept busy (--slow)" if args.slow else "")
     kind = (
@@ -348,7 +358,7 @@ def main() -> None:
         f"\n{kind} for {args.duration:.0f} s, one PoP (ICN), {host}; "
         f"calibration trace seed {args.seed + 1000}, replayed trace seed {args.seed}; saved in {keep}"
     )
-    print(f"calibration steps: {live_step_summary(load_step_log(step_log))}")
+    print(f"calibration steps: {live_step_summary(calibration_steps)}")
     if live_log.is_file():
         print(f"live steps: {live_step_summary(load_step_log(live_log))}")
     goal_fit = 0.15 if args.two_tenant else 0.10
@@ -384,7 +394,17 @@ def measure(args, workload, calibration, trace, profile_path, step_log, live_log
         f"live: {len(trace.times)} requests over {args.duration:.0f} s against edge dev ...", file=sys.stderr
     )
     (keep / "live").mkdir(exist_ok=True)
-    return live_run(keep / "live", args, trace, prompts_of(trace, 0), live_log)
+    live = live_run(keep / "live", args, trace, prompts_of(trace, 0), live_log)
+    if args.bracket:  # a second calibration trace after the live run: a host's drift averages out
+        after = sample_requests(workload, Topology.default(), args.duration, args.seed + 2000)
+        print(
+            f"calibration after: {len(after.times)} requests over {args.duration:.0f} s ...", file=sys.stderr
+        )
+        (keep / "calibration-after").mkdir(exist_ok=True)
+        after_log = keep / "calibration-after-steps.jsonl"
+        after_log.unlink(missing_ok=True)
+        live_run(keep / "calibration-after", args, after, prompts_of(after, 15485863), after_log)
+    return live
 
 
 if __name__ == "__main__":
