@@ -69,17 +69,16 @@ class ProfileFit(msgspec.Struct, kw_only=True):
     def _base(self, b: float) -> float:
         """Decode step time of `b` sequences with nothing cached. Past the largest batch measured
         it grows along the chord over the table's upper half (from the batch nearest half the
-        largest), never faster than the chord over the whole table (the marginal cost of a
-        sequence falls with the batch, see above): one noisy last segment must not set the slope
-        of every batch beyond it."""
+        largest to the largest): one noisy last segment must not set the slope of every batch
+        beyond it, and the chord over the whole table would understate a step whose cost per
+        sequence rises at the top."""
         table = self.decode_batch_ms
         if len(table) < 2:
             return self.decode_fixed_ms + self.decode_seq_ms * b
         (bl, tl) = table[-1]
         if b > bl:
-            (bf, tf) = table[0]
             (bh, th) = min(table[:-1], key=lambda p: abs(p[0] - bl / 2))
-            slope = max(0.0, min((tl - th) / (bl - bh), (tl - tf) / (bl - bf)))
+            slope = max(0.0, (tl - th) / (bl - bh))
             return tl + slope * (b - bl)
         i = 1
         while i < len(table) - 1 and b > table[i][0]:
