@@ -1,6 +1,6 @@
 """`edge sim` (the capacity simulator) and `edge plan` (the placement planner).
 
-    edge sim --workload chat|rag|code|agent|FILE --kv auto,fp8,int4 --duration 600 --seed 1
+    edge sim --workload chat|rag|code|agent|two-tenant|FILE --kv auto,fp8,int4 --duration 600 --seed 1
              [--model kimi-k2|glm-4.5|DIR] [--weights fp8] [--topology FILE] [--out DIR] [--json]
              [--cost roofline|profiled] [--profile FILE] [--knee 0.25,0.5,1,2,4|none]
     edge sim --fleet [--fleet-models kimi-k2:fp8,glm-4.5:fp8] [--fleet-workloads chat,rag,code,agent]
@@ -307,7 +307,9 @@ def register(subparsers) -> None:
         "anycast ingress and routing to GPU PoPs that batch continuously; reports latency, throughput, "
         "goodput, GPU and KV use and cost, per KV dtype.",
     )
-    sim.add_argument("--workload", default="chat", help="chat, rag, code, agent or a TOML/JSON workload file")
+    sim.add_argument(
+        "--workload", default="chat", help="chat, rag, code, agent, two-tenant or a TOML/JSON workload file"
+    )
     sim.add_argument("--kv", help="KV dtypes to compare, e.g. auto,fp8,int4 (default auto; --fleet: fp8)")
     sim.add_argument("--duration", type=float, default=600.0, help="seconds of arrivals (then drained)")
     sim.add_argument("--seed", type=int, default=1)

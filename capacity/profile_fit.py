@@ -8,8 +8,10 @@ import msgspec
 class ProfileFit(msgspec.Struct, kw_only=True):
     """Step-time fit for one KV dtype on one machine, with the cache and scheduler it ran with.
 
-    decode step ms = base(B) + decode_kv_ms_per_1k * (B * C) / 1000, where base(B) interpolates
-    `decode_batch_ms` (measured per batch size, extrapolated along its last segment). A linear
+    decode step ms = base(B) + decode_kv_ms_per_1k * B * (C - context_per_seq) / 1000, with C the
+    cached tokens per sequence (context_per_seq is 0 in a profile, whose base(B) has nothing
+    cached), where base(B) interpolates `decode_batch_ms` (measured per batch size, extrapolated
+    as _base says). A linear
     base, decode_fixed_ms + decode_seq_ms * B, is also fitted but underestimates small batches of
     an MoE: each added sequence there also wakes experts nobody else needed, so the cost per
     sequence falls as the batch grows (a profile without the table falls back to the line).
@@ -39,6 +41,13 @@ class ProfileFit(msgspec.Struct, kw_only=True):
     # fitted to serving steps (capacity.serving_fit): a mixed step's fixed cost beyond the decode's
     mixed_fixed_ms: float | None = None
     serving_steps: int = 0  # how many recorded steps the fit used (0: a standalone profile)
+    serving_error: float = 0.0  # the serving fit's median relative error on the steps it was fitted to
+    serving_pause_ms: float = 0.0  # the mean pause before the next step it charged to each step
+    serving_drift: float = 0.0  # how far its total misses either half of those steps (capacity.serving_fit)
+    # the cached tokens per decoder that decode_batch_ms already includes (a serving fit's typical
+    # context, so that the context slope only prices the difference; 0: nothing cached, a profile)
+    context_per_seq: float = 0.0
+    serving_notes: list[str] = []  # what the serving fit could not fit from its steps, and used instead
 
     def step_ms(self, prefill_tokens, prefill_pairs, prefill_kv, decode_seqs, decode_kv) -> float:
         prefill = self.prefill_token_ms * prefill_tokens + self.prefill_pair_ms_per_1m * prefill_pairs / 1e6
@@ -54,13 +63,23 @@ class ProfileFit(msgspec.Struct, kw_only=True):
         return self.decode_ms(decode_seqs, decode_kv) + extra_fixed + prefill
 
     def decode_ms(self, decode_seqs, decode_kv) -> float:
-        return self._base(decode_seqs) + self.decode_kv_ms_per_1k * decode_kv / 1e3
+        extra = decode_kv - self.context_per_seq * decode_seqs
+        return max(0.0, self._base(decode_seqs) + self.decode_kv_ms_per_1k * extra / 1e3)
 
     def _base(self, b: float) -> float:
-        """Decode step time of `b` sequences with nothing cached."""
+        """Decode step time of `b` sequences with nothing cached. Past the largest batch measured
+        it grows along the chord over the table's upper half (from the batch nearest half the
+        largest to the largest): one noisy last segment must not set the slope of every batch
+        beyond it, and the chord over the whole table would understate a step whose cost per
+        sequence rises at the top."""
         table = self.decode_batch_ms
         if len(table) < 2:
             return self.decode_fixed_ms + self.decode_seq_ms * b
+        (bl, tl) = table[-1]
+        if b > bl:
+            (bh, th) = min(table[:-1], key=lambda p: abs(p[0] - bl / 2))
+            slope = max(0.0, (tl - th) / (bl - bh))
+            return tl + slope * (b - bl)
         i = 1
         while i < len(table) - 1 and b > table[i][0]:
             i += 1

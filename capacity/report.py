@@ -163,11 +163,33 @@ def summarize(r: SimResult) -> dict[str, Any]:
     return {
         "kv": r.kv,
         "overall": overall,
+        **({"tenants": _tenants(r)} if r.tenant else {}),
         "pops": pops,
         "skipped_pops": {p.code: p.note for p in r.skipped},
         "ingress_requests": dict(sorted(r.ingress_counts.items())),
         "simulated_requests_per_wall_second": len(r.send_ms) / r.wall_s if r.wall_s > 0 else math.nan,
     }
+
+
+def _tenants(r: SimResult) -> dict[str, dict[str, Any]]:
+    """Per account: its requests, and its latencies over the served ones; `server_ttft_ms` is TTFT
+    without the network (queue + prefill, what a PoP's own account of a request says)."""
+    by: dict[str, list[int]] = {}
+    for i, t in enumerate(r.tenant):
+        by.setdefault(t, []).append(i)
+    out = {}
+    for name, idx in sorted(by.items()):
+        served = [i for i in idx if r.status[i] == SERVED]
+        out[name] = {
+            "requests": len(idx),
+            "served": len(served),
+            "ttft_ms": _dist([r.ttft_ms[i] for i in served]),
+            "server_ttft_ms": _dist([r.ttft_ms[i] - r.network_ms[i] for i in served]),
+            "tpot_ms": _dist([r.tpot_ms[i] for i in served]),
+            "queue_ms": _dist([r.queue_ms[i] for i in served]),
+            "preempted": sum(r.preempted[i] for i in idx),
+        }
+    return out
 
 
 def _mean_in_flight(r: SimResult) -> float:

@@ -9,8 +9,8 @@ import math
 from typing import Any
 
 
-def _ms(x: float) -> str:
-    if math.isnan(x):
+def _ms(x: float | None) -> str:
+    if x is None or math.isnan(x):  # None: NaN as the JSON report writes it (no request served)
         return "-"
     return f"{x / 1000:.2f}s" if x >= 10000 else f"{x:.0f}" if x >= 10 else f"{x:.1f}"
 
@@ -20,8 +20,8 @@ def _triple(d: dict[str, float]) -> str:
     return " / ".join(_ms(v) for k, v in d.items() if k.startswith("p"))
 
 
-def _usd(x: float) -> str:
-    if math.isnan(x):
+def _usd(x: float | None) -> str:
+    if x is None or math.isnan(x):
         return "-"
     if x >= 0.1 or x == 0:
         return f"${x:.2f}"
@@ -29,8 +29,8 @@ def _usd(x: float) -> str:
     return f"${x:.{decimals}f}"
 
 
-def _pct(x: float) -> str:
-    return "-" if math.isnan(x) else f"{100 * x:.0f}%"
+def _pct(x: float | None) -> str:
+    return "-" if x is None or math.isnan(x) else f"{100 * x:.0f}%"
 
 
 def _overall_rows(s: dict[str, Any]) -> list[tuple[str, str]]:
@@ -97,6 +97,18 @@ def format_table(report: dict[str, Any]) -> str:
     header = ["overall", *(f"KV {s['kv']}" for s in runs)]
     rows = [[label, *(col[i][1] for col in columns)] for i, (label, _) in enumerate(columns[0])]
     lines += _table(header, rows)
+    for s in runs:
+        if "tenants" not in s:
+            continue
+        lines.append("")
+        lines.append(f"per account, KV {s['kv']} (server TTFT: queue + prefill, no network)")
+        header = ["account", "requests", "served", "TTFT p50/p90/p99", "server TTFT p50/p90/p99", "preempted"]
+        rows = [
+            [name, str(t["requests"]), str(t["served"]), _triple(t["ttft_ms"]), _triple(t["server_ttft_ms"]),
+             str(t["preempted"])]
+            for name, t in s["tenants"].items()
+        ]  # fmt: skip
+        lines += _table(header, rows)
     for s in runs:
         lines.append("")
         lines.append(f"per PoP, KV {s['kv']}")

@@ -26,6 +26,7 @@ RTTs come from edge_sim.network; with `jitter_ms` set, each request draws its ow
 from __future__ import annotations
 
 import gc
+import math
 import random
 import time
 from collections.abc import Callable, Sequence
@@ -48,6 +49,7 @@ __all__ = [
     "PopInfo",
     "SimResult",
     "SimulationError",
+    "refusals",
     "simulate",
     "simulate_kv",
 ]
@@ -117,6 +119,9 @@ class SimResult(msgspec.Struct):
     # the cache held at its first admission (0 when refused)
     prefix_cache: bool = False
     cached: list[int] = []
+    tenant: list[str] = []  # per request, its account (empty: the sample named none)
+    max_queue_ms: float = math.inf  # the admission limit the router refused by (expected wait)
+    fit_tokens: int = 0  # the longest request (prompt + output) a replica holds alone
 
 
 def _plan_pops(
@@ -228,9 +233,31 @@ def simulate(
             offered_rps=workload.arrivals.rate * rate_multiplier, slo=slo, end_ms=end_ms, pops=pops,
             skipped=skipped, ingress_counts=ingress_counts,
             places={p.code: (p.lon, p.lat) for p in topology.pops.values()},
+            tenant=list(sample.tenants or []), max_queue_ms=max_queue_ms,
+            fit_tokens=max(r.fit_tokens for r in reps),
         ),
         reps, sample, trace, started,
     )  # fmt: skip
+
+
+def refusals(r: SimResult) -> str:
+    """Why the requests the simulator did not serve were refused, counted by reason ("" when it
+    served them all): a run never loses a request without saying so."""
+    capacity = sum(1 for s in r.status if s == REJECTED_CAPACITY)
+    too_long = sum(1 for s in r.status if s == REJECTED_TOO_LONG)
+    why = []
+    if capacity:
+        why.append(
+            f"{capacity} refused for capacity (3040): every replica's expected queue wait was over the "
+            f"admission limit of {r.max_queue_ms:,.0f} ms when it was sent (the cost model's steps are too "
+            f"slow for this load, or raise max_queue_ms)"
+        )
+    if too_long:
+        why.append(
+            f"{too_long} too long (3006): prompt + output over the {r.fit_tokens:,} tokens a replica's "
+            f"context window and KV cache hold"
+        )
+    return "; ".join(why)
 
 
 def _routes(sample: WorkloadSample, network: NetworkModel, all_pops, topo_pops, reps) -> list[Route]:

@@ -33,6 +33,10 @@ Seoul = 3
 ttft_ms = 2000
 tpot_ms = 100
 
+[tenants]                     # accounts sharing the arrivals, weight = share of the rate (optional)
+light = 1
+heavy = 10
+
 [sessions]                    # multi-turn sessions with shared system prompts (the `agent` profile)
 tenants = 4                   # accounts, each with its own system prompt
 system_prompt = 3000          # tokens every request of a tenant starts with
@@ -44,6 +48,11 @@ window = 4096                 # a session ends before a turn that would not fit
 With `[sessions]`, `prompt` is each turn's new user message and `output` its reply; a turn's
 prompt is the system prompt, the conversation so far and the new message, and `arrivals.rate`
 counts requests (turns), sessions starting at rate / mean turns (capacity.sessions).
+
+With `[tenants]`, each request is one account's, drawn by weight: the accounts' arrivals are then
+independent processes at rate x weight / total (for Poisson arrivals, independent Poisson ones), as
+bench/fairness.py sends a light and a heavy account; the simulator schedules them by fair shares
+and the report gives each account's latency (`two_tenant_workload` builds that pair).
 
 Unknown keys are reported as warnings and ignored; a wrong type fails with the key's path
 (`arrivals.rate: expected float, got str`); a negative rate or length fails naming the key.
@@ -78,6 +87,7 @@ __all__ = [
     "load_topology",
     "load_workload",
     "sample_requests",
+    "two_tenant_workload",
 ]
 
 
@@ -119,6 +129,7 @@ class Workload(msgspec.Struct, kw_only=True):
     clients: dict[str, float] = {}  # empty: WORLD_CLIENTS
     slo: SLO = msgspec.field(default_factory=SLO)
     sessions: Sessions | None = None  # None: independent requests
+    tenants: dict[str, float] = {}  # account = weight of the arrival rate; empty: one account
 
     @property
     def max_context(self) -> int:
@@ -137,8 +148,12 @@ class Workload(msgspec.Struct, kw_only=True):
                 f"{x.tenants} tenants with {x.system_prompt}-token system prompts, user messages "
                 f"{_describe(self.prompt)}, replies {_describe(self.output)}, think {x.think_s:g} s"
             )
+        accounts = ""
+        if self.tenants:
+            total = sum(self.tenants.values())
+            accounts = " (" + ", ".join(f"{k} {a.rate * w / total:g}" for k, w in self.tenants.items()) + ")"
         return (
-            f"{self.name}: {proc} {a.rate:g} req/s, prompt {_describe(self.prompt)}, "
+            f"{self.name}: {proc} {a.rate:g} req/s{accounts}, prompt {_describe(self.prompt)}, "
             f"output {_describe(self.output)}"
         )
 
@@ -262,6 +277,11 @@ def check_workload(w: Workload, source: str = "workload") -> Workload:
         raise SimulationError(f"{source}: clients: at least one weight must be > 0")
     if w.sessions is not None:
         _check_sessions(w.sessions, source)
+        if w.tenants:
+            raise SimulationError(f"{source}: tenants: sessions draw their own tenants (sessions.tenants)")
+    for name, weight in w.tenants.items():
+        if not (weight > 0 and math.isfinite(weight)):
+            raise SimulationError(f"{source}: tenants.{name}: weight must be > 0, got {weight!r}")
     for field in ("ttft_ms", "tpot_ms"):
         value = getattr(w.slo, field)
         if not (value > 0 and math.isfinite(value)):
@@ -269,10 +289,34 @@ def check_workload(w: Workload, source: str = "workload") -> Workload:
     return w
 
 
+TWO_TENANT_PROMPT = Lengths(dist="uniform", min=40, max=160)  # bench/fairness.py's 40-120 words
+TWO_TENANT_OUTPUT = Lengths(dist="fixed", mean=96.0, min=1, max=96)  # and its max_tokens
+
+
+def two_tenant_workload(light_rate: float = 2.0, ratio: float = 10.0) -> Workload:
+    """A light account at `light_rate` req/s and a heavy one at `ratio` times that, both sending
+    from the PoP's city, short prompts and 96-token answers: bench/fairness.py's workload, whose
+    figure of merit is the light account's p99 TTFT under the heavy neighbour."""
+    return check_workload(
+        Workload(
+            name="two-tenant",
+            arrivals=Arrivals(rate=light_rate * (1.0 + ratio)),
+            prompt=TWO_TENANT_PROMPT,
+            output=TWO_TENANT_OUTPUT,
+            clients={"Seoul": 1.0},
+            tenants={"light": 1.0, "heavy": ratio},
+        ),
+        "two-tenant workload",
+    )
+
+
+PROFILES["two-tenant"] = two_tenant_workload()
+
+
 def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
     out = dict(base)
     for key, value in over.items():
-        if isinstance(value, dict) and isinstance(out.get(key), dict) and key != "clients":
+        if isinstance(value, dict) and isinstance(out.get(key), dict) and key not in ("clients", "tenants"):
             out[key] = _merge(out[key], value)
         else:
             out[key] = value
@@ -364,7 +408,11 @@ def sample_requests(
     prompts = _lengths(rng, w.prompt, n)
     outputs = _lengths(rng, w.output, n)
     clients = pick_clients(rng, weights, n)
-    return WorkloadSample(times, prompts, outputs, clients, locations)
+    tenants = None
+    if w.tenants:  # drawn after everything else, so a sample's other draws do not depend on them
+        names = list(w.tenants)
+        tenants = [names[k] for k in pick_clients(rng, list(w.tenants.values()), n)]
+    return WorkloadSample(times, prompts, outputs, clients, locations, tenants=tenants)
 
 
 def pick_clients(rng: random.Random, weights: list[float], n: int) -> list[int]:
