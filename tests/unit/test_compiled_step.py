@@ -134,11 +134,15 @@ def test_compiled_matrix(model, kv, weights, n):
     _same_tokens(model, kv, weights, n)
 
 
-def test_compiled_logits_are_within_1e4_of_eager():
+def test_warm_up_beside_serving_and_compiled_logits_within_1e4_of_eager():
     llm = LLM(SHIPPED_KIMI, device="cpu", speculative=None, compile=True)
     assert llm.model.dtype == torch.float32
     decode = llm.engine.compiled_decode
-    decode.warm_up([2])
+    warming = decode.warm_up_in_background([2])  # writes the scratch block while steps run eagerly
+    while_warming = _tokens(llm, PROMPTS[:2], 24)
+    warming.join()
+    before = decode.steps
+    assert _tokens(llm, PROMPTS[:2], 24) == while_warming and decode.steps > before
     engine = llm.engine
     for p in PROMPTS[:2]:
         engine.add_request(llm.tokenizer.encode(p), SamplingParams(temperature=0, max_tokens=8))
