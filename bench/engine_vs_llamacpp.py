@@ -179,6 +179,21 @@ def machine(threads: int) -> str:
     return f"{cpu}, {os.cpu_count()} cores, {threads} threads each, torch {torch.__version__}"
 
 
+def warm_compiled(llm, sequences: list[int]) -> str:
+    """Compile the decode-step buckets the rows use (engine.compiled_step); says which path runs."""
+    from engine.compiled_step import row_bucket
+
+    decoder = llm.engine.compiled_decode
+    if decoder is None:
+        return "eager"
+    buckets = sorted({b for b in (row_bucket(n) for n in [1, *sequences]) if b is not None})
+    decoder.warm_up(buckets)
+    if decoder.failed:
+        return f"eager (compiling failed: {decoder.failed})"
+    took = sum(decoder.compile_seconds.values())
+    return f"compiled, buckets {sorted(decoder.ready)} (warm-up {took:.0f} s)"
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -195,6 +210,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--chunks", type=int, default=None, help="perplexity windows (default: all)")
     parser.add_argument("--no-quality", action="store_true", help="skip the KV perplexity tables")
     parser.add_argument("--quick", action="store_true", help="1 round, 1 and 8 sequences, 4 windows")
+    parser.add_argument(
+        "--eager",
+        action="store_true",
+        help="our decode steps eager (default: the compiled step, warmed first)",
+    )
     args = parser.parse_args(argv)
     if args.quick:
         args.rounds, args.repeats, args.sequences, args.chunks = 1, 1, "1,8", args.chunks or 4
@@ -219,7 +239,8 @@ def main(argv: list[str] | None = None) -> None:
         path = REPO / "models" / name
         gguf = convert(path, made.src, made.root)
         tools[name] = LlamaTools(made.root / "build" / "bin", gguf, args.threads)
-        engines[name] = LLM(path, device="cpu", prefix_caching=False)
+        engines[name] = LLM(path, device="cpu", prefix_caching=False, compile=not args.eager)
+        print(f"{name}: our decode step: {warm_compiled(engines[name], args.sequences)}", flush=True)
         print(f"{name}: greedy parity at f32: {parity(engines[name], tools[name], 64)}", flush=True)
         ours.decode_tok_s(engines[name], heldout_prompts(engines[name].tokenizer, 1, 64)[0], 16)  # warm-up
 
