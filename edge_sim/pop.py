@@ -304,6 +304,8 @@ class PopNode(NodeBase):
             seat_limit=stats.seat_limit,
             finish_per_s=self._finishes[name].rate * 1000.0 if name in self._finishes else 0.0,
             accounts=stats.accounts,
+            compiled_buckets=stats.compiled_buckets,
+            compiled_steps=stats.compiled_steps,
             recent_steps=llm.recent_steps(32),
             expert_load=llm.expert_load(),
         )

@@ -180,6 +180,7 @@ class CompiledDecode:
                 return
             self.compile_seconds[rows] = time.perf_counter() - started
             self.ready.add(rows)
+            log.info("compiled decode step: %d-row bucket ready in %.1f s", rows, self.compile_seconds[rows])
 
     def warm_up_in_background(self, buckets: Iterable[int] | None = None) -> threading.Thread:
         """warm_up on a daemon thread: steps run eagerly until their bucket is ready."""

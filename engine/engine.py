@@ -78,6 +78,8 @@ class EngineStats(msgspec.Struct):
     accounts: dict[str, AccountStats] = {}  # by tenant (the one source of the per-account metrics)
     draft_tokens: int = 0  # speculative draft tokens verified since start
     accepted_tokens: int = 0  # of those, kept
+    compiled_steps: int = 0  # decode steps run as a compiled graph (engine.compiled_step)
+    compiled_buckets: list[int] = []  # its batch buckets compiled so far (rows)
 
 
 class LLMEngine:
@@ -527,6 +529,8 @@ class LLMEngine:
             accounts={name: AccountStats(*row) for name, row in sched.tenant_stats().items()},
             draft_tokens=self.draft_tokens,
             accepted_tokens=self.accepted_tokens,
+            compiled_steps=self.compiled_decode.steps if self.compiled_decode else 0,
+            compiled_buckets=sorted(self.compiled_decode.ready) if self.compiled_decode else [],
         )
 
     def recent_steps(self, n: int) -> list[StepStats]:

@@ -121,6 +121,9 @@ def _same_tokens(model, kv, weights, n):
     before = decode.steps
     assert _tokens(compiled, prompts, 40) == want
     assert decode.steps - before >= 30  # the decode steps really ran compiled
+    stats = compiled.stats()  # what a PoP's status reports
+    assert stats.compiled_steps == decode.steps and stats.compiled_buckets == [row_bucket(n)]
+    assert eager.stats().compiled_steps == 0 and eager.stats().compiled_buckets == []
 
 
 @pytest.mark.parametrize(("model", "kv", "weights", "n"), CASES, ids=lambda v: getattr(v, "name", str(v)))
