@@ -85,6 +85,8 @@ class CompiledDecode:
 
     def __init__(self, model, cache, device: torch.device, max_rows: int = DEFAULT_MAX_ROWS):
         os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(_cache_dir()))
+        # compile in this process, one C++ job at a time: a core stays with serving
+        os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
         # one graph per row bucket per engine; many engines live in one process (tests, PoPs)
         torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 1024)
         torch._dynamo.config.accumulated_recompile_limit = max(
@@ -157,9 +159,9 @@ class CompiledDecode:
         for rows in buckets if buckets is not None else ROW_BUCKETS:
             if (buckets is None and rows > self.max_rows) or rows in self.ready or self.failed is not None:
                 continue
-            started = time.perf_counter()
             try:
                 with _COMPILING, torch.inference_mode():
+                    started = time.perf_counter()
                     for blocks in (2, 3):  # a second length: the context dim compiles dynamic at once
                         index = static_index(
                             [],
@@ -183,7 +185,16 @@ class CompiledDecode:
             log.info("compiled decode step: %d-row bucket ready in %.1f s", rows, self.compile_seconds[rows])
 
     def warm_up_in_background(self, buckets: Iterable[int] | None = None) -> threading.Thread:
-        """warm_up on a daemon thread: steps run eagerly until their bucket is ready."""
-        thread = threading.Thread(target=self.warm_up, args=(buckets,), name="edge-compile", daemon=True)
+        """warm_up on a daemon thread at a lower CPU priority: steps run eagerly until their bucket
+        is ready, and serving keeps the CPU first while compiles run."""
+
+        def run() -> None:
+            try:
+                os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 10)  # this thread only (Linux)
+            except (AttributeError, OSError):
+                pass
+            self.warm_up(buckets)
+
+        thread = threading.Thread(target=run, name="edge-compile", daemon=True)
         thread.start()
         return thread

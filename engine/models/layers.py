@@ -126,8 +126,11 @@ class RopeTables:
     def __init__(self, freqs: torch.Tensor, factor: float, dtype: torch.dtype):
         self.cos = (freqs.cos() * factor).to(dtype)
         self.sin = (freqs.sin() * factor).to(dtype)
-        # complex form for interleaved pairs in float32: one multiply instead of six ops
-        self.cis = torch.polar(torch.full_like(freqs, factor), freqs) if dtype == torch.float32 else None
+        # complex form for interleaved pairs in float32: one multiply instead of six ops (eager only:
+        # inductor has no complex kernels, so a compiled step does the same product in reals)
+        self.cis = None
+        if dtype == torch.float32 and not torch.compiler.is_compiling():
+            self.cis = torch.polar(torch.full_like(freqs, factor), freqs)
 
 
 class Rotary:
@@ -156,6 +159,8 @@ class Rotary:
         cos, sin = rope.cos[:, None, :], rope.sin[:, None, :]
         if self.interleaved:
             x1, x2 = x[..., 0::2], x[..., 1::2]
+            if x.dtype == torch.float32:  # the complex path's product, its interleaved layout kept
+                return torch.stack([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1).flatten(-2)
         else:
             x1, x2 = x.chunk(2, dim=-1)
         return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
