@@ -42,7 +42,6 @@ ROW_BUCKETS = (1, 2, 4, 8, 16, 32, 64)
 # buckets a PoP compiles and serves compiled by default: measured (bench/compiled_step.py), the
 # graph wins up to 16 sequences and is even at 32, where the step is mostly matmuls either way
 DEFAULT_MAX_ROWS = 16
-SKIP_GUARDS = os.environ.get("EDGE_COMPILE_GUARDS", "") != "all"
 
 
 def compile_from_env(device: torch.device) -> bool:
@@ -148,9 +147,9 @@ class CompiledDecode:
         index = self._index(tables, pos, [s.blocks.slot for s in slices], rows)
         ids_t = torch.tensor(ids + [0] * (rows - len(ids)), dtype=torch.long, device=self.device)
         self.steps += 1
-        # the bucket is compiled, and the inputs differ from warm-up's only in values and in the
-        # context length (dynamic): only the guards that tell graphs apart need evaluating
-        with eager_ops.real_rows(len(ids)), torch.compiler.set_stance(skip_guard_eval_unsafe=SKIP_GUARDS):
+        # every guard is evaluated (about 0.2 ms a step at batch 1): torch's stance that skips most of
+        # them is process-wide, and another thread may be compiling a bucket meanwhile
+        with eager_ops.step(self.model.eager_parts, len(ids)):
             return self._call(ids_t, index)[: len(ids)]
 
     def warm_up(self, buckets: Iterable[int] | None = None) -> None:
@@ -174,7 +173,7 @@ class CompiledDecode:
                             self.device,
                         )
                         ids = torch.zeros(rows, dtype=torch.long, device=self.device)
-                        with eager_ops.real_rows(0):
+                        with eager_ops.step(self.model.eager_parts, 0):
                             self._call(ids, index)
             except Exception as exc:  # noqa: BLE001 - any compiler failure: serve eagerly
                 self.failed = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]

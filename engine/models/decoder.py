@@ -10,6 +10,7 @@ import torch
 from engine.architecture import Architecture, KVComponent, describe
 from engine.batch import StepBatch
 from engine.config import ModelConfig
+from engine.models import eager_ops
 from engine.models.attention import PagedAttention
 from engine.models.layers import MLP, MoE, RMSNorm, Rotary, Tensors, mlp_tensors, moe_tensors
 
@@ -82,6 +83,8 @@ class DecoderLM:
         self.norm = RMSNorm(t["model.norm.weight"], c.rms_norm_eps)
         # [hidden, vocab], contiguous: the largest matmul of a decode step, on its fast layout
         self.lm_head_t = (self.embed if c.tie_word_embeddings else t["lm_head.weight"]).t().contiguous()
+        # what a compiled step runs as opaque eager ops, numbered alike on every load of the model
+        self.eager_parts = eager_ops.number_parts(self.layers)
 
     def kv_components(self) -> list[KVComponent]:
         """What each layer caches per token (the architecture's description says)."""

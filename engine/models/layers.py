@@ -48,9 +48,9 @@ class Linear:
     def __init__(self, weight: torch.Tensor | QuantizedWeight, bias: torch.Tensor | None = None):
         self.bias = bias
         self.out_features = weight.shape[-2]
+        self.handle = -1  # numbered by the model (eager_ops.number_parts) when it is an eager part
         if isinstance(weight, QuantizedWeight):
             self.quantized, self.weight_t = weight, None
-            self.handle = eager_ops.register(self)  # a compiled step calls it as an opaque op
         else:
             self.quantized, self.weight_t = None, weight.t().contiguous()
 
@@ -58,9 +58,14 @@ class Linear:
     def weight(self) -> torch.Tensor | QuantizedWeight:
         return self.quantized if self.quantized is not None else self.weight_t.t()
 
+    @property
+    def eager_part(self) -> bool:
+        """A compiled step calls a compressed weight's matmul as an opaque op (eager_ops)."""
+        return self.quantized is not None
+
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         if self.weight_t is None:
-            if torch.compiler.is_compiling():
+            if eager_ops.in_compiled_step():
                 return eager_ops.quantized_linear(x, self.handle)
             return self.eager(x)
         y = torch.matmul(x, self.weight_t)
@@ -129,7 +134,7 @@ class RopeTables:
         # complex form for interleaved pairs in float32: one multiply instead of six ops (eager only:
         # inductor has no complex kernels, so a compiled step does the same product in reals)
         self.cis = None
-        if dtype == torch.float32 and not torch.compiler.is_compiling():
+        if dtype == torch.float32 and not eager_ops.in_compiled_step():
             self.cis = torch.polar(torch.full_like(freqs, factor), freqs)
 
 
@@ -323,7 +328,9 @@ class MoE:
         self.num_experts = c.n_routed_experts
         self._load = torch.zeros(c.n_routed_experts, dtype=torch.int64)
         self._pending: list[torch.Tensor] = []  # routed ids not yet counted (counted in bulk: cheaper)
-        self.handle = eager_ops.register(self)  # a compiled step runs `routed` as an opaque op
+        self.handle = -1  # a compiled step runs `routed` as an opaque op (eager_ops.number_parts)
+
+    eager_part = True
 
     @property
     def expert_load(self) -> torch.Tensor:
@@ -343,7 +350,7 @@ class MoE:
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         weights, ids = self.router(x)
-        if torch.compiler.is_compiling():
+        if eager_ops.in_compiled_step():
             out = eager_ops.routed_experts(x, weights, ids, self.handle)
         else:
             out = self.routed(x, weights, ids)

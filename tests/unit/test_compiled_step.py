@@ -189,3 +189,17 @@ def test_buckets_are_bounded():
     assert isinstance(llm.engine.compiled_decode, CompiledDecode)
     assert not llm.engine.compiled_decode.accepts(1)  # nothing compiled until warm_up
     assert LLM(SHIPPED_KIMI, device="cpu", compile=False).engine.compiled_decode is None
+
+
+def test_a_second_load_of_a_model_reuses_the_first_ones_graphs():
+    from torch._dynamo.utils import counters
+
+    first = LLM(SHIPPED_KIMI, device="cpu", speculative=None, compile=True)
+    first.engine.compiled_decode.warm_up([1])
+    graphs = counters["stats"]["unique_graphs"]
+    second = LLM(SHIPPED_KIMI, device="cpu", speculative=None, compile=True)  # another PoP's engine
+    second.engine.compiled_decode.warm_up([1])
+    assert counters["stats"]["unique_graphs"] == graphs  # its eager parts are numbered alike
+    eager = LLM(SHIPPED_KIMI, device="cpu", speculative=None, compile=False)
+    assert _tokens(second, PROMPTS[:1], 20) == _tokens(eager, PROMPTS[:1], 20)
+    assert second.stats().compiled_steps >= 15  # its own weights and cache, through the shared graph
