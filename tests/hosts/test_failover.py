@@ -3,7 +3,8 @@ its `edge pop serve` is SIGKILLed while it streams an answer to a client in Pari
 with an error event that names a code, within STREAM_END_S (a cut link sends no reset: the runtime
 gives up once a health check fails, which takes at most the check's 5 s timeout plus its 2 s
 interval); health checks mark FRA down, so Paris is served by ICN; with the link (or the process)
-back, health checks bring FRA back and Paris is served there again."""
+back, health checks bring FRA back and Paris is served there again. Each test leaves the hosts as it
+found them (FRA back and serving Paris, asserted at its end), so the two share one cluster."""
 
 from __future__ import annotations
 
@@ -49,8 +50,8 @@ def until_unreachable(cluster, code: str, timeout: float = 30.0) -> bool:
     return not cluster.pops()[code]["reachable"]
 
 
-def test_a_cut_link_ends_the_stream_and_traffic_moves_until_it_is_back(make_cluster):
-    cluster = make_cluster()
+def test_a_cut_link_ends_the_stream_and_traffic_moves_until_it_is_back(two_hosts):
+    cluster = two_hosts
     assert cluster.served_by("Paris") == "FRA"
     thread, first, got = stream_in_background(cluster, "Paris")
     assert first.wait(60), "the stream never started"
@@ -64,8 +65,8 @@ def test_a_cut_link_ends_the_stream_and_traffic_moves_until_it_is_back(make_clus
     assert cluster.pops()["FRA"]["reachable"]
 
 
-def test_a_killed_node_ends_the_stream_and_traffic_returns_when_it_restarts(make_cluster):
-    cluster = make_cluster()
+def test_a_killed_node_ends_the_stream_and_traffic_returns_when_it_restarts(two_hosts):
+    cluster = two_hosts
     assert cluster.served_by("Paris") == "FRA"
     thread, first, got = stream_in_background(cluster, "Paris")
     assert first.wait(60), "the stream never started"

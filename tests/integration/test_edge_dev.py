@@ -253,7 +253,13 @@ def test_a_remote_pop_node_serves_like_a_local_one(tmp_path, monkeypatch):
             assert pops["FRA"]["remote"].endswith(str(port)) and pops["FRA"]["reachable"]
             node.terminate()
             node.wait(timeout=20)
-            time.sleep(3)  # a health check (every 2 s) notices
+            # a health check (every 2 s) notices: wait for it rather than for a fixed 3 s
+            deadline = time.monotonic() + 30
+            while pops["FRA"]["reachable"] and time.monotonic() < deadline:
+                time.sleep(0.2)
+                status = httpx.get(srv.url + "/cdn-cgi/edge/pops", headers=admin(tmp_path), timeout=10)
+                pops = {p["code"]: p for p in status.json()["pops"]}
+            assert not pops["FRA"]["reachable"], "health checks never marked FRA down"
             r = httpx.get(srv.url + "/", headers={"x-edge-client-location": "Paris"}, timeout=60)
             assert r.status_code == 200 and r.json()["timing"]["pop"] == "ICN"
     finally:

@@ -1,12 +1,12 @@
 """Issue 14's trials end to end, with the official `openai` client against a running `edge dev` on
 both miniatures: JSON mode and strict-schema outputs parse and validate in 20 of 20 sampled trials
-at temperature 1, a tool call round trip completes, streamed tool-call deltas reassemble to the
-non-streamed call, logprobs agree with the returned tokens, and n=4 returns four choices with the
-prompt computed once (counted at the PoP). Tool calls have JSON mode's guarantees (sampled trials
-sent at once, so the engine batches them): with tool_choice "required" a call whose arguments
-validate in at least 48 of 50 (streamed too), never an invalid one; with 32 tokens a valid call or
-finish_reason "length" and no call; with "auto" every call returned valid; the same through
-Workers AI's /ai/run and a worker's env.AI.run."""
+at temperature 1 (sent at once, so the engine batches them), a tool call round trip completes,
+streamed tool-call deltas reassemble to the non-streamed call, logprobs agree with the returned
+tokens, and n=4 returns four choices with the prompt computed once (counted at the PoP). Tool calls
+have JSON mode's guarantees (sampled trials sent at once too): with tool_choice "required" a call
+whose arguments validate in at least 48 of 50 (streamed too), never an invalid one; with 32 tokens
+a valid call or finish_reason "length" and no call; with "auto" every call returned valid; the same
+through Workers AI's /ai/run and a worker's env.AI.run."""
 
 from __future__ import annotations
 
@@ -99,10 +99,13 @@ def server(tmp_path_factory):
 def test_strict_schema_outputs_validate_in_every_sampled_trial(server, model):
     validator = jsonschema_rs.validator_for(SCHEMA)
     fmt = {"type": "json_schema", "json_schema": {"name": "forecast", "schema": SCHEMA, "strict": True}}
-    for trial in range(TRIALS):
-        out = server.client.chat.completions.create(
+
+    def sample(trial):
+        return server.client.chat.completions.create(
             model=model, messages=ASK, response_format=fmt, temperature=1.0, max_tokens=200, seed=trial
         )
+
+    for trial, out in enumerate(_at_once(sample, [(trial,) for trial in range(TRIALS)])):
         choice = out.choices[0]
         assert choice.finish_reason == "stop", (trial, choice)
         validator.validate(json.loads(choice.message.content))
@@ -110,9 +113,8 @@ def test_strict_schema_outputs_validate_in_every_sampled_trial(server, model):
 
 @pytest.mark.parametrize("model", MODELS)
 def test_json_mode_outputs_are_json_objects_in_every_sampled_trial(server, model):
-    by_budget = 0
-    for trial in range(TRIALS):
-        out = server.client.chat.completions.create(
+    def sample(trial):
+        return server.client.chat.completions.create(
             model=model,
             messages=ASK,
             response_format={"type": "json_object"},
@@ -120,6 +122,9 @@ def test_json_mode_outputs_are_json_objects_in_every_sampled_trial(server, model
             max_tokens=400,
             seed=100 + trial,
         )
+
+    by_budget = 0
+    for trial, out in enumerate(_at_once(sample, [(trial,) for trial in range(TRIALS)])):
         choice = out.choices[0]
         # a wandering answer is closed by the budget: whole JSON still, its finish "length"
         assert choice.finish_reason in ("stop", "length"), (trial, choice)
@@ -281,6 +286,7 @@ def _outcome(finish, calls) -> str:
 
 
 def _at_once(fn, jobs):
+    """fn(*job) for every job, sent together (the engine batches them), the results in the jobs' order."""
     with ThreadPoolExecutor(max_workers=len(jobs)) as pool:  # sent together: the engine batches them
         return list(pool.map(lambda job: fn(*job), jobs))
 

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -75,10 +76,9 @@ def start_proxy(target: str, record: Path) -> tuple[subprocess.Popen, str]:
     raise TimeoutError("the recording proxy did not start")
 
 
-@pytest.fixture
-def upstream(tmp_path, monkeypatch):
+@contextmanager
+def running_upstream(folder: Path, monkeypatch: pytest.MonkeyPatch):
     """The upstream edge dev, its OpenAI base URL, and a restart on the same port."""
-    folder = tmp_path / "upstream"
     config = upstream_project(folder)
     servers = [DevServer(config, cwd=folder)]
     servers[0].__enter__()
@@ -98,17 +98,38 @@ def upstream(tmp_path, monkeypatch):
                 server.stop()
 
 
-@pytest.fixture
-def front(tmp_path, upstream):
+@contextmanager
+def running_front(folder: Path, upstream):
     up, base_url, restart = upstream
-    folder = tmp_path / "front"
     config = front_project(folder, base_url)
     with DevServer(config, cwd=folder) as server:
         yield server, folder, up, restart
 
 
-def test_chat_completions_plain_and_streamed_are_served_through_the_upstream(front):
-    server, folder, _, _ = front
+@pytest.fixture
+def upstream(tmp_path, monkeypatch):
+    with running_upstream(tmp_path / "upstream", monkeypatch) as up:
+        yield up
+
+
+@pytest.fixture
+def front(tmp_path, upstream):
+    with running_front(tmp_path / "front", upstream) as pair:
+        yield pair
+
+
+@pytest.fixture(scope="module")
+def shared_front(tmp_path_factory):
+    """The same pair, shared by the tests that leave both as they found them (no kill, no restart)."""
+    folder = tmp_path_factory.mktemp("shared-upstream")
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        with running_upstream(folder / "upstream", monkeypatch) as up:
+            with running_front(folder / "front", up) as pair:
+                yield pair
+
+
+def test_chat_completions_plain_and_streamed_are_served_through_the_upstream(shared_front):
+    server, folder, _, _ = shared_front
     body = {"model": MODEL, "messages": [{"role": "user", "content": "def add(a, b):"}], "max_tokens": 8}
     r = openai(server, folder, "chat/completions", {**body, "temperature": 0})
     assert r.status_code == 200, r.text
@@ -130,8 +151,8 @@ def test_chat_completions_plain_and_streamed_are_served_through_the_upstream(fro
     assert fra["backend"] == "openai" and fra["models"][MODEL]["weights"] == "fp8"
 
 
-def test_an_upstream_400_is_a_5004_with_its_message(front):
-    server, folder, _, _ = front
+def test_an_upstream_400_is_a_5004_with_its_message(shared_front):
+    server, folder, _, _ = shared_front
     schema = {"type": "string", "pattern": "(?<=a)b"}  # a look-behind: no grammar engine compiles it
     body = {
         "model": MODEL,
