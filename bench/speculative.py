@@ -3,7 +3,11 @@ prompts that repeat their context (code) and on one that does not, in one run (i
 medians), with the share of draft tokens accepted and a check that both runs produced the same
 tokens.
 
-    python bench/speculative.py [--rounds 3] [--tokens 96] [--k 5] [--model models/kimi-k2-mini ...]
+    python bench/speculative.py [--rounds 3] [--tokens 96] [--k 5] [--temperature 0]
+                                [--model models/kimi-k2-mini ...]
+
+With --temperature > 0 both runs sample with the same seed: speculative rejection sampling draws
+the sequence's generator once per emitted token, so the tokens must still be the same.
 
 Batch 1: the regime where a decode step is overhead-bound, so verifying k + 1 positions costs
 little more than one. Both engines are built once; each round runs every prompt on both.
@@ -33,8 +37,8 @@ PROMPTS = {
 }
 
 
-def run(llm: LLM, prompt: str, tokens: int) -> tuple[float, list[int]]:
-    params = SamplingParams(temperature=0, max_tokens=tokens, ignore_eos=True)
+def run(llm: LLM, prompt: str, tokens: int, temperature: float = 0.0) -> tuple[float, list[int]]:
+    params = SamplingParams(temperature=temperature, seed=7, max_tokens=tokens, ignore_eos=True)
     start = time.perf_counter()
     out = llm.generate([prompt], params)[0]
     return len(out.token_ids) / (time.perf_counter() - start), out.token_ids
@@ -45,10 +49,12 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--tokens", type=int, default=96)
     ap.add_argument("--k", type=int, default=5, help="draft tokens per step at most")
+    ap.add_argument("--temperature", type=float, default=0.0, help="0: greedy; else seeded sampling")
     ap.add_argument("--model", nargs="*", default=["models/kimi-k2-mini", "models/glm-4.5-mini"])
     args = ap.parse_args()
     print(
-        f"# {platform.processor() or platform.machine()}, batch 1, greedy, {args.tokens} tokens, k={args.k}"
+        f"# {platform.processor() or platform.machine()}, batch 1, temperature {args.temperature:g}, "
+        f"{args.tokens} tokens, k={args.k}"
     )
     print("| model | prompt | one token a step tok/s | n-gram tok/s | ratio | accepted | same tokens |")
     print("| --- | --- | ---: | ---: | ---: | ---: | --- |")
@@ -60,8 +66,8 @@ def main() -> None:
             base, fast, same = [], [], True
             drafted0, accepted0 = spec.engine.draft_tokens, spec.engine.accepted_tokens
             for _ in range(args.rounds):
-                b, ref = run(plain, prompt, args.tokens)
-                f, got = run(spec, prompt, args.tokens)
+                b, ref = run(plain, prompt, args.tokens, args.temperature)
+                f, got = run(spec, prompt, args.tokens, args.temperature)
                 base.append(b), fast.append(f)
                 same = same and got == ref
             drafted = spec.engine.draft_tokens - drafted0

@@ -23,6 +23,8 @@ class LatencyAccount(msgspec.Struct, kw_only=True):
     ttft_ms: float = 0.0  # what the client waits for the first token: network + queue + prefill
     total_ms: float = 0.0
     cached_tokens: int = 0  # prompt tokens the PoP's prefix cache held: prefill_ms ran only the rest
+    draft_tokens: int = 0  # speculative draft tokens verified for this request (all its choices)
+    accepted_tokens: int = 0  # of those, kept: tokens that took no decode step of their own
     # the same request on the PoP's GPUs running the catalog entry's full-size target (roofline)
     modeled: ModeledTimes | None = None
 

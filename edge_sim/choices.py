@@ -49,6 +49,11 @@ class ChoiceAssembler:
         ]
         self.last: SeqEvent | None = None  # the latest final event: it carries the request's metrics
 
+    def speculated(self) -> tuple[int, int]:
+        """Draft tokens verified for every choice together, and how many of them were kept."""
+        metrics = [c.last.metrics for c in self._choices if c.last is not None and c.last.metrics]
+        return sum(m.draft_tokens for m in metrics), sum(m.accepted_tokens for m in metrics)
+
     @property
     def done(self) -> bool:
         return all(c.last is not None for c in self._choices)

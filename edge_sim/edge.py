@@ -140,6 +140,7 @@ class Edge:
         result.timing = self._account(
             req.model, node.pop, ingress, client_rtt_ms, backbone_ms, choices.last, batch
         )
+        result.timing.draft_tokens, result.timing.accepted_tokens = choices.speculated()
         yield result
 
     def _account(

@@ -42,6 +42,8 @@ class ModelSpec(msgspec.Struct, frozen=True):
     trusted_keys: list[str] | None = None  # None: the engine's default trust store
     allow_unsigned: bool = False
     prefix_caching: bool = True  # reuse a tenant's cached prompt prefixes (engine.prefix_hash)
+    # 'env' ($EDGE_SPECULATIVE), 'off', 'ngram' or 'ngram:K': the catalog entry's default wins
+    speculative: str = "env"
 
 
 class PopNode(NodeBase):
@@ -89,6 +91,7 @@ class PopNode(NodeBase):
             trusted_keys=spec.trusted_keys,
             allow_unsigned=spec.allow_unsigned,
             prefix_caching=spec.prefix_caching,
+            speculative=spec.speculative,
         )
         if llm.engine.compiled_decode is not None:  # steps run eagerly until their bucket compiles
             llm.engine.compiled_decode.warm_up_in_background()
@@ -297,6 +300,8 @@ class PopNode(NodeBase):
             waiting=stats.waiting,
             preemptions=stats.preemptions,
             generated_tokens=stats.generated_tokens,
+            draft_tokens=stats.draft_tokens,
+            accepted_tokens=stats.accepted_tokens,
             prompt_tokens=stats.prompt_tokens,
             prefill_ms_per_token=self.prefill_ms_per_token(name),
             pending_tokens=self.pending_tokens(name),

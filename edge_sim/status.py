@@ -27,6 +27,8 @@ class ModelStatus(msgspec.Struct, kw_only=True):
     waiting: int
     preemptions: int
     generated_tokens: int
+    draft_tokens: int = 0  # speculative draft tokens verified since start
+    accepted_tokens: int = 0  # of those, kept (acceptance rate: accepted / drafted)
     prompt_tokens: int = 0  # prompt tokens run through the model since start (prefix-cache hits not)
     prefill_ms_per_token: float  # measured over recent steps (a default before any)
     pending_tokens: int  # prompt tokens submitted at the PoP that have not started yet

@@ -29,7 +29,7 @@ from engine.policy import SchedulerConfig, SchedulingPolicy
 from engine.prefix_hash import new_salt_key, tenant_salt
 from engine.sampling import Sampler, SamplingError, SamplingParams, apply_logit_bias, choice_seed
 from engine.sequence import SeqEvent, SeqStatus, Sequence
-from engine.speculation import NgramDrafter, SpeculativeConfig, accepted_prefix
+from engine.speculation import AcceptanceBackoff, NgramDrafter, SpeculativeConfig, accepted_prefix
 from engine.tokenizer import IncrementalDetokenizer, TextTokenizer
 
 log = logging.getLogger(__name__)
@@ -97,9 +97,10 @@ class LLMEngine:
         compiled: bool = False,
     ):
         """`speculative`: n-gram drafts verified in the decode step (engine.speculation), for
-        greedy sequences without penalties, biases, grammars or logprobs; None decodes one token
-        a step. `compiled`: decode-only steps run as a compiled graph (engine.compiled_step) once
-        their batch bucket is compiled; `compiled_decode.warm_up()` compiles them."""
+        every sequence without a grammar (greedy or sampled, penalties, biases and logprobs
+        included); None decodes one token a step. `compiled`: decode-only steps run as a compiled
+        graph (engine.compiled_step) once their batch bucket is compiled;
+        `compiled_decode.warm_up()` compiles them."""
         self.model = model
         self.cache = cache
         self.tokenizer = tokenizer
@@ -329,10 +330,10 @@ class LLMEngine:
             pool.commit(seq.kv, seq.num_computed)  # its full computed blocks enter the prefix cache
         if samplers:
             events = self._sample_all(samplers, logits, masks)
-        for seq, tokens in verified:
-            events.extend(self._emit_all(seq, tokens))
+        for seq, tokens, raw in verified:
+            events.extend(self._emit_all(seq, tokens, raw))
         drafted = sum(len(d) for d in drafts.values())
-        accepted = sum(len(tokens) - 1 for _, tokens in verified)
+        accepted = sum(len(tokens) - 1 for _, tokens, _ in verified if not isinstance(tokens, str))
         self.draft_tokens += drafted
         self.accepted_tokens += accepted
         prefill = sum(n for _, n in policy_plan.chunks)  # the decoders' tokens are the rest
@@ -371,9 +372,7 @@ class LLMEngine:
         out: dict[int, list[int]] = {}
         for seq in decoders:
             p = seq.params
-            if not p.greedy or p.penalised or p.logit_bias or seq.guide is not None or p.logprobs is not None:
-                continue
-            if not seq.forked:
+            if seq.guide is not None or not seq.forked or not p.speculative:  # a grammar's mask: one row's
                 continue
             room = min(
                 BLOCK_SIZE - 2 - seq.num_computed % BLOCK_SIZE,  # positions after the real one, same block
@@ -384,45 +383,71 @@ class LLMEngine:
             drafter = seq.drafter
             if drafter is None:
                 drafter = seq.drafter = NgramDrafter(config)
+                seq.backoff = AcceptanceBackoff(config)
+            if seq.backoff is not None and seq.backoff.paused():
+                continue
             draft = drafter.propose(seq.tokens, room)
             if draft:
                 out[seq.order] = draft
         return out
 
     def _verify(self, speculated: list, drafts: dict[int, list[int]], hidden: torch.Tensor) -> list:
-        """Each speculating sequence's tokens for this step: the accepted draft tokens, then the
-        model's own next token (greedy: exactly what decoding one token a step would give). The
-        accepted ones are computed already, so the policy moves the sequence ahead by that many."""
+        """Each speculating sequence's tokens for this step: the accepted draft tokens, then one of
+        the model's own. Greedy rows take the argmax (exactly what decoding one token a step gives);
+        the others go through the sequence's sampler (Sampler.verify: speculative rejection
+        sampling, the output distribution unchanged). Logit biases apply to every row, as they
+        would one step at a time. The accepted tokens are computed already, so the policy moves the
+        sequence ahead by that many. Also returns each sequence's raw log-probabilities of its rows
+        when it asks for logprobs."""
         rows = [row for _, sl in speculated for row in range(sl.start, sl.stop)]
         logits = self.model.logits(hidden[rows])
         finite = torch.isfinite(logits.sum(dim=-1)).tolist()
+        asking = [i for i, (seq, _) in enumerate(speculated) if seq.params.logprobs is not None]
+        starts = list(itertools.accumulate((sl.length for _, sl in speculated), initial=0))
+        raw = {
+            i: torch.log_softmax(logits[starts[i] : starts[i + 1]].float(), dim=-1) for i in asking
+        }  # before the biases: logprobs are the model's own
+        apply_logit_bias(logits, [seq.params.logit_bias for seq, sl in speculated for _ in range(sl.length)])
         best = logits.argmax(dim=-1).tolist()
-        out, at = [], 0
-        for seq, sl in speculated:
-            draft = drafts[seq.order]
-            predicted, ok = best[at : at + sl.length], finite[at : at + sl.length]
-            at += sl.length
-            n = accepted_prefix(draft, predicted)
-            bad = next((i for i in range(n + 1) if not ok[i]), None)  # row i chooses token i
-            if bad == 0:
-                out.append((seq, None))
+        out = []
+        for i, (seq, sl) in enumerate(speculated):
+            draft, at = drafts[seq.order], starts[i]
+            ok = finite[at : at + sl.length]
+            usable = ok.index(False) if False in ok else sl.length  # rows before the first bad one
+            p = seq.params
+            if usable == 0:
+                out.append((seq, "the model produced non-finite logits for this request", None))
                 continue
-            if bad is not None:  # keep the tokens chosen by finite rows only
-                n = bad - 1
-            self.scheduler.advance_decoder(seq, n)
-            out.append((seq, [*draft[:n], predicted[n]]))
+            if p.greedy and not p.penalised:
+                n = accepted_prefix(draft, best[at : at + sl.length])
+                tokens = [*draft[:n], best[at + n]] if n < usable else draft[:usable]
+            else:
+                try:
+                    tokens = seq.sampler.verify(logits[at : at + usable], draft)
+                except SamplingError as exc:  # it alone ends, as in _sample
+                    out.append((seq, str(exc), None))
+                    continue
+            self.scheduler.advance_decoder(seq, len(tokens) - 1)
+            seq.draft_tokens += len(draft)
+            seq.accepted_tokens += len(tokens) - 1
+            if seq.backoff is not None:
+                seq.backoff.record(len(draft), len(tokens) - 1)
+            out.append((seq, tokens, raw.get(i)))
         return out
 
-    def _emit_all(self, seq: Sequence, tokens: list[int] | None) -> list[SeqEvent]:
-        """The events of a speculating sequence's tokens, up to the one that ends it."""
-        if tokens is None:
-            seq.finish("error", "the model produced non-finite logits for this request")
+    def _emit_all(self, seq: Sequence, tokens: list[int] | str, raw: torch.Tensor | None) -> list[SeqEvent]:
+        """The events of a speculating sequence's tokens, up to the one that ends it (`tokens`: a
+        message instead when it failed); `raw`: its rows' log-probabilities, when it asks for them."""
+        if isinstance(tokens, str):
+            seq.finish("error", tokens)
             return [self._finished(seq, None, "")]
         events = []
         for token in tokens:
             events.append(self._emit(seq, token))
             if seq.status == SeqStatus.FINISHED:
                 break
+        if raw is not None:
+            attach_logprobs(events, raw[: len(events)], [seq.params.logprobs] * len(events), self.speller())
         return events
 
     def _admitted(self, seq: Sequence) -> None:

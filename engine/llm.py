@@ -23,7 +23,7 @@ from engine.models import causal_lm, expected_tensors, float32_tensors
 from engine.policy import SchedulerConfig
 from engine.sampling import SamplingParams
 from engine.sequence import Logprobs, RequestMetrics, SeqEvent
-from engine.speculation import SpeculativeConfig, speculative_from_env
+from engine.speculation import SpeculativeConfig, parse_speculative, speculative_from_env
 from engine.tokenizer import TextTokenizer
 from engine.verified_load import load_verified
 from engine.weight_parts import apply_weight_format, check_format, formats_by_part, parse_parts, weights_label
@@ -99,7 +99,8 @@ class LLM:
         that start with the same tokens (salted per tenant; see engine.prefix_hash).
 
         `speculative`: n-gram drafts verified in the decode step (engine.speculation), a
-        SpeculativeConfig, None (one token a step) or "env" ($EDGE_SPECULATIVE, off by default).
+        SpeculativeConfig, None (one token a step), "env" ($EDGE_SPECULATIVE, off by default) or
+        that variable's syntax ('off', 'ngram', 'ngram:K'), as a catalog entry sets it.
 
         `compile`: decode steps as a compiled graph per batch bucket (engine.compiled_step), True,
         False or "env" ($EDGE_COMPILE; unset: on a CPU). Buckets compile on first use of
@@ -163,7 +164,13 @@ class LLM:
                 fair_share=scheduling_fair_share() if fair_share is None else fair_share,
             ),
             prefix_caching=prefix_caching,
-            speculative=speculative_from_env() if speculative == "env" else speculative,
+            speculative=(
+                speculative_from_env()
+                if speculative == "env"
+                else parse_speculative(speculative)
+                if isinstance(speculative, str)
+                else speculative
+            ),
             compiled=compile_from_env(self.device) if compile == "env" else bool(compile),
         )
 

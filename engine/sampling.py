@@ -60,6 +60,8 @@ class SamplingParams(msgspec.Struct, kw_only=True):
     logit_bias: dict[int, float] = msgspec.field(default_factory=dict)
     # within its account: lower is scheduled first (vLLM's convention); never above the account's share
     priority: int = 0
+    # False: never drafted for, even where the engine speculates (the output is the same either way)
+    speculative: bool = True
 
     def validate(self) -> None:
         def bad(param: str, message: str) -> InvalidRequestError:
@@ -213,3 +215,36 @@ class Sampler:
         if not (total > 0 and math.isfinite(total)):  # a NaN or inf anywhere shows in the sum
             raise SamplingError("the sampling probabilities are not finite for this request")
         return int(torch.multinomial(probs, 1, generator=self._gen))
+
+    def verify(self, rows: torch.Tensor, draft: list[int]) -> list[int]:
+        """Speculative rejection sampling of a point-mass draft: row i [rows, vocab] holds the logits
+        after the context and draft[:i]; returns the accepted draft tokens, then one token of the
+        model's own (the correction at the first rejection, or the bonus after the last row).
+
+        Row i's token y is picked exactly as one decoding step picks it (penalties counting the
+        draft tokens before it, temperature, top-k, min-p, top-p, the sequence's generator), and
+        draft[i] is kept iff y == draft[i]. For a draft q that is a point mass on x this is the
+        standard rule: x is accepted with probability p(x) = min(1, p(x)/q(x)), and a rejection's
+        y is distributed as p with x removed and renormalised (max(0, p - q), normalised). The
+        generator draws once per emitted token in the same order as without speculation, so a
+        seeded request gives the tokens it gives without it. Rows past `rows` (non-finite ones
+        the caller cut) end the step after the drafts they would have judged; a SamplingError on
+        a later row does too (the next step meets that row again, alone)."""
+        saved = (self._counts.clone(), self._seen.clone()) if self._counts is not None else None
+        out: list[int] = []
+        try:
+            for i in range(min(len(rows), len(draft) + 1)):
+                try:
+                    token = self(rows[i])
+                except SamplingError:
+                    if i == 0:
+                        raise
+                    break
+                out.append(token)
+                if i == len(draft) or token != draft[i]:
+                    break
+                self.observe(token)  # the next row's penalties count it, as its context does
+        finally:
+            if saved is not None:  # the tokens are observed again as they are emitted
+                self._counts, self._seen = saved
+        return out

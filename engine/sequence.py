@@ -10,7 +10,7 @@ from engine.block_pool import SeqBlocks
 from engine.guided import GuideState
 from engine.policy import SeqStatus
 from engine.sampling import Sampler, SamplingParams
-from engine.speculation import NgramDrafter
+from engine.speculation import AcceptanceBackoff, NgramDrafter
 from engine.tokenizer import IncrementalDetokenizer
 
 
@@ -25,6 +25,8 @@ class RequestMetrics(msgspec.Struct):
     finish_reason: str | None
     preemptions: int
     cached_tokens: int = 0  # prompt tokens found in the prefix cache at admission (not run again)
+    draft_tokens: int = 0  # speculative draft tokens verified for it
+    accepted_tokens: int = 0  # of those, kept (each one a token that took no step of its own)
 
 
 class TokenLogprob(msgspec.Struct, array_like=True):
@@ -93,6 +95,9 @@ class Sequence:
         self.cached_tokens = 0  # what the prefix cache held of it at its first admission
         self.order = 0  # arrival order at the scheduling policy (set when it is added)
         self.drafter: NgramDrafter | None = None  # its n-gram index, once it speculates
+        self.backoff: AcceptanceBackoff | None = None  # pauses its drafts while few are accepted
+        self.draft_tokens = 0
+        self.accepted_tokens = 0
         self.finish_reason: str | None = None
         self.error: str | None = None
         self.arrival = time.perf_counter()
@@ -175,6 +180,8 @@ class Sequence:
             finish_reason=self.finish_reason,
             preemptions=self.preemptions,
             cached_tokens=self.cached_tokens,
+            draft_tokens=self.draft_tokens,
+            accepted_tokens=self.accepted_tokens,
         )
 
 

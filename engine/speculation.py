@@ -31,6 +31,11 @@ class SpeculativeConfig(msgspec.Struct, frozen=True):
     min_n: int = 2
     max_n: int = 4
     max_decoders: int = 4
+    # back-off: a sequence whose last `backoff_window` drafts kept under `backoff_below` of their
+    # tokens stops drafting for `backoff_steps` decode steps (a rejected draft costs verify rows)
+    backoff_window: int = 4
+    backoff_below: float = 0.2
+    backoff_steps: int = 16
 
     def __post_init__(self) -> None:
         if not 1 <= self.num_tokens <= 14:
@@ -46,13 +51,48 @@ class SpeculativeConfig(msgspec.Struct, frozen=True):
 def speculative_from_env() -> SpeculativeConfig | None:
     """$EDGE_SPECULATIVE: "ngram" (n-gram drafts with the defaults), "ngram:K" (K draft tokens per
     step) or "off" (the default)."""
-    value = os.environ.get(SPECULATIVE_ENV, "off").strip().lower()
+    return parse_speculative(os.environ.get(SPECULATIVE_ENV, "off"), f"${SPECULATIVE_ENV}")
+
+
+def parse_speculative(value: str, where: str = "speculative") -> SpeculativeConfig | None:
+    """'off', 'ngram' or 'ngram:K' (as $EDGE_SPECULATIVE and a catalog entry's setting say it)."""
+    value = value.strip().lower()
     if value in ("", "off", "0", "none"):
         return None
     method, _, k = value.partition(":")
     if method != "ngram" or (k and not k.isdigit()):
-        raise ModelLoadError(f"${SPECULATIVE_ENV} must be 'off', 'ngram' or 'ngram:K', got {value!r}")
+        raise ModelLoadError(f"{where} must be 'off', 'ngram' or 'ngram:K', got {value!r}")
     return SpeculativeConfig(num_tokens=int(k)) if k else SpeculativeConfig()
+
+
+class AcceptanceBackoff:
+    """One sequence's recent acceptance: after `backoff_window` drafts that kept fewer than
+    `backoff_below` of their tokens, its drafts pause for `backoff_steps` decode steps, then it
+    tries again with a fresh window (its text may have come back to something that repeats)."""
+
+    __slots__ = ("config", "_recent", "_pause")
+
+    def __init__(self, config: SpeculativeConfig):
+        self.config = config
+        self._recent: list[tuple[int, int]] = []  # (drafted, accepted) of its latest drafts
+        self._pause = 0
+
+    def paused(self) -> bool:
+        """Whether this decode step goes without a draft (counting the paused step)."""
+        if self._pause > 0:
+            self._pause -= 1
+            return True
+        return False
+
+    def record(self, drafted: int, accepted: int) -> None:
+        c = self.config
+        self._recent.append((drafted, accepted))
+        if len(self._recent) < c.backoff_window:
+            return
+        del self._recent[: -c.backoff_window]
+        total = sum(d for d, _ in self._recent)
+        if sum(a for _, a in self._recent) < c.backoff_below * total:
+            self._pause, self._recent = c.backoff_steps, []
 
 
 class NgramDrafter:

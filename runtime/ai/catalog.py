@@ -39,6 +39,18 @@ class CatalogAlias(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     source: str = ""  # where the provider documents the name
 
 
+class CatalogSpeculative(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """`speculative = { method = "ngram", tokens = 5 }`: the model's default, over $EDGE_SPECULATIVE
+    (method "off": never); a request's `"speculative": false` turns it off for that request."""
+
+    method: Literal["ngram", "off"]
+    tokens: int = 5  # draft tokens per step at most (1-14)
+
+    def setting(self) -> str:
+        """As engine.speculation.parse_speculative reads it."""
+        return "off" if self.method == "off" else f"ngram:{self.tokens}"
+
+
 class CatalogEntry(msgspec.Struct, kw_only=True):
     name: str
     path: str  # checkpoint folder, relative to the catalog
@@ -54,6 +66,7 @@ class CatalogEntry(msgspec.Struct, kw_only=True):
     # every answer's timing then also carries roofline-modeled times on the PoP's GPUs
     target: TargetSpec | None = None
     aliases: list[CatalogAlias] = []
+    speculative: CatalogSpeculative | None = None  # None: $EDGE_SPECULATIVE decides
 
 
 class Catalog(msgspec.Struct):
@@ -82,6 +95,11 @@ def load_catalog(models_dir: Path) -> dict[str, tuple[CatalogEntry, Path]]:
                 entry.target.check()
             except SimulationError as exc:
                 raise ConfigError(f"{path}: model {entry.name!r}: target: {exc}") from None
+        if entry.speculative is not None and not 1 <= entry.speculative.tokens <= 14:
+            raise ConfigError(
+                f"{path}: model {entry.name!r}: speculative.tokens must be 1-14 (a KV block's room), "
+                f"got {entry.speculative.tokens}"
+            )
         entries[entry.name] = (entry, folder)
     names = [a.name for entry in catalog.model for a in entry.aliases]
     clash = sorted({n for n in names if n in entries or names.count(n) > 1})
@@ -143,6 +161,7 @@ def model_spec(config, name: str, catalog: dict[str, tuple[CatalogEntry, Path]])
         entry.kv_cache_dtype,
         trusted_keys=config.trusted_keys,
         allow_unsigned=config.models.allow_unsigned,
+        speculative=entry.speculative.setting() if entry.speculative is not None else "env",
     )
 
 

@@ -136,6 +136,7 @@ class SamplingFields(_Strict, kw_only=True):
     service_tier: str | None = None
     logit_bias: dict[str, float] | None = None
     priority: int = 0  # vLLM's: within the account, lower is scheduled first (never above its share)
+    speculative: bool = True  # false: no draft tokens for this request (the model's default otherwise)
 
 
 class ChatFields(SamplingFields, kw_only=True):

@@ -120,6 +120,7 @@ def sampling_params(inputs: Inputs) -> SamplingParams:
         logprobs=_logprobs(inputs),
         logit_bias=_logit_bias(inputs.logit_bias),
         priority=inputs.priority,
+        speculative=inputs.speculative,
         guide=None if isinstance(inputs, CompletionRequest) else guide(inputs),
     )
 

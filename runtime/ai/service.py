@@ -403,6 +403,10 @@ class AIService:
             self.rate_limits.used(req.tenant, req.model, result.total_tokens)
         if count_as is not None and self.metrics is not None:
             self.metrics.ai_tokens(count_as, result.prompt_tokens, result.completion_tokens)
+            if result.timing is not None:
+                self.metrics.ai_speculation(
+                    count_as, result.timing.draft_tokens, result.timing.accepted_tokens
+                )
         if self.metrics is not None:
             timing = result.timing
             self.metrics.ai_ttft(req.tenant, (timing.queue_ms + timing.prefill_ms) / 1000.0)

@@ -83,6 +83,13 @@ class Metrics:
             ["model", "kind"],
             registry=self.public,
         )
+        self.speculative = Counter(
+            "edge_ai_speculative_tokens",
+            "Speculative draft tokens verified, by model and kind (drafted, or accepted: kept); "
+            "acceptance rate = accepted / drafted",
+            ["model", "kind"],
+            registry=self.public,
+        )
         self.total_limited = Counter(
             "edge_ai_rate_limited",
             "AI calls refused by an account's rate limit (429, 3036), by model and limit (rpm or tpm)",
@@ -122,6 +129,11 @@ class Metrics:
         """One AI call's tokens (runtime.ai.service counts each call's, from its typed result)."""
         self.tokens.labels(model, "prompt").inc(prompt)
         self.tokens.labels(model, "completion").inc(completion)
+
+    def ai_speculation(self, model: str, drafted: int, accepted: int) -> None:
+        """One AI call's draft tokens and the ones kept (from its latency account)."""
+        self.speculative.labels(model, "drafted").inc(drafted)
+        self.speculative.labels(model, "accepted").inc(accepted)
 
     def ai_ttft(self, account: str, seconds: float) -> None:
         """One AI call's time to first token at its PoP (runtime.ai.service, from its latency account)."""
