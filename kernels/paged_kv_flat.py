@@ -120,17 +120,31 @@ def _copy_into(dst: torch.Tensor, index: torch.Tensor, src: torch.Tensor) -> Non
     dst.index_copy_(0, index, src)
 
 
+def write_tokens(store, layout, rows: torch.Tensor, x: torch.Tensor) -> None:
+    """A format that stores token by token: x [n, H, D] (quantized per token) at flat token rows."""
+    if layout.quantize is None:  # dense
+        _copy_into(_rows(store.data), rows, x.to(store.data.dtype))
+        return
+    q, s = layout.quantize(x)
+    _copy_into(_rows(store.data), rows, q)
+    _rows(store.scale).index_copy_(0, rows, s)
+
+
+def read_blocks(store, blocks: torch.Tensor) -> torch.Tensor:
+    """Dense [len(blocks), BLOCK, H, D] of the stored blocks (staging not consulted)."""
+    data = store.data.index_select(0, blocks)
+    dequantize = KV[store.fmt].layout(store.style).dequantize
+    if dequantize is None:
+        return data if data.dtype == store.dense else data.to(store.dense)
+    return dequantize(data, store.scale.index_select(0, blocks), store.dense)
+
+
 def write(store, index: DecodeIndex, x: torch.Tensor) -> None:
     """One new token per sequence (x [B, H, D]) into a kernels.paged_kv.KVStore; a staged format
     fills the staging slot and quantizes the blocks it completes."""
     layout = KV[store.fmt].layout(store.style)
     if store.staging is None:
-        if layout.quantize is None:  # dense
-            _copy_into(_rows(store.data), index.write_rows, x.to(store.data.dtype))
-            return
-        q, s = layout.quantize(x)
-        _copy_into(_rows(store.data), index.write_rows, q)
-        _rows(store.scale).index_copy_(0, index.write_rows, s)
+        write_tokens(store, layout, index.write_rows, x)
         return
     _rows(store.staging).index_copy_(0, index.staging_rows, x.to(store.staging.dtype))
     if index.full_blocks is not None:
@@ -142,12 +156,7 @@ def write(store, index: DecodeIndex, x: torch.Tensor) -> None:
 def read(store, index: DecodeIndex) -> torch.Tensor:
     """Dense [B, nb * BLOCK, H, D] of every sequence's blocks (positions past its length: garbage,
     masked by index.mask); a staged format's partial tail block comes from staging."""
-    data = store.data.index_select(0, index.blocks)
-    dequantize = KV[store.fmt].layout(store.style).dequantize
-    if dequantize is None:
-        dense = data if data.dtype == store.dense else data.to(store.dense)
-    else:
-        dense = dequantize(data, store.scale.index_select(0, index.blocks), store.dense)
+    dense = read_blocks(store, index.blocks)
     if index.tail_blocks is not None and store.staging is not None:
         dense.index_copy_(0, index.tail_blocks, store.staging.index_select(0, index.tail_slots))
     return dense.view(index.batch, -1, *dense.shape[2:])

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import torch
 
 from kernels.formats import KV, KV_BLOCK
-from kernels.paged_kv_flat import _copy_into, _rows
+from kernels.paged_kv_flat import _copy_into, _rows, read_blocks, write_tokens
 
 BLOCK = KV_BLOCK
 
@@ -117,12 +117,7 @@ def write(store, index: StaticDecodeIndex, x: torch.Tensor) -> None:
     kernels.paged_kv_flat.write stores it."""
     layout = KV[store.fmt].layout(store.style)
     if store.staging is None:
-        if layout.quantize is None:
-            _copy_into(_rows(store.data), index.write_rows, x.to(store.data.dtype))
-            return
-        q, s = layout.quantize(x)
-        _copy_into(_rows(store.data), index.write_rows, q)
-        _rows(store.scale).index_copy_(0, index.write_rows, s)
+        write_tokens(store, layout, index.write_rows, x)
         return
     _rows(store.staging).index_copy_(0, index.staging_rows, x.to(store.staging.dtype))
     q, s = layout.quantize(store.staging.index_select(0, index.slots))
@@ -135,12 +130,7 @@ def write(store, index: StaticDecodeIndex, x: torch.Tensor) -> None:
 def read(store, index: StaticDecodeIndex) -> torch.Tensor:
     """Dense [R, nb * BLOCK, H, D] of every row's blocks, a staged format's partial tail block
     from staging (positions past a row's length: garbage, masked by index.mask)."""
-    data = store.data.index_select(0, index.blocks)
-    dequantize = KV[store.fmt].layout(store.style).dequantize
-    if dequantize is None:
-        dense = data if data.dtype == store.dense else data.to(store.dense)
-    else:
-        dense = dequantize(data, store.scale.index_select(0, index.blocks), store.dense)
+    dense = read_blocks(store, index.blocks)
     if store.staging is not None:
         staged = store.staging.index_select(0, index.slots).to(dense.dtype)
         tails = dense.index_select(0, index.tail_flat)
