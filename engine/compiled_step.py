@@ -91,6 +91,10 @@ class CompiledDecode:
         torch._dynamo.config.accumulated_recompile_limit = max(
             torch._dynamo.config.accumulated_recompile_limit, 4096
         )
+        # rows stay each bucket's own: a graph is never recompiled dynamic in the batch (set once for
+        # the process, not patched per call: dynamo's config is process-wide, and warm-up threads
+        # compile while steps run)
+        torch._dynamo.config.automatic_dynamic_shapes = False
         self.model, self.cache, self.device = model, cache, device
         self.max_rows = max_rows
         self._fn = torch.compile(self._forward, fullgraph=True)
@@ -108,8 +112,7 @@ class CompiledDecode:
         # the context (blocks per row) is the one dynamic dimension: one graph per row bucket
         for t, dim in ((index.tables, 1), (index.blocks, 0), (index.mask, 2)):
             torch._dynamo.mark_dynamic(t, dim)
-        with torch._dynamo.config.patch(automatic_dynamic_shapes=False):  # rows stay the bucket's
-            return self._fn(ids, index, self.cache.layers)
+        return self._fn(ids, index, self.cache.layers)
 
     def _index(self, tables: list[list[int]], pos: list[int], slots: list[int | None], rows: int):
         blocks = max(2, max(len(t) for t in tables))  # at least 2: the dynamic dim's minimum
