@@ -273,7 +273,7 @@ def test_a_call_s_mode_is_told_from_its_inputs_and_options(service):
 class _Tokens:
     def __init__(self):
         self.counted = []
-
+        self.speculated = []
         self.ttft = []
 
     def ai_tokens(self, model, prompt, completion):
@@ -281,6 +281,9 @@ class _Tokens:
 
     def ai_ttft(self, account, seconds):
         self.ttft.append(account)
+
+    def ai_speculation(self, model, drafted, accepted):
+        self.speculated.append((model, drafted, accepted))
 
 
 def test_plain_and_streamed_calls_count_their_tokens_once_under_the_name_called(service, monkeypatch):
@@ -300,6 +303,8 @@ def test_plain_and_streamed_calls_count_their_tokens_once_under_the_name_called(
     chunks = asyncio.run(streamed())
     assert chunks[-1] == b"data: [DONE]\n\n"
     assert len(tokens.counted) == 2 and tokens.counted[1][0] == MODEL and tokens.counted[1][2] > 0
+    # each call's draft tokens counted once too, under the same name (none here: speculation is off)
+    assert [(m, d, a) for m, d, a in tokens.speculated] == [(MODEL, 0, 0), (MODEL, 0, 0)]
 
 
 def test_an_engine_bug_becomes_3007_in_the_service_not_in_each_door(service, monkeypatch):
