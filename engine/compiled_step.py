@@ -82,7 +82,9 @@ class CompiledDecode:
     """Decode-only steps through a compiled forward, for the batch buckets compiled so far;
     `warm_up()` compiles those up to `max_rows` unless given others (larger batches run eagerly)."""
 
-    def __init__(self, model, cache, device: torch.device, max_rows: int = DEFAULT_MAX_ROWS):
+    def __init__(
+        self, model, cache, device: torch.device, max_rows: int = DEFAULT_MAX_ROWS, mtp: bool = False
+    ):
         os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(_cache_dir()))
         # compile in this process, one C++ job at a time: a core stays with serving
         os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
@@ -99,6 +101,10 @@ class CompiledDecode:
         self.max_rows = max_rows
         self._fn = torch.compile(self._forward, fullgraph=True)
         self.ready: set[int] = set()  # row buckets whose graph is compiled
+        # `mtp`: the model's MTP layer (MTP drafts, engine.mtp_drafts) gets a graph per bucket too
+        self.mtp = model.mtp if mtp else None
+        self._mtp_fn = torch.compile(self._mtp_forward, fullgraph=True) if self.mtp is not None else None
+        self.mtp_ready: set[int] = set()
         self.compile_seconds: dict[int, float] = {}
         self.failed: str | None = None  # why compiling failed (then every step runs eagerly)
         self.steps = 0  # steps served compiled
@@ -108,11 +114,24 @@ class CompiledDecode:
     def _forward(self, ids: torch.Tensor, index: StaticDecodeIndex, layers) -> torch.Tensor:
         return self.model.forward(ids, index.pos, _CompiledBatch(layers, index))
 
-    def _call(self, ids: torch.Tensor, index: StaticDecodeIndex) -> torch.Tensor:
+    def _mtp_forward(self, hidden: torch.Tensor, ids: torch.Tensor, index: StaticDecodeIndex, layers):
+        assert self.mtp is not None
+        return self.mtp.forward(hidden, ids, index.pos, _CompiledBatch(layers, index))
+
+    @staticmethod
+    def _mark(index: StaticDecodeIndex) -> None:
         # the context (blocks per row) is the one dynamic dimension: one graph per row bucket
         for t, dim in ((index.tables, 1), (index.blocks, 0), (index.mask, 2)):
             torch._dynamo.mark_dynamic(t, dim)
+
+    def _call(self, ids: torch.Tensor, index: StaticDecodeIndex) -> torch.Tensor:
+        self._mark(index)
         return self._fn(ids, index, self.cache.layers)
+
+    def _call_mtp(self, hidden: torch.Tensor, ids: torch.Tensor, index: StaticDecodeIndex) -> torch.Tensor:
+        assert self._mtp_fn is not None
+        self._mark(index)
+        return self._mtp_fn(hidden, ids, index, self.cache.layers)
 
     def _index(self, tables: list[list[int]], pos: list[int], slots: list[int | None], rows: int):
         blocks = max(2, max(len(t) for t in tables))  # at least 2: the dynamic dim's minimum
@@ -137,9 +156,12 @@ class CompiledDecode:
         bucket = row_bucket(rows)
         return bucket is not None and bucket in self.ready
 
-    def decode(self, ids: list[int], slices) -> torch.Tensor:
-        """Final hidden states [B, hidden] of B decoding sequences' next tokens `ids`, one
-        engine.batch.SeqSlice each."""
+    def accepts_mtp(self, rows: int) -> bool:
+        """Whether the MTP layer's rows (one token each) run compiled now."""
+        bucket = row_bucket(rows)
+        return self.failed is None and bucket is not None and bucket in self.mtp_ready
+
+    def _padded(self, ids: list[int], slices) -> tuple[torch.Tensor, StaticDecodeIndex, int]:
         rows = row_bucket(len(ids))
         assert rows is not None
         tables, pos = [], []
@@ -149,11 +171,27 @@ class CompiledDecode:
             pos.append(s.past)
         index = self._index(tables, pos, [s.blocks.slot for s in slices], rows)
         ids_t = torch.tensor(ids + [0] * (rows - len(ids)), dtype=torch.long, device=self.device)
+        return ids_t, index, rows
+
+    def decode(self, ids: list[int], slices) -> torch.Tensor:
+        """Final hidden states [B, hidden] of B decoding rows' tokens `ids`, one
+        engine.batch.SeqSlice each (a speculating sequence has a row per token verified)."""
+        ids_t, index, _ = self._padded(ids, slices)
         self.steps += 1
         # every guard is evaluated (about 0.2 ms a step at batch 1): torch's stance that skips most of
         # them is process-wide, and another thread may be compiling a bucket meanwhile
         with eager_ops.step(self.model.eager_parts, len(ids)):
             return self._call(ids_t, index)[: len(ids)]
+
+    def mtp_decode(self, hidden: torch.Tensor, ids: list[int], slices) -> torch.Tensor:
+        """The MTP layer's normed output [B, hidden] for B rows (hidden state, next token), one
+        single-token engine.batch.SeqSlice each."""
+        ids_t, index, rows = self._padded(ids, slices)
+        if rows > len(ids):
+            hidden = torch.cat([hidden, hidden.new_zeros(rows - len(ids), hidden.shape[1])])
+        assert self.mtp is not None
+        with eager_ops.step(self.model.mtp_eager_parts, len(ids)):
+            return self._call_mtp(hidden, ids_t, index)[: len(ids)]
 
     def warm_up(self, buckets: Iterable[int] | None = None) -> None:
         """Compile the graph of each row bucket (all rows padding: only the scratch block is
@@ -178,12 +216,18 @@ class CompiledDecode:
                         ids = torch.zeros(rows, dtype=torch.long, device=self.device)
                         with eager_ops.step(self.model.eager_parts, 0):
                             self._call(ids, index)
+                        if self.mtp is not None:
+                            hidden = torch.zeros(rows, self.model.config.hidden_size, device=self.device)
+                            with eager_ops.step(self.model.mtp_eager_parts, 0):
+                                self._call_mtp(hidden.to(self.model.dtype), ids, index)
             except Exception as exc:  # noqa: BLE001 - any compiler failure: serve eagerly
                 self.failed = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
                 log.warning("compiled decode step unavailable, serving eagerly: %s", self.failed)
                 return
             self.compile_seconds[rows] = time.perf_counter() - started
             self.ready.add(rows)
+            if self.mtp is not None:
+                self.mtp_ready.add(rows)
             log.info("compiled decode step: %d-row bucket ready in %.1f s", rows, self.compile_seconds[rows])
 
     def warm_up_in_background(self, buckets: Iterable[int] | None = None) -> threading.Thread:

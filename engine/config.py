@@ -68,6 +68,8 @@ class ModelConfig(msgspec.Struct, frozen=True, kw_only=True):
     rms_norm_eps: float = 1e-6
     max_position_embeddings: int = 4096
     tie_word_embeddings: bool = False
+    # multi-token-prediction layers stored after the last layer (the drafts of MTP speculation)
+    num_nextn_predict_layers: int = 0
     bos_token_id: int | None = None
     eos_token_id: int | list[int] | None = None
     rope: RopeSpec = RopeSpec()

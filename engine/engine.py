@@ -25,6 +25,7 @@ from engine.fair_queue import TenantShare
 from engine.guided import GuideBatch, GuideCompiler, GuideState, overlap_masks
 from engine.kv_cache import BLOCK_SIZE, PagedKVCache
 from engine.logprobs import TokenSpeller, attach_logprobs
+from engine.mtp_drafts import MTPDrafter, MTPRows, draft_room
 from engine.policy import SchedulerConfig, SchedulingPolicy
 from engine.prefix_hash import new_salt_key, tenant_salt
 from engine.sampling import Sampler, SamplingError, SamplingParams, apply_logit_bias, choice_seed
@@ -96,11 +97,11 @@ class LLMEngine:
         speculative: SpeculativeConfig | None = None,
         compiled: bool = False,
     ):
-        """`speculative`: n-gram drafts verified in the decode step (engine.speculation), for
-        every sequence without a grammar (greedy or sampled, penalties, biases and logprobs
-        included); None decodes one token a step. `compiled`: decode-only steps run as a compiled
-        graph (engine.compiled_step) once their batch bucket is compiled;
-        `compiled_decode.warm_up()` compiles them."""
+        """`speculative`: n-gram or MTP drafts verified in the decode step (engine.speculation,
+        engine.mtp_drafts; MTP needs `model.mtp`), for every sequence without a grammar (greedy or
+        sampled, penalties, biases and logprobs included); None decodes one token a step.
+        `compiled`: decode-only steps run as a compiled graph (engine.compiled_step) once their
+        batch bucket is compiled; `compiled_decode.warm_up()` compiles them."""
         self.model = model
         self.cache = cache
         self.tokenizer = tokenizer
@@ -124,7 +125,16 @@ class LLMEngine:
         self.speculative = speculative
         self.draft_tokens = 0
         self.accepted_tokens = 0
-        self.compiled_decode = CompiledDecode(model, cache, self.device) if compiled else None
+        mtp = speculative is not None and speculative.method == "mtp"
+        if mtp and getattr(model, "mtp", None) is None:
+            raise ValueError("speculative method 'mtp' needs the model loaded with its MTP layer")
+        self.compiled_decode = CompiledDecode(model, cache, self.device, mtp=mtp) if compiled else None
+        self.mtp_drafter: MTPDrafter | None = None
+        if mtp:
+            assert speculative is not None
+            self.mtp_drafter = MTPDrafter(
+                model.mtp, cache, self.device, speculative.num_tokens, self.compiled_decode
+            )
 
     # --- requests -------------------------------------------------------------------------------
 
@@ -310,14 +320,15 @@ class LLMEngine:
             masks = GuideBatch(self.guide_compiler(), guided, [samplers[row][0].guide for row in guided])
             if overlap_masks(self.device):
                 masks.start()  # computed while the forward pass runs (else after it, in apply)
+        rows = decode_rows(slices, len(plan) - len(policy_plan.chunks))
         compiled = self.compiled_decode
-        if compiled is not None and len(ids) == len(plan) and compiled.accepts(len(plan)):
-            hidden = compiled.decode(ids, slices)  # every sequence decodes one token
+        if compiled is not None and not policy_plan.chunks and compiled.accepts(len(ids)):
+            hidden = compiled.decode(ids, rows)  # every row decodes one token
         else:
             hidden = self.model.forward(
                 torch.tensor(ids, dtype=torch.long, device=self.device),
                 torch.tensor(positions, dtype=torch.long, device=self.device),
-                StepBatch(slices, self.device, self.cache.layers),
+                StepBatch(rows, self.device, self.cache.layers),
             )
         logits = self.model.logits(hidden[[sl.stop - 1 for _, sl in samplers]]) if samplers else None
         events: list[SeqEvent] = []
@@ -332,6 +343,8 @@ class LLMEngine:
             events = self._sample_all(samplers, logits, masks)
         for seq, tokens, raw in verified:
             events.extend(self._emit_all(seq, tokens, raw))
+        if self.mtp_drafter is not None:
+            self.mtp_drafter.run(self._mtp_rows(policy_plan, plan, slices), hidden)
         drafted = sum(len(d) for d in drafts.values())
         accepted = sum(len(tokens) - 1 for _, tokens, _ in verified if not isinstance(tokens, str))
         self.draft_tokens += drafted
@@ -359,10 +372,31 @@ class LLMEngine:
         self.total_prompt_tokens += prefill
         return events
 
+    def _mtp_rows(self, policy_plan, plan, slices: list[SeqSlice]) -> list[MTPRows]:
+        """The rows of this step the MTP layer runs: every computed position whose next token is
+        known, of the live sequences that may speculate. Past `max_decoders` decoders the decode
+        rows are skipped (no draft would be verified; the layer's cache then has gaps there,
+        which lowers later drafts' acceptance but never changes an output)."""
+        config = self.speculative
+        assert config is not None
+        decoding = len(policy_plan.decoders()) <= config.max_decoders
+        chunks = {seq.order for seq, _ in policy_plan.chunks}
+        rows = []
+        for (seq, _), sl in zip(plan, slices, strict=True):
+            p = seq.params
+            if seq.status == SeqStatus.FINISHED or seq.guide is not None or not p.speculative:
+                continue
+            if not decoding and seq.order not in chunks:
+                continue
+            count = min(seq.num_computed, len(seq.tokens) - 1) - sl.past
+            if count > 0:
+                rows.append(MTPRows(seq, sl.past, sl.start, count))
+        return rows
+
     def _drafts(self, plan) -> dict[int, list[int]]:
-        """N-gram drafts for this step's decoders that may speculate, by sequence order. A draft
-        stays inside the block the real token is written to and never fills its last slot: no
-        block is allocated for a guess, and a quantized format's staged block is never sealed
+        """N-gram or MTP drafts for this step's decoders that may speculate, by sequence order. A
+        draft stays inside the block the real token is written to and never fills its last slot:
+        no block is allocated for a guess, and a quantized format's staged block is never sealed
         with a token that may be rejected."""
         config = self.speculative
         assert config is not None
@@ -374,15 +408,15 @@ class LLMEngine:
             p = seq.params
             if seq.guide is not None or not seq.forked or not p.speculative:  # a grammar's mask: one row's
                 continue
-            room = min(
-                BLOCK_SIZE - 2 - seq.num_computed % BLOCK_SIZE,  # positions after the real one, same block
-                p.max_tokens - len(seq.output_ids) - 1,  # this step emits at most the drafts + 1
-            )
+            room = draft_room(seq, seq.num_computed)
             if room <= 0:
                 continue
             drafter = seq.drafter
             if drafter is None:
+                if self.mtp_drafter is not None:  # its first draft comes with its prompt's last row
+                    continue
                 drafter = seq.drafter = NgramDrafter(config)
+            if seq.backoff is None:
                 seq.backoff = AcceptanceBackoff(config)
             if seq.backoff is not None and seq.backoff.paused():
                 continue
@@ -564,6 +598,26 @@ class LLMEngine:
 
     def kv_capacity_tokens(self) -> int:
         return self.cache.num_blocks * BLOCK_SIZE
+
+
+def decode_rows(slices: list[SeqSlice], decoders: int) -> list[SeqSlice]:
+    """The step's slices as the forward pass runs them: a speculating decoder's real token and
+    drafts become one single-token row each, at consecutive positions of its one block table, so
+    they take the batched decode path (and the compiled graph) instead of a per-sequence prefill.
+    Each layer writes every row's keys and values before any row reads, and each row reads
+    only up to its own position, so a row sees exactly the real token and drafts before it, as a
+    causal pass over them would; the rows stay inside the block being filled, never its last slot
+    (engine.mtp_drafts.draft_room), so a staged format seals no block with a draft.
+    `slices[:decoders]` are the decoders' (the policy's plan lists them first)."""
+    if all(sl.length == 1 for sl in slices[:decoders]):
+        return slices
+    rows = []
+    for i, sl in enumerate(slices):
+        if i < decoders and sl.length > 1:
+            rows.extend(SeqSlice(sl.blocks, sl.start + j, 1, sl.past + j) for j in range(sl.length))
+        else:
+            rows.append(sl)
+    return rows
 
 
 def default_kv_budget(device: torch.device, bytes_per_token: float, context_window: int) -> int:

@@ -20,6 +20,7 @@ from engine.engine import EngineStats, LLMEngine, StepStats, default_kv_budget
 from engine.errors import EngineError, InvalidRequestError, ModelLoadError, RequestTooLargeError
 from engine.kv_cache import BLOCK_SIZE, KV_CACHE_DTYPES, PagedKVCache
 from engine.models import causal_lm, expected_tensors, float32_tensors
+from engine.models.mtp import mtp_layers, mtp_prefix
 from engine.policy import SchedulerConfig
 from engine.sampling import SamplingParams
 from engine.sequence import Logprobs, RequestMetrics, SeqEvent
@@ -27,7 +28,7 @@ from engine.speculation import SpeculativeConfig, parse_speculative, speculative
 from engine.tokenizer import TextTokenizer
 from engine.verified_load import load_verified
 from engine.weight_parts import apply_weight_format, check_format, formats_by_part, parse_parts, weights_label
-from engine.weights import load_tensors
+from engine.weights import Checkpoint, load_tensors
 
 
 class Generation(msgspec.Struct):
@@ -98,9 +99,11 @@ class LLM:
         `prefix_caching`: full KV blocks of a tenant's earlier requests are reused by its later ones
         that start with the same tokens (salted per tenant; see engine.prefix_hash).
 
-        `speculative`: n-gram drafts verified in the decode step (engine.speculation), a
+        `speculative`: drafts verified in the decode step (engine.speculation), a
         SpeculativeConfig, None (one token a step), "env" ($EDGE_SPECULATIVE, off by default) or
-        that variable's syntax ('off', 'ngram', 'ngram:K'), as a catalog entry sets it.
+        that variable's syntax ('off', 'ngram', 'ngram:K', 'mtp', 'mtp:K'), as a catalog entry sets
+        it. 'mtp' loads the checkpoint's MTP layer (and caches its keys and values as one more
+        layer); a checkpoint without one is refused.
 
         `compile`: decode steps as a compiled graph per batch bucket (engine.compiled_step), True,
         False or "env" ($EDGE_COMPILE; unset: on a CPU). Buckets compile on first use of
@@ -123,22 +126,32 @@ class LLM:
         # files are proven before any of them (config.json included) is parsed
         self.verification, checkpoint = load_verified(self.path, trusted_keys, allow_unsigned)
         self.config, self.raw_config = load_config(self.path)
+        spec_config = (
+            speculative_from_env()
+            if speculative == "env"
+            else parse_speculative(speculative)
+            if isinstance(speculative, str)
+            else speculative
+        )
+        with_mtp = spec_config is not None and spec_config.method == "mtp"
+        if with_mtp:
+            self._check_mtp(checkpoint)
+        first_unused = self.config.num_hidden_layers + with_mtp
         tensors = load_tensors(
             self.path,
-            expected_tensors(self.config),
+            expected_tensors(self.config, with_mtp),
             self.dtype,
             self.device,
-            keep_float32=float32_tensors(self.config),
+            keep_float32=float32_tensors(self.config, with_mtp),
             ignore_prefixes=tuple(
-                f"model.layers.{i}."
-                for i in range(self.config.num_hidden_layers, self.config.num_hidden_layers + 8)
-            ),  # multi-token-prediction layers, which serving does not use
+                f"model.layers.{i}." for i in range(first_unused, self.config.num_hidden_layers + 8)
+            ),  # multi-token-prediction layers this engine does not run
             checkpoint=checkpoint,
         )
         tensors = apply_weight_format(tensors, weights, parts, self.dtype)
         self.weight_formats = formats_by_part(tensors)
         self.weights_label = weights_label(self.weight_formats)
-        self.model = causal_lm(self.config, tensors)
+        self.model = causal_lm(self.config, tensors, with_mtp)
         self._tokenizer: TextTokenizer | None = None
         eos = set(self.config.eos_token_ids)
         if (self.path / "tokenizer.json").is_file():
@@ -164,15 +177,24 @@ class LLM:
                 fair_share=scheduling_fair_share() if fair_share is None else fair_share,
             ),
             prefix_caching=prefix_caching,
-            speculative=(
-                speculative_from_env()
-                if speculative == "env"
-                else parse_speculative(speculative)
-                if isinstance(speculative, str)
-                else speculative
-            ),
+            speculative=spec_config,
             compiled=compile_from_env(self.device) if compile == "env" else bool(compile),
         )
+
+    def _check_mtp(self, checkpoint: Checkpoint | None) -> None:
+        """Speculative method 'mtp' needs the checkpoint's multi-token-prediction layer."""
+        declared = mtp_layers(self.config)
+        names = (checkpoint or Checkpoint(self.path)).where
+        why = None
+        if declared < 1:
+            why = "its config.json has num_nextn_predict_layers = 0"
+        elif f"{mtp_prefix(self.config)}.eh_proj.weight" not in names:
+            why = f"config.json declares {declared}, but it holds no {mtp_prefix(self.config)}.* tensors"
+        if why is not None:
+            raise ModelLoadError(
+                f"{self.path}: speculative method 'mtp' needs the checkpoint's multi-token-prediction "
+                f"layer, and {why}; use 'ngram' or 'off'"
+            )
 
     @property
     def tokenizer(self) -> TextTokenizer:
@@ -198,13 +220,13 @@ class LLM:
         components = self.model.kv_components()
         if budget is None:
             block, staging = PagedKVCache.layout_bytes(
-                components, self.config.num_hidden_layers, self.kv_cache_dtype, self.dtype
+                components, self.model.cached_layers, self.kv_cache_dtype, self.dtype
             )
             blocks = -(-(tokens or self.context_window) // BLOCK_SIZE) + -(-staging // block) + 1
             budget = blocks * block * max_seqs
         return PagedKVCache(
             components,
-            self.config.num_hidden_layers,
+            self.model.cached_layers,
             self.kv_cache_dtype,
             budget,
             self.dtype,

@@ -10,7 +10,7 @@ from engine.block_pool import SeqBlocks
 from engine.guided import GuideState
 from engine.policy import SeqStatus
 from engine.sampling import Sampler, SamplingParams
-from engine.speculation import AcceptanceBackoff, NgramDrafter
+from engine.speculation import AcceptanceBackoff, MTPDraft, NgramDrafter
 from engine.tokenizer import IncrementalDetokenizer
 
 
@@ -94,7 +94,8 @@ class Sequence:
         self.admissions = 0  # times the policy admitted it (one more than its preemptions once running)
         self.cached_tokens = 0  # what the prefix cache held of it at its first admission
         self.order = 0  # arrival order at the scheduling policy (set when it is added)
-        self.drafter: NgramDrafter | None = None  # its n-gram index, once it speculates
+        # its n-gram index or latest MTP draft, once it speculates
+        self.drafter: NgramDrafter | MTPDraft | None = None
         self.backoff: AcceptanceBackoff | None = None  # pauses its drafts while few are accepted
         self.draft_tokens = 0
         self.accepted_tokens = 0

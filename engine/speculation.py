@@ -1,4 +1,6 @@
-"""N-gram (prompt lookup) drafts for speculative decoding: no draft model, no weights.
+"""Speculative decoding's drafts and their settings: n-gram (prompt lookup) drafts, which need no
+weights, and the settings of MTP drafts (the checkpoint's multi-token-prediction layer,
+engine.models.mtp; the engine runs it, engine.engine).
 
 A sequence's next tokens are guessed from its own context: the longest n-gram (up to `max_n`
 tokens) that ends the sequence and also occurred earlier predicts that the tokens which followed it
@@ -22,12 +24,18 @@ from engine.errors import ModelLoadError
 SPECULATIVE_ENV = "EDGE_SPECULATIVE"
 
 
+METHODS = ("ngram", "mtp")
+
+
 class SpeculativeConfig(msgspec.Struct, frozen=True):
-    """`num_tokens`: draft tokens proposed per step at most; n-grams of `min_n` to `max_n` tokens
-    are looked up (longest first); only batches of at most `max_decoders` decoding sequences
-    speculate (a verify costs little more than a decode step only while the step is overhead-bound)."""
+    """`method`: "ngram" (drafts from the sequence's own tokens) or "mtp" (the checkpoint's MTP
+    layer drafts, chained when num_tokens > 1). `num_tokens`: draft tokens proposed per step at
+    most; n-grams of `min_n` to `max_n` tokens are looked up (longest first); only batches of at
+    most `max_decoders` decoding sequences speculate (a verify costs little more than a decode step
+    only while the step is overhead-bound)."""
 
     num_tokens: int = 5
+    method: str = "ngram"
     min_n: int = 2
     max_n: int = 4
     max_decoders: int = 4
@@ -38,6 +46,9 @@ class SpeculativeConfig(msgspec.Struct, frozen=True):
     backoff_steps: int = 16
 
     def __post_init__(self) -> None:
+        if self.method not in METHODS:
+            known = ", ".join(METHODS)
+            raise ModelLoadError(f"speculative method must be one of {known}, got {self.method!r}")
         if not 1 <= self.num_tokens <= 14:
             raise ModelLoadError(
                 f"speculative num_tokens must be 1-14 (a KV block's room), got {self.num_tokens}"
@@ -48,21 +59,28 @@ class SpeculativeConfig(msgspec.Struct, frozen=True):
             )
 
 
+# draft tokens per step when the setting names none: an MTP layer is trained for the next token
+# but one (chained drafts decay), n-gram drafts cost nothing to propose
+DEFAULT_TOKENS = {"ngram": 5, "mtp": 1}
+
+
 def speculative_from_env() -> SpeculativeConfig | None:
     """$EDGE_SPECULATIVE: "ngram" (n-gram drafts with the defaults), "ngram:K" (K draft tokens per
-    step) or "off" (the default)."""
+    step), "mtp" / "mtp:K" (the checkpoint's MTP layer drafts K tokens, default 1) or "off" (the
+    default)."""
     return parse_speculative(os.environ.get(SPECULATIVE_ENV, "off"), f"${SPECULATIVE_ENV}")
 
 
 def parse_speculative(value: str, where: str = "speculative") -> SpeculativeConfig | None:
-    """'off', 'ngram' or 'ngram:K' (as $EDGE_SPECULATIVE and a catalog entry's setting say it)."""
+    """'off', 'ngram', 'ngram:K', 'mtp' or 'mtp:K' (as $EDGE_SPECULATIVE and a catalog entry's
+    setting say it)."""
     value = value.strip().lower()
     if value in ("", "off", "0", "none"):
         return None
     method, _, k = value.partition(":")
-    if method != "ngram" or (k and not k.isdigit()):
-        raise ModelLoadError(f"{where} must be 'off', 'ngram' or 'ngram:K', got {value!r}")
-    return SpeculativeConfig(num_tokens=int(k)) if k else SpeculativeConfig()
+    if method not in METHODS or (k and not k.isdigit()):
+        raise ModelLoadError(f"{where} must be 'off', 'ngram', 'ngram:K', 'mtp' or 'mtp:K', got {value!r}")
+    return SpeculativeConfig(num_tokens=int(k) if k else DEFAULT_TOKENS[method], method=method)
 
 
 class AcceptanceBackoff:
@@ -127,6 +145,21 @@ class NgramDrafter:
             if found is not None:
                 return tokens[found + 1 : found + 1 + limit]
         return []
+
+
+class MTPDraft:
+    """One sequence's latest MTP draft (engine.mtp_drafts makes it), made when its tokens
+    numbered `made_for`."""
+
+    __slots__ = ("made_for", "tokens")
+
+    def __init__(self) -> None:
+        self.made_for = -1
+        self.tokens: list[int] = []
+
+    def propose(self, tokens: list[int], limit: int) -> list[int]:
+        """The draft, if it was made for exactly these tokens (else [])."""
+        return self.tokens[:limit] if self.made_for == len(tokens) else []
 
 
 def accepted_prefix(draft: list[int], predicted: list[int]) -> int:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from engine.architecture import describe
 from engine.config import ModelConfig
-from engine.models import decoder
+from engine.models import decoder, mtp
 from engine.models.attention import PagedAttention
 from engine.models.layers import Tensors
 
@@ -21,15 +21,19 @@ def attention_for(config: ModelConfig) -> type[PagedAttention]:
     return MLAttention
 
 
-def expected_tensors(config: ModelConfig) -> dict[str, tuple[int, ...]]:
-    """Every tensor the checkpoint must hold, with its shape."""
-    return decoder.expected_tensors(config, attention_for(config))
+def expected_tensors(config: ModelConfig, with_mtp: bool = False) -> dict[str, tuple[int, ...]]:
+    """Every tensor the checkpoint must hold, with its shape (`with_mtp`: its MTP layer's too)."""
+    specs = decoder.expected_tensors(config, attention_for(config))
+    if with_mtp:
+        specs.update(mtp.mtp_tensors(config, attention_for(config)))
+    return specs
 
 
-def float32_tensors(config: ModelConfig) -> set[str]:
-    return decoder.float32_tensors(config)
+def float32_tensors(config: ModelConfig, with_mtp: bool = False) -> set[str]:
+    names = decoder.float32_tensors(config)
+    return names | mtp.mtp_float32_tensors(config) if with_mtp else names
 
 
-def causal_lm(config: ModelConfig, tensors: Tensors) -> decoder.DecoderLM:
-    """The model, built from its checkpoint tensors."""
-    return decoder.DecoderLM(config, tensors, attention_for(config))
+def causal_lm(config: ModelConfig, tensors: Tensors, with_mtp: bool = False) -> decoder.DecoderLM:
+    """The model, built from its checkpoint tensors; `with_mtp`: with its MTP layer as `model.mtp`."""
+    return decoder.DecoderLM(config, tensors, attention_for(config), with_mtp)

@@ -13,6 +13,7 @@ from engine.config import ModelConfig
 from engine.models import eager_ops
 from engine.models.attention import PagedAttention
 from engine.models.layers import MLP, MoE, RMSNorm, Rotary, Tensors, mlp_tensors, moe_tensors
+from engine.models.mtp import MTPLayer
 
 
 def expected_tensors(c: ModelConfig, attention: type[PagedAttention]) -> dict[str, tuple[int, ...]]:
@@ -69,7 +70,7 @@ class DecoderLayer:
 class DecoderLM:
     """The full model: forward over a flat token batch, then logits for the rows asked for."""
 
-    def __init__(self, c: ModelConfig, t: Tensors, attention: type[PagedAttention]):
+    def __init__(self, c: ModelConfig, t: Tensors, attention: type[PagedAttention], with_mtp: bool = False):
         self.config = c
         self.arch = describe(c)
         self.embed = t["model.embed_tokens.weight"]
@@ -85,6 +86,14 @@ class DecoderLM:
         self.lm_head_t = (self.embed if c.tie_word_embeddings else t["lm_head.weight"]).t().contiguous()
         # what a compiled step runs as opaque eager ops, numbered alike on every load of the model
         self.eager_parts = eager_ops.number_parts(self.layers)
+        # the checkpoint's multi-token-prediction layer, the draft of MTP speculation (always eager)
+        self.mtp = MTPLayer(c, t, attention, self.rotary, self.embed, self.lm_head_t) if with_mtp else None
+        self.mtp_eager_parts = eager_ops.number_parts(self.mtp) if self.mtp is not None else []
+
+    @property
+    def cached_layers(self) -> int:
+        """Layers the paged cache holds: the decoder's, and the MTP layer's when it is loaded."""
+        return self.arch.num_layers + (self.mtp is not None)
 
     def kv_components(self) -> list[KVComponent]:
         """What each layer caches per token (the architecture's description says)."""

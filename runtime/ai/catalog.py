@@ -40,15 +40,18 @@ class CatalogAlias(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
 
 
 class CatalogSpeculative(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
-    """`speculative = { method = "ngram", tokens = 5 }`: the model's default, over $EDGE_SPECULATIVE
-    (method "off": never); a request's `"speculative": false` turns it off for that request."""
+    """`speculative = { method = "ngram", tokens = 5 }` or `{ method = "mtp", tokens = 1 }` (the
+    checkpoint's MTP layer drafts): the model's default, over $EDGE_SPECULATIVE (method "off":
+    never); a request's `"speculative": false` turns it off for that request."""
 
-    method: Literal["ngram", "off"]
-    tokens: int = 5  # draft tokens per step at most (1-14)
+    method: Literal["ngram", "mtp", "off"]
+    tokens: int | None = None  # draft tokens per step at most (1-14; default 5 for ngram, 1 for mtp)
 
     def setting(self) -> str:
         """As engine.speculation.parse_speculative reads it."""
-        return "off" if self.method == "off" else f"ngram:{self.tokens}"
+        if self.method == "off":
+            return "off"
+        return self.method if self.tokens is None else f"{self.method}:{self.tokens}"
 
 
 class CatalogEntry(msgspec.Struct, kw_only=True):
@@ -95,10 +98,11 @@ def load_catalog(models_dir: Path) -> dict[str, tuple[CatalogEntry, Path]]:
                 entry.target.check()
             except SimulationError as exc:
                 raise ConfigError(f"{path}: model {entry.name!r}: target: {exc}") from None
-        if entry.speculative is not None and not 1 <= entry.speculative.tokens <= 14:
+        tokens = entry.speculative.tokens if entry.speculative is not None else None
+        if tokens is not None and not 1 <= tokens <= 14:
             raise ConfigError(
                 f"{path}: model {entry.name!r}: speculative.tokens must be 1-14 (a KV block's room), "
-                f"got {entry.speculative.tokens}"
+                f"got {tokens}"
             )
         entries[entry.name] = (entry, folder)
     names = [a.name for entry in catalog.model for a in entry.aliases]

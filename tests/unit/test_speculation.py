@@ -46,7 +46,7 @@ def test_the_environment_names_the_method_and_bad_values_say_what_to_write(monke
     monkeypatch.setenv("EDGE_SPECULATIVE", "off")
     assert speculative_from_env() is None
     monkeypatch.setenv("EDGE_SPECULATIVE", "eagle")
-    with pytest.raises(ModelLoadError, match="'off', 'ngram' or 'ngram:K'"):
+    with pytest.raises(ModelLoadError, match="'off', 'ngram', 'ngram:K', 'mtp' or 'mtp:K'"):
         speculative_from_env()
     with pytest.raises(ModelLoadError, match="1-14"):
         SpeculativeConfig(num_tokens=20)
