@@ -276,12 +276,20 @@ class SchedulingPolicy(SteadyRuns[S]):
         budget = limit - self.decode_count
         chunks: list[tuple[S, int]] = []
         blocks = self.blocks
+        reserve = 0
+        if waiting and prefilling and waiting.fair:
+            # the next tenant to admit, with no prompt in flight, keeps up to half of this step's
+            # budget: its prefill starts in this step, not behind every chunk of another tenant's
+            # long prompt (unused, the budget goes to the running prompts next step)
+            head = waiting.head(clock)
+            if head is not None and all(s.tenant != head.tenant for s in prefilling):
+                reserve = min(head.remaining, budget // 2)
         for seq in list(prefilling) if prefilling else ():
-            if budget == 0:
+            if budget - reserve <= 0:
                 break
             if seq.status is not RUNNING:
                 continue
-            want = min(seq.remaining, budget)
+            want = min(seq.remaining, budget - reserve)
             tokens = seq.num_computed + want
             if blocks.grow(seq.kv, tokens) or self._grow_or_preempt(seq, tokens):
                 chunks.append((seq, want))

@@ -34,9 +34,11 @@ def policy(num_blocks=1000, seats=1, budget=256):
     return p, blocks, events
 
 
-def step(p: SchedulingPolicy) -> None:
-    """What the engine does with a plan: run it, sample where a sequence's tokens are all in."""
+def step(p: SchedulingPolicy):
+    """What the engine does with a plan: run it, sample where a sequence's tokens are all in.
+    Returns the plan's chunks by sequence name."""
     plan = p.schedule()
+    chunks = {seq.name: n for seq, n in plan.chunks}
     entries = plan.entries()
     p.completed(plan)
     for seq, _ in entries:
@@ -45,6 +47,7 @@ def step(p: SchedulingPolicy) -> None:
             if seq.generated >= seq.output:
                 seq.status = SeqStatus.FINISHED
                 p.finish(seq)
+    return chunks
 
 
 def run(p: SchedulingPolicy, steps: int = 10_000) -> None:
@@ -175,3 +178,24 @@ def test_a_second_tenant_configured_late_starts_everyone_level_at_that_step():
     assert p.waiting.fair and p.waiting.counter(a, p.clock) == 0.0
     step(p)
     assert p.waiting.counter(a, p.clock) == pytest.approx(4 * 2.0)  # one step of 4 decoders
+
+
+@pytest.mark.parametrize("fair", [True, False])
+def test_a_light_tenants_prompt_starts_in_the_next_step_beside_a_heavy_tenants_long_prefill(fair):
+    """With fair shares, a tenant with no prompt in flight keeps up to half of a step's token budget
+    while another tenant's long prompt is being prefilled in chunks: its prefill lands in the very
+    next step (arrival order keeps the whole budget for the prompt in flight)."""
+    blocks = BlockCounts(1000, max_slots=64)
+    p = SchedulingPolicy(blocks, SchedulerConfig(256, 8, fair_share=fair))
+    heavy = Seq("heavy", "heavy", 2000, 4, blocks)
+    p.add(heavy)
+    step(p)  # the long prompt's first chunk
+    light = Seq("light", "light", 40, 4, blocks)
+    p.add(light)
+    chunks = step(p)
+    if fair:
+        assert chunks == {"heavy": 216, "light": 40}  # the whole light prompt, the rest for heavy
+    else:
+        assert chunks == {"heavy": 256}
+    run(p)
+    assert heavy.status is light.status is SeqStatus.FINISHED
