@@ -103,11 +103,15 @@ class CompiledDecode:
         self.ready: set[int] = set()  # row buckets whose graph is compiled
         # `mtp`: the model's MTP layer (MTP drafts, engine.mtp_drafts) gets a graph per bucket too
         self.mtp = model.mtp if mtp else None
-        self._mtp_fn = torch.compile(self._mtp_forward, fullgraph=True) if self.mtp is not None else None
-        self.mtp_ready: set[int] = set()
+        self._mtp_fn = self._greedy_fn = None
+        if self.mtp is not None:
+            self._mtp_fn = torch.compile(self._mtp_forward, fullgraph=True)
+            self._greedy_fn = torch.compile(self._greedy_forward, fullgraph=True)
+        self.mtp_ready: set[int] = set()  # buckets whose MTP-layer graph and greedy graph are compiled
         self.compile_seconds: dict[int, float] = {}
         self.failed: str | None = None  # why compiling failed (then every step runs eagerly)
         self.steps = 0  # steps served compiled
+        self.greedy_steps = 0  # of those, greedy steps that drafted the next step inside the graph
 
     # --- the graph -----------------------------------------------------------------------------
 
@@ -117,6 +121,20 @@ class CompiledDecode:
     def _mtp_forward(self, hidden: torch.Tensor, ids: torch.Tensor, index: StaticDecodeIndex, layers):
         assert self.mtp is not None
         return self.mtp.forward(hidden, ids, index.pos, _CompiledBatch(layers, index))
+
+    def _greedy_forward(self, ids: torch.Tensor, index: StaticDecodeIndex, layers):
+        """A greedy step with its next drafts in one graph: the decoder's rows, their logits and
+        argmax, then the MTP layer's row at each position with that argmax as the next token (for
+        a greedy sequence the token it emits there, whenever the row is kept) and its argmax,
+        the draft that follows. Rows past a rejected draft write the MTP layer's cache at
+        positions the next step writes again."""
+        assert self.mtp is not None
+        batch = _CompiledBatch(layers, index)
+        hidden = self.model.forward(ids, index.pos, batch)
+        logits = self.model.logits(hidden)
+        best = logits.argmax(dim=-1)
+        drafts = self.mtp.logits(self.mtp.forward(hidden, best, index.pos, batch)).argmax(dim=-1)
+        return hidden, logits, best, drafts
 
     @staticmethod
     def _mark(index: StaticDecodeIndex) -> None:
@@ -183,6 +201,19 @@ class CompiledDecode:
         with eager_ops.step(self.model.eager_parts, len(ids)):
             return self._call(ids_t, index)[: len(ids)]
 
+    def greedy_decode(self, ids: list[int], slices) -> tuple[torch.Tensor, ...]:
+        """For B greedy decoding rows: (hidden [B, h], logits [B, V] float32, argmax [B], the MTP
+        layer's draft after each row's argmax [B]); engine.engine uses it when every sequence of a
+        decode-only step is greedy without biases or grammars."""
+        assert self._greedy_fn is not None
+        ids_t, index, _ = self._padded(ids, slices)
+        self.steps += 1
+        self.greedy_steps += 1
+        self._mark(index)
+        with eager_ops.step(self.model.eager_parts, len(ids)):
+            out = self._greedy_fn(ids_t, index, self.cache.layers)
+        return tuple(t[: len(ids)] for t in out)
+
     def mtp_decode(self, hidden: torch.Tensor, ids: list[int], slices) -> torch.Tensor:
         """The MTP layer's normed output [B, hidden] for B rows (hidden state, next token), one
         single-token engine.batch.SeqSlice each."""
@@ -190,7 +221,7 @@ class CompiledDecode:
         if rows > len(ids):
             hidden = torch.cat([hidden, hidden.new_zeros(rows - len(ids), hidden.shape[1])])
         assert self.mtp is not None
-        with eager_ops.step(self.model.mtp_eager_parts, len(ids)):
+        with eager_ops.step(self.model.eager_parts, len(ids)):
             return self._call_mtp(hidden, ids_t, index)[: len(ids)]
 
     def warm_up(self, buckets: Iterable[int] | None = None) -> None:
@@ -216,10 +247,12 @@ class CompiledDecode:
                         ids = torch.zeros(rows, dtype=torch.long, device=self.device)
                         with eager_ops.step(self.model.eager_parts, 0):
                             self._call(ids, index)
-                        if self.mtp is not None:
+                        if self.mtp is not None and self._greedy_fn is not None:
                             hidden = torch.zeros(rows, self.model.config.hidden_size, device=self.device)
-                            with eager_ops.step(self.model.mtp_eager_parts, 0):
+                            with eager_ops.step(self.model.eager_parts, 0):
                                 self._call_mtp(hidden.to(self.model.dtype), ids, index)
+                                self._mark(index)
+                                self._greedy_fn(ids, index, self.cache.layers)
             except Exception as exc:  # noqa: BLE001 - any compiler failure: serve eagerly
                 self.failed = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
                 log.warning("compiled decode step unavailable, serving eagerly: %s", self.failed)

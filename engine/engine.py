@@ -322,7 +322,10 @@ class LLMEngine:
                 masks.start()  # computed while the forward pass runs (else after it, in apply)
         rows = decode_rows(slices, len(plan) - len(policy_plan.chunks))
         compiled = self.compiled_decode
-        if compiled is not None and not policy_plan.chunks and compiled.accepts(len(ids)):
+        step_logits = next_drafts = None  # the greedy graph's logits of every row, and its drafts
+        if compiled is not None and not policy_plan.chunks and self._greedy_graph(plan, len(ids)):
+            hidden, step_logits, _, next_drafts = compiled.greedy_decode(ids, rows)
+        elif compiled is not None and not policy_plan.chunks and compiled.accepts(len(ids)):
             hidden = compiled.decode(ids, rows)  # every row decodes one token
         else:
             hidden = self.model.forward(
@@ -330,10 +333,11 @@ class LLMEngine:
                 torch.tensor(positions, dtype=torch.long, device=self.device),
                 StepBatch(rows, self.device, self.cache.layers),
             )
-        logits = self.model.logits(hidden[[sl.stop - 1 for _, sl in samplers]]) if samplers else None
+        last_rows = [sl.stop - 1 for _, sl in samplers]
+        logits = self._row_logits(hidden, step_logits, last_rows) if samplers else None
         events: list[SeqEvent] = []
         self.scheduler.completed(policy_plan)
-        verified = self._verify(speculated, drafts, hidden) if speculated else []
+        verified = self._verify(speculated, drafts, hidden, step_logits) if speculated else []
         pool = self.cache.pool
         for seq, _ in plan:
             seq.num_computed = self.scheduler.computed(seq)
@@ -343,7 +347,9 @@ class LLMEngine:
             events = self._sample_all(samplers, logits, masks)
         for seq, tokens, raw in verified:
             events.extend(self._emit_all(seq, tokens, raw))
-        if self.mtp_drafter is not None:
+        if next_drafts is not None:
+            self._keep_graph_drafts(plan, slices, next_drafts)
+        elif self.mtp_drafter is not None:
             self.mtp_drafter.run(self._mtp_rows(policy_plan, plan, slices), hidden)
         drafted = sum(len(d) for d in drafts.values())
         accepted = sum(len(tokens) - 1 for _, tokens, _ in verified if not isinstance(tokens, str))
@@ -371,6 +377,37 @@ class LLMEngine:
         )
         self.total_prompt_tokens += prefill
         return events
+
+    def _row_logits(self, hidden: torch.Tensor, step_logits: torch.Tensor | None, rows: list[int]):
+        """Float32 logits of these rows (a copy: biases and masks apply to it in place), from the
+        greedy graph's when it computed them."""
+        return step_logits[rows] if step_logits is not None else self.model.logits(hidden[rows])
+
+    def _greedy_graph(self, plan, rows: int) -> bool:
+        """Whether this decode-only step runs the compiled greedy graph, which drafts the next step
+        inside it (engine.compiled_step.CompiledDecode.greedy_decode): one MTP draft token a step,
+        and every sequence greedy with no penalties, biases, grammar or logprobs, so the argmax
+        the graph feeds the MTP layer is the token each row emits."""
+        drafter, compiled = self.mtp_drafter, self.compiled_decode
+        if drafter is None or compiled is None or drafter.num_tokens != 1 or not compiled.accepts_mtp(rows):
+            return False
+        return all(
+            p.greedy and not p.penalised and not p.logit_bias and p.logprobs is None and seq.guide is None
+            for seq, _ in plan
+            for p in (seq.params,)
+        )
+
+    def _keep_graph_drafts(self, plan, slices: list[SeqSlice], drafts: torch.Tensor) -> None:
+        """Each live sequence's next draft from the greedy graph: the MTP layer's output at its
+        last kept row (the one whose next token is the newest)."""
+        picks = []
+        for (seq, _), sl in zip(plan, slices, strict=True):
+            if seq.status != SeqStatus.FINISHED and seq.params.speculative:
+                picks.append((seq, sl.start + seq.num_computed - sl.past - 1))
+        if picks:
+            assert self.mtp_drafter is not None
+            for (seq, _), token in zip(picks, drafts[[row for _, row in picks]].tolist(), strict=True):
+                self.mtp_drafter.keep(seq, [token])
 
     def _mtp_rows(self, policy_plan, plan, slices: list[SeqSlice]) -> list[MTPRows]:
         """The rows of this step the MTP layer runs: every computed position whose next token is
@@ -425,7 +462,9 @@ class LLMEngine:
                 out[seq.order] = draft
         return out
 
-    def _verify(self, speculated: list, drafts: dict[int, list[int]], hidden: torch.Tensor) -> list:
+    def _verify(
+        self, speculated: list, drafts: dict[int, list[int]], hidden: torch.Tensor, step_logits=None
+    ) -> list:
         """Each speculating sequence's tokens for this step: the accepted draft tokens, then one of
         the model's own. Greedy rows take the argmax (exactly what decoding one token a step gives);
         the others go through the sequence's sampler (Sampler.verify: speculative rejection
@@ -434,7 +473,7 @@ class LLMEngine:
         sequence ahead by that many. Also returns each sequence's raw log-probabilities of its rows
         when it asks for logprobs."""
         rows = [row for _, sl in speculated for row in range(sl.start, sl.stop)]
-        logits = self.model.logits(hidden[rows])
+        logits = self._row_logits(hidden, step_logits, rows)
         finite = torch.isfinite(logits.sum(dim=-1)).tolist()
         asking = [i for i, (seq, _) in enumerate(speculated) if seq.params.logprobs is not None]
         starts = list(itertools.accumulate((sl.length for _, sl in speculated), initial=0))

@@ -109,6 +109,10 @@ class MTPDrafter:
         for seq, draft in zip(seqs, drafts, strict=True):
             self._store(seq, draft)
 
+    def keep(self, seq: Sequence, draft: list[int]) -> None:
+        """A draft made elsewhere (the compiled greedy graph) for the sequence's tokens now."""
+        self._store(seq, draft)
+
     def _store(self, seq: Sequence, draft: list[int]) -> None:
         holder = seq.drafter
         if not isinstance(holder, MTPDraft):

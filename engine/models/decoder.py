@@ -84,11 +84,11 @@ class DecoderLM:
         self.norm = RMSNorm(t["model.norm.weight"], c.rms_norm_eps)
         # [hidden, vocab], contiguous: the largest matmul of a decode step, on its fast layout
         self.lm_head_t = (self.embed if c.tie_word_embeddings else t["lm_head.weight"]).t().contiguous()
-        # what a compiled step runs as opaque eager ops, numbered alike on every load of the model
-        self.eager_parts = eager_ops.number_parts(self.layers)
-        # the checkpoint's multi-token-prediction layer, the draft of MTP speculation (always eager)
+        # the checkpoint's multi-token-prediction layer, the draft of MTP speculation
         self.mtp = MTPLayer(c, t, attention, self.rotary, self.embed, self.lm_head_t) if with_mtp else None
-        self.mtp_eager_parts = eager_ops.number_parts(self.mtp) if self.mtp is not None else []
+        # what a compiled step runs as opaque eager ops, numbered alike on every load of the model
+        # (the MTP layer's after the decoder's, so the decoder's graphs are the same with or without)
+        self.eager_parts = eager_ops.number_parts([self.layers, self.mtp])
 
     @property
     def cached_layers(self) -> int:

@@ -47,6 +47,12 @@ def test_the_catalog_sets_a_models_speculation_and_refuses_bad_values(tmp_path):
     assert spec.speculative == "ngram:3" and parse_speculative(spec.speculative) == SpeculativeConfig(
         num_tokens=3
     )
+    drafted = model_spec(_Config, "@edge/test/kimi", _catalog(tmp_path, 'speculative = { method = "mtp" }'))
+    assert parse_speculative(drafted.speculative) == SpeculativeConfig(num_tokens=1, method="mtp")
+    two = model_spec(
+        _Config, "@edge/test/kimi", _catalog(tmp_path, 'speculative = { method = "mtp", tokens = 2 }')
+    )
+    assert parse_speculative(two.speculative) == SpeculativeConfig(num_tokens=2, method="mtp")
     off = model_spec(_Config, "@edge/test/kimi", _catalog(tmp_path, 'speculative = { method = "off" }'))
     assert parse_speculative(off.speculative) is None
     assert model_spec(_Config, "@edge/test/kimi", _catalog(tmp_path, "")).speculative == "env"
