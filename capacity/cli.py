@@ -106,6 +106,14 @@ def _speculation_report(args, workload, setup, plain_results, kvs, spec, log) ->
         layout = f"{cost.model.name} on {pop.gpus_per_replica} x {pop.gpu}, {args.weights} weights, KV {kv}"
         lines += ["", format_roofline_rows(rows, times, layout, context), ""]
         lines.append(format_comparison(a, b, a["gpus"], f"{workload.name}, KV {kv}, {spec.describe()}"))
+        by_code = {q.code: q.num_blocks for q in with_spec.pops}
+        blocks = [(p.code, p.num_blocks, by_code.get(p.code, 0)) for p in plain.pops]
+        if any(x != y for _, x, y in blocks):
+            lines.append(
+                "  KV blocks per replica without / with: "
+                + ", ".join(f"{code} {x:,} / {y:,}" for code, x, y in blocks)
+                + " (the MTP layer's weights and its own KV)"
+            )
         out["runs"].append(
             {
                 "kv": kv,

@@ -14,7 +14,7 @@ from typing import Any
 import msgspec
 
 from edge_sim.roofline import Efficiency, RooflineModel, gpu_type
-from edge_sim.speculation_cost import SpeculationSpec, SpeculativeStepTimes
+from edge_sim.speculation_cost import SpeculationSpec, SpeculativeStepTimes, mtp_note
 from engine.architecture import Architecture
 
 __all__ = ["SpeculationRow", "format_comparison", "format_roofline_rows", "roofline_rows"]
@@ -93,14 +93,8 @@ def format_roofline_rows(
     lines = [f"speculative decoding, roofline: {layout}, {context:g}-token sequences, {spec.describe()}"]
     if spec.method == "mtp":
         lines.append(
-            f"  draft: one MTP layer of {times.target.model.name}'s shape (a DeepSeek-V3-layout MoE layer "
-            f"+ the shared LM head) per draft token"
-            + (
-                "; Kimi K2's release ships no MTP layer (num_nextn_predict_layers = 0): this is a "
-                "DeepSeek-V3-layout MTP layer on Kimi K2's shape"
-                if "kimi" in times.target.model.name.lower()
-                else ""
-            )
+            f"  draft: one MTP layer of {times.target.model.name}'s shape (an MoE decoder layer + the shared "
+            f"LM head) per draft token; {mtp_note(times.target.model.name)}"
         )
     else:
         lines.append("  draft: n-gram lookup in the sequence's own context (no weights, ~0 cost)")

@@ -52,6 +52,21 @@ METHODS = ("ngram", "mtp")
 DEFAULT_ACCEPTANCE = {"mtp": 0.85, "ngram": 0.5}
 DEFAULT_TOKENS = {"mtp": 1, "ngram": 5}  # DeepSeek-V3 ships one MTP layer; vLLM's ngram default is 5
 MAX_TOKENS = 14  # engine.speculation: a KV block's room
+# MTP layers the published checkpoints ship (config.json's num_nextn_predict_layers)
+SHIPPED_MTP_LAYERS = {"kimi-k2": 0, "glm-4.5": 1, "deepseek-v3": 1}
+
+
+def mtp_note(model_name: str) -> str:
+    """What "with MTP" means for a target: its own shipped layer, or one assumed on its shape."""
+    shipped = SHIPPED_MTP_LAYERS.get(model_name.lower())
+    if shipped == 0:
+        return (
+            f"{model_name}'s release ships no MTP layer (num_nextn_predict_layers = 0): this is a "
+            f"DeepSeek-V3-layout MTP layer on {model_name}'s shape, assumed"
+        )
+    if shipped:
+        return f"{model_name} ships {shipped} MTP layer (num_nextn_predict_layers = {shipped})"
+    return f"{model_name}: an MTP layer of its shape, assumed"
 
 
 class SpeculationSpec(msgspec.Struct, frozen=True):

@@ -188,7 +188,7 @@ def test_edge_sim_speculative_prints_with_and_without(tmp_path, capsys):
     assert capacity_cli.main([*argv, "--speculative", "mtp:1", "--acceptance", "0.85"]) == 0
     text = capsys.readouterr().out
     assert "speculative decoding, roofline: kimi-k2" in text and "stops paying at batch" in text
-    assert "DeepSeek-V3-layout MTP layer on Kimi K2's shape" in text
+    assert "DeepSeek-V3-layout MTP layer on kimi-k2's shape" in text and "KV blocks per replica" in text
     assert "simulated, chat, KV fp8, mtp:1" in text and "TPOT p50 ms" in text
     report = json.loads((out / "report.json").read_text())
     run = report["speculation"]["runs"][0]
