@@ -118,7 +118,7 @@ def format_roofline_rows(
         "speculation stops paying at batch "
         + (f"{c}" if c is not None else "> 4096 (pays at every batch up to 4096)")
         + (
-            f"; pays again from batch {again} (a decode step there reads nearly every routed expert anyway)"
+            f"; pays again from batch {again} (the verify's extra expert reads level off)"
             if again is not None
             else ""
         )

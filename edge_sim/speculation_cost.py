@@ -15,8 +15,8 @@ multi-token-prediction layer), k draft tokens per step, the acceptance and the t
   rejected ones are rolled back afterwards). So a memory-bound step verifies for about a decode
   step's cost, and a compute-bound large one pays (k+1)x. With routed experts (both targets), each
   position routes on its own: a small batch's verify reads up to k+1 times the experts a decode
-  step reads, so speculation pays least at small-to-middle batches and again once a decode step
-  reads nearly every expert anyway (SpeculativeStepTimes.pays_again_from).
+  step reads, so speculation pays least at small-to-middle batches and again once the verify
+  reads nearly every expert (SpeculativeStepTimes.pays_again_from).
 * Draft: `mtp` runs one more decoder layer of the target's own shape (MLA/GQA attention, the MoE
   with its routed and shared experts, the DeepSeek-V3 layout) plus the shared LM head for each draft
   token, chained k times, with its own one-layer KV; `ngram` costs ~0 (a host-side lookup).
@@ -101,7 +101,8 @@ class SpeculationSpec(msgspec.Struct, frozen=True):
         return expected_tokens(self.acceptance)
 
     def describe(self) -> str:
-        rates = ",".join(f"{a:g}" for a in self.acceptance)
+        same = len(set(self.acceptance)) == 1
+        rates = f"{self.acceptance[0]:g}" if same else ",".join(f"{a:g}" for a in self.acceptance)
         return f"{self.method}:{self.num_tokens} at acceptance {rates}"
 
 
@@ -220,8 +221,8 @@ class SpeculativeStepTimes:
     def pays_again_from(self, context: float, limit: int = 4096) -> int | None:
         """The smallest batch past the crossover at which speculation pays again, or None. With
         routed experts a small batch's verify reads k+1 times the experts a decode step reads;
-        once a decode step reads nearly all of them anyway the extra positions are cheap again,
-        until the step turns compute-bound."""
+        the extra reads level off as the verify reads them all, and the extra positions are
+        cheap again until the step turns compute-bound."""
         c = self.crossover_batch(context, limit)
         if c is None:
             return None
