@@ -8,7 +8,9 @@ how much KV a replica holds.
 
 With `speculation` (edge_sim.speculation_cost), the roofline plan's step times are those of
 draft-and-verify steps per token step (verify + draft over the expected tokens) while a replica
-has at most `max_decoders` decoders, plain beyond: the simulated TPOT is the speculative one.
+has at most `max_decoders` decoders, plain beyond: the simulated TPOT is the speculative one. A
+replica's `steps` then counts token steps; a real verify step is the expected tokens times longer,
+which a newcomer's wait for the next step boundary does not see (a small share of its TTFT).
 
 Both give the simulator a `ReplicaPlan`: GPUs per replica, replicas, KV blocks, scheduler limits
 and two timing functions:

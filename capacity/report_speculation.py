@@ -94,7 +94,7 @@ def format_roofline_rows(
     if spec.method == "mtp":
         lines.append(
             f"  draft: one MTP layer of {times.target.model.name}'s shape (an MoE decoder layer + the shared "
-            f"LM head) per draft token; {mtp_note(times.target.model.name)}"
+            f"LM head) per draft token, chained {spec.num_tokens} x; {mtp_note(times.target.model.name)}"
         )
     else:
         lines.append("  draft: n-gram lookup in the sequence's own context (no weights, ~0 cost)")
@@ -123,7 +123,11 @@ def format_roofline_rows(
             else ""
         )
     )
-    lines.append(f"  the simulation speculates while at most {times.max_decoders} sequences decode")
+    cap = times.max_decoders
+    lines.append(
+        "  the simulation speculates "
+        + (f"while at most {cap} sequences decode" if cap < 1 << 30 else "at every batch")
+    )
     return "\n".join(lines)
 
 

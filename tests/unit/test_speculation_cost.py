@@ -195,6 +195,12 @@ def test_edge_sim_speculative_prints_with_and_without(tmp_path, capsys):
     assert [r["batch"] for r in run["roofline"]] == [1, 8, 64]
     assert run["roofline"][0]["speedup"] > 1.0 and math.isclose(run["expected_tokens"], 1.85)
     assert run["with"]["tpot_ms"]["p50"] < run["without"]["tpot_ms"]["p50"]
+    assert run["max_decoders"] == run["crossover_batch"] - 1  # the automatic back-off
+
+    # capped at 0 decoders from the command line: the same run as without
+    assert capacity_cli.main([*argv, "--speculative", "mtp:1", "--spec-max-decoders", "0", "--json"]) == 0
+    run = json.loads(capsys.readouterr().out)["speculation"]["runs"][0]
+    assert run["max_decoders"] == 0 and run["with"]["tpot_ms"] == run["without"]["tpot_ms"]
 
     for bad, words in (
         (["--speculative", "eagle"], "use off, mtp"),
@@ -203,6 +209,7 @@ def test_edge_sim_speculative_prints_with_and_without(tmp_path, capsys):
         (["--speculative", "mtp", "--cost", "profiled"], "--cost roofline"),
         (["--speculative", "mtp", "--fleet"], "without --fleet"),
         (["--speculative", "mtp", "--spec-batches", "0,8"], "batch sizes must be >= 1"),
+        (["--speculative", "mtp", "--spec-max-decoders", "-1"], "max_decoders must be >= 0"),
     ):
         assert capacity_cli.main([*argv, *bad]) == 2
         err = capsys.readouterr().err
