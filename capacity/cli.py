@@ -119,6 +119,7 @@ def _speculation_report(args, workload, setup, plain_results, kvs, spec, log) ->
                 "kv": kv,
                 "crossover_batch": times.crossover,
                 "pays_again_from_batch": times.pays_again,
+                "paying_batches": [list(r) for r in times.paying],
                 "max_decoders": times.max_decoders,
                 "expected_tokens": times.expected,
                 "roofline": [{**msgspec.to_builtins(r), "speedup": r.speedup} for r in rows],

@@ -113,15 +113,12 @@ def format_roofline_rows(
         for r in rows
     ]  # fmt: skip
     lines += ["", *_table(header, body), ""]
-    c, again = times.crossover, times.pays_again
+    c = times.crossover
+    spans = ", ".join(f"{a}-{b}" + ("+" if b == 4096 else "") for a, b in times.paying) or "none"
     lines.append(
         "speculation stops paying at batch "
         + (f"{c}" if c is not None else "> 4096 (pays at every batch up to 4096)")
-        + (
-            f"; pays again from batch {again} (the verify's extra expert reads level off)"
-            if again is not None
-            else ""
-        )
+        + f"; it pays at batches {spans}"
     )
     cap = times.max_decoders
     lines.append(

@@ -176,6 +176,7 @@ class SpeculativeStepTimes:
             self.draft_weight_bytes_per_gpu = self.draft_model.weight_bytes_per_gpu - shared
         self.crossover = self.crossover_batch(context)
         self.pays_again = self.pays_again_from(context)
+        self.paying = self.paying_ranges(context)
         if spec.max_decoders is not None:
             self.max_decoders = spec.max_decoders
         else:  # the back-off a tuned engine would set: speculate while it pays at this context
@@ -230,6 +231,21 @@ class SpeculativeStepTimes:
             if self.gain(b, context) > 1.0:
                 return b
         return None
+
+    def paying_ranges(self, context: float, limit: int = 4096) -> list[tuple[int, int]]:
+        """The batch ranges (first, last, inclusive) in 1..`limit` at which speculation pays."""
+        ranges: list[tuple[int, int]] = []
+        start = None
+        for b in range(1, limit + 1):
+            pays = self.gain(b, context) > 1.0
+            if pays and start is None:
+                start = b
+            elif not pays and start is not None:
+                ranges.append((start, b - 1))
+                start = None
+        if start is not None:
+            ranges.append((start, limit))
+        return ranges
 
     # --- the plain RooflineStepTimes interface, per token step -----------------------------------
 

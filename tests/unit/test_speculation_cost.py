@@ -129,8 +129,14 @@ def test_speculation_pays_at_batch_1_and_stops_paying_at_a_crossover():
     assert ngram.crossover == 1 and ngram.max_decoders == 0
     again = ngram.pays_again
     assert again is not None and ngram.gain(again, 2048) > 1.0 >= ngram.gain(again - 1, 2048)
+    for times in (spec, ngram):  # the ranges agree with the gain at their edges
+        assert times.paying and times.paying[0][0] == (1 if times is spec else again)
+        for first, last in times.paying:
+            assert times.gain(first, 2048) > 1.0 and times.gain(last, 2048) > 1.0
+            assert first == 1 or times.gain(first - 1, 2048) <= 1.0
+            assert last == 4096 or times.gain(last + 1, 2048) <= 1.0
     never = SpeculativeStepTimes(_kimi_on_h200(), parse_speculative("mtp:1", "0.0"))
-    assert never.crossover == 1 and never.pays_again is None
+    assert never.crossover == 1 and never.pays_again is None and never.paying == []
 
 
 # --- the simulator -----------------------------------------------------------------------------
@@ -188,6 +194,7 @@ def test_edge_sim_speculative_prints_with_and_without(tmp_path, capsys):
     assert capacity_cli.main([*argv, "--speculative", "mtp:1", "--acceptance", "0.85"]) == 0
     text = capsys.readouterr().out
     assert "speculative decoding, roofline: kimi-k2" in text and "stops paying at batch" in text
+    assert "it pays at batches 1-" in text
     assert "DeepSeek-V3-layout MTP layer on kimi-k2's shape" in text and "KV blocks per replica" in text
     assert "simulated, chat, KV fp8, mtp:1" in text and "TPOT p50 ms" in text
     report = json.loads((out / "report.json").read_text())
