@@ -3,6 +3,7 @@
     edge sim --workload chat|rag|code|agent|two-tenant|FILE --kv auto,fp8,int4 --duration 600 --seed 1
              [--model kimi-k2|glm-4.5|DIR] [--weights fp8] [--topology FILE] [--out DIR] [--json]
              [--cost roofline|profiled] [--profile FILE] [--knee 0.25,0.5,1,2,4|none]
+             [--speculative mtp:1|ngram:5 [--acceptance 0.85] [--spec-max-decoders N] [--spec-batches 1,8,64]]
     edge sim --fleet [--fleet-models kimi-k2:fp8,glm-4.5:fp8] [--fleet-workloads chat,rag,code,agent]
              [--fleet-loads 1,2,5,10] [--fleet-concurrency 32] [--kv fp8] --duration 120
     edge plan --model kimi-k2|glm-4.5|DIR --gpu H200 --weights fp8 --kv int4
@@ -52,7 +53,84 @@ def _multipliers(text: str, flag: str = "--knee") -> list[float]:
     return sorted(set(values))
 
 
-def _cost_model(args: argparse.Namespace, kvs: list[str], log):
+def _speculation(args: argparse.Namespace):
+    """The --speculative spec (None when off); raises SimulationError on a bad value."""
+    from edge_sim.roofline import SimulationError
+    from edge_sim.speculation_cost import parse_speculative
+
+    spec = parse_speculative(args.speculative or "off", args.acceptance, args.spec_max_decoders)
+    if spec is None:
+        if args.acceptance is not None or args.spec_max_decoders is not None:
+            raise SimulationError("--acceptance and --spec-max-decoders need --speculative mtp:K or ngram:K")
+        return None
+    if args.cost != "roofline":
+        raise SimulationError("--speculative models a full-size target's steps: use it with --cost roofline")
+    return spec
+
+
+def _batches(text: str) -> list[int]:
+    try:
+        values = sorted({int(x) for x in text.split(",") if x.strip()})
+    except ValueError:
+        raise ValueError(f"--spec-batches: {text!r} is not a comma-separated list of batch sizes") from None
+    if not values or values[0] < 1:
+        raise ValueError(f"--spec-batches: batch sizes must be >= 1, got {text!r}")
+    return values
+
+
+def _speculation_report(args, workload, setup, plain_results, kvs, spec, log) -> tuple[list[str], dict]:
+    """The same workload with speculation, beside `plain_results`, and the roofline's batch table."""
+    import msgspec
+
+    from capacity.report import _clean, summarize
+    from capacity.report_speculation import format_comparison, format_roofline_rows, roofline_rows
+    from capacity.simulator import simulate
+    from edge_sim.roofline import Efficiency
+
+    context = workload.prompt.mean + workload.output.mean / 2  # a decoding sequence's mean context
+    cost = _cost_model(args, kvs, log, spec, context)
+    lines: list[str] = []
+    out: dict = {"spec": msgspec.to_builtins(spec), "context_tokens": context, "runs": []}
+    for kv, plain in zip(kvs, plain_results, strict=True):
+        log(f"simulating {workload.name}, KV {kv}, speculative {spec.describe()}")
+        with_spec = simulate(
+            workload, cost, kv, duration_s=args.duration, seed=args.seed, setup=setup,
+            max_queue_ms=args.max_queue_ms,
+        )  # fmt: skip
+        a, b = summarize(plain)["overall"], summarize(with_spec)["overall"]
+        pop = plain.pops[0]
+        rows, times = roofline_rows(
+            cost.model, pop.gpu, pop.gpus_per_replica, args.weights, kv, spec, context,
+            _batches(args.spec_batches), Efficiency(args.mfu, args.mbu), args.prices,
+        )  # fmt: skip
+        layout = f"{cost.model.name} on {pop.gpus_per_replica} x {pop.gpu}, {args.weights} weights, KV {kv}"
+        lines += ["", format_roofline_rows(rows, times, layout, context), ""]
+        lines.append(format_comparison(a, b, a["gpus"], f"{workload.name}, KV {kv}, {spec.describe()}"))
+        by_code = {q.code: q.num_blocks for q in with_spec.pops}
+        blocks = [(p.code, p.num_blocks, by_code.get(p.code, 0)) for p in plain.pops]
+        if any(x != y for _, x, y in blocks):
+            lines.append(
+                "  KV blocks per replica without / with: "
+                + ", ".join(f"{code} {x:,} / {y:,}" for code, x, y in blocks)
+                + " (the MTP layer's weights and its own KV)"
+            )
+        out["runs"].append(
+            {
+                "kv": kv,
+                "crossover_batch": times.crossover,
+                "pays_again_from_batch": times.pays_again,
+                "paying_batches": [list(r) for r in times.paying],
+                "max_decoders": times.max_decoders,
+                "expected_tokens": times.expected,
+                "roofline": [{**msgspec.to_builtins(r), "speedup": r.speedup} for r in rows],
+                "without": a,
+                "with": b,
+            }
+        )
+    return lines, _clean(out)
+
+
+def _cost_model(args: argparse.Namespace, kvs: list[str], log, speculation=None, context: float = 2048.0):
     from capacity.costmodel import RooflineCostModel
     from capacity.profile import ProfiledCostModel
     from edge_sim.roofline import Efficiency
@@ -68,6 +146,8 @@ def _cost_model(args: argparse.Namespace, kvs: list[str], log):
             args.max_seqs,
             args.max_batched_tokens,
             args.prices,
+            speculation,
+            context,
         )
     model = Path(args.model or "models/kimi-k2-mini")
     path = Path(args.profile)
@@ -137,6 +217,8 @@ def cmd_fleet(args: argparse.Namespace) -> int:
 
 def cmd_sim(args: argparse.Namespace) -> int:
     if args.fleet:
+        if args.speculative:
+            return _fail("--speculative simulates one workload: use it without --fleet")
         return cmd_fleet(args)
     from capacity.report import build_report, format_table, load_sweep, to_json, write_outputs
     from capacity.simulator import simulate
@@ -162,6 +244,7 @@ def cmd_sim(args: argparse.Namespace) -> int:
         if not args.duration > 0:
             raise ValueError(f"--duration must be a positive number of seconds, got {args.duration!r}")
         args.prices = {**setup.prices, **_prices(args.price)}
+        spec = _speculation(args)
         cost = _cost_model(args, kvs, log)
         results = []
         for kv in kvs:
@@ -190,6 +273,11 @@ def cmd_sim(args: argparse.Namespace) -> int:
                 progress=log,
             )
         report = build_report(results, workload, knee)
+        spec_lines: list[str] = []
+        if spec is not None:
+            spec_lines, report["speculation"] = _speculation_report(
+                args, workload, setup, results, kvs, spec, log
+            )
         written = write_outputs(results, report, args.out, plots=not args.no_plots)
     except (SimulationError, TopologyError, ModelLoadError, EngineError, ValueError) as exc:
         return _fail(str(exc))
@@ -197,6 +285,8 @@ def cmd_sim(args: argparse.Namespace) -> int:
         print(to_json(report))
     else:
         print(format_table(report))
+        for line in spec_lines:
+            print(line)
         print("")
         print("wrote " + ", ".join(str(p) for p in written))
     return 0
@@ -344,6 +434,25 @@ def register(subparsers) -> None:
     )
     sim.add_argument(
         "--knee-duration", type=float, help="seconds per sweep point (default min(duration, 300))"
+    )
+    sim.add_argument(
+        "--speculative",
+        help="also simulate speculative decoding: mtp, mtp:K, ngram or ngram:K (K draft tokens per step); "
+        "prints with and without, and the batch where it stops paying (roofline cost model)",
+    )
+    sim.add_argument(
+        "--acceptance",
+        help="--speculative: acceptance per draft position given the ones before, one rate (0.85) or one "
+        "per position (0.9,0.7); default 0.85 for mtp (DeepSeek-V3's report), 0.5 for ngram",
+    )
+    sim.add_argument(
+        "--spec-max-decoders",
+        type=int,
+        help="--speculative: speculate only while at most N sequences decode (default: up to the batch "
+        "where it stops paying)",
+    )
+    sim.add_argument(
+        "--spec-batches", default="1,8,64", help="--speculative: batch sizes of the roofline table"
     )
     sim.add_argument("--no-plots", action="store_true", help="write report.json only")
     sim.add_argument(

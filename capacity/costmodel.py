@@ -6,6 +6,12 @@ how much KV a replica holds.
   replicas of the smallest layout that fits as its GPUs allow.
 * `ProfiledCostModel` (capacity.profile): our engine, measured on the machine that runs it.
 
+With `speculation` (edge_sim.speculation_cost), the roofline plan's step times are those of
+draft-and-verify steps per token step (verify + draft over the expected tokens) while a replica
+has at most `max_decoders` decoders, plain beyond: the simulated TPOT is the speculative one. A
+replica's `steps` then counts token steps; a real verify step is the expected tokens times longer,
+which a newcomer's wait for the next step boundary does not see (a small share of its TTFT).
+
 Both give the simulator a `ReplicaPlan`: GPUs per replica, replicas, KV blocks, scheduler limits
 and two timing functions:
 
@@ -30,6 +36,7 @@ from edge_sim.roofline import (
     gpu_type,
     weight_bytes,
 )
+from edge_sim.speculation_cost import SpeculationSpec, SpeculativeStepTimes
 from edge_sim.target_models import target_model
 from engine.architecture import Architecture
 
@@ -117,7 +124,11 @@ class RooflineCostModel:
         max_num_seqs: int = 256,
         max_batched_tokens: int = 8192,
         prices: dict[str, float] | None = None,
+        speculation: SpeculationSpec | None = None,
+        speculation_context: float = 2048.0,
     ):
+        """`speculation_context`: tokens per sequence at which `speculation`'s automatic
+        max_decoders (the batch where it stops paying) is found."""
         self.model = model if isinstance(model, Architecture) else target_model(model)
         self.model_name = self.model.name
         self.weights = check_weights(weights)
@@ -130,11 +141,13 @@ class RooflineCostModel:
             )
         self.max_num_seqs, self.max_batched_tokens = max_num_seqs, max_batched_tokens
         self.prices = dict(prices or {})
+        self.speculation, self.speculation_context = speculation, speculation_context
         self._plans: dict[tuple, ReplicaPlan] = {}  # per PoP GPU set, KV dtype and longest request
 
     def describe(self) -> str:
         e = self.efficiency
-        return f"roofline: {self.model.name}, {self.weights} weights, mfu {e.mfu:g}, mbu {e.mbu:g}"
+        spec = f", speculative {self.speculation.describe()}" if self.speculation else ""
+        return f"roofline: {self.model.name}, {self.weights} weights, mfu {e.mfu:g}, mbu {e.mbu:g}{spec}"
 
     def plan_pop(self, gpus: dict[str, int], kv: str, min_kv_tokens: int) -> ReplicaPlan:
         key = (tuple(sorted(gpus.items())), kv, min_kv_tokens)
@@ -181,6 +194,22 @@ class RooflineCostModel:
                 f"plus {self._sequences(context)}",
             )
         free = (gpu.memory_gib * GIB * self.usable_fraction - r.weight_bytes_per_gpu) * r.gpus
+        times, note = r.times, ""
+        if self.speculation is not None:
+            spec = SpeculativeStepTimes(r, self.speculation, self.speculation_context)
+            if spec.draft_model is not None:  # the MTP layer's weights and its one-layer KV
+                free -= spec.draft_weight_bytes_per_gpu * r.gpus
+                if free < r.kv_block_bytes * (context / BLOCK_TOKENS + r.staging_blocks):
+                    return ReplicaPlan(
+                        name,
+                        0,
+                        0,
+                        note=f"no room for KV beside {self.model.name}'s {self.weights} weights and the "
+                        f"MTP layer ({spec.draft_weight_bytes_per_gpu / GIB:.1f} GiB per GPU) on {r.gpus} x "
+                        f"{name}: raise --usable-fraction, use int4 weights or more GPUs",
+                    )
+                free *= r.kv_block_bytes / (r.kv_block_bytes + spec.draft_model.kv_block_bytes)
+            times, note = spec, f", speculating up to {spec.max_decoders} decoders"
         return ReplicaPlan(
             gpu=name,
             gpus=r.gpus,
@@ -192,6 +221,7 @@ class RooflineCostModel:
             max_batched_tokens=self.max_batched_tokens,
             max_context=self._max_context(context),
             price_per_hour=gpu.price_per_hour * r.gpus,
-            step_ms=r.times.step_ms,
-            decode_ms=r.times.decode_ms,
+            step_ms=times.step_ms,
+            decode_ms=times.decode_ms,
+            note=note,
         )
