@@ -2,6 +2,7 @@
 
     python -m models.recipe.train --family kimi --out models/kimi-k2-mini
     python -m models.recipe.train --family glm --out models/glm-4.5-mini
+    python -m models.recipe.train --family kimi --mtp --out models/kimi-k2-mini  # train_mtp.py
 
 Uses transformers' DeepseekV3ForCausalLM / Glm4MoeForCausalLM (the reference implementations, a
 test extra) so each checkpoint is written exactly as the hub layout; nothing here runs at serve time.
@@ -79,6 +80,8 @@ GLM_MINI = dict(
 FAMILIES = {"kimi": KIMI_MINI, "glm": GLM_MINI}
 GLM_STOP_TOKENS = ("<|endoftext|>", "<|user|>", "<|observation|>")
 BIAS_UPDATE_RATE = 1e-2
+MAIN_DEFAULTS = dict(steps=1600, long_steps=200, lr=3e-3, warmup=100)
+MTP_DEFAULTS = dict(steps=400, long_steps=0, lr=2e-3, warmup=30)
 
 
 def encode_corpus(tokenizer_path: Path, heldout: bool) -> torch.Tensor:
@@ -122,19 +125,41 @@ def main() -> None:
     )
     parser.add_argument("--family", choices=sorted(FAMILIES), default="kimi")
     parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--steps", type=int, default=1600)
+    parser.add_argument(
+        "--mtp", action="store_true", help="train only the MTP layer of the checkpoint in --out"
+    )
+    parser.add_argument("--steps", type=int, default=None, help="1600; with --mtp 400")
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--seq", type=int, default=256)
     # Then a long-context phase, so the 1,024- and 2,048-token contexts the quality tool measures
     # are in distribution (short windows first, long ones last, as context extension is done).
-    parser.add_argument("--long-steps", type=int, default=200)
+    parser.add_argument("--long-steps", type=int, default=None, help="200; with --mtp 0")
     parser.add_argument("--long-batch", type=int, default=2)
     parser.add_argument("--long-seq", type=int, default=2048)
-    parser.add_argument("--lr", type=float, default=3e-3)
-    parser.add_argument("--warmup", type=int, default=100)
+    parser.add_argument("--lr", type=float, default=None, help="3e-3; with --mtp 2e-3")
+    parser.add_argument("--warmup", type=int, default=None, help="100; with --mtp 30")
+    parser.add_argument(
+        "--ce-weight", type=float, default=0.0, help="--mtp: weight of CE on x[q+2] beside the KL"
+    )
+    parser.add_argument("--random-eh-proj", action="store_true", help="--mtp: random eh_proj, not [0 | I]")
+    parser.add_argument(
+        "--eval-windows", type=int, default=64, help="--mtp: held-out windows of 1,024 tokens"
+    )
+    parser.add_argument("--dry-run", action="store_true", help="--mtp: train and evaluate, write nothing")
     parser.add_argument("--seed", type=int, default=1234)
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args()
+    defaults = MTP_DEFAULTS if args.mtp else MAIN_DEFAULTS
+    for key, value in defaults.items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
+    if args.mtp:
+        from models.recipe.train_mtp import train_mtp
+
+        train_mtp(args)
+        return
+    for key in ("mtp", "ce_weight", "random_eh_proj", "eval_windows", "dry_run"):
+        delattr(args, key)  # MTP-only; keeps the main recipe's record as it was
 
     torch.set_num_threads(args.threads)
     random.seed(args.seed)
@@ -240,8 +265,13 @@ def _hf_classes(family: str):
     return Glm4MoeConfig, Glm4MoeForCausalLM
 
 
-def write_published_config(out: Path, family: str, eos_id: int | list[int]) -> None:
-    """Rewrite config.json with the keys the published Kimi K2 / GLM-4.5 configs carry (not only ours)."""
+def write_published_config(
+    out: Path, family: str, eos_id: int | list[int], nextn_predict_layers: int = 0
+) -> None:
+    """Rewrite config.json with the keys the published Kimi K2 / GLM-4.5 configs carry (not only ours).
+
+    nextn_predict_layers: how many MTP layers the checkpoint holds (0 after a main training; --mtp adds 1).
+    """
     path = out / "config.json"
     cfg = json.loads(path.read_text())
     rope = cfg.pop("rope_parameters", None) or {}
@@ -251,7 +281,7 @@ def write_published_config(out: Path, family: str, eos_id: int | list[int]) -> N
         rope_scaling=None,
         scoring_func="sigmoid",
         topk_method="noaux_tc",
-        num_nextn_predict_layers=0,
+        num_nextn_predict_layers=nextn_predict_layers,
         eos_token_id=eos_id,
         torch_dtype="bfloat16",
     )

@@ -74,5 +74,7 @@ def test_the_model_has_learned_python(shipped):
 
 
 def test_together_they_fit_the_size_budget():
+    # 25 MiB for the main models, plus each MTP layer (~6.5 MB: its decoder layer and eh_proj, and the
+    # frozen copies of the embedding and LM head that the hub layout stores in it).
     total = sum(f.stat().st_size for name in MODELS for f in (REPO / "models" / name).iterdir())
-    assert total <= 25 * 1024 * 1024, f"{total / 2**20:.1f} MiB"
+    assert total <= 40 * 1024 * 1024, f"{total / 2**20:.1f} MiB"
