@@ -37,6 +37,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from engine.compiled_step import DEFAULT_MAX_ROWS, ROW_BUCKETS, row_bucket  # noqa: E402
 from engine.llm import LLM  # noqa: E402
 from engine.sampling import SamplingParams  # noqa: E402
 from engine.speculation import SpeculativeConfig  # noqa: E402
@@ -107,9 +108,12 @@ def main() -> None:
             k = args.k if method == "ngram" else args.mtp_k
             config = SpeculativeConfig(num_tokens=k, method=method)
             specs[method] = LLM(REPO / path, speculative=config, **OPTIONS)
-        for llm in (plain, *specs.values()):
-            if llm.engine.compiled_decode is not None:  # both sides' buckets compiled before timing
-                llm.engine.compiled_decode.warm_up([b for b in (1, 2, 4, 8) if b <= 2 * args.concurrency * 6])
+        for llm in (plain, *specs.values()):  # both sides' buckets compiled before timing
+            decoder, spec_config = llm.engine.compiled_decode, llm.engine.speculative
+            if decoder is not None:
+                rows = args.concurrency * (1 + (spec_config.num_tokens if spec_config else 0))
+                top = row_bucket(min(rows, DEFAULT_MAX_ROWS)) or DEFAULT_MAX_ROWS
+                decoder.warm_up([b for b in ROW_BUCKETS if b <= top])
         for name, prompt in prompts.items():
             for llm in (plain, *specs.values()):
                 run(llm, prompt, 8, 0.0, 1)  # warm

@@ -247,7 +247,7 @@ class RoutedExperts:
     weighting and one index_add_ for all pairs. The only host read is the expert ids (batch 1-2)
     or the per-expert counts, once per layer. kernels.moe.fused_moe_ref is the reference."""
 
-    PAIR_LOOP_MAX = 4  # up to this many (token, expert) pairs, skip sorting: decode at batch 1-2
+    PAIR_LOOP_MAX = 4  # up to this many (token, expert) pairs, skip sorting: 1-2 tokens (batch 1-2, a verify)
 
     def __init__(self, t: Tensors, prefix: str, num_experts: int):
         def stacked(proj: str) -> torch.Tensor | QuantizedWeight:
@@ -300,12 +300,16 @@ class RoutedExperts:
                 return kernels.fused_moe(x, weights, ids, w[:, :i], w[:, i:], self.w_down_t.transpose(1, 2))
             return kernels.fused_moe(x, weights, ids, self.w_gate, self.w_up, self.w_down)
         flat_ids, flat_weights = ids.reshape(-1), weights.reshape(-1, 1).to(x.dtype)
-        if ids.shape[0] == 1 and flat_ids.numel() <= self.PAIR_LOOP_MAX:  # one token: no sort
-            out = None
-            for e, w in zip(flat_ids.tolist(), flat_weights.unbind(0), strict=True):
-                y = self._expert(e, x)
-                out = y * w if out is None else torch.addcmul(out, y, w)
-            return out
+        if flat_ids.numel() <= self.PAIR_LOOP_MAX:  # one or two tokens (a verify's rows): no sort
+            k, pairs = ids.shape[1], list(zip(flat_ids.tolist(), flat_weights.unbind(0), strict=True))
+            rows = []
+            for r in range(ids.shape[0]):
+                acc, h = None, x[r : r + 1]
+                for e, w in pairs[r * k : (r + 1) * k]:
+                    y = self._expert(e, h)
+                    acc = y * w if acc is None else torch.addcmul(acc, y, w)
+                rows.append(acc)
+            return rows[0] if len(rows) == 1 else torch.cat(rows)
         order = flat_ids.argsort(stable=True)
         counts = torch.bincount(flat_ids, minlength=self.num_experts).tolist()
         token_of_slot = order // ids.shape[1]
