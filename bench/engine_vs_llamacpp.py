@@ -14,7 +14,12 @@
    tokens over the whole run, prompt processing included; ours: every request submitted at once to
    the continuous batcher), prefill of 512 tokens (`llama-bench -p 512 -n 0`). The machine's load
    average is printed at each round: the machine is shared, so read ratios, not absolute rates.
-5. KV quantization quality on models/eval/heldout.txt: `llama-perplexity --no-escape -c 1024
+5. N-gram speculation on code prompts (bench/speculative.py's, which repeat their context), greedy,
+   --lookup-tokens each: ours with prompt-lookup drafts of up to 5 tokens against llama.cpp's own
+   (`llama-lookup --spec-draft-n-max 5`), each against its plain decode of the same prompts
+   (ours without drafts; theirs `llama-lookup --spec-draft-n-max 0`, the same loop and timer), and
+   ours speculating against theirs plain (the issue's stretch row). Prompt encoding is not timed.
+6. KV quantization quality on models/eval/heldout.txt: `llama-perplexity --no-escape -c 1024
    -ctk/-ctv f16|q8_0|q4_0 -fa on` (second half of each window scored) against ours at auto|int8|int4
    scored on the same windows' second halves (bench/engine_runs.py); the change of each against f16
    (theirs) and auto (ours).
@@ -44,6 +49,7 @@ from bench import engine_runs as ours  # noqa: E402
 from bench.llamacpp_build import build  # noqa: E402
 from bench.llamacpp_gguf import convert  # noqa: E402
 from bench.llamacpp_runs import LlamaTools  # noqa: E402
+from bench.speculative import CODE_PROMPTS  # noqa: E402
 
 MODELS = ["kimi-k2-mini", "glm-4.5-mini"]
 HELDOUT = REPO / "models" / "eval" / "heldout.txt"
@@ -94,6 +100,79 @@ def round_theirs(tools: LlamaTools, args, m: Measures) -> None:
         m.add(m.theirs, f"seq {row.sequences}", row.generated_tok_s)
     prefill = tools.bench(prompt=args.prefill, gen=0, depth=0, repetitions=args.repeats)
     m.add(m.theirs, "prefill", prefill.tok_s)
+
+
+# n-gram draft tokens per step at most, both engines (vLLM's and our catalog's default)
+LOOKUP_DRAFT = 5
+
+
+@dataclass
+class Lookup:
+    """Per side and run (plain or n-gram), per round: tokens/s over all code prompts, and the
+    drafted and accepted token counts."""
+
+    rates: dict[str, list[float]] = field(default_factory=dict)
+    drafted: dict[str, int] = field(default_factory=dict)
+    accepted: dict[str, int] = field(default_factory=dict)
+
+    def add(self, run: str, tokens: int, seconds: float, drafted: int = 0, accepted: int = 0) -> None:
+        self.rates.setdefault(run, []).append(tokens / seconds)
+        self.drafted[run] = self.drafted.get(run, 0) + drafted
+        self.accepted[run] = self.accepted.get(run, 0) + accepted
+
+    def rate(self, run: str) -> float:
+        return statistics.median(self.rates[run])
+
+    def kept(self, run: str) -> str:
+        drafted = self.drafted.get(run, 0)
+        return f"{self.accepted[run] / drafted:.0%} of {drafted}" if drafted else "-"
+
+
+def lookup_ours(plain, speculating, tokens: int, m: Lookup) -> None:
+    for run, llm in (("ours plain", plain), ("ours n-gram", speculating)):
+        engine, seconds = llm.engine, 0.0
+        drafted, accepted = engine.draft_tokens, engine.accepted_tokens
+        for prompt in CODE_PROMPTS.values():
+            seconds += tokens / ours.decode_tok_s(llm, llm.encode(prompt), tokens)
+        m.add(
+            run,
+            tokens * len(CODE_PROMPTS),
+            seconds,
+            engine.draft_tokens - drafted,
+            engine.accepted_tokens - accepted,
+        )
+
+
+def lookup_theirs(tools: LlamaTools, tokens: int, m: Lookup) -> None:
+    for run, draft in (("llama.cpp plain", 0), ("llama-lookup", LOOKUP_DRAFT)):
+        got = [tools.lookup(prompt, tokens, draft) for prompt in CODE_PROMPTS.values()]
+        m.add(
+            run,
+            sum(g.decoded for g in got),
+            sum(g.decode_s for g in got),
+            sum(g.drafted for g in got) if draft else 0,
+            sum(g.accepted for g in got) if draft else 0,
+        )
+
+
+def lookup_table(name: str, m: Lookup, args) -> str:
+    plain, lookup = m.rate("llama.cpp plain"), m.rate("llama-lookup")
+    mine, mine_plain = m.rate("ours n-gram"), m.rate("ours plain")
+    lines = [
+        f"### {name}: n-gram speculation, {len(CODE_PROMPTS)} code prompts, {args.lookup_tokens} greedy "
+        f"tokens each, drafts of up to {LOOKUP_DRAFT}",
+        "",
+        "| | tok/s | drafts kept | speed-up over its own plain decode |",
+        "|---|---:|---:|---:|",
+        f"| ours plain | {mine_plain:.0f} | - | 1.00x |",
+        f"| ours n-gram | {mine:.0f} | {m.kept('ours n-gram')} | {mine / mine_plain:.2f}x |",
+        f"| llama.cpp plain (llama-lookup, 0 drafts) | {plain:.0f} | - | 1.00x |",
+        f"| llama-lookup | {lookup:.0f} | {m.kept('llama-lookup')} | {lookup / plain:.2f}x |",
+        "",
+        f"ours n-gram / llama-lookup: {mine / lookup:.2f}x; ours n-gram / llama.cpp plain (stretch row): "
+        f"{mine / plain:.2f}x",
+    ]
+    return "\n".join(lines)
 
 
 def parity(llm, tools: LlamaTools, tokens: int) -> str:
@@ -209,6 +288,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--context", type=int, default=1024)
     parser.add_argument("--chunks", type=int, default=None, help="perplexity windows (default: all)")
     parser.add_argument("--no-quality", action="store_true", help="skip the KV perplexity tables")
+    parser.add_argument("--lookup-tokens", type=int, default=96, help="tokens per code prompt (n-gram rows)")
+    parser.add_argument("--no-lookup", action="store_true", help="skip the n-gram speculation rows")
     parser.add_argument("--quick", action="store_true", help="1 round, 1 and 8 sequences, 4 windows")
     parser.add_argument(
         "--eager",
@@ -227,6 +308,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     torch.set_num_threads(args.threads)
     from engine import LLM
+    from engine.speculation import SpeculativeConfig
 
     made = build()
     print(
@@ -234,17 +316,26 @@ def main(argv: list[str] | None = None) -> None:
         f"(GGML_NATIVE=ON, Release) took {made.build_seconds:.0f} s; machine: {machine(args.threads)}",
         flush=True,
     )
-    engines, tools = {}, {}
+    engines, tools, speculating = {}, {}, {}
     for name in args.models:
         path = REPO / "models" / name
         gguf = convert(path, made.src, made.root)
         tools[name] = LlamaTools(made.root / "build" / "bin", gguf, args.threads)
-        engines[name] = LLM(path, device="cpu", prefix_caching=False, compile=not args.eager)
+        engines[name] = LLM(
+            path, device="cpu", prefix_caching=False, compile=not args.eager, speculative=None
+        )
         print(f"{name}: our decode step: {warm_compiled(engines[name], args.sequences)}", flush=True)
+        if not args.no_lookup:
+            ngram = SpeculativeConfig(num_tokens=LOOKUP_DRAFT, method="ngram")
+            speculating[name] = LLM(
+                path, device="cpu", prefix_caching=False, compile=not args.eager, speculative=ngram
+            )
+            warm_compiled(speculating[name], [1 + LOOKUP_DRAFT])  # a verify step's rows
         print(f"{name}: greedy parity at f32: {parity(engines[name], tools[name], 64)}", flush=True)
         ours.decode_tok_s(engines[name], heldout_prompts(engines[name].tokenizer, 1, 64)[0], 16)  # warm-up
 
     measures = {name: Measures() for name in args.models}
+    lookups = {name: Lookup() for name in args.models}
     for r in range(args.rounds):
         load = " ".join(f"{x:.2f}" for x in os.getloadavg())
         print(f"round {r + 1}/{args.rounds}: load average {load}", flush=True)
@@ -253,11 +344,17 @@ def main(argv: list[str] | None = None) -> None:
             for side in [first_ours, not first_ours]:
                 if side:
                     round_ours(engines[name], args, measures[name])
+                    if name in speculating:
+                        lookup_ours(engines[name], speculating[name], args.lookup_tokens, lookups[name])
                 else:
                     round_theirs(tools[name], args, measures[name])
+                    if name in speculating:
+                        lookup_theirs(tools[name], args.lookup_tokens, lookups[name])
     print(f"\nmedians of {args.rounds} interleaved rounds, {args.threads} threads each, greedy, f32\n")
     for name in args.models:
         print(speed_table(name, measures[name], args) + "\n", flush=True)
+        if name in speculating:
+            print(lookup_table(name, lookups[name], args) + "\n", flush=True)
     if args.no_quality:
         return
     for name in args.models:

@@ -32,7 +32,7 @@ import httpx
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench.dev_project import MODEL, start_dev, write_project  # noqa: E402
+from bench.dev_project import MODEL, start_dev, wait_compiled, write_project  # noqa: E402
 from capacity.report import percentile  # noqa: E402
 from runtime.control.state import State  # noqa: E402
 
@@ -105,6 +105,7 @@ def run(scheduling: str, plan, max_tokens: int):
     with tempfile.TemporaryDirectory(prefix="edge-fairness-") as tmp:
         proc, url, tokens = start(Path(tmp), scheduling)
         try:
+            print(f"  {scheduling}: {wait_compiled(url, Path(tmp))}", flush=True)
             warm = [(0.0, "light", "warm up"), (0.0, "heavy", "warm up")]
             asyncio.run(send_all(url, tokens, warm, 4))
             return asyncio.run(send_all(url, tokens, plan, max_tokens))

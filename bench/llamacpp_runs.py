@@ -1,8 +1,8 @@
 """llama.cpp's tools run on a GGUF, and their printed results read back.
 
 The readers take the tools' own output text (tests/fixtures/llamacpp/ holds samples from real runs):
-llama-bench's `-o json`, llama-batched-bench's markdown table, llama-perplexity's final estimate and
-llama-simple's completion.
+llama-bench's `-o json`, llama-batched-bench's markdown table, llama-perplexity's final estimate,
+llama-simple's completion and llama-lookup's (n-gram speculation) decode speed and acceptance.
 """
 
 from __future__ import annotations
@@ -95,6 +95,33 @@ def parse_batched_table(text: str) -> list[BatchedRow]:
     return rows
 
 
+@dataclass(frozen=True)
+class LookupResult:
+    """One llama-lookup run: `decoded` tokens after the prompt (its encoding not timed), drafted
+    n-gram tokens and how many the target kept."""
+
+    decoded: int
+    decode_s: float
+    drafted: int
+    accepted: int
+
+    @property
+    def tok_s(self) -> float:
+        return self.decoded / self.decode_s
+
+
+_DECODED = re.compile(r"decoded\s+(\d+) tokens in\s+([0-9.]+) seconds")
+_LOOKUP_COUNT = re.compile(r"\b(n_drafted|n_accept)\s*=\s*(\d+)")
+
+
+def parse_lookup(text: str) -> LookupResult:
+    """llama-lookup's closing statistics: `decoded N tokens in T seconds`, `n_drafted`, `n_accept`."""
+    decoded, counts = _DECODED.search(text), dict(_LOOKUP_COUNT.findall(text))
+    if decoded is None or set(counts) != {"n_drafted", "n_accept"}:
+        raise ValueError("no decode statistics in llama-lookup's output")
+    return LookupResult(int(decoded[1]), float(decoded[2]), int(counts["n_drafted"]), int(counts["n_accept"]))
+
+
 _FINAL = re.compile(r"Final estimate: PPL = ([0-9.]+) \+/- ([0-9.]+)")
 _CHUNKS = re.compile(r"calculating perplexity over (\d+) chunks, n_ctx=(\d+)")
 
@@ -148,6 +175,20 @@ class LlamaTools:
         if chunks:
             argv += ["--chunks", chunks]
         return parse_perplexity(_run(argv))
+
+    def lookup(self, prompt: str, tokens: int, draft: int) -> LookupResult:
+        """Greedy decode of `tokens` tokens with prompt-lookup (n-gram) drafts of up to `draft`
+        tokens from the prompt and the output so far; `draft` 0 decodes one token a step through
+        the same loop and timer (the baseline)."""
+        argv = [self.bin / "llama-lookup", "-m", self.gguf, "-p", prompt, "-n", tokens, "--temp", 0]
+        argv += ["--ignore-eos", "--spec-draft-n-max", draft, "-t", self.threads]
+        for attempt in range(3):  # its log thread sometimes loses the closing lines at exit
+            try:
+                return parse_lookup(_run(argv))
+            except ValueError:
+                if attempt == 2:
+                    raise
+        raise AssertionError("unreachable")
 
     def greedy(self, prompt: str, tokens: int) -> str:
         argv = [self.bin / "llama-simple", "-m", self.gguf, "-n", tokens, prompt]

@@ -49,7 +49,7 @@ import httpx
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench.dev_project import MODEL, start_dev, write_project  # noqa: E402
+from bench.dev_project import MODEL, start_dev, wait_compiled, write_project  # noqa: E402
 from capacity.profile import ProfiledCostModel  # noqa: E402
 from capacity.report import percentile  # noqa: E402
 from capacity.serving_fit import charged_ms, describe_fit, fit_serving_steps, load_step_log  # noqa: E402
@@ -157,6 +157,7 @@ def start(
     if step_log is not None:
         env["EDGE_STEP_LOG"] = str(step_log)
     proc, url = start_dev(tmp, env)
+    print(f"  live edge: {wait_compiled(url, tmp)}", flush=True)  # (steps timed before it: compiles)
     tokens["local"] = (tmp / ".edge" / "api-token").read_text().strip()
     return proc, url, tokens
 

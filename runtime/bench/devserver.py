@@ -1,7 +1,9 @@
 """A throwaway `edge dev` project for the benchmarks that measure through the real runtime: a
 hello-world worker, one GPU PoP (ICN) serving the shipped kimi-k2-mini (or a given models folder's
 catalog), and the server started on a free loopback port, waited for until it answers its health
-check. `edge bench serve --compare` starts its own from here; bench/dev_project.py re-exports it."""
+check. `edge bench serve --compare` starts its own from here; bench/dev_project.py re-exports it.
+`wait_compiled` holds a measurement back until the PoPs' engines have compiled their decode steps
+(they serve eagerly while compiling in the background, and a run timed then measures the compiles)."""
 
 from __future__ import annotations
 
@@ -59,6 +61,38 @@ def write_project(
         max_in_flight = 100000
         """)
     (folder / "wrangler-like.toml").write_text(config + textwrap.dedent(extra_toml))
+
+
+def wait_compiled(url: str, folder: Path, timeout: float = 900.0) -> str:
+    """Wait until every GPU PoP's engine of the `edge dev` at `url` (its project in `folder`) has
+    compiled the decode buckets it serves compiled (engine.compiled_step: 1..16 rows), or has
+    stopped compiling (a failed compile leaves the rest eager); what it waited for, in a line.
+    Returns at once where compiling is off (EDGE_COMPILE=0: no bucket is ever ready)."""
+    from engine.compiled_step import DEFAULT_MAX_ROWS, ROW_BUCKETS
+    from runtime.control.admin import find_admin_token
+
+    want = [b for b in ROW_BUCKETS if b <= DEFAULT_MAX_ROWS]
+    headers = {"authorization": f"Bearer {find_admin_token(folder / '.edge')}"}  # edge dev wrote it
+    started = time.perf_counter()
+    last, changed = None, started
+    while True:
+        pops = httpx.get(url + "/cdn-cgi/edge/pops", headers=headers, timeout=30).json()["pops"]
+        ready = {
+            f"{p['code']} {name}": m.get("compiled_buckets", [])
+            for p in pops
+            for name, m in p.get("models", {}).items()
+            if not p.get("backend")
+        }
+        waited = time.perf_counter() - started
+        if all(b == want for b in ready.values()):
+            return f"decode buckets {want} compiled at every engine ({waited:.0f} s)"
+        if os.environ.get("EDGE_COMPILE") == "0" and not any(ready.values()):
+            return "compiling is off (EDGE_COMPILE=0): eager steps"
+        if ready != last:
+            last, changed = ready, time.perf_counter()
+        elif time.perf_counter() - changed > 180 or waited > timeout:
+            return f"stopped waiting after {waited:.0f} s with buckets {ready} (the rest eager)"
+        time.sleep(1.0)
 
 
 def start_dev(folder: Path, env: dict[str, str]) -> tuple[subprocess.Popen, str]:

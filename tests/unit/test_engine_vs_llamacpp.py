@@ -10,7 +10,13 @@ import torch
 
 from bench.engine_runs import second_half_nll, second_half_perplexity, windows
 from bench.llamacpp_gguf import is_gpt2_byte_level, patched_config, stage
-from bench.llamacpp_runs import completion_of, parse_batched_table, parse_bench_json, parse_perplexity
+from bench.llamacpp_runs import (
+    completion_of,
+    parse_batched_table,
+    parse_bench_json,
+    parse_lookup,
+    parse_perplexity,
+)
 from tests.conftest import REPO
 
 FIXTURES = REPO / "tests" / "fixtures" / "llamacpp"  # captured from real runs on kimi-k2-mini
@@ -85,6 +91,14 @@ def test_llama_perplexity_final_estimate():
     assert (got.context, got.chunks, got.value) == (1024, 4, 29.2404) and got.error == 1.81668
     with pytest.raises(ValueError, match="no final perplexity"):
         parse_perplexity("perplexity: tokenizing the input ..\n")
+
+
+def test_llama_lookup_statistics():
+    got = parse_lookup((FIXTURES / "lookup.txt").read_text())  # -n 48 --spec-draft-n-max 5
+    assert (got.decoded, got.decode_s, got.drafted, got.accepted) == (49, 0.046, 45, 5)
+    assert got.tok_s == pytest.approx(49 / 0.046)
+    with pytest.raises(ValueError, match="no decode statistics"):
+        parse_lookup("encoded 39 tokens in 0.007 seconds\n")
 
 
 def test_llama_simple_completion():
