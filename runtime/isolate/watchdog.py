@@ -84,6 +84,10 @@ class Watchdog:
         BACKGROUND_WINDOW_S, or memory past `memory` bytes, and the tree is to be killed (1102);
         a request past its deadline is to be cancelled, and one still there GRACE_S after that
         gets the tree killed."""
+        # memory first: a tree over both limits at one look (looks come late under load) is named
+        # by its memory, what endangers the host
+        if usage.memory_bytes > memory:
+            return Look(kill=("exceededMemory", f"more than {limits.memory_mb} MB of memory"))
         cpu_ms = limits.cpu_ms
         if any(usage.cpu_ms - e.cpu_at_start > cpu_ms for e in self.inflight.values()):
             return Look(kill=("exceededCpu", f"more than {cpu_ms} ms of CPU time in one request"))
@@ -102,8 +106,6 @@ class Watchdog:
                     f"within {BACKGROUND_WINDOW_S:.0f} s",
                 )
             )
-        if usage.memory_bytes > memory:
-            return Look(kill=("exceededMemory", f"more than {limits.memory_mb} MB of memory"))
         look = Look()
         for rid, entry in self.inflight.items():
             if entry.deadline is None or now < entry.deadline:
