@@ -150,8 +150,8 @@ def lookup_theirs(tools: LlamaTools, tokens: int, m: Lookup) -> None:
             run,
             sum(g.decoded for g in got),
             sum(g.decode_s for g in got),
-            sum(g.drafted for g in got) if draft else 0,
-            sum(g.accepted for g in got) if draft else 0,
+            sum(g.drafted for g in got),
+            sum(g.accepted for g in got),
         )
 
 
