@@ -22,7 +22,7 @@ from engine.batch import SeqSlice, StepBatch
 from engine.compiled_step import CompiledDecode
 from engine.errors import InvalidRequestError, RequestTooLargeError
 from engine.fair_queue import TenantShare
-from engine.guided import GuideBatch, GuideCompiler, GuideState, overlap_masks
+from engine.guided import GuideBatch, GuideCompiler, GuidedDraft, GuideState, mask_logits, overlap_masks
 from engine.kv_cache import BLOCK_SIZE, PagedKVCache
 from engine.logprobs import TokenSpeller, attach_logprobs
 from engine.mtp_drafts import MTPDrafter, MTPRows, draft_room
@@ -98,8 +98,9 @@ class LLMEngine:
         compiled: bool = False,
     ):
         """`speculative`: n-gram or MTP drafts verified in the decode step (engine.speculation,
-        engine.mtp_drafts; MTP needs `model.mtp`), for every sequence without a grammar (greedy or
-        sampled, penalties, biases and logprobs included); None decodes one token a step.
+        engine.mtp_drafts; MTP needs `model.mtp`), for every sequence (greedy or sampled, penalties,
+        biases, logprobs and grammars included: a guided draft is checked against its mask); None
+        decodes one token a step.
         `compiled`: decode-only steps run as a compiled graph (engine.compiled_step) once their
         batch bucket is compiled; `compiled_decode.warm_up()` compiles them."""
         self.model = model
@@ -293,7 +294,7 @@ class LLMEngine:
         for seq, _ in policy_plan.chunks:
             if seq.admissions == seq.preemptions:  # admitted this step: it starts after its cached prefix
                 self._admitted(seq)
-        drafts = self._drafts(policy_plan) if self.speculative is not None else {}
+        drafts, guided_drafts = self._drafts(policy_plan) if self.speculative is not None else ({}, {})
         ids: list[int] = []
         positions: list[int] = []
         slices: list[SeqSlice] = []
@@ -337,7 +338,7 @@ class LLMEngine:
         logits = self._row_logits(hidden, step_logits, last_rows) if samplers else None
         events: list[SeqEvent] = []
         self.scheduler.completed(policy_plan)
-        verified = self._verify(speculated, drafts, hidden, step_logits) if speculated else []
+        verified = self._verify(speculated, drafts, guided_drafts, hidden, step_logits) if speculated else []
         pool = self.cache.pool
         for seq, _ in plan:
             seq.num_computed = self.scheduler.computed(seq)
@@ -346,7 +347,7 @@ class LLMEngine:
         if samplers:
             events = self._sample_all(samplers, logits, masks)
         for seq, tokens, raw in verified:
-            events.extend(self._emit_all(seq, tokens, raw))
+            events.extend(self._emit_all(seq, tokens, raw, guided_drafts.get(seq.order)))
         if next_drafts is not None:
             self._keep_graph_drafts(plan, slices, next_drafts)
         elif self.mtp_drafter is not None:
@@ -421,7 +422,7 @@ class LLMEngine:
         rows = []
         for (seq, _), sl in zip(plan, slices, strict=True):
             p = seq.params
-            if seq.status == SeqStatus.FINISHED or seq.guide is not None or not p.speculative:
+            if seq.status == SeqStatus.FINISHED or not p.speculative:
                 continue
             if not decoding and seq.order not in chunks:
                 continue
@@ -430,20 +431,23 @@ class LLMEngine:
                 rows.append(MTPRows(seq, sl.past, sl.start, count))
         return rows
 
-    def _drafts(self, plan) -> dict[int, list[int]]:
+    def _drafts(self, plan) -> tuple[dict[int, list[int]], dict[int, GuidedDraft]]:
         """N-gram or MTP drafts for this step's decoders that may speculate, by sequence order. A
         draft stays inside the block the real token is written to and never fills its last slot:
         no block is allocated for a guess, and a quantized format's staged block is never sealed
-        with a token that may be rejected."""
+        with a token that may be rejected. A guided sequence's draft is checked against its
+        grammar (engine.guided.GuidedDraft: cut at the first token its mask refuses), which also
+        gives each of its verify rows the mask a one-token step would apply there."""
         config = self.speculative
         assert config is not None
         decoders = plan.decoders()
         if not decoders or len(decoders) > config.max_decoders:
-            return {}
+            return {}, {}
         out: dict[int, list[int]] = {}
+        guided: dict[int, GuidedDraft] = {}
         for seq in decoders:
             p = seq.params
-            if seq.guide is not None or not seq.forked or not p.speculative:  # a grammar's mask: one row's
+            if not seq.forked or not p.speculative:
                 continue
             room = draft_room(seq, seq.num_computed)
             if room <= 0:
@@ -458,20 +462,30 @@ class LLMEngine:
             if seq.backoff is not None and seq.backoff.paused():
                 continue
             draft = drafter.propose(seq.tokens, room)
+            if draft and seq.guide is not None:
+                checked = GuidedDraft(self.guide_compiler(), seq.guide, draft)
+                draft = checked.draft
+                if draft:
+                    guided[seq.order] = checked
             if draft:
                 out[seq.order] = draft
-        return out
+        return out, guided
 
     def _verify(
-        self, speculated: list, drafts: dict[int, list[int]], hidden: torch.Tensor, step_logits=None
+        self,
+        speculated: list,
+        drafts: dict[int, list[int]],
+        guided: dict[int, GuidedDraft],
+        hidden: torch.Tensor,
+        step_logits=None,
     ) -> list:
         """Each speculating sequence's tokens for this step: the accepted draft tokens, then one of
         the model's own. Greedy rows take the argmax (exactly what decoding one token a step gives);
         the others go through the sequence's sampler (Sampler.verify: speculative rejection
         sampling, the output distribution unchanged). Logit biases apply to every row, as they
-        would one step at a time. The accepted tokens are computed already, so the policy moves the
-        sequence ahead by that many. Also returns each sequence's raw log-probabilities of its rows
-        when it asks for logprobs."""
+        would one step at a time, then a guided sequence's masks (its GuidedDraft's). The accepted
+        tokens are computed already, so the policy moves the sequence ahead by that many. Also
+        returns each sequence's raw log-probabilities of its rows when it asks for logprobs."""
         rows = [row for _, sl in speculated for row in range(sl.start, sl.stop)]
         logits = self._row_logits(hidden, step_logits, rows)
         finite = torch.isfinite(logits.sum(dim=-1)).tolist()
@@ -481,6 +495,9 @@ class LLMEngine:
             i: torch.log_softmax(logits[starts[i] : starts[i + 1]].float(), dim=-1) for i in asking
         }  # before the biases: logprobs are the model's own
         apply_logit_bias(logits, [seq.params.logit_bias for seq, sl in speculated for _ in range(sl.length)])
+        for i, (seq, _) in enumerate(speculated):
+            if (checked := guided.get(seq.order)) is not None:
+                mask_logits(logits, list(range(starts[i], starts[i + 1])), checked.bitmask)
         best = logits.argmax(dim=-1).tolist()
         out = []
         for i, (seq, sl) in enumerate(speculated):
@@ -508,15 +525,30 @@ class LLMEngine:
             out.append((seq, tokens, raw.get(i)))
         return out
 
-    def _emit_all(self, seq: Sequence, tokens: list[int] | str, raw: torch.Tensor | None) -> list[SeqEvent]:
+    def _emit_all(
+        self,
+        seq: Sequence,
+        tokens: list[int] | str,
+        raw: torch.Tensor | None,
+        checked: GuidedDraft | None = None,
+    ) -> list[SeqEvent]:
         """The events of a speculating sequence's tokens, up to the one that ends it (`tokens`: a
-        message instead when it failed); `raw`: its rows' log-probabilities, when it asks for them."""
+        message instead when it failed); `raw`: its rows' log-probabilities, when it asks for them.
+        A guided sequence takes its draft's grammar states: each accepted draft token's was consumed
+        already, and its own token is consumed in the state its row was masked by."""
         if isinstance(tokens, str):
             seq.finish("error", tokens)
             return [self._finished(seq, None, "")]
         events = []
-        for token in tokens:
-            events.append(self._emit(seq, token))
+        accepted = 0  # the leading tokens that are the draft's (tokens may stop short of a pick)
+        while checked is not None and accepted < min(len(checked.draft), len(tokens)):
+            if tokens[accepted] != checked.draft[accepted]:
+                break
+            accepted += 1
+        for j, token in enumerate(tokens):
+            if checked is not None:
+                seq.guide = checked.state_after(j + 1 if j < accepted else j)
+            events.append(self._emit(seq, token, consumed=j < accepted))
             if seq.status == SeqStatus.FINISHED:
                 break
         if raw is not None:
@@ -573,10 +605,11 @@ class LLMEngine:
             return self._finished(seq, None, "")
         return self._emit(seq, token)
 
-    def _emit(self, seq: Sequence, token: int) -> SeqEvent:
-        """Record a chosen token on `seq` and say what it produced."""
+    def _emit(self, seq: Sequence, token: int, consumed: bool = False) -> SeqEvent:
+        """Record a chosen token on `seq` and say what it produced (`consumed`: its guide has taken
+        the token already, a verified draft's)."""
         try:
-            text = seq.append(token)
+            text = seq.append(token, consumed)
         except SamplingError as exc:
             seq.finish("error", str(exc))
             return self._finished(seq, None, "")

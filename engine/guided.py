@@ -27,6 +27,7 @@ call may start only while the budget holds a whole one; else the reply's end is 
 
 from __future__ import annotations
 
+import copy
 import logging
 import os
 import threading
@@ -215,6 +216,15 @@ class GuideState:
         self._planned = (-1, 0)  # the tracker's version and the budget left then
         self._reserve: int | None = None  # tokens one more whole call takes (from between calls)
 
+    def fork(self) -> GuideState:
+        """An independent copy (matcher, closer, tracker and plan), to try tokens on: a draft's."""
+        out = copy.copy(self)
+        out.matcher = self.matcher.deep_copy()
+        out.closer = copy.deepcopy(self.closer)
+        out.tracker = self.tracker.copy() if self.tracker is not None else None
+        out._plan = list(self._plan)
+        return out
+
     def consume(self, token: int) -> str | None:
         """Feed the sampled token; an error text when the grammar cannot go on."""
         if not self.matcher.consume_token(token) or self.matcher.is_error():
@@ -363,30 +373,7 @@ class GuideBatch:
             pairs = [(g.matcher, i) for i, g in enumerate(self.guides)]
             llg_torch.fill_next_token_bitmask_par(self.compiler.executor, pairs, self.bitmask)
         for i, g in enumerate(self.guides):
-            try:
-                if (token := g.closing_token()) is None:
-                    continue
-                if self._force(i, token):
-                    g.closed_by_budget = True
-                else:
-                    g.close_refused()
-            except Exception:  # a closing that fails leaves the row to its grammar, never the batch
-                log.exception("closing a guided row failed; its grammar alone decides")
-                if g.closer is not None:
-                    g.closer.lost = True
-                if g.tracker is not None:
-                    g.tracker.lost = True
-
-    def _force(self, row: int, token: int) -> bool:
-        """Leave `token` the row's only allowed one, if its grammar allows it (else leave the row)."""
-        word, bit = divmod(token, 32)
-        mask = self.bitmask[row]
-        if not (int(mask[word]) >> bit) & 1:
-            return False
-        with torch.inference_mode():  # the bitmask was made in the engine's inference mode
-            mask.zero_()
-            mask[word] = (1 << bit) - (1 << 32 if bit == 31 else 0)  # an int32 word
-        return True
+            _close(g, self.bitmask[i])
 
     def apply(self, logits: torch.Tensor) -> list[str | None]:
         """Mask the guided rows of `logits` in place (disallowed tokens to -inf); per guided row, an
@@ -396,19 +383,102 @@ class GuideBatch:
         else:
             self._future.result()
         errors = [g.matcher.get_error() if g.matcher.is_error() else None for g in self.guides]
-        rows, vocab = len(self.rows), logits.shape[-1]
-        bits = self.bitmask.to(logits.device, non_blocking=True)  # (the int32 words, not the floats, travel)
-        table = _byte_bias(logits.device, logits.dtype)
-        bias = table.index_select(0, bits.view(torch.uint8).flatten().long()).view(rows, -1)
-        if bias.shape[1] < vocab:  # model rows past the tokenizer's vocabulary: never allowed
-            bias = torch.cat([bias, bias.new_full((rows, vocab - bias.shape[1]), float("-inf"))], dim=1)
-        bias = bias[:, :vocab]
-        if self.rows == list(range(logits.shape[0])):  # every row guided: in place
-            logits.add_(bias)
-        else:
-            logits.index_add_(0, torch.tensor(self.rows, device=logits.device), bias)
+        bits = mask_logits(logits, self.rows, self.bitmask)
         alive = bits.ne(0).any(dim=1).tolist()  # (bits past the vocabulary are never set)
         return [
             f"{DEAD_GRAMMAR}: {err or 'the grammar allows no token here'}" if err or not ok else None
             for err, ok in zip(errors, alive, strict=True)
         ]
+
+
+def force_token(mask: torch.Tensor, token: int) -> bool:
+    """Leave `token` the only allowed one of a bitmask row, if the row allows it (else leave it)."""
+    word, bit = divmod(token, 32)
+    if not (int(mask[word]) >> bit) & 1:
+        return False
+    with torch.inference_mode():  # the bitmask was made in the engine's inference mode
+        mask.zero_()
+        mask[word] = (1 << bit) - (1 << 32 if bit == 31 else 0)  # an int32 word
+    return True
+
+
+def _allowed(mask: torch.Tensor, token: int) -> bool:
+    word, bit = divmod(token, 32)
+    return word < mask.shape[0] and bool((int(mask[word]) >> bit) & 1)
+
+
+def mask_logits(logits: torch.Tensor, rows: list[int], bitmask: torch.Tensor) -> torch.Tensor:
+    """Disallowed tokens of `logits[rows]` to -inf, in place, from their bitmask rows (one gather
+    and one add); returns the bitmask on the logits' device."""
+    count, vocab = len(rows), logits.shape[-1]
+    bits = bitmask.to(logits.device, non_blocking=True)  # (the int32 words, not the floats, travel)
+    table = _byte_bias(logits.device, logits.dtype)
+    bias = table.index_select(0, bits.view(torch.uint8).flatten().long()).view(count, -1)
+    if bias.shape[1] < vocab:  # model rows past the tokenizer's vocabulary: never allowed
+        bias = torch.cat([bias, bias.new_full((count, vocab - bias.shape[1]), float("-inf"))], dim=1)
+    bias = bias[:, :vocab]
+    if rows == list(range(logits.shape[0])):  # every row: in place
+        logits.add_(bias)
+    else:
+        logits.index_add_(0, torch.tensor(rows, device=logits.device), bias)
+    return bits
+
+
+class GuidedDraft:
+    """A guided sequence's draft checked against its grammar before the verify pass.
+
+    Verify row j is the step a sequence would decode after the draft's first j tokens, so its mask
+    is the grammar's after them, made exactly as a one-token step makes it (the budget's forced
+    closing token included): `states[j]` is a fork of the sequence's guide that consumed
+    draft[:j], its closing asked once, as GuideBatch asks it. The draft is cut before its first
+    token the row's mask refuses (no model pick could equal it) and before a token after which
+    the grammar allows nothing (that row's error is met by the next one-token step). The
+    sequence's own guide is not touched: once the step's tokens are known, the sequence takes
+    the state after its accepted draft tokens (`state_after`) and consumes its own token there."""
+
+    def __init__(self, compiler: GuideCompiler, guide: GuideState, draft: list[int]):
+        bits = llg_torch.allocate_token_bitmask(len(draft) + 1, compiler.vocab_size)
+        self.states: list[GuideState] = []
+        self.draft: list[int] = []
+        state = guide.fork()
+        for j in range(len(draft) + 1):
+            llg_torch.fill_next_token_bitmask(state.matcher, bits, j)
+            if state.matcher.is_error() or not bool(bits[j].ne(0).any()):
+                if j:  # the grammar allows nothing after draft[j - 1]: it is not drafted
+                    self.draft.pop()
+                break
+            _close(state, bits[j])
+            self.states.append(state)
+            if j == len(draft) or not _allowed(bits[j], draft[j]):
+                break
+            state = state.fork()
+            if state.consume(draft[j]) is not None:
+                break
+            self.draft.append(draft[j])
+            if state.complete:  # it ends at this token: the next row is never sampled
+                bits[j + 1].fill_(-1)
+                self.states.append(state)
+                break
+        self.states = self.states[: len(self.draft) + 1]
+        self.bitmask = bits[: len(self.states)]
+
+    def state_after(self, accepted: int) -> GuideState:
+        """The grammar's state after the first `accepted` draft tokens, its closing asked."""
+        return self.states[accepted]
+
+
+def _close(guide: GuideState, mask: torch.Tensor) -> None:
+    """GuideBatch's closing for one row: its forced token alone in `mask`, when the budget says so."""
+    try:
+        if (token := guide.closing_token()) is None:
+            return
+        if force_token(mask, token):
+            guide.closed_by_budget = True
+        else:
+            guide.close_refused()
+    except Exception:  # a closing that fails leaves the row to its grammar
+        log.exception("closing a guided row failed; its grammar alone decides")
+        if guide.closer is not None:
+            guide.closer.lost = True
+        if guide.tracker is not None:
+            guide.tracker.lost = True

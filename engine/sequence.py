@@ -120,12 +120,13 @@ class Sequence:
         """Tokens to run through the model before the next one can be sampled."""
         return len(self.prompt_ids) + len(self.output_ids) - self.num_computed
 
-    def append(self, token: int) -> str:
-        """Record a sampled token; returns the text that may now be shown (stop strings withheld)."""
+    def append(self, token: int, consumed: bool = False) -> str:
+        """Record a sampled token; returns the text that may now be shown (stop strings withheld).
+        `consumed`: the guide took the token already (a draft checked against it, engine.guided)."""
         now = time.perf_counter()
         if self.first_token is None:
             self.first_token = now
-        if self.guide is not None and (error := self.guide.consume(token)) is not None:
+        if self.guide is not None and not consumed and (error := self.guide.consume(token)) is not None:
             self.finish("error", error)  # (not recorded: the grammar refused it)
             return ""
         self.output_ids.append(token)

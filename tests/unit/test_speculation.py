@@ -2,8 +2,8 @@
 in the decode step is exactly what decoding one token a step gives (greedy, both models, a quantized
 KV cache that stages its partial block, a max_tokens cut, several sequences at once), while drafts
 are really accepted; sampled sequences speculate with rejection sampling: a seed gives the tokens
-it gives without speculation, and 2,000 samples' distribution is the same by a chi-square test;
-guided sequences decode one token a step."""
+it gives without speculation, and 2,000 samples' distribution is the same by a chi-square test.
+Guided sequences: tests/unit/test_guided_speculation.py."""
 
 from __future__ import annotations
 
@@ -15,7 +15,6 @@ import pytest
 
 import engine.engine as engine_module
 from engine.errors import ModelLoadError
-from engine.guide import Guide
 from engine.kv_cache import BLOCK_SIZE
 from engine.llm import LLM
 from engine.sampling import SamplingParams
@@ -72,13 +71,6 @@ def test_greedy_output_is_the_same_token_for_token_and_drafts_are_accepted(model
     stats = spec.engine.stats()
     assert 0 < stats.accepted_tokens <= stats.draft_tokens  # guesses ran, and some were right
     assert stats.generated_tokens == 2 * plain.engine.stats().generated_tokens  # each prompt alone, then both
-
-
-def test_guided_requests_decode_one_token_a_step():
-    spec = LLM(SHIPPED_KIMI, device="cpu", speculative=SpeculativeConfig())
-    guide = Guide(kind="regex", pattern="[a-z ]{1,30}")
-    spec.generate([REPEATS], SamplingParams(temperature=0.8, seed=3, max_tokens=24, guide=guide))
-    assert spec.engine.stats().draft_tokens == 0
 
 
 @pytest.mark.parametrize(
