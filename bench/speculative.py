@@ -2,12 +2,14 @@
 n-gram drafts and with MTP drafts (the checkpoint's multi-token-prediction layer), the share of
 draft tokens accepted, the speed-up bound they imply, and whether every run produced the same tokens.
 
-    python bench/speculative.py [--method ngram mtp] [--prompts code heldout] [--rounds 3]
+    python bench/speculative.py [--method ngram mtp] [--prompts code heldout guided] [--rounds 3]
                                 [--tokens 96] [--k 5] [--mtp-k 1] [--temperature 0]
                                 [--concurrency 1] [--model models/kimi-k2-mini ...]
 
 Prompts: "code" repeats its context (what n-gram drafts are for); "heldout" are four windows of
-the held-out text (models/eval/heldout.txt, Python's asyncio sources, never trained on).
+the held-out text (models/eval/heldout.txt, Python's asyncio sources, never trained on); "guided"
+(not in the default set) decodes under a grammar: a JSON schema whose rows the prompt already shows,
+and a tool call in the model's own format (drafts checked against the mask, engine.guided).
 
 The bound: a speculating decode step emits `tokens/step` tokens (1 + accepted drafts) and costs
 `step cost` times a plain step (its verify over k + 1 positions plus, for MTP, the draft layer's
@@ -38,9 +40,12 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from engine.compiled_step import DEFAULT_MAX_ROWS, ROW_BUCKETS, row_bucket  # noqa: E402
+from engine.guide import Guide  # noqa: E402
 from engine.llm import LLM  # noqa: E402
 from engine.sampling import SamplingParams  # noqa: E402
 from engine.speculation import SpeculativeConfig  # noqa: E402
+from engine.tool_calls import format_for, guide_for, render_messages  # noqa: E402
+from engine.tool_types import ToolFunction  # noqa: E402
 
 CODE_PROMPTS = {
     "repeating code": "def parse(text):\n    " + "value = text.strip().split(',')\n    " * 6,
@@ -65,8 +70,36 @@ def heldout_prompts(count: int = 4, chars: int = 1200) -> dict[str, str]:
     return out
 
 
-def run(llm: LLM, prompt: str, tokens: int, temperature: float, copies: int) -> tuple[float, list]:
-    params = SamplingParams(temperature=temperature, seed=7, max_tokens=tokens, ignore_eos=True)
+PERSON = {
+    "type": "object",
+    "properties": {"name": {"type": "string"}, "city": {"type": "string"}, "age": {"type": "integer"}},
+    "required": ["name", "city", "age"],
+    "additionalProperties": False,
+}
+PERSON_ROWS = (
+    "People as JSON, one per line:\n" + '{"name": "Ada Lovelace", "city": "London", "age": 36}\n' * 4
+)
+WEATHER = ToolFunction(
+    name="get_weather",
+    parameters={"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+)
+
+
+def guided_prompts(llm: LLM) -> dict[str, tuple[str, Guide]]:
+    """Prompts decoded under a grammar: a schema the prompt's rows already follow, a tool call."""
+    fmt = format_for(llm.config.model_type)
+    ask = [{"role": "user", "content": "Weather in Seoul? Then Seoul again."}]
+    tool_prompt = llm.tokenizer.apply_chat_template(render_messages(fmt, ask, [WEATHER]))
+    return {
+        "JSON schema rows": (PERSON_ROWS, Guide(kind="json_schema", schema=PERSON)),
+        "tool call": (tool_prompt, guide_for(fmt, [WEATHER], "required")),
+    }
+
+
+def run(
+    llm: LLM, prompt: str, tokens: int, temperature: float, copies: int, guide: Guide | None = None
+) -> tuple[float, list]:
+    params = SamplingParams(temperature=temperature, seed=7, max_tokens=tokens, ignore_eos=True, guide=guide)
     start = time.perf_counter()
     outs = llm.generate([prompt] * copies, params)
     return sum(len(o.token_ids) for o in outs) / (time.perf_counter() - start), [o.token_ids for o in outs]
@@ -75,7 +108,9 @@ def run(llm: LLM, prompt: str, tokens: int, temperature: float, copies: int) -> 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--method", nargs="*", default=["ngram", "mtp"], choices=["ngram", "mtp"])
-    ap.add_argument("--prompts", nargs="*", default=["code", "heldout"], choices=["code", "heldout"])
+    ap.add_argument(
+        "--prompts", nargs="*", default=["code", "heldout"], choices=["code", "heldout", "guided"]
+    )
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--tokens", type=int, default=96)
     ap.add_argument("--k", type=int, default=5, help="n-gram draft tokens per step at most")
@@ -86,11 +121,11 @@ def main() -> None:
     ap.add_argument("--eager", action="store_true", help="eager steps on both sides (default: compiled)")
     args = ap.parse_args()
     OPTIONS["compile"] = not args.eager
-    prompts: dict[str, str] = {}
+    prompts: dict[str, tuple[str, Guide | None]] = {}
     if "code" in args.prompts:
-        prompts.update(CODE_PROMPTS)
+        prompts.update({name: (text, None) for name, text in CODE_PROMPTS.items()})
     if "heldout" in args.prompts:
-        prompts.update(heldout_prompts())
+        prompts.update({name: (text, None) for name, text in heldout_prompts().items()})
     print(
         f"# {platform.processor() or platform.machine()}, {args.concurrency} sequence(s) at once, "
         f"temperature {args.temperature:g}, {args.tokens} tokens, n-gram k={args.k}, MTP k={args.mtp_k}, "
@@ -114,17 +149,20 @@ def main() -> None:
                 rows = args.concurrency * (1 + (spec_config.num_tokens if spec_config else 0))
                 top = row_bucket(min(rows, DEFAULT_MAX_ROWS)) or DEFAULT_MAX_ROWS
                 decoder.warm_up([b for b in ROW_BUCKETS if b <= top])
-        for name, prompt in prompts.items():
+        model_prompts = dict(prompts)
+        if "guided" in args.prompts:
+            model_prompts.update(guided_prompts(plain))
+        for name, (prompt, guide) in model_prompts.items():
             for llm in (plain, *specs.values()):
-                run(llm, prompt, 8, 0.0, 1)  # warm
+                run(llm, prompt, 8, 0.0, 1, guide)  # warm
             for method, spec in specs.items():
                 base, fast, same = [], [], True
                 plain_ms, spec_ms, emitted, spec_steps = [], [], 0, 0
                 drafted0, accepted0 = spec.engine.draft_tokens, spec.engine.accepted_tokens
                 for _ in range(args.rounds):
                     plain.engine.steps.clear(), spec.engine.steps.clear()
-                    b, ref = run(plain, prompt, args.tokens, args.temperature, args.concurrency)
-                    f, got = run(spec, prompt, args.tokens, args.temperature, args.concurrency)
+                    b, ref = run(plain, prompt, args.tokens, args.temperature, args.concurrency, guide)
+                    f, got = run(spec, prompt, args.tokens, args.temperature, args.concurrency, guide)
                     base.append(b), fast.append(f)
                     same = same and got == ref
                     plain_steps = [s for s in plain.engine.steps if s.prefill_tokens == 0]
