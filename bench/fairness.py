@@ -46,13 +46,13 @@ rpm = 1000000
 """
 
 
-def start(tmp: Path, scheduling: str) -> tuple[subprocess.Popen, str, dict[str, str]]:
+def start(tmp: Path, scheduling: str, env: dict[str, str]) -> tuple[subprocess.Popen, str, dict[str, str]]:
     """`edge dev` with a heavy and a light account (real rows in its database, rate limits lifted)."""
     write_project(tmp, "fairness", ACCOUNTS)
     state = State(tmp / ".edge" / "state.db")
     tokens = {name: state.create_token(name, "bench") for name in ("heavy", "light")}
     state.close()
-    proc, url = start_dev(tmp, {"OMP_NUM_THREADS": "1", "EDGE_SCHEDULING": scheduling})
+    proc, url = start_dev(tmp, {"OMP_NUM_THREADS": "1", "EDGE_SCHEDULING": scheduling, **env})
     return proc, url, tokens
 
 
@@ -108,9 +108,11 @@ async def send_all(url: str, tokens: dict[str, str], plan: list[tuple[float, str
     return {k: sorted(v) for k, v in ttft.items()}, failed
 
 
-def run(scheduling: str, plan, max_tokens: int):
+def run(scheduling: str, plan, max_tokens: int, step_log: Path | None = None):
+    """One `edge dev` serving `plan`; with `step_log`, its engines' steps are recorded there."""
+    env = {"EDGE_STEP_LOG": str(step_log)} if step_log else {}
     with tempfile.TemporaryDirectory(prefix="edge-fairness-") as tmp:
-        proc, url, tokens = start(Path(tmp), scheduling)
+        proc, url, tokens = start(Path(tmp), scheduling, env)
         try:
             print(f"  {scheduling}: {wait_compiled(url, Path(tmp))}", flush=True)
             warm = [(0.0, "light", "warm up"), (0.0, "heavy", "warm up")]
@@ -128,7 +130,13 @@ def main() -> None:
     ap.add_argument("--duration", type=float, default=40.0, help="seconds of arrivals per run")
     ap.add_argument("--max-tokens", type=int, default=96)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--step-log", type=Path, help="folder: each run's engine steps as EDGE_STEP_LOG lines")
     args = ap.parse_args()
+    if args.step_log:
+        args.step_log.mkdir(parents=True, exist_ok=True)
+
+    def log(name: str) -> Path | None:
+        return args.step_log / f"{name}.jsonl" if args.step_log else None
 
     rng = random.Random(args.seed)
     words = "def return import class lambda yield async await with for while if else try".split()
@@ -147,9 +155,9 @@ def main() -> None:
         f"{args.duration:g} s of arrivals, max_tokens {args.max_tokens}; TTFT = queue + prefill (server)"
     )
     print(f"  {len(light)} light and {len(heavy)} heavy requests", file=sys.stderr)
-    solo, solo_failed = run("fair", light, args.max_tokens)
-    fcfs, fcfs_failed = run("fcfs", both, args.max_tokens)
-    fair, fair_failed = run("fair", both, args.max_tokens)
+    solo, solo_failed = run("fair", light, args.max_tokens, log("solo"))
+    fcfs, fcfs_failed = run("fcfs", both, args.max_tokens, log("fcfs"))
+    fair, fair_failed = run("fair", both, args.max_tokens, log("fair"))
 
     base = percentile(solo["light"], 99)
     print()

@@ -193,6 +193,25 @@ class FairQueue:
             return float(amount)
         return amount * tenant.weight / busy
 
+    def over_seats(self, seats: int) -> frozenset[str]:
+        """Tenants running more than their share of `seats` (only ever while another has work)."""
+        busy = self.busy_weight()
+        if busy <= 0.0:
+            return frozenset()
+        unit = seats / busy
+        return frozenset(t.name for t in self._tenants.values() if t.running > unit * t.weight)
+
+    def short_of_seats(self, seats: int) -> list[str]:
+        """Waiting tenants that one more running sequence leaves within their share of `seats`, while
+        another tenant runs more than its own share: the ones a neighbour's batch keeps waiting."""
+        busy = self.busy_weight()
+        if busy <= 0.0:
+            return []
+        unit = seats / busy
+        if not any(t.running > unit * t.weight for t in self._tenants.values()):
+            return []
+        return [t.name for t in self._tenants.values() if t.queue and t.running + 1 <= unit * t.weight]
+
     def others_wait(self, name: str) -> bool:
         """Whether a tenant other than `name` has a sequence waiting."""
         for tenant in self._tenants.values():

@@ -25,6 +25,13 @@ to its own tenant. Preemption is bounded: a victim's tenant keeps at least its s
 the two never trade a seat back and forth), and a sequence so preempted is not preempted so again
 within PREEMPT_COOLDOWN_STEPS steps.
 
+Step time under contention: what a light tenant's new request waits for is the step in flight and
+then the step its prompt runs in, and beside another tenant's full batch both are as long as that
+batch's steps. So while a tenant runs more than its share of the seats, its prompts take at most
+CONTENDED_PREFILL_TOKENS tokens a step (the step in flight stays a decode step plus a bounded
+chunk), and a new prompt of a tenant short of its seat share runs in a step without the decoders
+(`prefill_alone`; never two such steps in a row, so the decoders lose at most every other step).
+
 What the policy needs of a sequence (`SeqLike`) and of the block accounting (`BlockAccounting`) is
 declared in engine.policy_types; the engine's KV block pool and the simulator's `BlockCounts`
 (engine.block_counts) both provide it.
@@ -44,6 +51,7 @@ from engine.fair_queue import FairQueue
 from engine.policy_runs import SteadyRun, SteadyRuns, _targets
 from engine.policy_types import (
     BLOCK_TOKENS,
+    CONTENDED_PREFILL_TOKENS,
     PREEMPT_COOLDOWN_STEPS,
     RUNNING,
     BlockAccounting,
@@ -70,11 +78,12 @@ class Plan(Generic[S]):
 
     __slots__ = ("policy", "decode_count", "decode_context", "chunks")
 
-    def __init__(self, policy: SchedulingPolicy[S], chunks: list[tuple[S, int]]):
+    def __init__(self, policy: SchedulingPolicy[S], chunks: list[tuple[S, int]], decoding: bool = True):
+        """`decoding=False`: the decoders sit this step out (only `chunks` run)."""
         self.policy = policy
-        self.decode_count = policy.decode_count
+        self.decode_count = policy.decode_count if decoding else 0
         # the tokens the decoders attend to, their new ones included
-        self.decode_context = policy.decode_context()
+        self.decode_context = policy.decode_context() if decoding else 0
         self.chunks = chunks
 
     def __bool__(self) -> bool:
@@ -82,7 +91,7 @@ class Plan(Generic[S]):
 
     def decoders(self) -> list[S]:
         """The decoding sequences in arrival order, their `num_computed` brought up to date."""
-        return self.policy.decoders()
+        return self.policy.decoders() if self.decode_count else []
 
     def entries(self) -> list[tuple[S, int]]:
         return [(seq, 1) for seq in self.decoders()] + self.chunks
@@ -129,6 +138,7 @@ class SchedulingPolicy(SteadyRuns[S]):
         self.phase: list[dict[int, S]] = [{} for _ in range(BLOCK_TOKENS)]
         self._phase_sizes = [0] * BLOCK_TOKENS
         self._seats = config.seat_limit
+        self._alone_at = -2  # the step (by `steps`) of the last prefill without the decoders
         self.decode_count = 0
         self._base_sum = 0
         self._order = itertools.count()
@@ -252,8 +262,12 @@ class SchedulingPolicy(SteadyRuns[S]):
     def schedule(self) -> Plan[S]:
         """The sequences to run this step and how many of their tokens each."""
         limit = self.config.max_num_batched_tokens
-        running, prefilling, waiting = self.running, self.prefilling, self.waiting
+        prefilling, waiting = self.prefilling, self.waiting
         preempted_before = self.preemptions
+        if waiting and self.decode_count and waiting.fair and self.config.prefill_alone:
+            alone = self._prefill_alone()
+            if alone is not None:
+                return alone
         # a prefill with one prompt token left runs it as a decoder (and samples)
         if prefilling:
             for seq in [s for s in prefilling if s.remaining == 1]:
@@ -284,32 +298,70 @@ class SchedulingPolicy(SteadyRuns[S]):
             head = waiting.head(clock)
             if head is not None and all(s.tenant != head.tenant for s in prefilling):
                 reserve = min(head.remaining, budget // 2)
+        # prompt tokens this step of each tenant over its seat share (CONTENDED_PREFILL_TOKENS each)
+        hogs: dict[str, int] = dict.fromkeys(waiting.over_seats(self._seats), 0) if waiting.fair else {}
         for seq in list(prefilling) if prefilling else ():
             if budget - reserve <= 0:
                 break
             if seq.status is not RUNNING:
                 continue
             want = min(seq.remaining, budget - reserve)
+            if hogs and seq.tenant in hogs:
+                want = min(want, CONTENDED_PREFILL_TOKENS - hogs[seq.tenant])
+                if want <= 0:
+                    continue
             tokens = seq.num_computed + want
             if blocks.grow(seq.kv, tokens) or self._grow_or_preempt(seq, tokens):
                 chunks.append((seq, want))
                 budget -= want
+                if hogs and seq.tenant in hogs:
+                    hogs[seq.tenant] += want
         if self.preemptions != preempted_before:  # drop the chunks of sequences preempted since
             chunks = [(s, n) for s, n in chunks if s.status is RUNNING]
             budget = limit - self.decode_count - sum(n for _, n in chunks)
+        if waiting and budget > 0:
+            chunks = self._admit(chunks, hogs=hogs)
+        return Plan(self, chunks)
+
+    def _admit(
+        self,
+        chunks: list[tuple[S, int]],
+        decoding: bool = True,
+        only: frozenset[str] | None = None,
+        hogs: dict[str, int] | None = None,
+    ):
+        """Admit waiting sequences in fair-share order into a step whose prefill chunks are `chunks`
+        (preempting for a share where it must), within the step's token budget (less the decoders',
+        when they run in it); the step's chunks with theirs. `only`: admit of these tenants only.
+        `hogs`: the prompt tokens in this step so far of each tenant over its seat share, whose
+        prompts take at most CONTENDED_PREFILL_TOKENS a step (updated here)."""
+        running, waiting, blocks = self.running, self.waiting, self.blocks
+        clock, limit = self.clock, self.config.max_num_batched_tokens
+
+        def room() -> int:  # (a preemption may take a decoder out of the step)
+            return limit - (self.decode_count if decoding else 0) - sum(n for _, n in chunks)
+
+        budget = room()
         fair = waiting.fair
         over = self._over_share() if fair and waiting.quotas else frozenset()
         # with fair shares: blocks held by tenant (kept up to date below) and the sequences admitted
         # in this step (never the victims of a preemption in it)
         held: dict[str, int] = self._held_by_tenant() if fair and waiting else {}
         admitted: set[int] = set()
+        others = frozenset(waiting.waiting_tenants()) - only if only is not None else frozenset()
+        if hogs is None:
+            hogs = {}
         while waiting and budget > 0:
             if len(running) >= self._seats and not fair:
                 break
             capped = self._capped(held) if fair else frozenset()
-            skip = over | capped if over else capped
+            skip = over | capped | others
+            if hogs:
+                skip |= frozenset(name for name, n in hogs.items() if n >= CONTENDED_PREFILL_TOKENS)
             head = waiting.head(clock, skip) if skip else waiting.head(clock)
             if head is None:  # every waiting tenant is at its share: admit anyway (work-conserving)
+                if only is not None:
+                    break
                 head = waiting.head(clock, capped) if over else None
                 if head is None:
                     head = waiting.head(clock)
@@ -317,7 +369,9 @@ class SchedulingPolicy(SteadyRuns[S]):
             seq = head
             # a prompt prefix whose blocks the cache already holds is not run again
             cached = blocks.cached_prefix(seq.kv) if not seq.num_computed else 0
-            want = min(seq.remaining - cached, budget)
+            want = _capped_want(seq, min(seq.remaining - cached, budget), hogs)
+            if want <= 0:  # only tenants at their prompt tokens for this step wait
+                break
             if len(running) >= self._seats or not blocks.grow(seq.kv, cached + want):
                 # the chosen head waits for room, and nobody overtakes it; under its share, it may
                 # take room from the tenant furthest over its own
@@ -328,9 +382,9 @@ class SchedulingPolicy(SteadyRuns[S]):
                 ):
                     break
                 chunks = [(s, n) for s, n in chunks if s.status is RUNNING]
-                budget = limit - self.decode_count - sum(n for _, n in chunks)
+                budget = room()
                 cached = blocks.cached_prefix(seq.kv) if not seq.num_computed else 0
-                want = min(seq.remaining - cached, budget)
+                want = _capped_want(seq, min(seq.remaining - cached, budget), hogs)
                 if want <= 0 or not blocks.grow(seq.kv, cached + want):
                     break
             if fair:
@@ -348,15 +402,37 @@ class SchedulingPolicy(SteadyRuns[S]):
                 bisect.insort(running, seq, key=_ORDER)
             else:
                 running.append(seq)
+            prefilling = self.prefilling
             if prefilling and prefilling[-1].order > seq.order:
                 bisect.insort(prefilling, seq, key=_ORDER)
             else:
                 prefilling.append(seq)
             chunks.append((seq, want))
             budget -= want
+            if seq.tenant in hogs:
+                hogs[seq.tenant] += want
             if self.on_event is not None:
                 self.on_event("admit", seq)
-        return Plan(self, chunks)
+        return chunks
+
+    def _prefill_alone(self) -> Plan[S] | None:
+        """A step without the decoders for the new prompts of tenants short of their seat share
+        while another tenant runs more than its own (FairQueue.short_of_seats); None when no such
+        prompt is admitted now. Beside a full batch, a light tenant's prefill would take a step as
+        long as the whole batch's; alone it takes what it takes alone, and the decoders lose one
+        step of their time. Never two such steps in a row, so the decoders keep at least every
+        other step whoever keeps arriving."""
+        if self.steps <= self._alone_at + 1:
+            return None
+        names = self.waiting.short_of_seats(self._seats)
+        if not names:
+            return None
+        chunks = self._admit([], decoding=False, only=frozenset(names))
+        chunks = [(s, n) for s, n in chunks if s.status is RUNNING]
+        if not chunks:
+            return None
+        self._alone_at = self.steps
+        return Plan(self, chunks, decoding=False)
 
     def _grow_or_preempt(self, seq: S, tokens: int) -> bool:
         """Room for `tokens` tokens of `seq`, preempting the newest running sequences as needed;
@@ -568,3 +644,10 @@ class SchedulingPolicy(SteadyRuns[S]):
 
 
 _ORDER = operator.attrgetter("order")
+
+
+def _capped_want(seq: Any, want: int, hogs: dict[str, int]) -> int:
+    """`want` prompt tokens of `seq`, at most what its tenant has left of CONTENDED_PREFILL_TOKENS
+    this step when it is over its seat share (in `hogs`)."""
+    taken = hogs.get(seq.tenant)
+    return want if taken is None else min(want, CONTENDED_PREFILL_TOKENS - taken)

@@ -14,7 +14,7 @@ from functools import partial
 from typing import Any, Generic, NamedTuple
 
 from engine.fair_queue import FairQueue
-from engine.policy_types import BLOCK_TOKENS, BlockAccounting, S, SchedulerConfig
+from engine.policy_types import BLOCK_TOKENS, CONTENDED_PREFILL_TOKENS, BlockAccounting, S, SchedulerConfig
 
 
 class SteadyRuns(Generic[S]):
@@ -111,6 +111,8 @@ class SteadyRuns(Generic[S]):
             return q * n + below_room[s]
 
         chunk = budget - n
+        if self.waiting.fair and prefill.tenant in self.waiting.over_seats(self._seats):
+            chunk = min(chunk, CONTENDED_PREFILL_TOKENS)  # as schedule() caps it
         if chunk <= 0:
             return None
         limit = min(limit, (prefill.remaining - 1) // chunk)  # full chunks, none sampling

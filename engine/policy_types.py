@@ -13,6 +13,9 @@ BLOCK_TOKENS = 16  # tokens per KV block (engine.kv_cache.BLOCK_SIZE; checked by
 # a sequence preempted for another tenant's fair share is not preempted so again for this many
 # steps (engine.policy: the bound that keeps two tenants from trading the same seat back and forth)
 PREEMPT_COOLDOWN_STEPS = 32
+# a tenant running more than its share of the seats while another tenant has work prefills at most
+# this many prompt tokens a step (engine.policy): every step the others wait for stays short
+CONTENDED_PREFILL_TOKENS = 128
 
 
 class SeqStatus(enum.Enum):
@@ -28,6 +31,9 @@ class SchedulerConfig(msgspec.Struct):
     max_num_batched_tokens: int = 512
     max_num_seqs: int = 64
     fair_share: bool = True  # tenants by virtual token counters; False: arrival order (engine.fair_queue)
+    # with fair shares: a new prompt of a tenant under its seat share, while another tenant holds
+    # more than its own, is prefilled in a step without the decoders (engine.policy)
+    prefill_alone: bool = True
 
     @property
     def seat_limit(self) -> int:
