@@ -9,7 +9,7 @@ from __future__ import annotations
 from engine.block_counts import BlockCounts
 from engine.policy import SchedulerConfig, SchedulingPolicy, SeqStatus
 from engine.policy_types import CONTENDED_PREFILL_TOKENS
-from tests.unit.test_fair_share import Seq, step
+from tests.unit.test_fair_share import Seq, complete, step
 
 
 def policy(seats=8, budget=512, alone=True):
@@ -62,7 +62,7 @@ def test_never_two_steps_without_the_decoders_in_a_row():
             p.add(light[-1])
         plan = p.schedule()
         plans.append(plan.decode_count)
-        _complete(p, plan)
+        complete(p, plan)
     alone = [count == 0 for count in plans]
     assert sum(alone) >= 3
     assert all(not (a and b) for a, b in zip(alone, alone[1:], strict=False)), plans
@@ -92,7 +92,7 @@ def test_one_tenant_alone_is_never_held_back():
         plan = p.schedule()
         names = {seq.name: n for seq, n in plan.chunks}
         assert plan.decode_count > 0 or not p.decode_count
-        _complete(p, plan)
+        complete(p, plan)
         if "big" in names:
             assert names["big"] == min(400, p.config.max_num_batched_tokens - plan.decode_count)
             return
@@ -115,7 +115,7 @@ def test_a_tenant_over_its_seat_share_prefills_a_bounded_chunk_while_another_has
         if over:
             assert tokens <= CONTENDED_PREFILL_TOKENS
             seen_capped += tokens == CONTENDED_PREFILL_TOKENS
-        _complete(p, plan)
+        complete(p, plan)
         if light.status is SeqStatus.RUNNING and over and tokens:
             seen_busy += 1
     assert seen_capped > 0 and seen_busy > 0
@@ -127,17 +127,5 @@ def test_a_tenant_over_its_seat_share_prefills_a_bounded_chunk_while_another_has
     for _ in range(400):
         plan = p.schedule()
         biggest = max([biggest] + [n for seq, n in plan.chunks if seq.tenant == "heavy"])
-        _complete(p, plan)
+        complete(p, plan)
     assert biggest > CONTENDED_PREFILL_TOKENS
-
-
-def _complete(p: SchedulingPolicy, plan) -> None:
-    """step()'s second half, for a plan the test has looked at."""
-    entries = plan.entries()
-    p.completed(plan)
-    for seq, _ in entries:
-        if seq.status is SeqStatus.RUNNING and p.computed(seq) == seq.prompt + seq.generated:
-            seq.generated += 1
-            if seq.generated >= seq.output:
-                seq.status = SeqStatus.FINISHED
-                p.finish(seq)
