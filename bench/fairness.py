@@ -3,15 +3,18 @@ request rate of a light one, both to the same PoP's engine over the Workers AI R
 
     python bench/fairness.py [--light-rate 2] [--ratio 10] [--duration 40] [--max-tokens 96]
 
-Three runs with the same seeded request times: the light account alone (its solo p99 TTFT), then
+Runs with the same seeded request times: the light account alone (its solo p99 TTFT), then
 both accounts with arrival-order scheduling (EDGE_SCHEDULING=fcfs, the baseline: what the engine
-did before fair shares), then both with fair shares (the default). The figure of merit is the
-light account's p99 TTFT against its solo p99; the goal is within 2x (the bound the VTC paper
-proves), and the baseline is arrival order measured in the same invocation. TTFT is the server's
-latency account (queue + prefill, no network: the clients sit at the PoP), so the client's own
-scheduling on this 2-core machine does not count; the queue part alone (arrival at the engine to
-first scheduled) is shown too, since a step beside many decoders is slower than a step alone
-whatever the order of the queue.
+did before fair shares), then both with fair shares (the default), once per way of preempting a
+sequence for another account's seat (`--preemption pause recompute`: EDGE_PREEMPTION; pause keeps
+its KV blocks while it waits, recompute frees them and runs its tokens again). Each run's
+preemptions, pauses and prompt tokens run (recomputes included) are read from the PoP's status.
+The figure of merit is the light account's p99 TTFT against its solo p99; the goal is within 2x
+(the bound the VTC paper proves), and the baseline is arrival order measured in the same
+invocation. TTFT is the server's latency account (queue + prefill, no network: the clients sit at
+the PoP), so the client's own scheduling on this 2-core machine does not count; the queue part
+alone (arrival at the engine to first scheduled) is shown too, since a step beside many decoders
+is slower than a step alone whatever the order of the queue.
 """
 
 from __future__ import annotations
@@ -108,19 +111,40 @@ async def send_all(url: str, tokens: dict[str, str], plan: list[tuple[float, str
     return {k: sorted(v) for k, v in ttft.items()}, failed
 
 
-def run(scheduling: str, plan, max_tokens: int, step_log: Path | None = None):
-    """One `edge dev` serving `plan`; with `step_log`, its engines' steps are recorded there."""
-    env = {"EDGE_STEP_LOG": str(step_log)} if step_log else {}
+def run(scheduling: str, plan, max_tokens: int, step_log: Path | None = None, preemption: str = "pause"):
+    """One `edge dev` serving `plan`; with `step_log`, its engines' steps are recorded there.
+    Returns the answers' TTFTs, the failures, and the engine's counts (preemptions, pauses, prompt
+    tokens run) over the plan."""
+    env = {"EDGE_PREEMPTION": preemption}
+    if step_log:
+        env["EDGE_STEP_LOG"] = str(step_log)
     with tempfile.TemporaryDirectory(prefix="edge-fairness-") as tmp:
         proc, url, tokens = start(Path(tmp), scheduling, env)
         try:
             print(f"  {scheduling}: {wait_compiled(url, Path(tmp))}", flush=True)
             warm = [(0.0, "light", "warm up"), (0.0, "heavy", "warm up")]
             asyncio.run(send_all(url, tokens, warm, 4))
-            return asyncio.run(send_all(url, tokens, plan, max_tokens))
+            before = engine_counts(url, Path(tmp))
+            ttft, failed = asyncio.run(send_all(url, tokens, plan, max_tokens))
+            after = engine_counts(url, Path(tmp))
+            return ttft, failed, {k: after[k] - before[k] for k in after}
         finally:
             proc.terminate()
             proc.wait(timeout=30)
+
+
+def engine_counts(url: str, folder: Path) -> dict[str, int]:
+    """The PoP engine's preemptions (pauses included), pauses and prompt tokens run since it started."""
+    from runtime.control.admin import find_admin_token
+
+    headers = {"authorization": f"Bearer {find_admin_token(folder / '.edge')}"}
+    pops = httpx.get(url + "/cdn-cgi/edge/pops", headers=headers, timeout=30).json()["pops"]
+    counts = {"preemptions": 0, "pauses": 0, "prompt_tokens": 0}
+    for pop in pops:
+        for model in pop.get("models", {}).values():
+            for key in counts:
+                counts[key] += int(model.get(key, 0))
+    return counts
 
 
 def main() -> None:
@@ -131,6 +155,13 @@ def main() -> None:
     ap.add_argument("--max-tokens", type=int, default=96)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--step-log", type=Path, help="folder: each run's engine steps as EDGE_STEP_LOG lines")
+    ap.add_argument(
+        "--preemption",
+        nargs="+",
+        choices=("pause", "recompute"),
+        default=["pause", "recompute"],
+        help="a fair-shares run for each (EDGE_PREEMPTION)",
+    )
     args = ap.parse_args()
     if args.step_log:
         args.step_log.mkdir(parents=True, exist_ok=True)
@@ -155,39 +186,38 @@ def main() -> None:
         f"{args.duration:g} s of arrivals, max_tokens {args.max_tokens}; TTFT = queue + prefill (server)"
     )
     print(f"  {len(light)} light and {len(heavy)} heavy requests", file=sys.stderr)
-    solo, solo_failed = run("fair", light, args.max_tokens, log("solo"))
-    fcfs, fcfs_failed = run("fcfs", both, args.max_tokens, log("fcfs"))
-    fair, fair_failed = run("fair", both, args.max_tokens, log("fair"))
+    solo = run("fair", light, args.max_tokens, log("solo"))
+    fcfs = run("fcfs", both, args.max_tokens, log("fcfs"))
+    fair = {mode: run("fair", both, args.max_tokens, log(f"fair-{mode}"), mode) for mode in args.preemption}
 
-    base = percentile(solo["light"], 99)
+    base = percentile(solo[0]["light"], 99)
     print()
     print(
         "| run | light p50 TTFT ms | light p99 TTFT ms | p99 / solo p99 | light p99 queue ms | "
-        "heavy p50 TTFT ms | heavy tok/s | failed |"
+        "heavy p50 TTFT ms | heavy tok/s | failed | preempted (paused) | prompt tokens run |"
     )
-    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
-    for name, ttft, failed in (
-        ("light alone", solo, solo_failed),
-        ("arrival order (baseline)", fcfs, fcfs_failed),
-        ("fair shares (VTC)", fair, fair_failed),
-    ):
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    rows = [("light alone", solo), ("arrival order (baseline)", fcfs)]
+    rows += [(f"fair shares, preemption by {mode}", fair[mode]) for mode in args.preemption]
+    for name, (ttft, failed, counts) in rows:
         p99 = percentile(ttft["light"], 99)
         heavy_p50 = f"{percentile(ttft['heavy'], 50):.0f}" if ttft["heavy"] else "-"
         print(
             f"| {name} | {percentile(ttft['light'], 50):.0f} | {p99:.0f} | {p99 / base:.2f}x | "
             f"{percentile(ttft['light_queue'], 99):.0f} | {heavy_p50} | {heavy_rate(ttft):.0f} | "
-            f"{sum(failed.values())} |"
+            f"{sum(failed.values())} | {counts['preemptions']} ({counts['pauses']}) | "
+            f"{counts['prompt_tokens']} |"
         )
-    ratio = percentile(fair["light"], 99) / base
-    baseline = percentile(fcfs["light"], 99) / base
+    baseline = percentile(fcfs[0]["light"], 99) / base
+    fcfs_rate = heavy_rate(fcfs[0])
     print()
-    print(
-        f"light p99 TTFT with the heavy tenant: {ratio:.2f}x its solo p99 under fair shares "
-        f"(goal <= {GOAL:g}x), {baseline:.2f}x under arrival order"
-    )
-    fcfs_rate = heavy_rate(fcfs)
-    share = heavy_rate(fair) / fcfs_rate if fcfs_rate else float("nan")
-    print(f"heavy throughput under fair shares: {share:.0%} of arrival order's (goal >= 90%)")
+    for mode in args.preemption:
+        ratio = percentile(fair[mode][0]["light"], 99) / base
+        share = heavy_rate(fair[mode][0]) / fcfs_rate if fcfs_rate else float("nan")
+        print(
+            f"preemption by {mode}: light p99 TTFT {ratio:.2f}x its solo p99 (goal <= {GOAL:g}x; arrival "
+            f"order {baseline:.2f}x), heavy throughput {share:.0%} of arrival order's (goal >= 90%)"
+        )
 
 
 def heavy_rate(ttft: dict[str, list[float]]) -> float:

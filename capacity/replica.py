@@ -31,6 +31,7 @@ from capacity.costmodel import BLOCK_TOKENS, ReplicaPlan
 from edge_sim.load import FinishRate, PopLoad, pop_load
 from engine.block_counts import BlockCounts, BlockIds, CountHandle
 from engine.policy import Plan, SchedulerConfig, SchedulingPolicy, SeqStatus, SteadyRun
+from engine.policy_types import preemption_from_env
 
 IDLE, STEP, RUN = 0, 1, 2
 MERGE_RUNS = True  # advance steady runs as one event (tests compare with step by step)
@@ -81,11 +82,13 @@ class Replica:
         plan: ReplicaPlan,
         on_event: Callable[[str, int, float], None] | None = None,
     ):
-        """`on_event(kind, rid, t)` hears the policy's decisions: "admit", "preempt", "finish"."""
+        """`on_event(kind, rid, t)` hears the policy's decisions: "admit", "preempt", "pause", "resume",
+        "drop", "finish"."""
         self.idx, self.pop = idx, pop
         self.nb, self.staging = plan.num_blocks, plan.staging_blocks
-        self.blocks = BlockCounts(plan.num_blocks, plan.staging_blocks, max_slots=plan.max_num_seqs)
-        limits = SchedulerConfig(plan.max_batched_tokens, plan.max_num_seqs)
+        # the engine's preemption ($EDGE_PREEMPTION), and its staging slots for paused sequences
+        limits = SchedulerConfig(plan.max_batched_tokens, plan.max_num_seqs, preemption=preemption_from_env())
+        self.blocks = BlockCounts(plan.num_blocks, plan.staging_blocks, max_slots=limits.kv_slots)
         self.policy: SchedulingPolicy[SimSeq] = SchedulingPolicy(self.blocks, limits, self._hear)
         self.on_event = on_event
         self.max_seqs, self.budget = limits.seat_limit, plan.max_batched_tokens
@@ -128,15 +131,22 @@ class Replica:
                 seq.cached = cached
             seq.pend -= cached
             self.pending -= cached
-        elif kind == "preempt":  # heard before its cached tokens are reset
+        elif kind == "preempt" or kind == "pause":  # (a preempt is heard before its cache is reset)
             self.preempts += 1
             if seq.decoding:
                 seq.generated = seq.num_computed + 1 - seq.prompt
                 seq.decoding = False
                 seq.epoch += 1
+            # recomputed: every token again; paused: what it had left (a decoder: its last token)
+            redo = seq.prompt + seq.generated - (seq.num_computed if kind == "pause" else 0)
+            self.pending += redo - seq.pend
+            seq.pend = redo
+        elif kind == "drop":  # a paused sequence's blocks freed: it is recomputed
             redo = seq.prompt + seq.generated
             self.pending += redo - seq.pend
             seq.pend = redo
+        elif kind == "resume" and seq.decode_base is not None:  # a paused decoder rejoined the group:
+            self.joining.append(seq)  # it samples in this step, as a prefill that joins does
         if self.on_event is not None:
             self.on_event(kind, seq.rid, self.now)
 

@@ -185,7 +185,7 @@ def simulate(
 
     `sample`: replay these requests (a recorded trace) instead of drawing them from the workload.
     `on_event(kind, request index, ms)`: hears every scheduling decision ("admit", "preempt",
-    "finish") at every replica, in the order they are made.
+    "pause", "resume", "drop", "finish") at every replica, in the order they are made.
     `shares`: each tenant's fair-share weight and KV share (the sample's `tenants` name them)."""
     started = time.perf_counter()
     check_kv(kv)

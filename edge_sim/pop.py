@@ -299,6 +299,7 @@ class PopNode(NodeBase):
             running=stats.running,
             waiting=stats.waiting,
             preemptions=stats.preemptions,
+            pauses=stats.pauses,
             generated_tokens=stats.generated_tokens,
             draft_tokens=stats.draft_tokens,
             accepted_tokens=stats.accepted_tokens,

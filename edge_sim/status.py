@@ -25,7 +25,8 @@ class ModelStatus(msgspec.Struct, kw_only=True):
     kv_blocks_free: int
     running: int
     waiting: int
-    preemptions: int
+    preemptions: int  # pauses included
+    pauses: int = 0  # of the preemptions, paused with their KV blocks kept (not recomputed)
     generated_tokens: int
     draft_tokens: int = 0  # speculative draft tokens verified since start
     accepted_tokens: int = 0  # of those, kept (acceptance rate: accepted / drafted)

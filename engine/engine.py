@@ -55,7 +55,7 @@ class AccountStats(msgspec.Struct):
     """One account (tenant) at an engine now: what it holds, what waits, what it lost."""
 
     running: int  # decode seats held (running sequences)
-    kv_blocks: int  # KV blocks its running sequences hold
+    kv_blocks: int  # KV blocks its sequences hold (running, and paused ones waiting)
     waiting: int
     preemptions: int  # its sequences preempted since start (for lack of blocks or another's share)
 
@@ -69,7 +69,7 @@ class EngineStats(msgspec.Struct):
     kv_blocks_used: int
     kv_blocks_free: int
     kv_bytes_per_token: float
-    preemptions: int
+    preemptions: int  # pauses included
     prompt_tokens: int
     generated_tokens: int
     seat_limit: int = 0  # running sequences at most (the policy's sequence cap)
@@ -79,6 +79,7 @@ class EngineStats(msgspec.Struct):
     accounts: dict[str, AccountStats] = {}  # by tenant (the one source of the per-account metrics)
     draft_tokens: int = 0  # speculative draft tokens verified since start
     accepted_tokens: int = 0  # of those, kept
+    pauses: int = 0  # of the preemptions, sequences paused with their KV blocks kept (not recomputed)
     compiled_steps: int = 0  # decode steps run as a compiled graph (engine.compiled_step)
     compiled_buckets: list[int] = []  # its batch buckets compiled so far (rows)
 
@@ -651,6 +652,7 @@ class LLMEngine:
             kv_blocks_free=cache.free_blocks,
             kv_bytes_per_token=cache.bytes_per_token(),
             preemptions=sched.preemptions,
+            pauses=sched.pauses,
             prompt_tokens=self.total_prompt_tokens,
             generated_tokens=self.total_generated_tokens,
             seat_limit=sched.config.seat_limit,

@@ -22,6 +22,7 @@ from engine.kv_cache import BLOCK_SIZE, KV_CACHE_DTYPES, PagedKVCache
 from engine.models import causal_lm, expected_tensors, float32_tensors
 from engine.models.mtp import mtp_layers, mtp_prefix
 from engine.policy import SchedulerConfig
+from engine.policy_types import preemption_from_env
 from engine.sampling import SamplingParams
 from engine.sequence import Logprobs, RequestMetrics, SeqEvent
 from engine.speculation import SpeculativeConfig, parse_speculative, speculative_from_env
@@ -83,6 +84,7 @@ class LLM:
         trusted_keys: list[str | Path] | None = None,
         allow_unsigned: bool = False,
         fair_share: bool | None = None,
+        preemption: str | None = None,
         prefix_caching: bool = True,
         speculative: SpeculativeConfig | None | str = "env",
         compile: bool | str = "env",
@@ -94,7 +96,9 @@ class LLM:
         The model's signed manifest is verified while its files are read, against `trusted_keys`
         (default: $EDGE_TRUSTED_KEYS, else the project's models/keys/*.pub); an unsigned model
         loads only with `allow_unsigned=True`, with a warning. `fair_share`: tenants share the
-        engine by virtual token counters (default: $EDGE_SCHEDULING, else fair).
+        engine by virtual token counters (default: $EDGE_SCHEDULING, else fair). `preemption`: how a
+        sequence preempted for another tenant's seat gives it up, "pause" (its KV blocks kept while
+        it waits) or "recompute" (default: $EDGE_PREEMPTION, else engine.policy_types's default).
 
         `prefix_caching`: full KV blocks of a tenant's earlier requests are reused by its later ones
         that start with the same tokens (salted per tenant; see engine.prefix_hash).
@@ -160,22 +164,28 @@ class LLM:
                 eos.add(self._tokenizer.eos_token_id)
         eos_ids = frozenset(eos)
 
+        try:
+            scheduler = SchedulerConfig(
+                max_num_batched_tokens=max_num_batched_tokens,
+                max_num_seqs=max_num_seqs,
+                fair_share=scheduling_fair_share() if fair_share is None else fair_share,
+                preemption=preemption_from_env() if preemption is None else preemption,
+            )
+        except ValueError as exc:
+            raise ModelLoadError(str(exc)) from None
         probe = self._new_cache(budget=None)
         budget = kv_cache_bytes or default_kv_budget(
             self.device, probe.bytes_per_token(), self.context_window
         )
         self.engine = LLMEngine(
             self.model,
-            self._new_cache(budget, max_num_seqs),
+            # a staging slot for every sequence that may hold blocks (paused ones too)
+            self._new_cache(budget, scheduler.kv_slots),
             self._tokenizer,
             eos_ids,
             self.context_window,
             self.config.vocab_size,
-            SchedulerConfig(
-                max_num_batched_tokens=max_num_batched_tokens,
-                max_num_seqs=max_num_seqs,
-                fair_share=scheduling_fair_share() if fair_share is None else fair_share,
-            ),
+            scheduler,
             prefix_caching=prefix_caching,
             speculative=spec_config,
             compiled=compile_from_env(self.device) if compile == "env" else bool(compile),

@@ -1,4 +1,4 @@
-"""The scheduling policy: continuous batching with chunked prefill and preemption by recompute.
+"""The scheduling policy: continuous batching with chunked prefill, and preemption by pause or recompute.
 
 One policy object serves both the live engine (engine.engine.LLMEngine, which runs the model on
 what the policy plans) and the capacity simulator (capacity.replica, which charges modelled step
@@ -19,11 +19,16 @@ tenant is admitted only up to its weighted share (engine.fair_queue.share) of th
 of the KV blocks; a tenant alone uses everything (work-conserving), and if every waiting tenant is
 at its share the fair head is admitted anyway. When the fair head (the waiting tenant with the
 least service) is under its share and there is no seat or no blocks for it, running sequences of
-the tenant furthest over its share, with no less service than the head's, are preempted by
-recompute (as vLLM v1 does): the victim goes back to waiting and its prefill, run again, is charged
-to its own tenant. Preemption is bounded: a victim's tenant keeps at least its share after it (so
-the two never trade a seat back and forth), and a sequence so preempted is not preempted so again
-within PREEMPT_COOLDOWN_STEPS steps.
+the tenant furthest over its share, with no less service than the head's, are preempted. By pause
+(SchedulerConfig.preemption, the default) when a seat is all the head lacks: the victim goes back to
+waiting with its KV blocks and staging slot kept (counted against its tenant's block share) and,
+readmitted, rejoins the decoders where it stopped, with no token run again; on a CPU the cache is
+host memory already, so keeping it costs blocks, not a copy. By recompute (as vLLM v1 does) when the
+head needs blocks, or with preemption = "recompute": its blocks are freed and its prefill, run
+again, is charged to its own tenant. Short of blocks or staging slots, a paused sequence's go
+before any running one's ("drop": it is recomputed when readmitted). Preemption is bounded: a
+victim's tenant keeps at least its share after it (so the two never trade a seat back and forth),
+and a sequence so preempted is not preempted so again within PREEMPT_COOLDOWN_STEPS steps.
 
 Step time under contention: what a light tenant's new request waits for is the step in flight and
 then the step its prompt runs in, and beside another tenant's full batch both are as long as that
@@ -123,7 +128,12 @@ class SchedulingPolicy(SteadyRuns[S]):
         self.waiting = FairQueue(config.fair_share, lambda: self.running)
         self.running: list[S] = []  # in arrival order
         self.prefilling: list[S] = []  # the running ones not decoding, in arrival order
-        self.preemptions = 0
+        self.preemptions = 0  # pauses included
+        self.pauses = 0  # of those, preempted with their blocks kept
+        self.drops = 0  # paused sequences whose blocks were freed after all (then recomputed)
+        # waiting sequences preempted by pause, holding their blocks, by order (SchedulerConfig.preemption)
+        self.paused: dict[int, S] = {}
+        self._pause = config.preemption == "pause"
         self.fair_preemptions = 0  # of those, made for another tenant's share (not for lack of blocks)
         self.tenant_preemptions: dict[str, int] = {}  # preemptions by the preempted sequence's tenant
         self.steps = 0  # steps completed (the preemption bound counts them)
@@ -219,24 +229,56 @@ class SchedulingPolicy(SteadyRuns[S]):
         if self.waiting.fair:
             self.waiting.charge_prefill(seq.tenant, tokens)
 
-    def _preempt(self, seq: S) -> None:
-        """Free `seq`'s blocks and queue it first, to be recomputed. `on_event("preempt")` hears it
-        before its tokens in the cache are reset to 0 (`num_computed` is up to date then)."""
+    def _preempt(self, seq: S, keep: bool = False) -> None:
+        """Take `seq` out of the batch and queue it first. Its blocks are freed, to be recomputed
+        (`on_event("preempt")` hears it before its tokens in the cache are reset to 0, with
+        `num_computed` up to date), or with `keep` they stay its own while it waits (a pause:
+        `on_event("pause")`), and it resumes where it stopped."""
         self._leave(seq)
         self._remove_running(seq)
-        self.blocks.release(seq.kv)
-        if self.on_event is not None:
-            self.on_event("preempt", seq)
-        seq.num_computed = 0
         seq.status = SeqStatus.WAITING
-        seq.preemptions += 1
+        if keep:
+            self.paused[seq.order] = seq
+            self.pauses += 1
+            if self.on_event is not None:
+                self.on_event("pause", seq)
+        else:
+            self.blocks.release(seq.kv)
+            if self.on_event is not None:
+                self.on_event("preempt", seq)
+            seq.num_computed = 0
+            seq.preemptions += 1
         self.preemptions += 1
         self.tenant_preemptions[seq.tenant] = self.tenant_preemptions.get(seq.tenant, 0) + 1
         self._preempted_at[seq.order] = self.steps
         self.waiting.appendleft(seq)
 
+    def _drop_paused(self, keep: Any = None, held: dict[str, int] | None = None) -> bool:
+        """Free the blocks of the newest paused sequence (not `keep`; `held`, blocks by tenant, kept
+        up to date): it stays first in its tenant's queue and is recomputed when readmitted
+        (`on_event("drop")`, heard before its tokens in the cache are reset). False when no other
+        sequence is paused."""
+        paused = self.paused
+        for order in sorted(paused, reverse=True):
+            seq = paused[order]
+            if seq is keep:
+                continue
+            del paused[order]
+            if held is not None:
+                held[seq.tenant] = held.get(seq.tenant, 0) - self.blocks.held(seq.kv)
+            self.blocks.release(seq.kv)
+            if self.on_event is not None:
+                self.on_event("drop", seq)
+            seq.num_computed = 0
+            seq.preemptions += 1
+            self.drops += 1
+            return True
+        return False
+
     def finish(self, seq: S) -> None:
         self._preempted_at.pop(seq.order, None)
+        if self.paused:
+            self.paused.pop(seq.order, None)
         self._leave(seq)
         if not self._remove_running(seq):  # not running: still waiting (or finished already)
             if seq in self.waiting:
@@ -367,28 +409,32 @@ class SchedulingPolicy(SteadyRuns[S]):
                     head = waiting.head(clock)
             assert head is not None  # someone waits
             seq = head
+            # a paused decoder resumes as one (its one token to run is no prompt); blocks it holds
+            # are counted in `held` already
+            paused = self.paused
+            resume = decoding and bool(paused) and seq.order in paused and seq.remaining == 1
+            had = blocks.held(seq.kv) if fair else 0
             # a prompt prefix whose blocks the cache already holds is not run again
             cached = blocks.cached_prefix(seq.kv) if not seq.num_computed else 0
-            want = _capped_want(seq, min(seq.remaining - cached, budget), hogs)
+            want = 1 if resume else _capped_want(seq, min(seq.remaining - cached, budget), hogs)
             if want <= 0:  # only tenants at their prompt tokens for this step wait
                 break
-            if len(running) >= self._seats or not blocks.grow(seq.kv, cached + want):
+            start = seq.num_computed or cached  # (a paused sequence holds its computed tokens)
+            if len(running) >= self._seats or not self._grow_dropping(seq, start + want, held):
                 # the chosen head waits for room, and nobody overtakes it; under its share, it may
                 # take room from the tenant furthest over its own
-                if (
-                    not fair
-                    or seq.tenant in capped
-                    or not self._make_room(seq, cached + want, held, admitted)
-                ):
+                if not fair or seq.tenant in capped or not self._make_room(seq, start + want, held, admitted):
                     break
                 chunks = [(s, n) for s, n in chunks if s.status is RUNNING]
                 budget = room()
                 cached = blocks.cached_prefix(seq.kv) if not seq.num_computed else 0
-                want = _capped_want(seq, min(seq.remaining - cached, budget), hogs)
-                if want <= 0 or not blocks.grow(seq.kv, cached + want):
+                if not resume:
+                    want = _capped_want(seq, min(seq.remaining - cached, budget), hogs)
+                start = seq.num_computed or cached
+                if want <= 0 or budget < want or not blocks.grow(seq.kv, start + want):
                     break
             if fair:
-                held[seq.tenant] = held.get(seq.tenant, 0) + blocks.held(seq.kv)
+                held[seq.tenant] = held.get(seq.tenant, 0) + blocks.held(seq.kv) - had
                 admitted.add(seq.order)
             if cached:
                 seq.num_computed = cached
@@ -402,6 +448,13 @@ class SchedulingPolicy(SteadyRuns[S]):
                 bisect.insort(running, seq, key=_ORDER)
             else:
                 running.append(seq)
+            was_paused = bool(paused) and paused.pop(seq.order, None) is not None
+            if resume:  # it decodes in this step, as it would have had it not been paused
+                self._join(seq)
+                budget -= 1
+                if self.on_event is not None:
+                    self.on_event("resume", seq)
+                continue
             prefilling = self.prefilling
             if prefilling and prefilling[-1].order > seq.order:
                 bisect.insort(prefilling, seq, key=_ORDER)
@@ -412,7 +465,7 @@ class SchedulingPolicy(SteadyRuns[S]):
             if seq.tenant in hogs:
                 hogs[seq.tenant] += want
             if self.on_event is not None:
-                self.on_event("admit", seq)
+                self.on_event("resume" if was_paused else "admit", seq)
         return chunks
 
     def _prefill_alone(self) -> Plan[S] | None:
@@ -434,10 +487,21 @@ class SchedulingPolicy(SteadyRuns[S]):
         self._alone_at = self.steps
         return Plan(self, chunks, decoding=False)
 
+    def _grow_dropping(self, seq: S, tokens: int, held: dict[str, int]) -> bool:
+        """Room for `tokens` tokens of `seq`, freeing paused sequences' blocks (never its own) as
+        needed (`held`: blocks by tenant, kept up to date); False (and nothing changed for `seq`)
+        when even that leaves too few."""
+        while not self.blocks.grow(seq.kv, tokens):
+            if not (self.paused and self._drop_paused(seq, held)):
+                return False
+        return True
+
     def _grow_or_preempt(self, seq: S, tokens: int) -> bool:
         """Room for `tokens` tokens of `seq`, preempting the newest running sequences as needed;
         False when `seq` itself was preempted."""
         while not self.blocks.grow(seq.kv, tokens):
+            if self.paused and self._drop_paused():  # a paused sequence's blocks go before a running one
+                continue
             victim = self._victim()
             self._preempt(victim)
             if victim is seq:
@@ -469,6 +533,8 @@ class SchedulingPolicy(SteadyRuns[S]):
             base = seq.decode_base
             n = blocks.held(seq.kv) if base is None else blocks.blocks_for(base + clock)
             held[seq.tenant] = held.get(seq.tenant, 0) + n
+        for seq in self.paused.values():  # a paused sequence's blocks are still its tenant's
+            held[seq.tenant] = held.get(seq.tenant, 0) + blocks.held(seq.kv)
         return held
 
     def _blocks_of(self, seq: S) -> int:
@@ -512,12 +578,18 @@ class SchedulingPolicy(SteadyRuns[S]):
         assert tenant is not None  # it waits
         ahead = waiting.counter(tenant, self.clock)
         while len(self.running) >= self._seats or not blocks.can_grow(head.kv, tokens):
+            roomy = blocks.can_grow(head.kv, tokens)
+            if not roomy and self.paused and self._drop_paused(head, held):
+                continue  # short of blocks: a paused sequence's go before a running one's
             victim = self._fair_victim(name, ahead, held, busy, admitted)
             if victim is None:
                 return False
-            held[victim.tenant] = held.get(victim.tenant, 0) - self._blocks_of(victim)
+            # short of a seat only: the victim may keep its blocks (pause); else they are needed
+            keep = self._pause and roomy
+            if not keep:
+                held[victim.tenant] = held.get(victim.tenant, 0) - self._blocks_of(victim)
             self.fair_preemptions += 1
-            self._preempt(victim)
+            self._preempt(victim, keep)
         return True
 
     def _fair_victim(
@@ -604,6 +676,8 @@ class SchedulingPolicy(SteadyRuns[S]):
             row = out.setdefault(seq.tenant, [0, 0, 0, 0])
             row[0] += 1
             row[1] += self._blocks_of(seq)
+        for seq in list(self.paused.values()):
+            out.setdefault(seq.tenant, [0, 0, 0, 0])[1] += self.blocks.held(seq.kv)
         for name, n in self.waiting.waiting_counts().items():
             out.setdefault(name, [0, 0, 0, 0])[2] = n
         for name, n in list(self.tenant_preemptions.items()):

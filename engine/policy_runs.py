@@ -32,6 +32,7 @@ class SteadyRuns(Generic[S]):
     _seats: int
     decode_count: int
     steps: int
+    paused: dict[int, S]
 
     def fair_preemption_horizon(self, limit: int, prefill: bool) -> int:
         """Steps over which no preemption for a tenant's share can become possible (the policy's)."""
@@ -73,6 +74,8 @@ class SteadyRuns(Generic[S]):
             return None
         waiting = self.waiting
         if waiting and len(self.running) < self._seats:
+            if self.paused:
+                return None  # a head may be admitted on blocks a paused sequence gives up
             # with fair shares the next head may change as the counters move: any may be admitted
             heads: Iterable[Any] = waiting.heads() if waiting.fair else (waiting.head(self.clock),)
             budget = self.config.max_num_batched_tokens - n

@@ -4,6 +4,7 @@ accounting it asks (the engine's KV block pool and the simulator's BlockCounts b
 from __future__ import annotations
 
 import enum
+import os
 from collections.abc import Callable, Iterable
 from typing import Any, Protocol, TypeVar
 
@@ -16,6 +17,12 @@ PREEMPT_COOLDOWN_STEPS = 32
 # a tenant running more than its share of the seats while another tenant has work prefills at most
 # this many prompt tokens a step (engine.policy): every step the others wait for stays short
 CONTENDED_PREFILL_TOKENS = 128
+# how a sequence preempted for another tenant's seat gives it up (engine.policy): "recompute" frees its
+# blocks and runs its tokens again when it is readmitted (vLLM v1); "pause" keeps its blocks (and
+# staging slot) while it waits and rejoins the decoders where it stopped
+PREEMPTION_MODES = ("recompute", "pause")
+PREEMPTION_ENV = "EDGE_PREEMPTION"
+DEFAULT_PREEMPTION = "pause"
 
 
 class SeqStatus(enum.Enum):
@@ -34,11 +41,32 @@ class SchedulerConfig(msgspec.Struct):
     # with fair shares: a new prompt of a tenant under its seat share, while another tenant holds
     # more than its own, is prefilled in a step without the decoders (engine.policy)
     prefill_alone: bool = True
+    # a sequence preempted for a seat: "pause" (keep its KV blocks) or "recompute" (PREEMPTION_MODES)
+    preemption: str = DEFAULT_PREEMPTION
+
+    def __post_init__(self) -> None:
+        if self.preemption not in PREEMPTION_MODES:
+            modes = ", ".join(PREEMPTION_MODES)
+            raise ValueError(f"preemption must be one of {modes}, got {self.preemption!r}")
 
     @property
     def seat_limit(self) -> int:
         """Running sequences at most: never more than can all decode in one step."""
         return min(self.max_num_seqs, self.max_num_batched_tokens)
+
+    @property
+    def kv_slots(self) -> int:
+        """Sequences that may hold KV blocks (and a staging slot) at once: the seats, and as many
+        paused beside them when preemption pauses."""
+        return self.seat_limit * (2 if self.preemption == "pause" else 1)
+
+
+def preemption_from_env() -> str:
+    """$EDGE_PREEMPTION: "pause" or "recompute" (default DEFAULT_PREEMPTION); anything else is refused."""
+    value = os.environ.get(PREEMPTION_ENV, DEFAULT_PREEMPTION).strip().lower()
+    if value not in PREEMPTION_MODES:
+        raise ValueError(f"${PREEMPTION_ENV} must be one of {', '.join(PREEMPTION_MODES)}, got {value!r}")
+    return value
 
 
 class SeqLike(Protocol):
@@ -46,7 +74,7 @@ class SeqLike(Protocol):
 
     status: SeqStatus
     num_computed: int  # tokens whose KV is in the cache (see SchedulingPolicy on decoders)
-    preemptions: int
+    preemptions: int  # times its KV was dropped to be recomputed (a pause keeps it: not counted)
     order: int  # arrival order at this policy (set by `add`)
     decode_base: int | None  # set by the policy while the sequence decodes
     tenant: str  # whose request: fair shares and KV shares are per tenant (engine.fair_queue)

@@ -32,10 +32,12 @@ class AccountCollector(Collector):
         labels = ["pop", "model", "account"]
         gauge = GaugeMetricFamily
         seats = gauge("edge_account_seats", "Decode seats (running sequences) held", labels=labels)
-        blocks = gauge("edge_account_kv_blocks", "KV blocks its running sequences hold", labels=labels)
+        blocks = gauge("edge_account_kv_blocks", "KV blocks held (running and paused)", labels=labels)
         waiting = gauge("edge_account_waiting", "Sequences waiting at the engine", labels=labels)
         preempted = CounterMetricFamily(
-            "edge_account_preemptions", "Sequences preempted (recomputed later) since start", labels=labels
+            "edge_account_preemptions",
+            "Sequences preempted (paused, or recomputed later) since start",
+            labels=labels,
         )
         for pop, model, account, n_seats, n_blocks, n_waiting, n_preempted in self.source():
             key = [pop, model, account]

@@ -36,9 +36,11 @@ def test_the_metrics_report_the_preemptions_and_seats_a_test_caused(tiny_model_d
     assert stats["heavy"].running == 2 and stats["light"].running == 2
     assert stats["heavy"].preemptions == 2 and stats["light"].preemptions == 0
     assert stats["heavy"].waiting == 2 and stats["light"].waiting == 1
-    assert stats["heavy"].kv_blocks == sum(
-        len(s.kv.block_table) for s in engine.scheduler.running if s.tenant == "heavy"
-    )
+    # its blocks: the running sequences' and, preempted by pause (the default), the paused ones'
+    sched = engine.scheduler
+    assert len(sched.paused) == 2
+    holding = list(sched.running) + list(sched.paused.values())
+    assert stats["heavy"].kv_blocks == sum(len(s.kv.block_table) for s in holding if s.tenant == "heavy")
 
     # the runtime reads every PoP's status (ModelStatus.accounts is EngineStats.accounts)
     status = SimpleNamespace(models={"@edge/test/tiny": SimpleNamespace(accounts=stats)})

@@ -2,7 +2,9 @@
 a tenant holds at most its weighted share of the decode seats and of the KV blocks (a tenant alone
 uses everything), and a tenant under its share takes room back by preempting (recompute) the
 sequences of the tenant furthest over its own, charged to that tenant, bounded so that two tenants
-never trade a seat back and forth. Counted in admissions, preemptions and steps, never timed."""
+never trade a seat back and forth. Both ways of preempting are held to it: recompute (the victim's
+blocks freed, "preempt") and pause (its blocks kept while it waits, "pause"). Counted in admissions,
+preemptions and steps, never timed."""
 
 from __future__ import annotations
 
@@ -14,14 +16,21 @@ from engine.block_counts import BlockCounts
 from engine.policy import PREEMPT_COOLDOWN_STEPS, SchedulerConfig, SchedulingPolicy, SeqStatus
 from tests.unit.test_fair_share import Seq, run, step
 
+PREEMPTED = ("preempt", "pause")  # the events of a preemption, by recompute and by pause
 
-def policy(num_blocks=1000, seats=4, budget=512):
+
+@pytest.fixture(params=["recompute", "pause"])
+def mode(request) -> str:
+    return request.param
+
+
+def policy(num_blocks=1000, seats=4, budget=512, mode="recompute"):
     blocks = BlockCounts(num_blocks, max_slots=64)
     events: list[tuple[str, str, int]] = []
     holder: list[SchedulingPolicy] = []
     p = SchedulingPolicy(
         blocks,
-        SchedulerConfig(budget, seats),
+        SchedulerConfig(budget, seats, preemption=mode),
         lambda kind, seq: events.append((kind, seq.name, holder[0].steps)),
     )
     holder.append(p)
@@ -88,8 +97,8 @@ def test_a_tenant_holds_at_most_its_share_of_blocks_and_one_request_while_others
         step(p)
 
 
-def test_a_light_tenant_preempts_the_heavy_one_down_to_its_share():
-    p, blocks, events = policy(seats=4)
+def test_a_light_tenant_preempts_the_heavy_one_down_to_its_share(mode):
+    p, blocks, events = policy(seats=4, mode=mode)
     for i in range(8):
         p.add(Seq(f"h{i}", "heavy", 32, 200, blocks))
     for _ in range(20):
@@ -101,8 +110,9 @@ def test_a_light_tenant_preempts_the_heavy_one_down_to_its_share():
     step(p)
     # the heavy tenant keeps its share (2 of 4), the light one gets its share at once
     assert seats_by_tenant(p) == {"heavy": 2, "light": 2}
-    preempted = [name for kind, name, _ in events if kind == "preempt"]
+    preempted = [name for kind, name, _ in events if kind in PREEMPTED]
     assert preempted == ["h3", "h2"]  # the newest of the heavy tenant, none of the light one
+    assert {kind for kind, _, _ in events if kind in PREEMPTED} == {"pause" if mode == "pause" else "preempt"}
     assert p.fair_preemptions == 2 and p.tenant_preemptions == {"heavy": 2}
     run(p)
     assert not p.running and not p.waiting and blocks.free_blocks == blocks.num_blocks
@@ -133,10 +143,10 @@ def test_the_recomputed_prefill_is_charged_to_the_preempted_tenant():
     assert gained["heavy"] >= redo
 
 
-def test_a_sequence_is_not_preempted_for_a_share_twice_within_the_bound():
+def test_a_sequence_is_not_preempted_for_a_share_twice_within_the_bound(mode):
     """Light requests keep arriving: each one would preempt the heavy tenant's newest again, but a
     sequence preempted once is left alone for PREEMPT_COOLDOWN_STEPS steps."""
-    p, blocks, events = policy(seats=2)
+    p, blocks, events = policy(seats=2, mode=mode)
     for i in range(4):
         p.add(Seq(f"h{i}", "heavy", 24, 400, blocks))
     for _ in range(5):
@@ -148,7 +158,7 @@ def test_a_sequence_is_not_preempted_for_a_share_twice_within_the_bound():
     run(p)
     at: dict[str, list[int]] = {}
     for kind, name, when in events:
-        if kind == "preempt":
+        if kind in PREEMPTED:
             at.setdefault(name, []).append(when)
     assert any(len(v) > 1 for v in at.values()), at  # preempted again, later
     for name, steps in at.items():
@@ -156,11 +166,11 @@ def test_a_sequence_is_not_preempted_for_a_share_twice_within_the_bound():
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
-def test_two_tenants_alternating_never_livelock_and_nothing_is_lost(seed):
+def test_two_tenants_alternating_never_livelock_and_nothing_is_lost(seed, mode):
     """Both tenants backlogged with bursts in turn: every request finishes, every block comes back,
     and no seat is traded back and forth (a victim's tenant keeps its share)."""
     rng = random.Random(seed)
-    p, blocks, events = policy(num_blocks=120, seats=6, budget=128)
+    p, blocks, events = policy(num_blocks=120, seats=6, budget=128, mode=mode)
     names = []
     for burst in range(8):
         tenant = "a" if burst % 2 == 0 else "b"
@@ -173,7 +183,7 @@ def test_two_tenants_alternating_never_livelock_and_nothing_is_lost(seed):
     run(p, steps=20_000)
     assert not p.running and not p.waiting and blocks.free_blocks == blocks.num_blocks
     assert {name for kind, name, _ in events if kind == "finish"} == set(names)
-    preempts = [(name, when) for kind, name, when in events if kind == "preempt"]
+    preempts = [(name, when) for kind, name, when in events if kind in PREEMPTED]
     assert preempts, "bursts in turn were meant to preempt"
     # a preemption for a tenant is never answered by one the other way in the same step
     by_step: dict[int, set[str]] = {}
@@ -183,9 +193,10 @@ def test_two_tenants_alternating_never_livelock_and_nothing_is_lost(seed):
     assert len(preempts) <= len(names)
 
 
-def test_merged_runs_match_step_by_step_with_two_tenants(monkeypatch):
+def test_merged_runs_match_step_by_step_with_two_tenants(monkeypatch, mode):
     """The simulator's steady runs never cover a step in which the policy would preempt for a
     share: a heavy and a light tenant give the same decisions merged and step by step."""
+    monkeypatch.setenv("EDGE_PREEMPTION", mode)
     import capacity.replica as replica
     from capacity.costmodel import RooflineCostModel
     from capacity.simulator import simulate
@@ -223,12 +234,12 @@ def test_merged_runs_match_step_by_step_with_two_tenants(monkeypatch):
         )  # fmt: skip
         runs.append((decisions, sim))
     (a, sa), (b, sb) = runs
-    assert a == b and sum(sa.preempted) > 0
+    assert a == b and any(kind in PREEMPTED for kind, _ in a)
     assert sa.e2e_ms == pytest.approx(sb.e2e_ms, rel=1e-9, nan_ok=True)
 
 
-def test_status_of_a_waiting_sequence_is_waiting_after_preemption():
-    p, blocks, _ = policy(seats=1)
+def test_status_of_a_waiting_sequence_is_waiting_after_preemption(mode):
+    p, blocks, _ = policy(seats=1, mode=mode)
     h = Seq("h", "heavy", 16, 100, blocks)
     p.add(h)
     p.add(Seq("h2", "heavy", 16, 100, blocks))

@@ -1,6 +1,7 @@
 """Preemption for a tenant's share on the live engine: the heavy tenant's sequence preempted for a
-light one is recomputed later and its greedy output is token for token the one it gives when
-nobody preempts it; nothing is lost or failed, and every block comes back."""
+light one is recomputed later, or paused with its KV blocks kept and resumed where it stopped, and
+its greedy output is token for token the one it gives when nobody preempts it; nothing is lost or
+failed, and every block comes back."""
 
 from __future__ import annotations
 
@@ -36,22 +37,37 @@ def drive(llm, adds):
     return out, ends
 
 
-def test_a_preempted_request_gives_the_same_greedy_tokens(tiny_model_dir, prompts):
+@pytest.mark.parametrize(
+    "preemption, kv", [("recompute", "auto"), ("pause", "auto"), ("pause", "int4"), ("recompute", "int4")]
+)
+def test_a_preempted_request_gives_the_same_greedy_tokens(tiny_model_dir, prompts, preemption, kv):
     heavy = [(f"h{i}", prompts[i], 40, "heavy") for i in range(3)]
     light = [(f"l{i}", prompts[3 + i], 12, "light") for i in range(2)]
 
-    alone = LLM(tiny_model_dir, device="cpu", allow_unsigned=True, max_num_seqs=4)
+    alone = LLM(tiny_model_dir, device="cpu", allow_unsigned=True, max_num_seqs=4, kv_cache_dtype=kv)
     want = {}
     for rid, prompt, n, tenant in heavy + light:  # each request by itself: nobody preempts it
         got, ends = drive(alone, {0: [(rid, prompt, n, tenant)]})
         assert ends[rid] == "length"
         want[rid] = got[rid]
 
-    llm = LLM(tiny_model_dir, device="cpu", allow_unsigned=True, max_num_seqs=3)
-    preempted: list[str] = []
-    llm.engine.scheduler.on_event = lambda kind, seq: (
-        preempted.append(seq.request_id) if kind == "preempt" else None
+    llm = LLM(
+        tiny_model_dir,
+        device="cpu",
+        allow_unsigned=True,
+        max_num_seqs=3,
+        kv_cache_dtype=kv,
+        preemption=preemption,
     )
+    kinds: list[str] = []
+    preempted: list[str] = []
+
+    def hear(kind, seq):
+        kinds.append(kind)
+        if kind in ("preempt", "pause"):
+            preempted.append(seq.request_id)
+
+    llm.engine.scheduler.on_event = hear
     # the heavy tenant holds all three seats; the light one arrives while they decode
     got, ends = drive(llm, {0: heavy, 8: light})
     assert preempted, "the light tenant was meant to take seats back"
@@ -60,3 +76,8 @@ def test_a_preempted_request_gives_the_same_greedy_tokens(tiny_model_dir, prompt
     assert ends == {rid: "length" for rid in want}  # nobody lost or failed
     assert got == want  # token for token, the preempted ones too
     assert llm.engine.cache.used_blocks == 0
+    if preemption == "pause":  # kept, not recomputed: resumed where they stopped
+        assert "preempt" not in kinds and kinds.count("pause") == kinds.count("resume") == len(preempted)
+        assert llm.engine.scheduler.pauses == len(preempted)
+    else:
+        assert "pause" not in kinds
