@@ -201,6 +201,25 @@ class FairQueue:
         unit = seats / busy
         return frozenset(t.name for t in self._tenants.values() if t.running > unit * t.weight)
 
+    def contended(self, seats: int) -> frozenset[str]:
+        """Tenants whose prompts run at most CONTENDED_PREFILL_TOKENS a step (engine.policy), so the
+        steps another tenant waits for stay short: while two or more have work, those running more
+        sequences (by weight) than the one running fewest, and any over its share of `seats`. A
+        tenant alone, or tenants running alike, are never held back."""
+        least, busy = -1.0, 0
+        for tenant in self._tenants.values():
+            if tenant.queue or tenant.running:
+                busy += 1
+                load = tenant.running / tenant.weight
+                if least < 0.0 or load < least:
+                    least = load
+        if busy < 2:
+            return frozenset()
+        ahead = frozenset(
+            t.name for t in self._tenants.values() if (t.queue or t.running) and t.running / t.weight > least
+        )
+        return ahead | self.over_seats(seats)
+
     def short_of_seats(self, seats: int) -> list[str]:
         """Waiting tenants that one more running sequence leaves within their share of `seats`, while
         another tenant runs more than its own share: the ones a neighbour's batch keeps waiting."""

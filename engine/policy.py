@@ -32,10 +32,13 @@ and a sequence so preempted is not preempted so again within PREEMPT_COOLDOWN_ST
 
 Step time under contention: what a light tenant's new request waits for is the step in flight and
 then the step its prompt runs in, and beside another tenant's full batch both are as long as that
-batch's steps. So while a tenant runs more than its share of the seats, its prompts take at most
-CONTENDED_PREFILL_TOKENS tokens a step (the step in flight stays a decode step plus a bounded
-chunk), and a new prompt of a tenant short of its seat share runs in a step without the decoders
-(`prefill_alone`; never two such steps in a row, so the decoders lose at most every other step).
+batch's steps, and beside another tenant's prompt chunks both are as long as a full token budget's
+prefill. So while another tenant has work, a tenant running more sequences than it (by weight), or
+more than its share of the seats, prefills at most CONTENDED_PREFILL_TOKENS tokens a step
+(FairQueue.contended: the step in flight stays a decode step plus a bounded chunk, and so does the
+step the other's prompt runs in), and a new prompt of a tenant short of its seat share runs in a
+step without the decoders (`prefill_alone`; never two such steps in a row, so the decoders lose at
+most every other step).
 
 What the policy needs of a sequence (`SeqLike`) and of the block accounting (`BlockAccounting`) is
 declared in engine.policy_types; the engine's KV block pool and the simulator's `BlockCounts`
@@ -340,8 +343,9 @@ class SchedulingPolicy(SteadyRuns[S]):
             head = waiting.head(clock)
             if head is not None and all(s.tenant != head.tenant for s in prefilling):
                 reserve = min(head.remaining, budget // 2)
-        # prompt tokens this step of each tenant over its seat share (CONTENDED_PREFILL_TOKENS each)
-        hogs: dict[str, int] = dict.fromkeys(waiting.over_seats(self._seats), 0) if waiting.fair else {}
+        # prompt tokens this step of each tenant that runs more than another one with work, or over
+        # its seat share (CONTENDED_PREFILL_TOKENS each: the steps the others wait for stay short)
+        hogs: dict[str, int] = dict.fromkeys(waiting.contended(self._seats), 0) if waiting.fair else {}
         for seq in list(prefilling) if prefilling else ():
             if budget - reserve <= 0:
                 break
@@ -375,8 +379,8 @@ class SchedulingPolicy(SteadyRuns[S]):
         """Admit waiting sequences in fair-share order into a step whose prefill chunks are `chunks`
         (preempting for a share where it must), within the step's token budget (less the decoders',
         when they run in it); the step's chunks with theirs. `only`: admit of these tenants only.
-        `hogs`: the prompt tokens in this step so far of each tenant over its seat share, whose
-        prompts take at most CONTENDED_PREFILL_TOKENS a step (updated here)."""
+        `hogs`: the prompt tokens in this step so far of each tenant held to CONTENDED_PREFILL_TOKENS
+        a step (FairQueue.contended; updated here)."""
         running, waiting, blocks = self.running, self.waiting, self.blocks
         clock, limit = self.clock, self.config.max_num_batched_tokens
 
@@ -722,6 +726,6 @@ _ORDER = operator.attrgetter("order")
 
 def _capped_want(seq: Any, want: int, hogs: dict[str, int]) -> int:
     """`want` prompt tokens of `seq`, at most what its tenant has left of CONTENDED_PREFILL_TOKENS
-    this step when it is over its seat share (in `hogs`)."""
+    this step when it is held to them (in `hogs`)."""
     taken = hogs.get(seq.tenant)
     return want if taken is None else min(want, CONTENDED_PREFILL_TOKENS - taken)

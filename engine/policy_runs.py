@@ -114,7 +114,7 @@ class SteadyRuns(Generic[S]):
             return q * n + below_room[s]
 
         chunk = budget - n
-        if self.waiting.fair and prefill.tenant in self.waiting.over_seats(self._seats):
+        if self.waiting.fair and prefill.tenant in self.waiting.contended(self._seats):
             chunk = min(chunk, CONTENDED_PREFILL_TOKENS)  # as schedule() caps it
         if chunk <= 0:
             return None

@@ -14,8 +14,9 @@ BLOCK_TOKENS = 16  # tokens per KV block (engine.kv_cache.BLOCK_SIZE; checked by
 # a sequence preempted for another tenant's fair share is not preempted so again for this many
 # steps (engine.policy: the bound that keeps two tenants from trading the same seat back and forth)
 PREEMPT_COOLDOWN_STEPS = 32
-# a tenant running more than its share of the seats while another tenant has work prefills at most
-# this many prompt tokens a step (engine.policy): every step the others wait for stays short
+# while another tenant has work, a tenant running more sequences than it, or more than its share of
+# the seats, prefills at most this many prompt tokens a step (engine.policy): every step the others
+# wait for stays short
 CONTENDED_PREFILL_TOKENS = 128
 # how a sequence preempted for another tenant's seat gives it up (engine.policy): "recompute" frees its
 # blocks and runs its tokens again when it is readmitted (vLLM v1); "pause" keeps its blocks (and

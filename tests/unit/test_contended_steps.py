@@ -129,3 +129,35 @@ def test_a_tenant_over_its_seat_share_prefills_a_bounded_chunk_while_another_has
         biggest = max([biggest] + [n for seq, n in plan.chunks if seq.tenant == "heavy"])
         complete(p, plan)
     assert biggest > CONTENDED_PREFILL_TOKENS
+
+
+def test_a_tenant_running_more_than_another_with_work_prefills_a_bounded_chunk():
+    """Far under its seat share (3 of 64 seats), a tenant running more sequences than another tenant
+    with work still prefills at most CONTENDED_PREFILL_TOKENS a step: the step the light tenant's
+    request waits for, and the one its prompt runs in, carry no full budget of the neighbour's
+    prompt. Alike, or alone, nobody is held back."""
+    p, blocks = policy(seats=64)
+    light = Seq("l-long", "light", 16, 5000, blocks)  # one light request, decoding throughout
+    p.add(light)
+    step(p)
+    for i in range(3):
+        p.add(Seq(f"h{i}", "heavy", 16, 5000, blocks))
+    step(p)
+    assert p.waiting.contended(64) == {"heavy"}  # 3 running against 1, far under 32 seats each
+    big = Seq("h-big", "heavy", 450, 5, blocks)
+    p.add(big)
+    chunks = []
+    while big.remaining > 1:
+        plan = p.schedule()
+        chunks += [n for seq, n in plan.chunks if seq is big]
+        complete(p, plan)
+    assert chunks and max(chunks) <= CONTENDED_PREFILL_TOKENS
+    # running alike (one each), neither is held back
+    q, blocks2 = policy(seats=64)
+    for name in ("a", "b"):
+        q.add(Seq(f"{name}0", name, 16, 5000, blocks2))
+    step(q)
+    assert q.waiting.contended(64) == frozenset()
+    q.add(Seq("a-big", "a", 450, 5, blocks2))
+    plan = q.schedule()
+    assert [n for seq, n in plan.chunks if seq.name == "a-big"] == [450]

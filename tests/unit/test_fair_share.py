@@ -10,6 +10,7 @@ import pytest
 
 from engine.block_counts import BlockCounts
 from engine.policy import SchedulerConfig, SchedulingPolicy, SeqStatus
+from engine.policy_types import CONTENDED_PREFILL_TOKENS
 
 
 class Seq:
@@ -189,7 +190,8 @@ def test_a_second_tenant_configured_late_starts_everyone_level_at_that_step():
 def test_a_light_tenants_prompt_starts_in_the_next_step_beside_a_heavy_tenants_long_prefill(fair):
     """With fair shares, a tenant with no prompt in flight keeps up to half of a step's token budget
     while another tenant's long prompt is being prefilled in chunks: its prefill lands in the very
-    next step (arrival order keeps the whole budget for the prompt in flight)."""
+    next step, beside a chunk of the other's of at most CONTENDED_PREFILL_TOKENS (the tenant running
+    more while another has work); arrival order keeps the whole budget for the prompt in flight."""
     blocks = BlockCounts(1000, max_slots=64)
     p = SchedulingPolicy(blocks, SchedulerConfig(256, 8, fair_share=fair))
     heavy = Seq("heavy", "heavy", 2000, 4, blocks)
@@ -199,7 +201,7 @@ def test_a_light_tenants_prompt_starts_in_the_next_step_beside_a_heavy_tenants_l
     p.add(light)
     chunks = step(p)
     if fair:
-        assert chunks == {"heavy": 216, "light": 40}  # the whole light prompt, the rest for heavy
+        assert chunks == {"heavy": CONTENDED_PREFILL_TOKENS, "light": 40}  # the whole light prompt
     else:
         assert chunks == {"heavy": 256}
     run(p)
