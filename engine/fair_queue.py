@@ -221,15 +221,23 @@ class FairQueue:
         return ahead | self.over_seats(seats)
 
     def short_of_seats(self, seats: int) -> list[str]:
-        """Waiting tenants that one more running sequence leaves within their share of `seats`, while
-        another tenant runs more than its own share: the ones a neighbour's batch keeps waiting."""
+        """Waiting tenants a neighbour's batch keeps waiting: those that one more running sequence
+        leaves within their share of `seats` while another tenant runs more than its own share, and
+        those that would still run at most half as many sequences (by weight) as another tenant
+        with work (a light tenant beside a heavier one that does not fill the seats)."""
         busy = self.busy_weight()
         if busy <= 0.0:
             return []
         unit = seats / busy
-        if not any(t.running > unit * t.weight for t in self._tenants.values()):
-            return []
-        return [t.name for t in self._tenants.values() if t.queue and t.running + 1 <= unit * t.weight]
+        tenants = [t for t in self._tenants.values() if t.queue or t.running]
+        over = any(t.running > unit * t.weight for t in tenants)
+        most = max(t.running / t.weight for t in tenants)
+        return [
+            t.name
+            for t in tenants
+            if t.queue
+            and ((over and t.running + 1 <= unit * t.weight) or 2.0 * (t.running + 1) / t.weight <= most)
+        ]
 
     def others_wait(self, name: str) -> bool:
         """Whether a tenant other than `name` has a sequence waiting."""

@@ -474,11 +474,12 @@ class SchedulingPolicy(SteadyRuns[S]):
 
     def _prefill_alone(self) -> Plan[S] | None:
         """A step without the decoders for the new prompts of tenants short of their seat share
-        while another tenant runs more than its own (FairQueue.short_of_seats); None when no such
-        prompt is admitted now. Beside a full batch, a light tenant's prefill would take a step as
-        long as the whole batch's; alone it takes what it takes alone, and the decoders lose one
-        step of their time. Never two such steps in a row, so the decoders keep at least every
-        other step whoever keeps arriving."""
+        while another tenant runs more than its own, or running at most half as many sequences as
+        another (FairQueue.short_of_seats); None when no such prompt is admitted now. Beside
+        another's batch, a light tenant's prefill would take a step as long as the whole batch's;
+        alone it takes what it takes alone, and the decoders lose one step of their time. Never
+        two such steps in a row, so the decoders keep at least every other step whoever keeps
+        arriving."""
         if self.steps <= self._alone_at + 1:
             return None
         names = self.waiting.short_of_seats(self._seats)

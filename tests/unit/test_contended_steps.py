@@ -161,3 +161,32 @@ def test_a_tenant_running_more_than_another_with_work_prefills_a_bounded_chunk()
     q.add(Seq("a-big", "a", 450, 5, blocks2))
     plan = q.schedule()
     assert [n for seq, n in plan.chunks if seq.name == "a-big"] == [450]
+
+
+def test_a_light_prompt_beside_a_heavier_tenant_under_its_share_runs_alone():
+    """The heavy tenant runs 12 of 64 seats, far under its share, but the light one runs none: the
+    light prompt still runs in a step of its own, as the light request's prefill would otherwise
+    take a step as long as the heavy batch's. Tenants running alike get no such step."""
+    p, blocks = policy(seats=64)
+    light = Seq("l-first", "light", 8, 1, blocks)  # the light tenant known, done
+    p.add(light)
+    step(p)
+    for i in range(12):
+        p.add(Seq(f"h{i}", "heavy", 32, 400, blocks))
+    for _ in range(4):
+        step(p)
+    assert p.decode_count == 12 and not p.waiting.over_seats(64)
+    p.add(Seq("l0", "light", 40, 5, blocks))
+    plan = p.schedule()
+    assert [(seq.name, n) for seq, n in plan.chunks] == [("l0", 40)] and plan.decode_count == 0
+    complete(p, plan)
+    # alike: 6 and 6 (and one more of either is more than half the other's): beside the decoders
+    q, blocks2 = policy(seats=64)
+    for name in ("a", "b"):
+        for i in range(6):
+            q.add(Seq(f"{name}{i}", name, 16, 400, blocks2))
+    for _ in range(3):
+        step(q)
+    q.add(Seq("a-new", "a", 40, 5, blocks2))
+    plan = q.schedule()
+    assert ("a-new", 40) in [(seq.name, n) for seq, n in plan.chunks] and plan.decode_count == 12
