@@ -30,6 +30,8 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
 
+from engine.policy_types import PRESENCE_STEPS
+
 OUTPUT_COST = 2.0  # a generated token counts as two prompt tokens (the VTC paper's weights 1 and 2)
 
 
@@ -42,7 +44,7 @@ class TenantShare(NamedTuple):
 
 
 class _Tenant:
-    __slots__ = ("name", "weight", "kv_share", "queue", "counter", "since", "decoders", "running")
+    __slots__ = ("name", "weight", "kv_share", "queue", "counter", "since", "decoders", "running", "seen")
 
     def __init__(self, name: str):
         self.name = name
@@ -53,6 +55,7 @@ class _Tenant:
         self.since = 0
         self.decoders = 0
         self.running = 0
+        self.seen = -1  # the policy step at which it last had work (-1: never); see `contended`
 
 
 class FairQueue:
@@ -201,24 +204,43 @@ class FairQueue:
         unit = seats / busy
         return frozenset(t.name for t in self._tenants.values() if t.running > unit * t.weight)
 
-    def contended(self, seats: int) -> frozenset[str]:
-        """Tenants whose prompts run at most CONTENDED_PREFILL_TOKENS a step (engine.policy), so the
-        steps another tenant waits for stay short: while two or more have work, those running more
-        sequences (by weight) than the one running fewest, and any over its share of `seats`. A
-        tenant alone, or tenants running alike, are never held back."""
-        least, busy = -1.0, 0
+    def note(self, step: int) -> None:
+        """The policy's step count now (at each schedule): the tenants with work are present."""
         for tenant in self._tenants.values():
             if tenant.queue or tenant.running:
-                busy += 1
+                tenant.seen = step
+
+    def contended(self, seats: int, step: int) -> frozenset[str]:
+        """Tenants whose prompts run at most CONTENDED_PREFILL_TOKENS a step (engine.policy), so the
+        steps another tenant waits for stay short: while two or more are present (with work, or
+        with work within the last PRESENCE_STEPS steps: a light tenant between two requests is
+        about to send its next, and the step in flight when it does should be short too), those
+        with work running more sequences (by weight) than the present one running fewest; and any
+        over its share of `seats`. A tenant alone, or tenants running alike, are never held back."""
+        least, present = -1.0, 0
+        for tenant in self._tenants.values():
+            if tenant.queue or tenant.running or (tenant.seen >= 0 and step - tenant.seen <= PRESENCE_STEPS):
+                present += 1
                 load = tenant.running / tenant.weight
                 if least < 0.0 or load < least:
                     least = load
-        if busy < 2:
+        if present < 2:
             return frozenset()
         ahead = frozenset(
             t.name for t in self._tenants.values() if (t.queue or t.running) and t.running / t.weight > least
         )
         return ahead | self.over_seats(seats)
+
+    def presence_horizon(self, step: int) -> int:
+        """Steps from `step` on over which no tenant without work stops being present (`contended`
+        stays as it is while nothing is admitted or finishes); 1 << 30 when none is."""
+        horizon = 1 << 30
+        for tenant in self._tenants.values():
+            if not (tenant.queue or tenant.running) and tenant.seen >= 0:
+                left = tenant.seen + PRESENCE_STEPS - step + 1
+                if 0 < left < horizon:
+                    horizon = left
+        return horizon
 
     def short_of_seats(self, seats: int) -> list[str]:
         """Waiting tenants a neighbour's batch keeps waiting: those that one more running sequence

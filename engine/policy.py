@@ -309,6 +309,8 @@ class SchedulingPolicy(SteadyRuns[S]):
         limit = self.config.max_num_batched_tokens
         prefilling, waiting = self.prefilling, self.waiting
         preempted_before = self.preemptions
+        if waiting.fair:
+            waiting.note(self.steps)
         if waiting and self.decode_count and waiting.fair and self.config.prefill_alone:
             alone = self._prefill_alone()
             if alone is not None:
@@ -343,9 +345,11 @@ class SchedulingPolicy(SteadyRuns[S]):
             head = waiting.head(clock)
             if head is not None and all(s.tenant != head.tenant for s in prefilling):
                 reserve = min(head.remaining, budget // 2)
-        # prompt tokens this step of each tenant that runs more than another one with work, or over
+        # prompt tokens this step of each tenant that runs more than another one present, or over
         # its seat share (CONTENDED_PREFILL_TOKENS each: the steps the others wait for stay short)
-        hogs: dict[str, int] = dict.fromkeys(waiting.contended(self._seats), 0) if waiting.fair else {}
+        hogs: dict[str, int] = (
+            dict.fromkeys(waiting.contended(self._seats, self.steps), 0) if waiting.fair else {}
+        )
         for seq in list(prefilling) if prefilling else ():
             if budget - reserve <= 0:
                 break

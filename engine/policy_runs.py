@@ -114,10 +114,14 @@ class SteadyRuns(Generic[S]):
             return q * n + below_room[s]
 
         chunk = budget - n
-        if self.waiting.fair and prefill.tenant in self.waiting.contended(self._seats):
-            chunk = min(chunk, CONTENDED_PREFILL_TOKENS)  # as schedule() caps it
+        if self.waiting.fair:
+            if prefill.tenant in self.waiting.contended(self._seats, self.steps):
+                chunk = min(chunk, CONTENDED_PREFILL_TOKENS)  # as schedule() caps it
+            limit = min(limit, self.waiting.presence_horizon(self.steps))  # the cap holds throughout
         if chunk <= 0:
             return None
+        if chunk < budget - n and self.waiting and len(self.running) < self._seats:
+            return None  # a capped chunk leaves budget: a waiting head may be admitted beside it
         limit = min(limit, (prefill.remaining - 1) // chunk)  # full chunks, none sampling
         if limit < 1:
             return None
@@ -158,6 +162,8 @@ class SteadyRuns(Generic[S]):
             self.blocks.grow(seq.kv, seq.num_computed + run.chunk * steps)
             seq.num_computed += run.chunk * steps
             self.waiting.charge_prefill(seq.tenant, run.chunk * steps)
+        if self.waiting.fair:  # the tenants with work were present at every step of the run
+            self.waiting.note(self.steps - 1)
 
 
 class SteadyRun(NamedTuple):

@@ -18,6 +18,8 @@ PREEMPT_COOLDOWN_STEPS = 32
 # the seats, prefills at most this many prompt tokens a step (engine.policy): every step the others
 # wait for stays short
 CONTENDED_PREFILL_TOKENS = 128
+# a tenant is present for that cap this many policy steps after it last had work (engine.fair_queue)
+PRESENCE_STEPS = 256
 # how a sequence preempted for another tenant's seat gives it up (engine.policy): "recompute" frees its
 # blocks and runs its tokens again when it is readmitted (vLLM v1); "pause" keeps its blocks (and
 # staging slot) while it waits and rejoins the decoders where it stopped

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from engine.block_counts import BlockCounts
 from engine.policy import SchedulerConfig, SchedulingPolicy, SeqStatus
-from engine.policy_types import CONTENDED_PREFILL_TOKENS
+from engine.policy_types import CONTENDED_PREFILL_TOKENS, PRESENCE_STEPS
 from tests.unit.test_fair_share import Seq, complete, step
 
 
@@ -119,14 +119,16 @@ def test_a_tenant_over_its_seat_share_prefills_a_bounded_chunk_while_another_has
         if light.status is SeqStatus.RUNNING and over and tokens:
             seen_busy += 1
     assert seen_capped > 0 and seen_busy > 0
-    # the light tenant gone, the heavy one's prompts take whole chunks again
+    # the light tenant gone (and no longer present), the heavy one's prompts take whole chunks again
     p.finish(light)
-    waiting = [s for s in heavy if s.status is SeqStatus.WAITING]
-    assert waiting, "the workload ran out before the light tenant left"
+    for _ in range(PRESENCE_STEPS + 1):
+        step(p)
+    late = Seq("h-late", "heavy", 300, 5, blocks)
+    p.add(late)
     biggest = 0
     for _ in range(400):
         plan = p.schedule()
-        biggest = max([biggest] + [n for seq, n in plan.chunks if seq.tenant == "heavy"])
+        biggest = max([biggest] + [n for seq, n in plan.chunks if seq is late])
         complete(p, plan)
     assert biggest > CONTENDED_PREFILL_TOKENS
 
@@ -143,7 +145,7 @@ def test_a_tenant_running_more_than_another_with_work_prefills_a_bounded_chunk()
     for i in range(3):
         p.add(Seq(f"h{i}", "heavy", 16, 5000, blocks))
     step(p)
-    assert p.waiting.contended(64) == {"heavy"}  # 3 running against 1, far under 32 seats each
+    assert p.waiting.contended(64, p.steps) == {"heavy"}  # 3 running against 1, far under 32 seats each
     big = Seq("h-big", "heavy", 450, 5, blocks)
     p.add(big)
     chunks = []
@@ -157,7 +159,7 @@ def test_a_tenant_running_more_than_another_with_work_prefills_a_bounded_chunk()
     for name in ("a", "b"):
         q.add(Seq(f"{name}0", name, 16, 5000, blocks2))
     step(q)
-    assert q.waiting.contended(64) == frozenset()
+    assert q.waiting.contended(64, q.steps) == frozenset()
     q.add(Seq("a-big", "a", 450, 5, blocks2))
     plan = q.schedule()
     assert [n for seq, n in plan.chunks if seq.name == "a-big"] == [450]
@@ -190,3 +192,29 @@ def test_a_light_prompt_beside_a_heavier_tenant_under_its_share_runs_alone():
     q.add(Seq("a-new", "a", 40, 5, blocks2))
     plan = q.schedule()
     assert ("a-new", 40) in [(seq.name, n) for seq, n in plan.chunks] and plan.decode_count == 12
+
+
+def test_a_tenant_between_requests_stays_present_for_a_while():
+    """A light tenant whose request just ended is about to send its next: for PRESENCE_STEPS steps
+    the heavier tenant's prompts stay in bounded chunks (the step in flight when the next light
+    request comes stays short); after that, alone, its prompts take the whole budget again."""
+    p, blocks = policy(seats=64)
+    light = Seq("l0", "light", 16, 3, blocks)
+    p.add(light)
+    for i in range(3):
+        p.add(Seq(f"h{i}", "heavy", 16, 5000, blocks))
+    while light.status is not SeqStatus.FINISHED:
+        step(p)
+    left_at = p.steps
+    sizes: dict[str, list[int]] = {}
+    for name, at in (("soon", left_at + 10), ("late", left_at + PRESENCE_STEPS + 2)):
+        while p.steps < at:
+            step(p)
+        big = Seq(name, "heavy", 1000, 5, blocks)
+        p.add(big)
+        while big.remaining > 1:
+            plan = p.schedule()
+            sizes.setdefault(name, []).extend(n for seq, n in plan.chunks if seq is big)
+            complete(p, plan)
+    assert sizes["soon"] and max(sizes["soon"]) <= CONTENDED_PREFILL_TOKENS
+    assert max(sizes["late"]) > CONTENDED_PREFILL_TOKENS
