@@ -140,11 +140,19 @@ class ProfiledCostModel:
         steps_per_point: int = 3,
         max_prefill_tokens: int = 24576,
         serving: bool = True,
+        compiled: bool = True,
     ) -> ProfiledCostModel:
         """Measure `llm` (an engine.LLM): prefill steps for each prompt length, decode steps for
         each batch size at each context (batch x context capped at `max_prefill_tokens` so that
         profiling stays quick), then fit the models of ProfileFit. `serving`: deliver each step's
-        events to an event loop in another thread, as a PoP does (see _ServingLoop)."""
+        events to an event loop in another thread, as a PoP does (see _ServingLoop). `compiled`:
+        compile the engine's decode buckets first (engine.compiled_step), as a PoP does before it
+        serves, so that decode steps are measured as they are served (unwarmed, every step ran
+        eagerly: on a CPU the compiled graph's cost per added row differs); False measures eager
+        steps, quicker where nothing is compiled yet."""
+        graph = getattr(llm.engine, "compiled_decode", None)
+        if compiled and graph is not None:
+            graph.warm_up()
         sink = _ServingLoop().__enter__() if serving else None
         try:
             return cls._profile(
@@ -278,6 +286,9 @@ class ProfiledCostModel:
         device = str(llm.device)
         if llm.device.type == "cpu":
             device = f"cpu x{torch.get_num_threads()} threads"
+        graph = getattr(eng, "compiled_decode", None)
+        if graph is not None and graph.ready:
+            device += f", decode compiled up to {max(graph.ready)} rows"
         return cls(llm.path.name, device, {fit.kv: fit}, torch.get_num_threads())
 
     def merged(self, other: ProfiledCostModel) -> ProfiledCostModel:

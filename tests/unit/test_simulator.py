@@ -338,7 +338,12 @@ def test_profiled_cost_model_round_trips(tmp_path):
     try:
         llm = LLM(SHIPPED_KIMI, device="cpu", kv_cache_dtype="int4")
         cost = ProfiledCostModel.profile(
-            llm, batch_sizes=(1, 4), contexts=(32, 96), prompt_lengths=(32, 96), steps_per_point=2
+            llm,
+            batch_sizes=(1, 4),
+            contexts=(32, 96),
+            prompt_lengths=(32, 96),
+            steps_per_point=2,
+            compiled=False,  # (compiling its buckets takes minutes on a fresh machine)
         )
     finally:
         torch.set_num_threads(threads)
