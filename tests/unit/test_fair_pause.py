@@ -152,3 +152,22 @@ def test_a_paused_sequence_gives_up_its_staging_slot_when_none_is_left():
     run(p)
     assert {name for kind, name in events if kind == "finish"} == {s.name for s in hs} | {"l0", "l1", "m0"}
     assert not p.paused and blocks.free_blocks == blocks.num_blocks
+
+
+def test_a_paused_request_cancelled_while_it_waits_gives_back_its_blocks():
+    """A client that goes away while its sequence is paused (the engine's abort calls finish): the
+    blocks it held come back at once and it is no longer paused; nobody else is held up."""
+    p, blocks, events = policy(seats=4)
+    hs, ls = heavy_then_light(p, blocks)
+    step(p)
+    paused = [s for s in hs if s.order in p.paused]
+    assert len(paused) == 2
+    held = sum(s.kv.blocks for s in paused)
+    free = blocks.free_blocks
+    for seq in paused:
+        seq.status = SeqStatus.FINISHED
+        p.finish(seq)
+    assert not p.paused and blocks.free_blocks == free + held
+    assert all(s.kv.blocks == 0 for s in paused)
+    run(p)
+    assert not p.running and not p.waiting and blocks.free_blocks == blocks.num_blocks
