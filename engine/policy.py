@@ -133,7 +133,6 @@ class SchedulingPolicy(SteadyRuns[S]):
         self.prefilling: list[S] = []  # the running ones not decoding, in arrival order
         self.preemptions = 0  # pauses included
         self.pauses = 0  # of those, preempted with their blocks kept
-        self.drops = 0  # paused sequences whose blocks were freed after all (then recomputed)
         # waiting sequences preempted by pause, holding their blocks, by order (SchedulerConfig.preemption)
         self.paused: dict[int, S] = {}
         self._pause = config.preemption == "pause"
@@ -246,11 +245,7 @@ class SchedulingPolicy(SteadyRuns[S]):
             if self.on_event is not None:
                 self.on_event("pause", seq)
         else:
-            self.blocks.release(seq.kv)
-            if self.on_event is not None:
-                self.on_event("preempt", seq)
-            seq.num_computed = 0
-            seq.preemptions += 1
+            self._discard(seq, "preempt")
         self.preemptions += 1
         self.tenant_preemptions[seq.tenant] = self.tenant_preemptions.get(seq.tenant, 0) + 1
         self._preempted_at[seq.order] = self.steps
@@ -269,14 +264,18 @@ class SchedulingPolicy(SteadyRuns[S]):
             del paused[order]
             if held is not None:
                 held[seq.tenant] = held.get(seq.tenant, 0) - self.blocks.held(seq.kv)
-            self.blocks.release(seq.kv)
-            if self.on_event is not None:
-                self.on_event("drop", seq)
-            seq.num_computed = 0
-            seq.preemptions += 1
-            self.drops += 1
+            self._discard(seq, "drop")
             return True
         return False
+
+    def _discard(self, seq: S, kind: str) -> None:
+        """Free `seq`'s blocks: it is recomputed when readmitted. `on_event(kind)` hears it before its
+        tokens in the cache are reset to 0 (`num_computed` is up to date then)."""
+        self.blocks.release(seq.kv)
+        if self.on_event is not None:
+            self.on_event(kind, seq)
+        seq.num_computed = 0
+        seq.preemptions += 1
 
     def finish(self, seq: S) -> None:
         self._preempted_at.pop(seq.order, None)
