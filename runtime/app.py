@@ -290,9 +290,16 @@ class Runtime:
 
     def closing(self) -> None:
         """The server was told to stop (a signal, from any thread): the dashboards' streams end now,
-        since the server waits for every open response before it stops."""
+        since the server waits for every open response before it stops, and the shared pools stop
+        taking work and interrupt what runs (a D1 statement, an embedding), so the requests that
+        wait on them answer now. What was acknowledged stays: each statement commits on its own."""
         if self._loop is not None:
-            self._loop.call_soon_threadsafe(self.feed.close)
+            self._loop.call_soon_threadsafe(self._close_shared)
+
+    def _close_shared(self) -> None:
+        self.feed.close()
+        self.bindings.pool.close()
+        self.ai.embed_pool.close()
 
     async def stop(self) -> None:
         for task in self._tasks:
@@ -303,6 +310,7 @@ class Runtime:
         await self.workflows.stop()
         await self.objects.stop()
         self.bindings.close()
+        self.ai.embed_pool.close()
         self.edge.close()
 
 

@@ -143,11 +143,26 @@ def texts_of(inputs: Any, param: str = "text") -> list[str]:
 
 def embed(model: str, texts: list[str], pooling: str = "mean") -> Embeddings:
     """The vectors of checked `texts` (texts_of) in `model`'s width."""
+    slices = embed_slices(model, texts, pooling)
+    try:
+        while True:
+            next(slices)
+    except StopIteration as stop:
+        return stop.value
+
+
+def embed_slices(model: str, texts: list[str], pooling: str = "mean"):
+    """embed() a text a slice, for the runtime's fair pool (runtime.control.fair_pool): a batch of
+    long texts takes turns with other accounts' calls instead of holding a thread for its whole
+    length (a 32 KiB text takes tens of milliseconds, a call holds up to MAX_TEXTS)."""
     started = time.perf_counter()
     width = EMBEDDING_MODELS[model]
-    vectors = np.stack([embed_text(t, width) for t in texts])
-    tokens = sum(max(1, len(words(t))) for t in texts)
-    return Embeddings(model, vectors, tokens, (time.perf_counter() - started) * 1000, pooling)
+    rows, tokens = [], 0
+    for text in texts:
+        yield
+        rows.append(embed_text(text, width))
+        tokens += max(1, len(words(text)))
+    return Embeddings(model, np.stack(rows), tokens, (time.perf_counter() - started) * 1000, pooling)
 
 
 def workers_ai_inputs(model: str, inputs: Any) -> tuple[list[str], str]:

@@ -23,7 +23,6 @@ import difflib
 import logging
 import re
 from collections.abc import AsyncIterator, Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -39,7 +38,7 @@ from engine.fair_queue import TenantShare
 from runtime.ai.embeddings import (
     EMBEDDING_MODELS,
     Embeddings,
-    embed,
+    embed_slices,
     is_embedding_model,
     workers_ai_answer,
     workers_ai_inputs,
@@ -51,6 +50,7 @@ from runtime.ai.responses_run import is_responses, prepare_responses, run_respon
 from runtime.ai.shapes import Schema, shape_result, workers_ai_events
 from runtime.control.accounts import AccountSettings
 from runtime.control.dashboard_feed import DashboardFeed
+from runtime.control.fair_pool import FairPool
 from runtime.control.rate_limit import AccountRateLimits
 from runtime.control.rollout import CANARY_SUFFIX, Rollouts
 from workers import AIError
@@ -60,8 +60,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("edge.ai")
 
-EMBED_THREADS = 2  # embedding calls computed at once (CPU work, kept off the event loop)
-_embedding_pool = ThreadPoolExecutor(EMBED_THREADS, thread_name_prefix="edge-embed")
+EMBED_THREADS = 2  # embedding texts computed at once (CPU work, kept off the event loop), all accounts
 
 ERROR_CODES = {
     "model_not_found": 5007,
@@ -161,6 +160,8 @@ class AIService:
         self.stand_ins: frozenset[str] = frozenset()
         # the embedding names' stand-in (runtime.ai.embeddings); [edge] strict_models turns it off
         self.serve_embeddings = True
+        # the stand-in's threads, shared by every account fairly (a call a text a turn); the app closes it
+        self.embed_pool = FairPool(EMBED_THREADS, name="edge-embed")
         self._warned: set[str] = set()
 
     def resolve(self, model: str) -> str:
@@ -314,8 +315,7 @@ class AIService:
         terms = self.settings_of(account) if self.settings_of is not None else None
         if self.rate_limits is not None:
             self.rate_limits.check(account, model, model, terms.limits() if terms else None)
-        loop = asyncio.get_running_loop()
-        result = await loop.run_in_executor(_embedding_pool, embed, model, texts, pooling)
+        result = await self.embed_pool.run(account, embed_slices, model, texts, pooling)
         if self.rate_limits is not None:
             self.rate_limits.used(account, model, result.tokens)
         if self.metrics is not None:

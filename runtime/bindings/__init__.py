@@ -6,9 +6,13 @@ A worker's isolate names only a binding (`env.NAME.method(...)` crosses as ipc.B
 runtime maps that name, through the worker's own spec, to a kind and an id, and every store is
 keyed by the worker's account as well, so no isolate can choose which data it reaches and one
 account never reaches another's, even with the same ids. Blocking SQLite and file work runs in
-the stores' own thread pool (never the event loop, nor the default executor the runtime resolves
-hosts in), so the runtime keeps serving while a query runs; calls to one D1 database wait their
-turn without holding a thread.
+the stores' own pool (runtime.control.fair_pool: never the event loop, nor the default executor the
+runtime resolves hosts in), which accounts share fairly: one queue per account, one lane per store
+inside it, at most ACCOUNT_THREADS threads to one account, a D1 script or batch run a statement a
+turn; so one account's flood of long calls never holds another's KV read, D1 query, Durable Object
+storage or workflow books. Calls to one D1 database wait their turn without holding a thread. A
+call ends with the task that awaits it (its request): dropped from the queue, or its statement
+interrupted.
 """
 
 from __future__ import annotations
@@ -16,7 +20,6 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import threading
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +30,7 @@ from runtime.bindings.do_storage import ObjectStorageStore
 from runtime.bindings.kind import BindingKind, BindingRef, Store
 from runtime.bindings.kinds import binding_refs
 from runtime.bindings.queues import QueueStore
+from runtime.control.fair_pool import RUNTIME, FairPool
 from runtime.control.storage_errors import storage_failure
 
 __all__ = [
@@ -39,6 +43,7 @@ __all__ = [
 ]
 
 THREADS = 8  # binding calls running at once, all accounts together
+ACCOUNT_THREADS = 4  # ... of which one account's: the rest stay free for the others
 
 
 class BindingStores:
@@ -50,7 +55,7 @@ class BindingStores:
         self._open: dict[str, Store] = {}  # by kind, opened on first use
         self._objects: ObjectStorageStore | None = None
         self._lock = threading.Lock()
-        self._pool = ThreadPoolExecutor(THREADS, thread_name_prefix="edge-bindings")
+        self.pool = FairPool(THREADS, ACCOUNT_THREADS, name="edge-bindings")
         self._turns: dict[tuple[str, str, str], asyncio.Lock] = {}  # kinds whose calls take turns
 
     def store(self, kind: str) -> Any:
@@ -68,9 +73,11 @@ class BindingStores:
         """The queue store, which queue consumers (runtime.events.queue_consumers) claim from."""
         return self.store("queue")
 
-    async def run(self, fn: Any, *args: Any) -> Any:
-        """Blocking store work (a queue consumer's claim and settle) in the stores' pool."""
-        return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
+    async def run(self, fn: Any, *args: Any, account: str = RUNTIME) -> Any:
+        """Blocking store work of the runtime's own (a queue consumer's claim and settle, the
+        workflow books, alarms) in the stores' pool, in `account`'s queue when it is one
+        account's, else in the runtime's own."""
+        return await self.pool.run(account, fn, *args, lane=getattr(fn, "__name__", None))
 
     @property
     def objects(self) -> ObjectStorageStore:
@@ -84,39 +91,44 @@ class BindingStores:
     ) -> Any:
         """A Durable Object's `ctx.storage` call, run in the pool; the caller (the runtime, never
         the isolate) names the object."""
-        loop = asyncio.get_running_loop()
         store = self.objects
-        return await loop.run_in_executor(
-            self._pool, store.call, account, script, class_name, object_id, method, args, kwargs
+        lane = ("do", script, class_name, object_id)
+        return await self.pool.run(
+            account, store.call, account, script, class_name, object_id, method, args, kwargs, lane=lane
         )
 
-    def call_sync(self, account: str, ref: BindingRef, method: str, args: Any, kwargs: Any) -> Any:
+    def _store_call(self, account: str, ref: BindingRef, method: str, args: Any, kwargs: Any) -> Any:
         if not isinstance(method, str) or not isinstance(args, list) or not isinstance(kwargs, dict):
             raise BindingError("TypeError", "a binding call is a method name, a list of arguments and a dict")
-        store = self.store(ref.kind)
+        return self.store(ref.kind).call(account, ref.id, method, args, kwargs)
+
+    async def call(self, account: str, ref: BindingRef, method: str, args: Any, kwargs: Any) -> Any:
+        """One call, run in the pool; BindingError says what the worker did wrong."""
+        work = self._call(account, ref, method, args, kwargs)
+        found = kinds.kind(ref.kind)
+        if found is None or not found.one_call_at_a_time:
+            return await work
+        async with self._turns.setdefault((ref.kind, account, ref.id), asyncio.Lock()):
+            return await work
+
+    async def _call(self, account: str, ref: BindingRef, method: str, args: Any, kwargs: Any) -> Any:
         try:
-            return store.call(account, ref.id, method, args, kwargs)
+            return await self.pool.run(
+                account, self._store_call, account, ref, method, args, kwargs, lane=(ref.kind, ref.id)
+            )
         except (sqlite3.OperationalError, OSError) as exc:  # its file locked elsewhere, or the disk full
             failure = storage_failure(exc, f"the local {ref.kind.upper()} store")
             if failure is None:
                 raise
             raise BindingError(f"{ref.kind.upper()}_ERROR", str(failure)) from exc
 
-    async def call(self, account: str, ref: BindingRef, method: str, args: Any, kwargs: Any) -> Any:
-        """One call, run in the pool; BindingError says what the worker did wrong."""
-        loop = asyncio.get_running_loop()
-        work = (self._pool, self.call_sync, account, ref, method, args, kwargs)
-        found = kinds.kind(ref.kind)
-        if found is None or not found.one_call_at_a_time:
-            return await loop.run_in_executor(*work)
-        async with self._turns.setdefault((ref.kind, account, ref.id), asyncio.Lock()):
-            return await loop.run_in_executor(*work)
-
     def close(self) -> None:
+        """Stop: queued calls fail, running statements are interrupted, then the files close."""
+        self.pool.close()
         with self._lock:
             stores, self._open = [*self._open.values(), self._objects], {}
             self._objects = None
         for store in stores:
             if store is not None:
                 store.close()
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        self.pool.close()

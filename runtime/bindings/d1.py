@@ -32,6 +32,7 @@ from runtime.bindings.kind import BindingKind
 from runtime.control.state import private_dir
 
 QUERY_S = 5.0  # one statement's wall time (Cloudflare allows 30 s; here the runtime's thread waits)
+CALL_S = 30.0  # one whole call (an exec script, a batch): every statement of it, as D1's 30 s query limit
 SQL_BYTES = 100_000  # D1: maximum SQL statement length
 PARAMS = 100  # D1: bound parameters per query
 VALUE_BYTES = 2_000_000  # D1: maximum string, BLOB or row size
@@ -77,7 +78,8 @@ class D1Database:
         ):
             self._db.setlimit(limit, value)
         self._db.set_authorizer(self._authorize)
-        self._db.set_progress_handler(self._progress, 1000)
+        # checked every 10,000 VM steps (about 0.1 ms): a Python call per step costs the event loop the GIL
+        self._db.set_progress_handler(self._progress, 10_000)
 
     # --- what the SQL may do ------------------------------------------------------------------------
 
@@ -110,11 +112,22 @@ class D1Database:
 
     # --- running SQL ----------------------------------------------------------------------------------
 
-    def _one(self, sql: str, params: list[Any], first: bool = False, budget: list[int] | None = None) -> dict:
-        """One statement; its rows (only the first when `first`), columns and meta."""
+    def _one(
+        self,
+        sql: str,
+        params: list[Any],
+        first: bool = False,
+        budget: list[int] | None = None,
+        call_deadline: float | None = None,
+        call_s: float = CALL_S,
+    ) -> dict:
+        """One statement; its rows (only the first when `first`), columns and meta. It stops at
+        query_s, or at `call_deadline` (the whole call's) when that comes first."""
         budget = budget if budget is not None else [RESULT_BYTES]
         started = time.monotonic()
-        self._deadline = started + self.query_s
+        if call_deadline is not None and started >= call_deadline:
+            raise _call_over(call_s)
+        self._deadline = min(started + self.query_s, call_deadline or float("inf"))
         before = self._db.total_changes
         try:
             cursor = self._db.execute(sql, params)
@@ -136,7 +149,10 @@ class D1Database:
             last_row_id = cursor.lastrowid or 0
             cursor.close()
         except sqlite3.Error as exc:
-            raise _d1_error(exc, time.monotonic() > self._deadline, self.query_s) from None
+            now = time.monotonic()
+            if call_deadline is not None and now > call_deadline:
+                raise _call_over(call_s) from None
+            raise _d1_error(exc, now > self._deadline, self.query_s) from None
         except (OverflowError, ValueError, TypeError) as exc:  # a value SQLite cannot bind
             raise BindingError("D1_TYPE_ERROR", f"D1_TYPE_ERROR: {exc}") from None
         changes = self._db.total_changes - before
@@ -164,38 +180,69 @@ class D1Database:
         with self._lock:
             return self._one(sql, params, first)
 
+    def interrupt(self) -> None:
+        """Stop the statement running now (from any thread): its call ended or the runtime stops."""
+        self._db.interrupt()
+
     def batch(self, statements: list[tuple[str, list[Any]]]) -> list[dict]:
         """All statements in one transaction: an error rolls every one of them back."""
-        with self._lock:
-            budget = [RESULT_BYTES]
-            self._internal_sql("BEGIN IMMEDIATE")
-            try:
-                out = [self._one(sql, params, budget=budget) for sql, params in statements]
-            except BaseException:
-                self._internal_sql("ROLLBACK")
-                raise
-            self._internal_sql("COMMIT")
-            return out
+        return _drain(self.batch_slices(statements))
 
     def script(self, sql: str, atomic: bool = False) -> list[dict]:
         """Each statement of `sql` in turn (no parameters), with its result; stops at the first
         error. The statements before it stay applied (as D1's exec), unless `atomic`."""
-        with self._lock:
+        return _drain(self.script_slices(sql, atomic))
+
+    def batch_slices(self, statements: list[tuple[str, list[Any]]], call_s: float | None = None):
+        """batch() a statement a slice (runtime.control.fair_pool): each yield hands back the hook
+        that interrupts the next statement; closed between slices, the transaction rolls back."""
+        return self._slices(statements, True, call_s)
+
+    def script_slices(self, sql: str, atomic: bool = False, call_s: float | None = None):
+        """script() a statement a slice, as batch_slices."""
+        return self._slices([(stmt, []) for stmt in split_statements(sql)], atomic, call_s)
+
+    def _slices(self, statements: list[tuple[str, list[Any]]], atomic: bool, call_s: float | None):
+        call_s = CALL_S if call_s is None else call_s
+        deadline = time.monotonic() + call_s
+        yield self.interrupt
+        with self._lock:  # held across the slices: one call at a time on this file
             budget = [RESULT_BYTES]
-            if not atomic:
-                return [self._one(stmt, [], budget=budget) for stmt in split_statements(sql)]
-            self._internal_sql("BEGIN IMMEDIATE")
+            out: list[dict] = []
+            if atomic:
+                self._internal_sql("BEGIN IMMEDIATE")
             try:
-                out = [self._one(stmt, [], budget=budget) for stmt in split_statements(sql)]
+                for sql, params in statements:
+                    out.append(self._one(sql, params, budget=budget, call_deadline=deadline, call_s=call_s))
+                    yield self.interrupt
             except BaseException:
-                self._internal_sql("ROLLBACK")
+                if atomic and self._db.in_transaction:
+                    self._internal_sql("ROLLBACK")
                 raise
-            self._internal_sql("COMMIT")
+            if atomic:
+                self._internal_sql("COMMIT")
             return out
 
     def close(self) -> None:
         with self._lock:
             self._db.close()
+
+
+def _drain(slices) -> Any:
+    """A sliced call run to its end in this thread (the CLI's, a Durable Object's)."""
+    try:
+        while True:
+            next(slices)
+    except StopIteration as stop:
+        return stop.value
+
+
+def _call_over(call_s: float) -> BindingError:
+    return BindingError(
+        "D1_ERROR",
+        f"D1_ERROR: this call ran past {call_s:g} s in all and was stopped (the statements before the "
+        "one running stay applied, unless it was a batch); split the work over several calls",
+    )
 
 
 def split_statements(sql: str) -> list[str]:
@@ -287,14 +334,12 @@ class D1Store:
                     "TypeError", f"D1 batch: pass a list of at most {BATCH_STATEMENTS} statements"
                 )
             statements = [_statement(f"D1 batch: statement {i}", s) for i, s in enumerate(args[0])]
-            return self.database(account, database).batch(statements)
+            return self.database(account, database).batch_slices(statements)
         if method == "exec":
             arity("D1 exec", args, 1)
             options("D1 exec", kwargs, set())
             sql = text("D1 exec: the query", args[0], 10 * SQL_BYTES)
-            started = time.monotonic()
-            results = self.database(account, database).script(sql)
-            return {"count": len(results), "duration": round((time.monotonic() - started) * 1000, 3)}
+            return _counted(self.database(account, database).script_slices(sql))
         raise BindingError("TypeError", f"D1 has no method {method!r}")
 
     def close(self) -> None:
@@ -302,6 +347,13 @@ class D1Store:
             for db in self._open.values():
                 db.close()
             self._open.clear()
+
+
+def _counted(slices):
+    """exec's answer ({count, duration}) over a script's slices, sliced as they are."""
+    started = time.monotonic()
+    results = yield from slices
+    return {"count": len(results), "duration": round((time.monotonic() - started) * 1000, 3)}
 
 
 class D1DatabaseConfig(msgspec.Struct, kw_only=True):

@@ -23,7 +23,15 @@ from typing import Any
 import msgspec
 
 from runtime.bindings.common import BindingError, arity, options, safe_component, text
-from runtime.bindings.d1 import QUERY_S, RESULT_BYTES, SQL_BYTES, D1Database, _params, split_statements
+from runtime.bindings.d1 import (
+    CALL_S,
+    QUERY_S,
+    RESULT_BYTES,
+    SQL_BYTES,
+    D1Database,
+    _params,
+    split_statements,
+)
 from runtime.control.state import private_dir
 from workers.durable_objects import check_rpc_value
 
@@ -198,10 +206,11 @@ class ObjectStorage(D1Database):
         """The last statement's rows, as a cursor shows them; several statements only without
         bindings (as Cloudflare's exec)."""
         statements = [query] if params else (split_statements(query) or [query])
+        deadline = time.monotonic() + CALL_S  # the whole call's, as a D1 exec's
         try:
             with self._lock:
                 budget = [RESULT_BYTES]
-                out = [self._one(stmt, params, budget=budget) for stmt in statements]
+                out = [self._one(stmt, params, budget=budget, call_deadline=deadline) for stmt in statements]
         except BindingError as exc:
             message = str(exc).replace("D1_ERROR: ", "").replace("D1_TYPE_ERROR: ", "")
             message = message.replace("use batch()", "one statement at a time")

@@ -18,6 +18,8 @@ from runtime.cli.control import cmd_pop
 from runtime.control.config import ConfigError, WorkerConfig, load_config
 from runtime.http.validation import describe
 
+SHUTDOWN_GRACE_S = 3.0  # edge dev after SIGTERM / Ctrl-C: open responses get this long, then are cancelled
+
 
 class TopologyFile(msgspec.Struct):
     pop: list[PoP]
@@ -165,6 +167,8 @@ def cmd_dev(args: argparse.Namespace) -> int:
             log_level=args.log_level,
             ws_max_size=WIRE_BYTES,  # a frame over it is closed 1009 by the protocol; over 1 MiB by ours
             ws_max_queue=WIRE_QUEUE,  # frames buffered before uvicorn stops reading a client
+            # after a signal, responses still open this long are cancelled: a stop takes seconds
+            timeout_graceful_shutdown=SHUTDOWN_GRACE_S,
         )
     )
     on_signal = server.handle_exit

@@ -83,9 +83,13 @@ class WorkerCalls:
         return ipc.AIReply(call.call, result=answer.body)
 
     async def _chunks(self, call: ipc.AICall, stream):
-        async for data in stream:
-            yield ipc.AIChunk(call.call, data)
-        yield ipc.AIReply(call.call)
+        try:
+            async for data in stream:
+                yield ipc.AIChunk(call.call, data)
+            yield ipc.AIReply(call.call)
+        finally:
+            if hasattr(stream, "aclose"):
+                await stream.aclose()  # cut (its request ended): the generation ends at the PoP now
 
     def log(self, msg: ipc.Log) -> None:
         """A line the worker logged (print, logging, sys.stdout / sys.stderr): shown at once in

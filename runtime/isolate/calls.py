@@ -1,6 +1,11 @@
 """The runtime's answers to an isolate's calls: AI, outbound fetch, bindings (KV, D1, R2) and
 Durable Objects, at most MAX_CALLS of them at once, and the synchronous channel a Durable
-Object's storage.sql.exec blocks on. Every reply is held to the size the isolate will take."""
+Object's storage.sql.exec blocks on. Every reply is held to the size the isolate will take.
+
+A call belongs to the request (the Invoke) that made it and never outlives it: when the request is
+over (its RequestDone, its wall time spent, the client gone, the isolate stopped), every call it
+still has in flight is cancelled (a queued store call dropped, a running statement interrupted, an
+AI generation cancelled at its PoP) and the isolate told that its request has ended."""
 
 from __future__ import annotations
 
@@ -25,6 +30,7 @@ ObjectHandler = Callable[[ipc.ObjectCall], Awaitable[ipc.ObjectReply]]
 Call = ipc.AICall | ipc.FetchCall | ipc.BindingCall | ipc.ObjectCall
 
 MAX_CALLS = 64  # AI, fetch and binding calls one isolate may have outstanding at once
+ENDED = "the request that made this call has ended"
 
 
 class ProtocolError(Exception):
@@ -39,7 +45,7 @@ class Link:
 
     send: Callable[[ipc.Message], None]
     deliver: Callable[[ipc.Message], Awaitable[bool]]
-    spawn: Callable[[Coroutine[Any, Any, None]], None]
+    spawn: Callable[[Coroutine[Any, Any, None]], asyncio.Task]
 
 
 async def no_fetch(call: ipc.FetchCall) -> ipc.FetchReply:
@@ -73,25 +79,51 @@ class CallDesk:
         self._on_object = on_object
         self._send, self._deliver, self._spawn = link.send, link.deliver, link.spawn
         self._calls = 0  # calls being answered
+        self._by_request: dict[int, set[asyncio.Task]] = {}  # each request's calls in flight
 
     def take(self, msg: Call) -> None:
-        """A call from the isolate: answered in the background, or refused at once when
-        MAX_CALLS are already being answered."""
+        """A call from the isolate: answered in the background, as its request's, or refused at
+        once when MAX_CALLS are already being answered."""
         if self._calls >= MAX_CALLS:
-            self._refuse_call(msg)
+            self._refuse_call(
+                msg,
+                f"more than {MAX_CALLS} AI, fetch, binding and Durable Object calls at once from one isolate",
+            )
             return
         self._calls += 1
         if isinstance(msg, ipc.ObjectCall):
-            self._spawn(self._answer_object(msg))
+            task = self._spawn(self._answer_object(msg))
         elif isinstance(msg, ipc.BindingCall):
-            self._spawn(self._answer_binding(msg))
+            task = self._spawn(self._answer_binding(msg))
         elif isinstance(msg, ipc.AICall):
-            self._spawn(self._answer_ai(msg))
+            task = self._spawn(self._answer_ai(msg))
         else:
-            self._spawn(self._answer_fetch(msg))
+            task = self._spawn(self._answer_fetch(msg))
+        calls = self._by_request.setdefault(msg.request, set())
+        calls.add(task)
+        task.add_done_callback(lambda done, rid=msg.request: self._forget(rid, done))
 
-    def _refuse_call(self, msg: Call) -> None:
-        why = f"more than {MAX_CALLS} AI, fetch, binding and Durable Object calls at once from one isolate"
+    def in_flight(self, request: int) -> int:
+        """The calls `request` has in flight."""
+        return len(self._by_request.get(request, ()))
+
+    def end(self, request: int) -> None:
+        """`request` is over: its calls still in flight are cancelled (each answers ENDED)."""
+        for task in self._by_request.pop(request, ()):
+            task.cancel()
+
+    def end_all(self) -> None:
+        for request in list(self._by_request):
+            self.end(request)
+
+    def _forget(self, request: int, task: asyncio.Task) -> None:
+        calls = self._by_request.get(request)
+        if calls is not None:
+            calls.discard(task)
+            if not calls:
+                del self._by_request[request]
+
+    def _refuse_call(self, msg: Call, why: str) -> None:
         if isinstance(msg, ipc.ObjectCall):
             self._send(ipc.ObjectReply(msg.call, error_type="Error", error_message=why))
         elif isinstance(msg, ipc.BindingCall):
@@ -101,13 +133,27 @@ class CallDesk:
         else:
             self._send(ipc.FetchReply(msg.call, error=why))
 
+    def _ended(self, msg: Call) -> None:
+        """A call cancelled with its request: the isolate hears so (if it still listens)."""
+        if isinstance(msg, ipc.AICall):
+            self._send(ipc.AIReply(msg.call, error_code=3007, error_message=ENDED))
+        else:
+            self._refuse_call(msg, ENDED)
+
     async def _answer_ai(self, call: ipc.AICall) -> None:
         try:
             reply = await self._ai(call)
             messages = reply if hasattr(reply, "__aiter__") else _single(reply)
-            async for msg in messages:
-                if not await self._deliver(msg):
-                    return
+            try:
+                async for msg in messages:
+                    if not await self._deliver(msg):
+                        return
+            finally:
+                if hasattr(messages, "aclose"):
+                    await messages.aclose()  # a stream cut here ends its generation at the PoP now
+        except asyncio.CancelledError:
+            self._ended(call)
+            raise
         finally:
             self._calls -= 1
 
@@ -118,6 +164,9 @@ class CallDesk:
             except Exception as exc:  # the runtime's side failed: tell the worker, keep serving
                 reply = ipc.FetchReply(call.call, error=f"fetch failed: {type(exc).__name__}: {exc}")
             await self._deliver(reply)
+        except asyncio.CancelledError:
+            self._ended(call)
+            raise
         finally:
             self._calls -= 1
 
@@ -139,6 +188,9 @@ class CallDesk:
                 log.exception("%s failed", what)
                 reply = error(call.call, f"internal error: {type(exc).__name__}")
             await self._deliver(reply)
+        except asyncio.CancelledError:
+            self._ended(call)
+            raise
         finally:
             self._calls -= 1
 

@@ -341,9 +341,10 @@ class Isolate:
         return self._streams.read(request_id)
 
     def _end(self, rid: int) -> None:
-        """The request and everything it started are over."""
+        """The request and everything it started are over: its calls still in flight end too."""
         self._watchdog.end(rid)
         self._streams.end(rid)
+        self._calls.end(rid)
 
     # --- the watchdog -----------------------------------------------------------------------------
 
@@ -460,21 +461,24 @@ class Isolate:
 
     # --- ending -----------------------------------------------------------------------------------
 
-    def _spawn(self, coro) -> None:
+    def _spawn(self, coro) -> asyncio.Task:
         task = asyncio.create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        return task
 
     def _fail(self, rid: int, exc: Exception) -> None:
         future = self._pending.get(rid)
         if future is not None and not future.done():
             future.set_exception(exc)
         self._streams.fail(rid, exc)
+        self._calls.end(rid)
 
     def _fail_pending(self, exc: Exception) -> None:
         for rid in list(self._pending) + self._streams.streaming():
             self._fail(rid, exc)
         self._watchdog.end_all()
+        self._calls.end_all()  # waitUntil work's calls too: nothing of a stopped isolate runs on
 
     async def stop(self) -> None:
         if self._writer is not None:
