@@ -8,6 +8,7 @@ round trip."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 from starlette.datastructures import URL
 from starlette.requests import Request
@@ -140,14 +141,49 @@ class _UpgradeRequest:
 
 async def _deny(websocket: WebSocket, response: Response) -> None:
     """The worker did not take the socket: its response answers the handshake where the server
-    can send one, else the socket closes with its status in the reason."""
-    if hasattr(response, "body_iterator"):
-        await response.body_iterator.aclose()
-        response = Response(b"", status_code=response.status_code)
-    if "websocket.http.response" in websocket.scope.get("extensions", {}):
-        await websocket.send_denial_response(response)
-    else:
+    can send one, else the socket closes with its status in the reason. The answer is rebuilt
+    whole: its body read (a stream's, up to DENIAL_BYTES within DENIAL_S), its headers but
+    those of the connection and the body's framing, and one Content-Length of its own (an object's
+    response passed on by a worker carries its own, which the server must not see twice)."""
+    body = await _denial_body(response)
+    if "websocket.http.response" not in websocket.scope.get("extensions", {}):
         await websocket.close(1008, f"the worker answered {response.status_code}, not 101")
+        return
+    denial = Response(body, status_code=response.status_code)
+    denial.raw_headers.extend(
+        (name, value) for name, value in response.raw_headers if name.lower() not in _FRAMING
+    )
+    await websocket.send_denial_response(denial)
+
+
+DENIAL_BYTES = 64 * 1024  # of a streamed answer to a WebSocket request, what its client is sent
+DENIAL_S = 10.0  # how long a streamed answer to a WebSocket request may take to arrive
+# set by the server for the answer it sends, never passed on from the worker's
+_FRAMING = {b"content-length", b"transfer-encoding", b"connection", b"keep-alive", b"upgrade"}
+
+
+async def _denial_body(response: Response) -> bytes:
+    """A response's body, whole: a streaming one read (and closed) up to the bounds above."""
+    if not hasattr(response, "body_iterator"):
+        return bytes(response.body)
+    chunks, size = [], 0
+    iterator = response.body_iterator
+    try:
+        async with asyncio.timeout(DENIAL_S):
+            async for chunk in iterator:
+                data = chunk.encode() if isinstance(chunk, str) else bytes(chunk)
+                chunks.append(data[: DENIAL_BYTES - size])
+                size += len(chunks[-1])
+                if size >= DENIAL_BYTES:
+                    break
+    except Exception:  # slow, or failed on the way: what arrived is the answer
+        pass
+    finally:
+        aclose = getattr(iterator, "aclose", None)
+        if aclose is not None:
+            with contextlib.suppress(Exception):
+                await aclose()
+    return b"".join(chunks)
 
 
 def _asset_response(served: AssetResponse, headers: dict[str, str]) -> Response:

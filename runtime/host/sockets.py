@@ -10,7 +10,8 @@ order; at most INBOX_FRAMES / INBOX_BYTES wait for it, past which the client is 
 sends faster than the worker reads). What the worker sends waits in an outbox of at most
 OUTBOX_FRAMES / OUTBOX_BYTES for the client to take, past which the client is cut (1008: it
 does not read). A message over MESSAGE_BYTES is cut with 1009. One isolate or object holds at
-most PER_OWNER sockets, one account ACCOUNT_SOCKETS.
+most PER_OWNER sockets, one account ACCOUNT_SOCKETS; a socket an object answered stub.fetch with
+that its worker does not pass on to a client within OFFER_S is cut (1011) and counted no longer.
 """
 
 from __future__ import annotations
@@ -179,6 +180,7 @@ class SocketOwner:
         """A socket the worker's 101 response carried out; a string says why it is refused."""
         if not isinstance(offer.ws, int) or offer.ws < 1 or offer.ws in self.sockets:
             return "the response's WebSocket is not a new one of this worker"
+        self.hub.expire_offers()  # what was offered and never passed on counts no longer
         if len(self.sockets) >= PER_OWNER:
             return f"more than {PER_OWNER} WebSockets open in this worker or object; close some first"
         if self.hub.count(self.account) >= ACCOUNT_SOCKETS:
@@ -252,10 +254,12 @@ class SocketHub:
     """Every socket of the runtime: counts per account, the sockets offered by an object through
     stub.fetch until the worker passes them on, and the client sessions."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self._open: dict[str, int] = {}
-        self._offers: dict[str, tuple[str, ServerSocket, float]] = {}  # token -> (account, socket, until)
+        # token -> (account, socket, until, the timer that expires it where a loop runs)
+        self._offers: dict[str, tuple[str, ServerSocket, float, asyncio.TimerHandle | None]] = {}
         self._tasks: set[asyncio.Task] = set()
+        self._clock = clock
 
     def count(self, account: str) -> int:
         return self._open.get(account, 0)
@@ -267,21 +271,42 @@ class SocketHub:
         self._open[account] = max(0, self._open.get(account, 0) - 1)
 
     def offer(self, sock: ServerSocket) -> str:
-        """An object answered stub.fetch with a socket: a token its worker's response passes on."""
-        now = time.monotonic()
-        for token, (_, old, until) in list(self._offers.items()):
-            if until < now:
-                del self._offers[token]
-                old.cut(1011, "the WebSocket was never passed on to a client")
+        """An object answered stub.fetch with a socket: a token its worker's response passes on.
+        Not passed on within OFFER_S, it expires: cut, and no longer counted (a timer does it;
+        every check of the counts sweeps too, so a late timer never refuses a socket)."""
+        self.expire_offers()
         token = secrets.token_urlsafe(24)
-        self._offers[token] = (sock.owner.account, sock, now + OFFER_S)
+        try:
+            timer = asyncio.get_running_loop().call_later(OFFER_S, self._expire, token)
+        except RuntimeError:  # no loop (a test): the sweeps alone expire it
+            timer = None
+        self._offers[token] = (sock.owner.account, sock, self._clock() + OFFER_S, timer)
         return token
 
     def claim(self, token: Any, account: str) -> ServerSocket | None:
-        """The socket behind a token, once, for a worker of the same account."""
+        """The socket behind a token, once, for a worker of the same account, within OFFER_S."""
+        self.expire_offers()
         if not isinstance(token, str) or token not in self._offers or self._offers[token][0] != account:
             return None
-        return self._offers.pop(token)[1]
+        _, sock, _, timer = self._offers.pop(token)
+        if timer is not None:
+            timer.cancel()
+        return sock
+
+    def expire_offers(self) -> None:
+        """Cut every offered socket whose time to be passed on is over."""
+        now = self._clock()
+        for token in [t for t, (_, _, until, _) in self._offers.items() if until <= now]:
+            self._expire(token)
+
+    def _expire(self, token: str) -> None:
+        entry = self._offers.pop(token, None)
+        if entry is None:  # claimed, or swept, meanwhile
+            return
+        _, sock, _, timer = entry
+        if timer is not None:
+            timer.cancel()
+        sock.cut(1011, "the WebSocket was never passed on to a client")
 
     # --- a client's session -----------------------------------------------------------------------
 
@@ -363,5 +388,8 @@ class SocketHub:
         task.add_done_callback(self._tasks.discard)
 
     async def stop(self) -> None:
+        for _, _, _, timer in self._offers.values():
+            if timer is not None:
+                timer.cancel()
         for task in list(self._tasks):
             task.cancel()
