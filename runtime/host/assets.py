@@ -8,7 +8,8 @@ the matching ones (patterns, `!` to exclude) to the worker first. `env.ASSETS.fe
 same server, with not_found_handling applied to every miss.
 
 No path leaves the folder: `..` segments are refused, every candidate is resolved (symlinks
-followed) and must lie inside the resolved folder, and the runtime's state (.edge) is never served.
+followed) and must lie inside the resolved folder. The project's private files (secrets, configs,
+our state, git) are never served, since `directory = "."` puts them in the folder.
 """
 
 from __future__ import annotations
@@ -20,10 +21,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
+from runtime.control.config import CONFIG_NAMES
+from runtime.control.dev_vars import FILES as SECRET_FILES
+
 ASSETS_SERVICE = "edge:assets"  # the reserved service name env.<assets.binding>.fetch calls reach
 MAX_ASSET_BYTES = 25 * 1024 * 1024  # Cloudflare's limit per asset file
 CACHE_CONTROL = "public, max-age=0, must-revalidate"
-HIDDEN = {".assetsignore", ".edge"}  # never served, at any depth
+# Never served, at any depth: secrets (and wrangler's per-environment `.dev.vars.<env>`,
+# `.env.<env>`), the config files `edge` finds, our state, git, the ignore list.
+PRIVATE = frozenset(n.casefold() for n in (*SECRET_FILES, *CONFIG_NAMES, ".edge", ".git", ".assetsignore"))
+PRIVATE_PREFIXES = tuple(f"{n}." for n in SECRET_FILES)
 HTML_HANDLING = ("auto-trailing-slash", "force-trailing-slash", "drop-trailing-slash", "none")
 NOT_FOUND_HANDLING = ("single-page-application", "404-page", "none")
 
@@ -55,6 +62,13 @@ def _pattern(glob: str) -> re.Pattern:
     return re.compile("^" + ".*".join(re.escape(part) for part in glob.split("*")) + "$")
 
 
+def private(name: str) -> bool:
+    """Whether a path segment names a private file, as any disk may open it: case-insensitively, and
+    with what Windows drops (trailing dots and spaces, a `:stream` suffix) dropped."""
+    name = name.split(":", 1)[0].rstrip(". ").casefold()
+    return name in PRIVATE or name.startswith(PRIVATE_PREFIXES)
+
+
 class AssetServer:
     def __init__(
         self,
@@ -84,9 +98,10 @@ class AssetServer:
     # --- which file ----------------------------------------------------------------------------------
 
     def file(self, path: str) -> Path | None:
-        """The file at URL path `path` (decoded) if it is one inside the folder, else None."""
+        """The file at URL path `path` (decoded) if it is one inside the folder, else None. Every
+        lookup (html_handling's, not_found_handling's) comes here, so here the private ones end."""
         parts = [p for p in path.split("/") if p not in ("", ".")]
-        if any(p == ".." or "\x00" in p or "\\" in p or p in HIDDEN for p in parts):
+        if any(p == ".." or "\x00" in p or "\\" in p or private(p) for p in parts):
             return None
         try:
             real = self.root.joinpath(*parts).resolve(strict=True)
@@ -94,7 +109,7 @@ class AssetServer:
             return None
         if not real.is_relative_to(self.root) or any(real.is_relative_to(h) for h in self.hidden):
             return None  # a symlink (or anything) that leads out of the folder, or into our state
-        if any(p in HIDDEN for p in real.relative_to(self.root).parts) or not real.is_file():
+        if any(private(p) for p in real.relative_to(self.root).parts) or not real.is_file():
             return None  # where a symlink inside leads counts, not only the name asked for
         return real
 
