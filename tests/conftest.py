@@ -67,3 +67,41 @@ def icn_edge(tiny_model_dir):
     )
     yield edge
     edge.close()
+
+
+def _skip_reason(report: pytest.CollectReport | pytest.TestReport) -> str:
+    longrepr = report.longrepr
+    reason = longrepr[2] if isinstance(longrepr, tuple) and len(longrepr) == 3 else str(longrepr)
+    return reason.removeprefix("Skipped: ")
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """One line per test module skipped whole, with its reason: at collection (a module-level
+    pytest.skip or importorskip: no test of it is even listed) or test by test (a module-level skipif
+    mark, or a fixture each test uses: no C compiler, no network namespaces, no Chromium, no mount).
+    `-ra` lists skips by reason; this names what a run did not test at all."""
+    at_collection: dict[str, str] = {}
+    skipped: dict[str, dict[str, set[str]]] = {}  # module -> reason -> test ids
+    ran: set[str] = set()
+    for reports in terminalreporter.stats.values():
+        for report in reports:
+            nodeid = getattr(report, "nodeid", None)
+            if not nodeid or not isinstance(report, (pytest.CollectReport, pytest.TestReport)):
+                continue
+            module = nodeid.split("::")[0]
+            if isinstance(report, pytest.CollectReport):
+                if report.skipped:
+                    at_collection[module] = _skip_reason(report)
+            elif report.skipped and not hasattr(report, "wasxfail"):
+                skipped.setdefault(module, {}).setdefault(_skip_reason(report), set()).add(nodeid)
+            elif report.when == "call" or report.failed:
+                ran.add(module)
+    whole = {module: f"at collection: {reason}" for module, reason in at_collection.items()}
+    for module, reasons in skipped.items():
+        if module not in ran and module not in whole:
+            count = len(set().union(*reasons.values()))
+            whole[module] = f"each of its {count} test(s) that ran: " + "; ".join(sorted(reasons))
+    if whole:
+        terminalreporter.write_sep("=", f"{len(whole)} test module(s) skipped whole", yellow=True)
+        for module, why in sorted(whole.items()):
+            terminalreporter.write_line(f"SKIPPED MODULE {module}: {why}")

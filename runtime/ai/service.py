@@ -60,7 +60,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("edge.ai")
 
-EMBED_THREADS = 2  # embedding texts computed at once (CPU work, kept off the event loop), all accounts
+# embedding texts computed at once, all accounts: one, since the stand-in is pure Python (it holds the
+# GIL, so a second thread adds no speed, only takes the GIL from the event loop that serves requests)
+EMBED_THREADS = 1
 
 ERROR_CODES = {
     "model_not_found": 5007,

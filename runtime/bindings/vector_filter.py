@@ -1,7 +1,8 @@
 """Vectorize's metadata filters: `{"genre": "drama"}` (implicit $eq), `{"year": {"$gte": 2000}}`,
 `{"tag": {"$in": ["a", "b"]}}`, dotted keys for nested metadata (`"author.name"`); every key of a
 filter must match. Operators: $eq, $ne, $in, $nin, $lt, $lte, $gt, $gte, as Cloudflare documents.
-A filter is checked once (check_filter), then applied to each vector's metadata (matches)."""
+A filter is checked once (check_filter), then applied to each vector's metadata (matches). Nothing
+here recurses over a filter or metadata: a value nested past the stack's depth cannot crash a call."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from runtime.bindings.common import BindingError
 OPERATORS = ("$eq", "$ne", "$in", "$nin", "$lt", "$lte", "$gt", "$gte")
 FILTER_BYTES = 2048  # a filter's JSON, as Cloudflare bounds it
 MAX_IN = 100  # values in one $in / $nin
+FILTER_DEPTH = 3  # {key: {operator: [values]}}: the deepest a filter's JSON nests
 _MISSING = object()
 
 
@@ -24,6 +26,13 @@ def check_filter(what: str, given: Any) -> dict[str, dict[str, Any]]:
     """`given` as {key: {operator: value}}; BindingError saying what to change."""
     if not isinstance(given, dict):
         raise BindingError("TypeError", f"{what}: filter must be an object such as {{'genre': 'drama'}}")
+    if nests_deeper(given, FILTER_DEPTH):  # before json.dumps, which recurses
+        raise BindingError(
+            "TypeError",
+            f"{what}: filter nests objects and arrays more than {FILTER_DEPTH} deep; a filter is "
+            "{key: value} or {key: {operator: value}}, each value a string, number, boolean, null "
+            "or (for $in and $nin) a list of them; name a nested property with a dotted key ('author.name')",
+        )
     try:
         size = len(json.dumps(given, allow_nan=False).encode())
     except (TypeError, ValueError):
@@ -64,6 +73,21 @@ def check_filter(what: str, given: Any) -> dict[str, dict[str, Any]]:
                 raise BindingError("TypeError", f"{what}: filter.{key}.{op} takes {kind}, got {value!r}")
         out[key] = ops
     return out
+
+
+def nests_deeper(value: Any, limit: int) -> bool:
+    """Whether `value` nests dicts and lists more than `limit` deep (the outermost one is 1 deep),
+    walked without recursion and stopping at the first level past `limit`."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else ()
+        for child in children:
+            if isinstance(child, (dict, list)):
+                if depth >= limit:
+                    return True
+                stack.append((child, depth + 1))
+    return False
 
 
 def _ordered(value: Any) -> bool:

@@ -14,12 +14,13 @@ Cloudflare's limits hold: at most 1536 dimensions, 1000 vectors per insert or up
 64 bytes, metadata at most 10 KiB of JSON, namespaces at most 64 bytes (50,000 of them per
 index), topK at most 100 (20 with returnValues or returnMetadata "all"), filters at most 2048
 bytes. Locally an account keeps at most
-100 indexes and 1 GiB of vectors and metadata.
+100 indexes and 1 GiB of vectors and metadata, and metadata nests at most 32 deep (MAX_METADATA_DEPTH).
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import re
 import threading
 import time
@@ -42,7 +43,7 @@ from runtime.bindings.common import (
     text,
 )
 from runtime.bindings.kind import BindingKind
-from runtime.bindings.vector_filter import check_filter, matches
+from runtime.bindings.vector_filter import check_filter, matches, nests_deeper
 from runtime.bindings.vector_search import METRICS, VectorSearch
 
 MAX_DIMENSIONS = 1536
@@ -51,11 +52,18 @@ ID_BYTES = 64
 NAMESPACE_BYTES = 64
 MAX_NAMESPACES = 50_000  # per index, as Cloudflare's paid plan
 METADATA_BYTES = 10 * 1024
+# Objects and arrays inside each other in one vector's metadata, the metadata object itself 1 deep.
+# Cloudflare bounds metadata only by its 10 KiB of JSON, which can nest some 5,000 deep ([[[...]]]),
+# and what walks a value recursively (json, msgspec, the SDK's wrap_result in the isolate) fails from
+# a few hundred levels: once stored, such a vector would break every answer carrying its metadata.
+# A local limit, then, well past any real metadata's shape.
+MAX_METADATA_DEPTH = 32
 TOP_K, TOP_K_WITH_DATA = 100, 20
 INDEX_NAME = re.compile(r"^[a-z][a-z0-9-]{0,63}$")
 MAX_INDEXES = 100  # per account, here (Cloudflare's free plan)
 RETURN_METADATA = ("none", "indexed", "all")
 ERROR = "VECTORIZE_ERROR"
+log = logging.getLogger("edge.vectorize")
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS indexes (
@@ -191,7 +199,7 @@ class VectorizeStore:
             for key, ident, namespace, _, metadata in rows:
                 loaded.ids[key], loaded.by_id[ident] = ident, key
                 loaded.namespaces[key] = namespace
-                loaded.metadata[key] = json.loads(metadata) if metadata is not None else None
+                loaded.metadata[key] = _stored_metadata(metadata, account, name, ident)
         self._loaded[(account, name)] = loaded
         return loaded
 
@@ -261,6 +269,13 @@ class VectorizeStore:
             if metadata is not None:
                 if not isinstance(metadata, dict):
                     raise BindingError("TypeError", f"{where}.metadata must be an object")
+                if nests_deeper(metadata, MAX_METADATA_DEPTH):  # before json.dumps, which recurses
+                    raise BindingError(
+                        "RangeError",
+                        f"{where}.metadata nests objects and arrays more than {MAX_METADATA_DEPTH} deep; "
+                        f"the limit is {MAX_METADATA_DEPTH}: flatten it (or keep the deep part as a JSON "
+                        "string, or elsewhere, KV or R2, with its key in the metadata)",
+                    )
                 try:
                     meta = json.dumps(metadata, ensure_ascii=False, allow_nan=False)
                 except (TypeError, ValueError):
@@ -489,6 +504,60 @@ class VectorizeStore:
 
     def close(self) -> None:
         self._db.close()
+
+
+def _stored_metadata(stored: str | None, account: str, name: str, ident: str) -> Any:
+    """A vector's metadata as read from the file. Metadata an older version stored nesting past
+    MAX_METADATA_DEPTH keeps its first MAX_METADATA_DEPTH levels, each object or array below them
+    turned into its JSON text (a string), so that the vector stays readable and its data whole;
+    metadata that is not JSON at all (a damaged file) reads as none. Either is logged as the index loads."""
+    if stored is None:
+        return None
+    try:
+        value = json.loads(stored)
+        # fewer brackets than levels cannot nest too deep: most metadata is not walked
+        shallow = stored.count("{") + stored.count("[") <= MAX_METADATA_DEPTH
+        if shallow or not nests_deeper(value, MAX_METADATA_DEPTH):
+            return value
+    except (RecursionError, ValueError):
+        pass
+    try:
+        value = json.loads(_flatten_below(stored, MAX_METADATA_DEPTH))
+    except (RecursionError, ValueError):
+        log.warning(
+            "vectorize %s/%s: vector %r: its stored metadata is not JSON; read as none", account, name, ident
+        )
+        return None
+    log.warning(
+        "vectorize %s/%s: vector %r: its stored metadata nests more than %d deep; the levels below are "
+        "read as JSON text (upsert it flatter to fix it)",
+        account, name, ident, MAX_METADATA_DEPTH,
+    )  # fmt: skip
+    return value
+
+
+def _flatten_below(text: str, limit: int) -> str:
+    """JSON `text` with each object or array nested deeper than `limit` replaced by a JSON string of
+    its text: a scan over the characters (strings and their escapes skipped), no recursion."""
+    out, depth, start, done, i = [], 0, -1, 0, 0
+    while i < len(text):
+        c = text[i]
+        if c == '"':
+            i += 1
+            while i < len(text) and text[i] != '"':
+                i += 2 if text[i] == "\\" else 1
+        elif c in "{[":
+            depth += 1
+            if depth == limit + 1:
+                start = i
+        elif c in "}]":
+            if depth == limit + 1 and start >= 0:
+                out += [text[done:start], json.dumps(text[start : i + 1], ensure_ascii=False)]
+                done, start = i + 1, -1
+            depth -= 1
+        i += 1
+    out.append(text[done:])
+    return "".join(out)
 
 
 class VectorizeConfig(msgspec.Struct, kw_only=True):

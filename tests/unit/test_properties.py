@@ -3,6 +3,7 @@ between the runtime and a remote PoP round-trip what they are given, and refuse 
 with their own clear error (ConfigError, msgspec's DecodeError), never another exception."""
 
 import json
+import tomllib
 
 import msgspec
 import pytest
@@ -40,9 +41,35 @@ def test_jsonc_round_trips_with_comments_and_trailing_commas(data, indent, comme
     assert parse_jsonc(commented) == data
 
 
+jsonc_texts = st.one_of(
+    st.tuples(st.just("any"), st.text(max_size=200)),
+    st.tuples(st.just("json"), json_values.map(json.dumps)),  # an object, or another value
+    st.tuples(st.just("cut"), objects.map(lambda data: json.dumps(data)[:-1])),  # its closing } lost
+)
+
+
 @QUICK
-@given(text=st.text(max_size=200))
-def test_jsonc_refuses_any_text_with_a_config_error_only(text):
+@given(kind_text=jsonc_texts)
+def test_jsonc_reads_any_json_object_and_refuses_the_rest_with_a_config_error_only(kind_text):
+    kind, text = kind_text
+    if kind == "cut":  # an object left open is never JSONC
+        with pytest.raises(ConfigError, match=r"^wrangler\.jsonc: invalid JSON at line \d+, column \d+: "):
+            parse_jsonc(text)
+        return
+    try:
+        expected = json.loads(text)
+    except ValueError:
+        expected = None  # not JSON: JSONC may still read it (a comment, a trailing comma, a BOM)
+    else:
+        if isinstance(expected, dict):  # JSONC is a superset of JSON: the same object back
+            assert parse_jsonc(text) == expected
+        else:
+            with pytest.raises(
+                ConfigError, match=r"^wrangler\.jsonc: expected a JSON object at the top level"
+            ):
+                parse_jsonc(text)
+        return
+    assert kind == "any"
     try:
         assert isinstance(parse_jsonc(text), dict)
     except ConfigError as exc:
@@ -58,13 +85,43 @@ def test_config_nested_past_the_stack_is_a_config_error(syntax):
         parse_config(text, syntax=syntax)
 
 
+names = st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789-", min_size=1, max_size=20)
+toml_texts = st.one_of(
+    st.tuples(st.just(None), st.text(max_size=200)),
+    st.builds(  # a whole config (its name given back), then perhaps any text after it
+        lambda name, date, tail: (
+            name if not tail else None,
+            f'name = "{name}"\nmain = "worker.py"\ncompatibility_date = "{date}"\n{tail}',
+        ),
+        names,
+        st.dates().map(lambda d: d.isoformat()),
+        st.one_of(st.just(""), st.text(max_size=50)),
+    ),
+)
+
+
 @QUICK
-@given(text=st.text(max_size=200))
-def test_the_toml_config_parser_refuses_any_text_with_a_config_error_only(text):
+@given(name_text=toml_texts)
+def test_the_toml_config_parser_reads_a_config_and_refuses_any_other_text_with_a_config_error_only(
+    name_text,
+):
+    name, text = name_text
     try:
-        parse_config(text)
-    except ConfigError:
-        pass
+        tomllib.loads(text)
+    except tomllib.TOMLDecodeError:
+        with pytest.raises(ConfigError, match=r"^wrangler-like\.toml: invalid TOML: "):
+            parse_config(text)
+        return
+    if name is not None:  # a whole config and nothing after it
+        config = parse_config(text)
+        assert (config.name, config.main) == (name, "worker.py")
+        return
+    try:
+        config = parse_config(text)
+    except ConfigError as exc:
+        assert str(exc).startswith("wrangler-like.toml: ")
+    else:
+        assert isinstance(config.name, str) and config.name
 
 
 def sse_payloads(stream: bytes) -> list:
@@ -130,17 +187,24 @@ def test_wire_structs_round_trip(req, frame):
 
 
 @QUICK
-@given(data=st.binary(max_size=300), frame=frames, cut=st.integers(0, 300))
-def test_malformed_frames_are_refused_with_a_decode_error(data, frame, cut):
-    encoded = remote._encode(frame)
-    for bad in (data, encoded[: min(cut, len(encoded) - 1)], remote._encode({"kind": "nope"})):
+@given(data=st.binary(max_size=300), frame=frames, req=requests, cut=st.integers(0, 300))
+def test_malformed_frames_are_refused_with_a_decode_error(data, frame, req, cut):
+    # a frame or a request cut short, or of another shape, is refused (msgpack has no valid prefix)
+    for encoded in (remote._encode(frame), remote._encode(req)):
+        for decode in (remote._decode_frame, remote._decode_request):
+            with pytest.raises(msgspec.DecodeError):
+                decode(encoded[: min(cut, len(encoded) - 1)])
+    with pytest.raises(msgspec.ValidationError, match="Invalid enum value 'nope'"):
+        remote._decode_frame(remote._encode({"kind": "nope"}))
+    with pytest.raises(msgspec.ValidationError, match="missing required field `model`"):
+        remote._decode_request(remote._encode({"kind": "nope"}))
+    # any bytes: a frame or a request of the declared types, or a DecodeError (ValidationError is one)
+    for decode, kind in ((remote._decode_frame, remote.Frame), (remote._decode_request, GenerateRequest)):
         try:
-            decoded = remote._decode_frame(bad)
-        except msgspec.DecodeError as exc:  # ValidationError is one: "Expected ..." names the field
+            decoded = decode(data)
+        except msgspec.DecodeError as exc:
             assert str(exc)
         else:
-            assert isinstance(decoded, remote.Frame) and decoded.kind in ("event", "error", "down")
-        try:
-            remote._decode_request(bad)
-        except msgspec.DecodeError:
-            pass
+            assert isinstance(decoded, kind)
+            if kind is remote.Frame:
+                assert decoded.kind in ("event", "error", "down")

@@ -89,9 +89,91 @@ def test_metadata_filters_take_each_operator():
         ({"x": {"$in": "a"}}, "list"),
         ({"k": "v" * 3000}, "2048"),
         ([1], "must be an object"),
+        ({"x": {"$eq": {"a": {"b": 1}}}}, "more than 3 deep"),
+        (nested(5000), "more than 3 deep"),  # refused before json.dumps would recurse past the stack
     ]:
         with pytest.raises(BindingError, match=words):
             f(bad)
+
+
+def nested(depth, leaf="bottom"):
+    """Metadata `depth` objects deep: {"l": {"l": ... {"l": leaf}}}, built without recursion."""
+    value = leaf
+    for _ in range(depth):
+        value = {"l": value}
+    return value
+
+
+def depth_of(value):
+    depth = 0
+    while isinstance(value, dict):
+        value, depth = value["l"], depth + 1
+    return depth
+
+
+def test_metadata_nested_past_the_limit_is_refused_and_at_the_limit_stays_readable(store):
+    from runtime.bindings.vectorize import MAX_METADATA_DEPTH
+    from workers.binding_values import wrap_result
+
+    assert MAX_METADATA_DEPTH == 32
+    call(store, "upsert", [{"id": "flat", "values": vec(1, 0, 0), "metadata": {"kind": "flat"}}])
+    # hundreds of levels deep is well under 10 KiB of JSON, and walking it back would break the index
+    for depth in (33, 400, 5000):
+        for method in ("insert", "upsert"):
+            with pytest.raises(
+                BindingError, match="nests objects and arrays more than 32 deep; the limit is 32"
+            ):
+                call(store, method, [{"id": "deep", "values": vec(0, 1, 0), "metadata": nested(depth)}])
+    with pytest.raises(BindingError, match="more than 32 deep"):  # arrays count as objects do
+        call(store, "insert", [{"id": "deep", "values": vec(0, 1, 0), "metadata": {"a": [nested(31)]}}])
+    assert call(store, "describe")["vectorCount"] == 1  # nothing stored
+    at_limit = nested(32)
+    call(store, "insert", [{"id": "deep", "values": vec(0, 1, 0), "metadata": at_limit}])
+    found = call(store, "query", vec(0, 1, 0), topK=20, returnMetadata="all")
+    assert {m["id"]: m["metadata"] for m in found["matches"]} == {"deep": at_limit, "flat": {"kind": "flat"}}
+    assert call(store, "getByIds", ["deep", "flat"]) == [
+        {"id": "deep", "values": [0.0, 1.0, 0.0], "metadata": at_limit},
+        {"id": "flat", "values": [1.0, 0.0, 0.0], "metadata": {"kind": "flat"}},
+    ]
+    filtered = call(store, "query", vec(1, 0, 0), filter={"l.l.l": {"$ne": 1}}, returnMetadata="all")
+    assert [m["id"] for m in filtered["matches"]] == ["flat", "deep"]
+    wrap_result(found), wrap_result(call(store, "getByIds", ["deep"]))  # as the isolate walks an answer
+
+
+def test_metadata_an_older_version_stored_too_deep_reads_flattened_for_that_vector_only(tmp_path, store):
+    """Metadata stored before the depth limit (5000 levels: more than json.loads can parse) keeps its
+    first 32 levels; each object below them reads as its JSON text, and every other vector reads as it
+    was stored."""
+    import json
+
+    call(store, "upsert", [{"id": "flat", "values": vec(1, 0, 0), "metadata": {"kind": "flat"}}])
+    deep_text = '{"l": ' * 5000 + '"bottom"' + "}" * 5000  # as json.dumps wrote it, built without it
+    stored = [("deep", deep_text), ("shallow", json.dumps(nested(40))), ("damaged", '{"a": [1, ')]
+    for ident, meta in stored:
+        store._db.execute(
+            "INSERT INTO vectors (account, index_name, id, namespace, vals, metadata)"
+            " VALUES (?, ?, ?, ?, ?, ?)",
+            ("a", "docs", ident, None, np.array(vec(0, 1, 0), dtype=np.float32).tobytes(), meta),
+        )
+    store._db.execute("UPDATE indexes SET version = version + 1 WHERE account = 'a' AND name = 'docs'")
+    found = call(store, "query", vec(0, 1, 0), topK=20, returnMetadata="all")
+    by_id = {m["id"]: m["metadata"] for m in found["matches"]}
+    assert by_id.keys() == {"flat", "deep", "shallow", "damaged"} and by_id["damaged"] is None
+    assert by_id["flat"] == {"kind": "flat"}
+    for ident, depth in [("deep", 5000), ("shallow", 40)]:
+        meta = by_id[ident]
+        assert depth_of(meta) == 32  # 32 objects, the 33rd read as its JSON text
+        rest = meta
+        for _ in range(32):
+            rest = rest["l"]
+        assert rest == '{"l": ' * (depth - 32) + '"bottom"' + "}" * (depth - 32)
+    got = call(store, "getByIds", ["deep", "flat"])
+    assert [v["id"] for v in got] == ["deep", "flat"] and got[0]["metadata"] == by_id["deep"]
+    assert [m["id"] for m in call(store, "query", vec(1, 0, 0), filter={"kind": "flat"})["matches"]] == [
+        "flat"
+    ]
+    call(store, "upsert", [{"id": "deep", "values": vec(0, 1, 0), "metadata": {"kind": "fixed"}}])
+    assert call(store, "getByIds", ["deep"])[0]["metadata"] == {"kind": "fixed"}
 
 
 def test_queries_with_a_filter_take_the_top_k_from_the_matching_vectors(store):
