@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 
 import msgspec
 
-from runtime.http.validation import describe
+from runtime.control.validation import describe
 from workers import AIError
 
 T = TypeVar("T", bound=msgspec.Struct)

@@ -17,7 +17,7 @@ from typing import Any
 import msgspec
 
 from runtime.ai.inputs import TextGenerationInputs
-from runtime.http.validation import describe
+from runtime.control.validation import describe
 from workers import AIError
 
 MAX_ITEMS = 512  # input items (messages, calls, call outputs) in one request

@@ -238,7 +238,7 @@ class AIService:
             parsed,
             model=model,
             tenant=account,
-            share=terms.share() if terms else TenantShare(),
+            share=TenantShare(terms.weight, terms.kv_share) if terms else TenantShare(),
             session=session,
         )
         if not responses:

@@ -16,7 +16,7 @@ from runtime.cli.client import bootstrap_token
 from runtime.cli.common import CONFIG_HELP, _fail
 from runtime.cli.control import cmd_pop
 from runtime.control.config import ConfigError, WorkerConfig, load_config
-from runtime.http.validation import describe
+from runtime.control.validation import describe
 
 SHUTDOWN_GRACE_S = 3.0  # edge dev after SIGTERM / Ctrl-C: open responses get this long, then are cancelled
 

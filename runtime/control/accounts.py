@@ -18,7 +18,6 @@ import time
 from dataclasses import asdict, dataclass, fields, replace
 from typing import TYPE_CHECKING, Any
 
-from engine.fair_queue import TenantShare
 from runtime.control.rate_limit import DEFAULT_RPM, Limits
 
 if TYPE_CHECKING:  # the config reads the checks here without loading the state's SQLite and crypto
@@ -90,10 +89,6 @@ class AccountSettings:
     tpm: int | None = None
     weight: float = 1.0
     kv_share: float = 1.0
-
-    def share(self) -> TenantShare:
-        """What the PoPs' schedulers owe this account (engine.fair_queue)."""
-        return TenantShare(self.weight, self.kv_share)
 
     def checked(self, where: str = "") -> AccountSettings:
         """These settings if usable, else AccountError naming `where` + the key."""

@@ -18,6 +18,7 @@ import msgspec
 
 from runtime.control import limits as worker_limits
 from runtime.control.accounts import AccountError, AccountSettings, check_name
+from runtime.control.addresses import parse_host_port
 from runtime.control.config_schema import (
     DEFAULT_POPS,
     INSTALLED_MODELS_DIR,
@@ -45,8 +46,7 @@ from runtime.control.config_schema import (
     binding_tables,
 )
 from runtime.control.jsonc import parse_jsonc, strip_jsonc
-from runtime.http.addresses import parse_host_port
-from runtime.http.validation import describe
+from runtime.control.validation import describe
 
 if TYPE_CHECKING:
     from edge_sim.topology import Topology

@@ -13,8 +13,8 @@ from edge_sim.edge import Edge
 from edge_sim.topology import Location
 from runtime.host.fetch_guard import FetchGuard
 from runtime.host.spec import RequestContext
+from runtime.http.headers import LOCATION_HEADER
 
-LOCATION_HEADER = "x-edge-client-location"
 WORKER_HOST_SUFFIX = ".edge.localhost"  # <worker>.<account>.edge.localhost reaches a deployed worker
 WORKER_HEADER = "x-edge-worker"  # or: x-edge-worker: <account>/<worker>
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import httpx
 
-from runtime.http.addresses import parse_host_port
+from runtime.control.addresses import parse_host_port
 
 MAX_REDIRECTS = 10
 MAX_RESPONSE_BYTES = 8 * 1024 * 1024

@@ -16,7 +16,7 @@ from starlette.responses import Response, StreamingResponse
 from starlette.websockets import WebSocket
 
 from edge_sim.topology import TopologyError
-from runtime.host.addressing import LOCATION_HEADER, Locator, target
+from runtime.host.addressing import Locator, target
 from runtime.host.assets import AssetResponse, AssetServer
 from runtime.host.registry import WorkerRegistry
 from runtime.host.services import NetworkMode
@@ -30,6 +30,7 @@ from runtime.http.errors import (
     error_response,
     ray_id,
 )
+from runtime.http.headers import LOCATION_HEADER
 from runtime.isolate import ipc
 
 MAX_BODY_BYTES = 100 * 1024 * 1024  # Cloudflare's request body limit on the Free and Pro plans

@@ -19,7 +19,6 @@ from starlette.responses import Response, StreamingResponse
 
 from runtime.bindings.kinds import sdk_clients
 from runtime.control.tail import log_event
-from runtime.host.addressing import LOCATION_HEADER
 from runtime.host.objects import namespace_key
 from runtime.host.request_entry import request_entry
 from runtime.host.services import WorkerServices
@@ -27,6 +26,7 @@ from runtime.host.sockets import ServerSocket, SocketEvent, SocketOwner, SocketU
 from runtime.host.spec import RequestContext, WorkerSpec, cf_properties
 from runtime.host.worker_calls import LOG_BYTES, LOG_LINES, WorkerCalls
 from runtime.http.errors import WORKER_EXCEPTION, WORKER_LIMITS, WORKER_UNAVAILABLE, error_response
+from runtime.http.headers import LOCATION_HEADER
 from runtime.isolate import ipc
 from runtime.isolate.console import WorkerConsole, indented
 from runtime.isolate.process import ExceededResources, Isolate, IsolateCrashed, WorkerLoadError

@@ -36,8 +36,8 @@ from runtime.ai.refusals import InputError, decode_inputs
 from runtime.ai.service import AICall
 from runtime.ai.shapes import openai_events, shape_result, text_completion
 from runtime.control.rate_limit import AccountLimited
-from runtime.host.addressing import LOCATION_HEADER
 from runtime.http.errors import BAD_LOCATION
+from runtime.http.headers import LOCATION_HEADER
 from runtime.http.json_body import BadJSON, decode_json
 from workers import AIError
 
@@ -45,7 +45,6 @@ if TYPE_CHECKING:
     from runtime.ai.service import AIService
     from runtime.control.metrics import Metrics
     from runtime.control.state import State
-    from runtime.host.spec import RequestContext
 
 log = logging.getLogger("edge.api")
 
@@ -149,6 +148,13 @@ def authenticate(state, request: Request) -> str:
     return account
 
 
+class Located(Protocol):
+    """What the AI APIs read of a located request (runtime.host.spec.RequestContext)."""
+
+    ingress: PoP
+    client_rtt_ms: float
+
+
 class AIApiHost(Protocol):
     """What the AI APIs use of the runtime (runtime.app.ApiServices)."""
 
@@ -156,7 +162,7 @@ class AIApiHost(Protocol):
     ai: AIService
     metrics: Metrics
 
-    def locate(self, request: Request) -> RequestContext: ...
+    def locate(self, request: Request) -> Located: ...
 
     def catalog_view(self) -> list[dict[str, Any]]: ...
 

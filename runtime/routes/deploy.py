@@ -35,8 +35,8 @@ from runtime.control import limits as worker_limits
 from runtime.control.config import check_env_names
 from runtime.control.state import State, private_dir, write_bundle
 from runtime.control.tail import TailHub
+from runtime.control.validation import describe
 from runtime.http.json_body import decode_json
-from runtime.http.validation import describe
 from runtime.isolate.process import Isolate, WorkerLoadError
 from runtime.routes.ai_rest import AUTH_ERROR, AuthError, authenticate, cf_error, envelope
 

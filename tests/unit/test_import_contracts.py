@@ -1,6 +1,7 @@
 """The import rules between rooms, as import-linter contracts in pyproject.toml ([tool.importlinter]):
 the top-level order runtime -> capacity -> edge_sim -> engine -> kernels, the SDK on its own, the rooms
-inside runtime/ in their layers, and what runs in the jail importing only the wire types and the SDK."""
+inside runtime/ in their layers and each importing only what DESIGN.md lets it, and what runs in the jail
+importing only the wire types and the SDK."""
 
 import subprocess
 import sys
@@ -28,6 +29,21 @@ def test_every_room_of_runtime_is_in_the_layers():
     rooms = {p.parent.name for p in (ROOT / "runtime").glob("*/__init__.py")} - {"shipped_models"}
     rooms |= {p.stem for p in (ROOT / "runtime").glob("*.py") if p.stem != "__init__"}
     assert rooms == named, f"rooms not in the layers: {sorted(rooms - named)}; gone: {sorted(named - rooms)}"
+
+
+def test_every_room_under_the_app_says_what_it_may_import():
+    """The layers alone let a room import any lower one; each has a forbidden contract of its own."""
+    inside = next(c for c in _contracts() if c.get("containers") == ["runtime"])
+    named = {room.strip() for layer in inside["layers"] for room in layer.split("|")}
+    own = {
+        c["source_modules"][0]: set(c["forbidden_modules"])
+        for c in _contracts()
+        if c["type"] == "forbidden" and len(c["source_modules"]) == 1
+    }
+    for room in sorted(named - {"cli", "bench", "app"}):
+        forbidden = own.get(f"runtime.{room}")
+        assert forbidden is not None, f"runtime.{room} has no forbidden contract"
+        assert {"runtime.app", "runtime.cli", "runtime.bench"} <= forbidden, room
 
 
 def test_the_jail_contract_forbids_every_isolate_module_but_the_wire_types():
