@@ -102,8 +102,10 @@ class VectorizeStore:
     def __init__(self, path: Path):
         self._db = open_private_db(path)
         self._db.executescript(SCHEMA)
-        self._lock = threading.RLock()
+        self._lock = threading.RLock()  # the file's connection: held only around its SQL
         self._loaded: dict[tuple[str, str], Loaded] = {}
+        # one lock per index: a long search or load in one index (one account's) never holds another's
+        self._index_locks: dict[tuple[str, str], threading.Lock] = {}
 
     # --- the indexes (edge vectorize create / list / delete / info) ---------------------------
 
@@ -159,7 +161,7 @@ class VectorizeStore:
 
     def delete(self, account: str, name: str) -> None:
         self._row(account, name)
-        with self._lock:
+        with self._index_lock(account, name), self._lock:
             self._db.execute("BEGIN IMMEDIATE")
             self._db.execute("DELETE FROM vectors WHERE account = ? AND index_name = ?", (account, name))
             self._db.execute("DELETE FROM indexes WHERE account = ? AND name = ?", (account, name))
@@ -189,10 +191,11 @@ class VectorizeStore:
         if loaded is not None and loaded.version == version and loaded.created == created:
             return loaded
         loaded = Loaded(version, created, VectorSearch(dims, metric))
-        rows = self._db.execute(
-            "SELECT key, id, namespace, vals, metadata FROM vectors WHERE account = ? AND index_name = ?",
-            (account, name),
-        ).fetchall()
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT key, id, namespace, vals, metadata FROM vectors WHERE account = ? AND index_name = ?",
+                (account, name),
+            ).fetchall()
         if rows:
             keys = [r[0] for r in rows]
             loaded.search.add(keys, np.frombuffer(b"".join(r[3] for r in rows), dtype=np.float32))
@@ -217,8 +220,12 @@ class VectorizeStore:
         }.get(method)
         if handler is None:
             raise BindingError("TypeError", f"a Vectorize index has no method {method!r}")
-        with self._lock:
+        with self._index_lock(account, ident):
             return handler(account, ident, args, kwargs)
+
+    def _index_lock(self, account: str, name: str) -> threading.Lock:
+        with self._lock:
+            return self._index_locks.setdefault((account, name), threading.Lock())
 
     def _describe(self, account: str, name: str, args: list, kwargs: dict) -> dict:
         arity("describe", args, 0)
@@ -332,6 +339,21 @@ class VectorizeStore:
             )
         adding = sum(len(v[2]) + len((v[3] or "").encode()) for v in vectors)
         replaced = [loaded.by_id[v[0]] for v in vectors if v[0] in loaded.by_id]
+        with self._lock:
+            keys = self._store(account, name, vectors, adding)
+        self._forget(loaded, replaced)
+        if keys:
+            loaded.search.add(keys, np.frombuffer(b"".join(v[2] for v in vectors), dtype=np.float32))
+        for key, (ident, namespace, _, meta) in zip(keys, vectors, strict=True):
+            loaded.ids[key], loaded.by_id[ident] = ident, key
+            loaded.namespaces[key] = namespace
+            loaded.metadata[key] = json.loads(meta) if meta is not None else None
+        loaded.version += 1
+        ids = [v[0] for v in vectors]
+        return {"mutationId": str(uuid.uuid4()), "count": len(ids), "ids": ids}
+
+    def _store(self, account: str, name: str, vectors: list, adding: int) -> list[int]:
+        """The vectors written in one transaction (under the connection's lock); their keys."""
         self._db.execute("BEGIN IMMEDIATE")
         try:
             (used,) = self._db.execute(
@@ -361,16 +383,7 @@ class VectorizeStore:
                 self._db.execute("ROLLBACK")
             self._loaded.pop((account, name), None)  # reload from the file next time
             raise
-        self._forget(loaded, replaced)
-        if keys:
-            loaded.search.add(keys, np.frombuffer(b"".join(v[2] for v in vectors), dtype=np.float32))
-        for key, (ident, namespace, _, meta) in zip(keys, vectors, strict=True):
-            loaded.ids[key], loaded.by_id[ident] = ident, key
-            loaded.namespaces[key] = namespace
-            loaded.metadata[key] = json.loads(meta) if meta is not None else None
-        loaded.version += 1
-        ids = [v[0] for v in vectors]
-        return {"mutationId": str(uuid.uuid4()), "count": len(ids), "ids": ids}
+        return keys
 
     @staticmethod
     def _forget(loaded: Loaded, keys: list[int]) -> None:
@@ -447,7 +460,8 @@ class VectorizeStore:
         return {"count": len(out), "matches": out}
 
     def _stored_values(self, key: int) -> list[float]:
-        (vals,) = self._db.execute("SELECT vals FROM vectors WHERE key = ?", (key,)).fetchone()
+        with self._lock:
+            (vals,) = self._db.execute("SELECT vals FROM vectors WHERE key = ?", (key,)).fetchone()
         return np.frombuffer(vals, dtype=np.float32).tolist()
 
     def _ids(self, what: str, args: list) -> list[str]:
@@ -489,15 +503,16 @@ class VectorizeStore:
         options("deleteByIds", kwargs, set())
         loaded = self._index(account, name)
         gone = [i for i in dict.fromkeys(ids) if i in loaded.by_id]
-        self._db.execute("BEGIN IMMEDIATE")
-        self._db.executemany(
-            "DELETE FROM vectors WHERE account = ? AND index_name = ? AND id = ?",
-            [(account, name, i) for i in gone],
-        )
-        self._db.execute(
-            "UPDATE indexes SET version = version + 1 WHERE account = ? AND name = ?", (account, name)
-        )
-        self._db.execute("COMMIT")
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            self._db.executemany(
+                "DELETE FROM vectors WHERE account = ? AND index_name = ? AND id = ?",
+                [(account, name, i) for i in gone],
+            )
+            self._db.execute(
+                "UPDATE indexes SET version = version + 1 WHERE account = ? AND name = ?", (account, name)
+            )
+            self._db.execute("COMMIT")
         self._forget(loaded, [loaded.by_id[i] for i in gone])
         loaded.version += 1
         return {"mutationId": str(uuid.uuid4()), "count": len(gone), "ids": gone}

@@ -286,3 +286,35 @@ def test_the_cli_creates_lists_shows_and_deletes_indexes(tmp_path, capsys):
     )
     assert run("delete", "docs") == 0 and run("info", "docs") == 2
     assert "no Vectorize index 'docs'" in capsys.readouterr().err
+
+
+def test_a_long_call_in_one_accounts_index_never_holds_another_accounts(store):
+    """Each index has its own lock (the file's connection is held only around its SQL): while a
+    search in one account's index runs, another account's index answers."""
+    import threading
+
+    store.create("b", "docs", 4, "cosine")
+    call(store, "upsert", [{"id": "x", "values": vec(1, 0, 0)}], account="a")
+    call(store, "upsert", [{"id": "y", "values": vec(0, 1, 0, 0)}], account="b")
+    search = store._index("a", "docs").search
+    running, release = threading.Event(), threading.Event()
+    plain = search.search
+
+    def slow(*args, **kwargs):  # a query over a large index, held until the test lets it go
+        running.set()
+        assert release.wait(10)
+        return plain(*args, **kwargs)
+
+    search.search = slow
+    first = threading.Thread(target=call, args=(store, "query", vec(1, 0, 0)), daemon=True)
+    first.start()
+    assert running.wait(10)
+    answers = []
+    other = threading.Thread(
+        target=lambda: answers.append(call(store, "query", vec(0, 1, 0, 0), account="b")), daemon=True
+    )
+    other.start()
+    other.join(10)
+    release.set()
+    first.join(10)
+    assert answers and answers[0]["matches"][0]["id"] == "y"  # answered while a's search ran
