@@ -28,6 +28,7 @@ sys.path[:0] = [str(REPO), str(REPO / "bench")]
 from runtime_overhead import BARE, free_port, load, wait  # noqa: E402
 
 from runtime.isolate import ipc  # noqa: E402
+from runtime.isolate.host import QuietHost  # noqa: E402
 from runtime.isolate.process import Isolate, use_insecure_isolation  # noqa: E402
 
 HELLO = """
@@ -51,7 +52,7 @@ def cold_starts(script: Path, n: int, insecure: bool) -> list[float]:
         use_insecure_isolation(insecure)
         out = []
         for _ in range(n):
-            iso = Isolate("bench", script, {}, None, _no_ai)
+            iso = Isolate("bench", script, {}, None, QuietHost(ai=_no_ai))
             start = time.perf_counter()
             await iso.start()
             await iso.invoke("GET", "http://x/", [], b"", {})

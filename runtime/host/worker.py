@@ -57,26 +57,17 @@ class WorkerHandle:
             Path(spec.script),
             env,
             spec.ai_binding,
-            self.calls.ai,
+            self,  # its host: the calls answered by self.calls, its sockets by self.sockets
             services=list(spec.services),
             limits=spec.limits,
-            on_fetch=self.calls.fetch,
-            on_log=self.calls.log,
-            on_output=self.calls.output,
             bindings=sdk_clients(spec.bindings),
-            on_binding=self.calls.binding,
             durable_objects={
                 name: namespace_key(spec.account, ref.script_name or spec.name, ref.class_name)
                 for name, ref in spec.durable_objects.items()
             },
-            on_object=self.calls.object,
             durable_object=(obj.class_name, obj.id) if obj else None,
             deps=Path(spec.deps) if spec.deps else None,
             workflow=spec.workflow.class_name if spec.workflow else None,
-            on_socket=lambda msg: self.sockets.from_isolate(msg),
-            held_sockets=lambda: (self.sockets.next_id, self.sockets.held()),
-            on_socket_offer=self._offered,
-            on_exit=lambda: self.sockets.isolate_gone(),
         )
         self._offers: dict[int, ServerSocket | str] = {}  # request -> the socket its 101 carried
         self._background: set[asyncio.Task] = set()
@@ -84,6 +75,41 @@ class WorkerHandle:
     @property
     def label(self) -> str:
         return self.spec.name
+
+    # --- the isolate's host (runtime.isolate.host.IsolateHost) ---------------------------------------
+
+    async def ai(self, call: ipc.AICall):
+        return await self.calls.ai(call)
+
+    async def fetch(self, call: ipc.FetchCall) -> ipc.FetchReply:
+        return await self.calls.fetch(call)
+
+    async def binding(self, call: ipc.BindingCall) -> ipc.BindingReply:
+        return await self.calls.binding(call)
+
+    async def object(self, call: ipc.ObjectCall) -> ipc.ObjectReply:
+        return await self.calls.object(call)
+
+    def log(self, msg: ipc.Log) -> None:
+        self.calls.log(msg)
+
+    def output(self, level: str, text: str) -> None:
+        self.calls.output(level, text)
+
+    def socket(self, msg: ipc.SocketSend | ipc.SocketClose | ipc.SocketAttach) -> None:
+        self.sockets.from_isolate(msg)
+
+    def held_sockets(self) -> tuple[int, list[ipc.HeldSocket]]:
+        return self.sockets.next_id, self.sockets.held()
+
+    def socket_offer(self, msg: ipc.InvokeResult) -> None:
+        """A 101 from the isolate, as it is read (before the frames that follow it on the socket)."""
+        offer = msg.web_socket
+        if offer is not None and offer.token is None and msg.status == 101:
+            self._offers[msg.id] = self.sockets.open(offer, self.isolate.generation)
+
+    def exited(self) -> None:
+        self.sockets.isolate_gone()
 
     async def call_object(self, method: str, args: list, kwargs: dict, ctx: RequestContext) -> ObjectAnswer:
         """Run `method` on the Durable Object this handle serves (its isolate started if need be);
@@ -238,12 +264,6 @@ class WorkerHandle:
         task = asyncio.ensure_future(tell())
         self._background.add(task)
         task.add_done_callback(self._background.discard)
-
-    def _offered(self, msg: ipc.InvokeResult) -> None:
-        """A 101 from the isolate, as it is read (before the frames that follow it on the socket)."""
-        offer = msg.web_socket
-        if offer is not None and offer.token is None and msg.status == 101:
-            self._offers[msg.id] = self.sockets.open(offer, self.isolate.generation)
 
     async def socket_event(self, sock: ServerSocket, event: SocketEvent) -> None:
         """A client's message or close for one of the sockets this handle's isolate holds; tailed

@@ -12,25 +12,23 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
 import msgspec
 
 from runtime.isolate import ipc
+from runtime.isolate.host import IsolateHost
 
 log = logging.getLogger("edge.isolate")
 
-# An AI call is answered with an AIReply, or (stream: true) with AIChunks ending in an AIReply.
-AIHandler = Callable[[ipc.AICall], Awaitable[ipc.AIReply | AsyncIterator[ipc.AIChunk | ipc.AIReply]]]
-FetchHandler = Callable[[ipc.FetchCall], Awaitable[ipc.FetchReply]]
 BindingHandler = Callable[[ipc.BindingCall], Awaitable[ipc.BindingReply]]
-ObjectHandler = Callable[[ipc.ObjectCall], Awaitable[ipc.ObjectReply]]
 Call = ipc.AICall | ipc.FetchCall | ipc.BindingCall | ipc.ObjectCall
 
 MAX_CALLS = 64  # AI, fetch and binding calls one isolate may have outstanding at once
 ENDED = "the request that made this call has ended"
+TOO_MANY = f"more than {MAX_CALLS} AI, fetch, binding and Durable Object calls at once from one isolate"
 
 
 class ProtocolError(Exception):
@@ -48,35 +46,40 @@ class Link:
     spawn: Callable[[Coroutine[Any, Any, None]], asyncio.Task]
 
 
-async def no_fetch(call: ipc.FetchCall) -> ipc.FetchReply:
-    return ipc.FetchReply(call.call, error="outbound fetch is not available here")
+@dataclass(frozen=True)
+class CallKind:
+    """One kind of call in the table below: the host's method that answers it, and its refusal."""
+
+    answer: Callable[[IsolateHost, Any], Awaitable[Any]]
+    refusal: Callable[[int, str], ipc.Message]
 
 
-async def no_object(call: ipc.ObjectCall) -> ipc.ObjectReply:
-    return ipc.ObjectReply(
-        call.call, error_type="Error", error_message="Durable Objects are not available here"
-    )
-
-
-async def no_binding(call: ipc.BindingCall) -> ipc.BindingReply:
-    return ipc.BindingReply(call.call, error_type="Error", error_message="bindings are not available here")
+# The isolate's calls, by message type: what answers each and how it is refused (too many at
+# once, its request ended). An AI call's error is Workers AI's out-of-capacity code (3040).
+CALLS: dict[type, CallKind] = {
+    ipc.AICall: CallKind(
+        lambda host, call: host.ai(call),
+        lambda call, why: ipc.AIReply(call, error_code=3040, error_message=why),
+    ),
+    ipc.FetchCall: CallKind(
+        lambda host, call: host.fetch(call), lambda call, why: ipc.FetchReply(call, error=why)
+    ),
+    ipc.BindingCall: CallKind(
+        lambda host, call: host.binding(call),
+        lambda call, why: ipc.BindingReply(call, error_type="Error", error_message=why),
+    ),
+    ipc.ObjectCall: CallKind(
+        lambda host, call: host.object(call),
+        lambda call, why: ipc.ObjectReply(call, error_type="Error", error_message=why),
+    ),
+}
 
 
 class CallDesk:
-    """Answers one isolate's calls on its main channel, each in a task of its own."""
+    """Answers one isolate's calls on its main channel, each in a task of its own, by `host`."""
 
-    def __init__(
-        self,
-        ai: AIHandler,
-        on_fetch: FetchHandler,
-        on_binding: BindingHandler,
-        on_object: ObjectHandler,
-        link: Link,
-    ):
-        self._ai = ai
-        self._on_fetch = on_fetch
-        self._on_binding = on_binding
-        self._on_object = on_object
+    def __init__(self, host: IsolateHost, link: Link):
+        self._host = host
         self._send, self._deliver, self._spawn = link.send, link.deliver, link.spawn
         self._calls = 0  # calls being answered
         self._by_request: dict[int, set[asyncio.Task]] = {}  # each request's calls in flight
@@ -84,21 +87,12 @@ class CallDesk:
     def take(self, msg: Call) -> None:
         """A call from the isolate: answered in the background, as its request's, or refused at
         once when MAX_CALLS are already being answered."""
+        kind = CALLS[type(msg)]
         if self._calls >= MAX_CALLS:
-            self._refuse_call(
-                msg,
-                f"more than {MAX_CALLS} AI, fetch, binding and Durable Object calls at once from one isolate",
-            )
+            self._send(kind.refusal(msg.call, TOO_MANY))
             return
         self._calls += 1
-        if isinstance(msg, ipc.ObjectCall):
-            task = self._spawn(self._answer_object(msg))
-        elif isinstance(msg, ipc.BindingCall):
-            task = self._spawn(self._answer_binding(msg))
-        elif isinstance(msg, ipc.AICall):
-            task = self._spawn(self._answer_ai(msg))
-        else:
-            task = self._spawn(self._answer_fetch(msg))
+        task = self._spawn(self._answer(msg, kind))
         calls = self._by_request.setdefault(msg.request, set())
         calls.add(task)
         task.add_done_callback(lambda done, rid=msg.request: self._forget(rid, done))
@@ -123,73 +117,29 @@ class CallDesk:
             if not calls:
                 del self._by_request[request]
 
-    def _refuse_call(self, msg: Call, why: str) -> None:
-        if isinstance(msg, ipc.ObjectCall):
-            self._send(ipc.ObjectReply(msg.call, error_type="Error", error_message=why))
-        elif isinstance(msg, ipc.BindingCall):
-            self._send(ipc.BindingReply(msg.call, error_type="Error", error_message=why))
-        elif isinstance(msg, ipc.AICall):
-            self._send(ipc.AIReply(msg.call, error_code=3040, error_message=why))
-        else:
-            self._send(ipc.FetchReply(msg.call, error=why))
-
-    def _ended(self, msg: Call) -> None:
-        """A call cancelled with its request: the isolate hears so (if it still listens)."""
-        if isinstance(msg, ipc.AICall):
-            self._send(ipc.AIReply(msg.call, error_code=3007, error_message=ENDED))
-        else:
-            self._refuse_call(msg, ENDED)
-
-    async def _answer_ai(self, call: ipc.AICall) -> None:
-        try:
-            reply = await self._ai(call)
-            messages = reply if hasattr(reply, "__aiter__") else _single(reply)
-            try:
-                async for msg in messages:
-                    if not await self._deliver(msg):
-                        return
-            finally:
-                if hasattr(messages, "aclose"):
-                    await messages.aclose()  # a stream cut here ends its generation at the PoP now
-        except asyncio.CancelledError:
-            self._ended(call)
-            raise
-        finally:
-            self._calls -= 1
-
-    async def _answer_fetch(self, call: ipc.FetchCall) -> None:
+    async def _answer(self, call: Call, kind: CallKind) -> None:
+        """One call answered by the host: its reply (an AI stream's chunks, each as the socket
+        takes it); a failure on the runtime's side, or a reply too large for the isolate to take,
+        comes back as an error; cancelled with its request, it answers ENDED."""
         try:
             try:
-                reply = await self._on_fetch(call)
+                reply = await kind.answer(self._host, call)
             except Exception as exc:  # the runtime's side failed: tell the worker, keep serving
-                reply = ipc.FetchReply(call.call, error=f"fetch failed: {type(exc).__name__}: {exc}")
+                log.exception("%s failed", type(call).__name__)
+                reply = kind.refusal(call.call, f"internal error: {type(exc).__name__}")
+            if hasattr(reply, "__aiter__"):  # a stream: each chunk as the isolate's socket takes it
+                try:
+                    async for msg in reply:
+                        if not await self._deliver(msg):
+                            return
+                finally:
+                    await reply.aclose()  # cut here: its generation ends at the PoP now
+                return
+            if len(ipc.encode(reply)) > ipc.TO_ISOLATE:  # the isolate would take it as an attack
+                reply = kind.refusal(call.call, "the result is too large to return")
             await self._deliver(reply)
         except asyncio.CancelledError:
-            self._ended(call)
-            raise
-        finally:
-            self._calls -= 1
-
-    async def _answer_binding(self, call: ipc.BindingCall) -> None:
-        await self._answer_call(call, self._on_binding, _binding_error, "binding call")
-
-    async def _answer_object(self, call: ipc.ObjectCall) -> None:
-        await self._answer_call(call, self._on_object, _object_error, "Durable Object call")
-
-    async def _answer_call(self, call, handler, error: Callable[[int, str], ipc.Message], what: str) -> None:
-        """A binding or Durable Object call answered by the runtime: a failure on its side, or a
-        reply too large for the isolate to take, comes back as an error message."""
-        try:
-            try:
-                reply = await handler(call)
-                if len(ipc.encode(reply)) > ipc.TO_ISOLATE:  # the isolate would take it as an attack
-                    reply = error(call.call, "the result is too large to return")
-            except Exception as exc:  # the runtime's side failed: tell the worker, keep serving
-                log.exception("%s failed", what)
-                reply = error(call.call, f"internal error: {type(exc).__name__}")
-            await self._deliver(reply)
-        except asyncio.CancelledError:
-            self._ended(call)
+            self._send(kind.refusal(call.call, ENDED))
             raise
         finally:
             self._calls -= 1
@@ -222,15 +172,3 @@ async def serve_sync(
         await stop()
     finally:
         writer.close()
-
-
-async def _single(msg):
-    yield msg
-
-
-def _binding_error(call: int, message: str) -> ipc.BindingReply:
-    return ipc.BindingReply(call, error_type="Error", error_message=message)
-
-
-def _object_error(call: int, message: str) -> ipc.ObjectReply:
-    return ipc.ObjectReply(call, error_type="Error", error_message=message)

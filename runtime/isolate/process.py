@@ -29,19 +29,8 @@ import msgspec
 from runtime.control.limits import IsolateLimits
 from runtime.isolate import ipc, proctree
 from runtime.isolate import view as isolate_view
-from runtime.isolate.calls import (
-    AIHandler,
-    BindingHandler,
-    CallDesk,
-    FetchHandler,
-    Link,
-    ObjectHandler,
-    ProtocolError,
-    no_binding,
-    no_fetch,
-    no_object,
-    serve_sync,
-)
+from runtime.isolate.calls import CALLS, CallDesk, Link, ProtocolError, serve_sync
+from runtime.isolate.host import IsolateHost, QuietHost
 from runtime.isolate.launch import (
     insecure_isolation,
     isolation_problem,
@@ -74,34 +63,26 @@ class Isolate:
         script: Path,
         vars: dict[str, Any],
         ai_binding: str | None,
-        ai: AIHandler,
+        host: IsolateHost | None = None,
         *,
         services: list[str] = (),
         limits: IsolateLimits | None = None,
-        on_fetch: FetchHandler = no_fetch,
-        on_log: Callable[[ipc.Log], None] | None = None,
-        on_output: Callable[[str, str], None] | None = None,
         bindings: dict[str, str] | None = None,
-        on_binding: BindingHandler = no_binding,
         durable_objects: dict[str, str] | None = None,
-        on_object: ObjectHandler = no_object,
         durable_object: tuple[str, str] | None = None,
         deps: Path | None = None,
         workflow: str | None = None,
-        on_socket: Callable[[ipc.SocketSend | ipc.SocketClose | ipc.SocketAttach], None] | None = None,
-        held_sockets: Callable[[], tuple[int, list[ipc.HeldSocket]]] | None = None,
-        on_socket_offer: Callable[[ipc.InvokeResult], None] | None = None,
-        on_exit: Callable[[], None] | None = None,
     ):
+        """`host`: what answers the isolate's calls and takes its lines, sockets and exit
+        (runtime.isolate.host); a QuietHost, which refuses every call, when none is given."""
         self.name = name
         self.script = script
         self.vars = vars
         self.ai_binding = ai_binding
         self.services = list(services)
         self.limits = limits or IsolateLimits()
-        self._on_log = on_log
+        self.host: IsolateHost = host if host is not None else QuietHost(name=name)
         self.bindings = dict(bindings or {})  # store bindings: env name -> SDK client (ipc.Init)
-        self._on_binding = on_binding
         self.durable_objects = dict(durable_objects or {})  # env name -> namespace key
         self.durable_object = durable_object  # (class, id): this isolate serves that one object
         self.workflow = workflow  # a Workflow class: this isolate runs its instances (WorkflowRun)
@@ -116,22 +97,16 @@ class Isolate:
         link = Link(self._send, self._deliver, self._spawn)
         self._streams = Streams(name, self._watchdog, link)
         # AI, fetch, binding and Durable Object calls from the isolate
-        self._calls = CallDesk(ai, on_fetch, on_binding, on_object, link)
+        self._calls = CallDesk(self.host, link)
         self._proc: asyncio.subprocess.Process | None = None
         self._writer: asyncio.StreamWriter | None = None
         self._tasks: set[asyncio.Task] = set()
         self._start_lock = asyncio.Lock()
         self._stopping: ExceededResources | None = None
-        # stdout and stderr pipes, bounded: to on_output(level, text), else the console's log
-        self.output = OutputPump(name, on_output)
+        # stdout and stderr pipes, bounded, to the host
+        self.output = OutputPump(name, self.host.output)
         self.entry: str | None = None
         self.jailed = False
-        # WebSockets: what the isolate sends on them, and (first id, sockets held) for a new one
-        self._on_socket = on_socket
-        # a 101's socket is taken as the answer is read: the frames that follow it are for it
-        self._on_socket_offer = on_socket_offer
-        self._on_exit = on_exit  # the process ended (crashed, killed, stopped): what it held ends
-        self.held_sockets = held_sockets
         self.generation = 0  # starts so far: a socket made by an earlier process is not this one's
 
     @property
@@ -151,9 +126,9 @@ class Isolate:
         )
         self._stopping = None
         self.generation += 1
-        first_socket, held = self.held_sockets() if self.held_sockets is not None else (1, [])
+        first_socket, held = self.host.held_sockets()
         reader, writer = await asyncio.open_unix_connection(sock=parent, limit=ipc.CHUNK)
-        self._spawn(serve_sync(self.name, sync_parent, self._on_binding, self.stop))
+        self._spawn(serve_sync(self.name, sync_parent, self.host.binding, self.stop))
         script = f"{isolate_view.BUNDLE}/{self.script.name}" if self.jailed else str(self.script)
         init = ipc.Init(
             script,
@@ -384,8 +359,7 @@ class Isolate:
                 self._stopping or IsolateCrashed(f"the isolate for {self.name} ended (exit status {code})")
             )
             self._writer = None
-            if self._on_exit is not None:
-                self._on_exit()
+            self.host.exited()
 
     # --- what the isolate sends -------------------------------------------------------------------
 
@@ -414,49 +388,35 @@ class Isolate:
             await self.stop()
 
     def _dispatch(self, msg: ipc.Message) -> None:
-        if (
-            isinstance(msg, (ipc.InvokeResult, ipc.InvokeStart, ipc.ObjectResult))
-            and msg.id in self._pending
-            and isinstance(msg, ipc.ObjectResult) != (msg.id in self._object_calls)
-        ):  # an RPC call answered as a fetch, or the other way round
+        """One message from the isolate, to what takes its type (_TAKES); a type not there is
+        ignored (the decoder already refused what the protocol does not know)."""
+        take = _TAKES.get(type(msg))
+        if take is not None:
+            take(self, msg)
+
+    def _answered(self, msg: ipc.InvokeResult | ipc.InvokeError | ipc.InvokeStart | ipc.ObjectResult) -> None:
+        """A request's answer (a stream's start, a result, an error, an RPC's result)."""
+        future = self._pending.get(msg.id)
+        answers_other_kind = isinstance(msg, ipc.ObjectResult) != (msg.id in self._object_calls)
+        if future is not None and not isinstance(msg, ipc.InvokeError) and answers_other_kind:
             raise ProtocolError(f"{type(msg).__name__} does not answer request {msg.id}")
-        if isinstance(msg, (ipc.InvokeResult, ipc.InvokeError, ipc.InvokeStart, ipc.ObjectResult)):
-            if isinstance(msg, ipc.InvokeStart):
-                self._streams.started(msg.id)
-            future = self._pending.get(msg.id)
-            if (
-                isinstance(msg, ipc.InvokeResult)
-                and msg.web_socket is not None
-                and future is not None
-                and self._on_socket_offer is not None
-            ):
-                self._on_socket_offer(msg)
-            if future is not None and not future.done():
-                future.set_result(msg)
-        elif isinstance(msg, (ipc.BodyChunk, ipc.BodyEnd)):
-            self._streams.received(msg)
-        elif isinstance(msg, ipc.RequestAck):
-            self._streams.acked(msg.id)
-        elif isinstance(msg, ipc.QueueOutcome):
-            if msg.id in self._queue_outcomes:  # only a delivery still waiting for its result
-                self._queue_outcomes[msg.id] = msg
-        elif isinstance(msg, ipc.RequestDone):
-            self._end(msg.id)
-        elif isinstance(msg, (ipc.AICall, ipc.FetchCall, ipc.BindingCall, ipc.ObjectCall)):
-            self._calls.take(msg)
-        elif isinstance(msg, (ipc.SocketSend, ipc.SocketClose, ipc.SocketAttach)):
-            if self._on_socket is not None:
-                self._on_socket(msg)
-        elif isinstance(msg, ipc.Log) and self._on_log is not None:
-            self._on_log(msg)
+        if isinstance(msg, ipc.InvokeStart):
+            self._streams.started(msg.id)
+        if isinstance(msg, ipc.InvokeResult) and msg.web_socket is not None and future is not None:
+            self.host.socket_offer(msg)  # before the frames that follow it on the socket
+        if future is not None and not future.done():
+            future.set_result(msg)
+
+    def _queue_outcome(self, msg: ipc.QueueOutcome) -> None:
+        if msg.id in self._queue_outcomes:  # only a delivery still waiting for its result
+            self._queue_outcomes[msg.id] = msg
 
     async def _first_message(self, reader: asyncio.StreamReader) -> Any:
         """The isolate's first message other than a log line: what the script printed while it
         loaded (at import time, say) goes to the console first, as any other line does. The isolate
         bounds its lines (LOG_LINES) and `timeout` the whole wait."""
         while isinstance(msg := await ipc.read_message(reader, ipc.FROM_ISOLATE), ipc.Log):
-            if self._on_log is not None:
-                self._on_log(msg)
+            self.host.log(msg)
         return msg
 
     # --- ending -----------------------------------------------------------------------------------
@@ -492,3 +452,22 @@ class Isolate:
                 pass
             await proc.wait()
         self._fail_pending(self._stopping or IsolateCrashed(f"the isolate for {self.name} was stopped"))
+
+
+# What each message from the isolate is taken by: one typed table, no ladder of isinstance checks.
+_TAKES: dict[type, Callable[[Isolate, Any], None]] = {
+    ipc.InvokeResult: Isolate._answered,
+    ipc.InvokeError: Isolate._answered,
+    ipc.InvokeStart: Isolate._answered,
+    ipc.ObjectResult: Isolate._answered,
+    ipc.BodyChunk: lambda iso, msg: iso._streams.received(msg),
+    ipc.BodyEnd: lambda iso, msg: iso._streams.received(msg),
+    ipc.RequestAck: lambda iso, msg: iso._streams.acked(msg.id),
+    ipc.QueueOutcome: Isolate._queue_outcome,
+    ipc.RequestDone: lambda iso, msg: iso._end(msg.id),
+    ipc.Log: lambda iso, msg: iso.host.log(msg),
+    ipc.SocketSend: lambda iso, msg: iso.host.socket(msg),
+    ipc.SocketClose: lambda iso, msg: iso.host.socket(msg),
+    ipc.SocketAttach: lambda iso, msg: iso.host.socket(msg),
+    **{call: lambda iso, msg: iso._calls.take(msg) for call in CALLS},
+}

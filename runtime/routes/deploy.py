@@ -205,12 +205,6 @@ class SecretRequest(msgspec.Struct):
     text: str
 
 
-async def _no_ai(call):  # validation isolates never get as far as calling the model
-    from runtime.isolate import ipc
-
-    return ipc.AIReply(call.call, error_code=5004, error_message="not during validation")
-
-
 class ControlApi:
     """`restart_worker(account, name)` stops a worker's running isolates (its env changed)."""
 
@@ -275,8 +269,7 @@ class ControlApi:
                 f"validate:{name}",
                 staging / upload.main,
                 dict(cfg.vars),
-                cfg.ai_binding,
-                _no_ai,
+                cfg.ai_binding,  # its host refuses every call: it is only imported
                 services=list(cfg.services),
                 limits=limits.isolate(),
                 bindings=kinds.sdk_clients(check_bindings(cfg)),

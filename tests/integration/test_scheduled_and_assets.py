@@ -12,6 +12,7 @@ import httpx
 import pytest
 
 from runtime.isolate import ipc
+from runtime.isolate.host import QuietHost
 from runtime.isolate.process import Isolate
 from tests.integration.dev_server import DevServer
 
@@ -193,7 +194,7 @@ def _in_isolate(tmp_path, source, fn):
     (tmp_path / "worker.py").write_text(textwrap.dedent(source))
 
     async def go():
-        iso = Isolate("shapes", tmp_path / "worker.py", {"WHO": "env"}, None, _no_ai)
+        iso = Isolate("shapes", tmp_path / "worker.py", {"WHO": "env"}, None, QuietHost(ai=_no_ai))
         await iso.start()
         try:
             return iso.entry, await fn(iso)

@@ -11,6 +11,7 @@ import pytest
 import starlette
 
 from runtime.isolate import ipc
+from runtime.isolate.host import QuietHost
 from runtime.isolate.process import Isolate, use_insecure_isolation
 from runtime.isolate.view import PYODIDE_MODULES
 from workers import Request, Response
@@ -231,7 +232,7 @@ def _serve_starlette(tmp_path):
         return ipc.AIReply(call.call, error_code=5007, error_message="no AI here")
 
     async def go():
-        iso = Isolate("asgi", script, {"GREETING": "hello"}, None, no_ai, deps=site_packages)
+        iso = Isolate("asgi", script, {"GREETING": "hello"}, None, QuietHost(ai=no_ai), deps=site_packages)
         await iso.start()
         try:
             a = await iso.invoke("POST", "http://x/echo/a/b?q=1", [("user-agent", "t")], b"payload", {})

@@ -12,6 +12,7 @@ import pytest
 from runtime.cli.templates import TEMPLATES, InitError, worker_name, write_project
 from runtime.control.config import parse_config
 from runtime.isolate import ipc
+from runtime.isolate.host import QuietHost
 from runtime.isolate.process import Isolate
 from tests.integration.dev_server import REPO, DevServer
 
@@ -89,7 +90,7 @@ def _answer(folder, env=None):
         async def no_ai(call):
             return ipc.AIReply(call.call, error_code=5007, error_message="no AI here")
 
-        iso = Isolate("init", folder / "worker.py", env or {}, None, no_ai)
+        iso = Isolate("init", folder / "worker.py", env or {}, None, QuietHost(ai=no_ai))
         await iso.start()
         try:
             return await iso.invoke("GET", "http://x/", [], b"", {})

@@ -7,6 +7,7 @@ import textwrap
 import pytest
 
 from runtime.isolate import ipc
+from runtime.isolate.host import QuietHost
 from runtime.isolate.process import Isolate, IsolateCrashed, WorkerLoadError
 
 
@@ -29,7 +30,7 @@ def run(coro):
 
 
 async def with_isolate(script, fn, vars=None):
-    iso = Isolate("test", script, vars or {}, "AI", echo_ai)
+    iso = Isolate("test", script, vars or {}, "AI", QuietHost(ai=echo_ai))
     await iso.start()
     try:
         return await fn(iso)
@@ -181,8 +182,9 @@ def test_isolate_does_not_inherit_runtime_secrets(tmp_path, monkeypatch):
 from runtime.isolate.process import ExceededResources, IsolateLimits  # noqa: E402
 
 
-async def with_limits(script, fn, limits, **kw):
-    iso = Isolate("limited", script, {}, None, echo_ai, limits=limits, **kw)
+async def with_limits(script, fn, limits, on_fetch=None, on_log=None, **kw):
+    host = QuietHost(ai=echo_ai, fetch=on_fetch, log=on_log)
+    iso = Isolate("limited", script, {}, None, host, limits=limits, **kw)
     await iso.start()
     try:
         return await fn(iso)

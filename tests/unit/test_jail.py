@@ -7,6 +7,7 @@ import textwrap
 import pytest
 
 from runtime.isolate import ipc
+from runtime.isolate.host import QuietHost
 from runtime.isolate.process import Isolate, IsolateLimits, isolation_problem, use_insecure_isolation
 
 PROBE = """
@@ -61,7 +62,9 @@ async def on_fetch(request, env):
 
 def probe(folder, **limits):
     async def go():
-        iso = Isolate("probe", folder / "worker.py", {}, None, _no_ai, limits=IsolateLimits(**limits))
+        iso = Isolate(
+            "probe", folder / "worker.py", {}, None, QuietHost(ai=_no_ai), limits=IsolateLimits(**limits)
+        )
         await iso.start()
         try:
             res = await iso.invoke("GET", "http://x/", [], b"", {})

@@ -10,6 +10,7 @@ import pytest
 
 import workers
 from runtime.isolate import ipc
+from runtime.isolate.host import QuietHost
 from runtime.isolate.process import Isolate, IsolateLimits, use_insecure_isolation
 from runtime.isolate.view import PYODIDE_MODULES
 
@@ -133,7 +134,7 @@ def _serve(tmp_path):
     logs = []
 
     async def go():
-        iso = Isolate("cf", script, {}, "AI", echo_ai, limits=IsolateLimits(), on_log=logs.append)
+        iso = Isolate("cf", script, {}, "AI", QuietHost(ai=echo_ai, log=logs.append), limits=IsolateLimits())
         await iso.start()
         try:
             out = []

@@ -247,7 +247,7 @@ def test_a_batch_crosses_to_a_real_isolate_and_back(tmp_path):
     )
 
     async def go():
-        iso = Isolate("q", script, {}, None, None, limits=IsolateLimits(sandbox=False))
+        iso = Isolate("q", script, {}, None, limits=IsolateLimits(sandbox=False))
         await iso.start()
         try:
             msgs = [ipc.QueuedMessage("a", 1, "ok", 1), ipc.QueuedMessage("b", 2, "bad", 1)]

@@ -178,6 +178,7 @@ import asyncio, json, sys
 from pathlib import Path
 from runtime.isolate import ipc
 from runtime.isolate.process import Isolate, IsolateLimits, use_insecure_isolation
+from runtime.isolate.host import QuietHost
 from runtime.isolate.launch import isolation_problem
 
 script = Path(sys.argv[1])
@@ -186,7 +187,7 @@ async def no_ai(call):
     return ipc.AIReply(call.call, error_code=5007, error_message="no AI here")
 
 async def serve():
-    iso = Isolate("cf", script, {}, None, no_ai, limits=IsolateLimits())
+    iso = Isolate("cf", script, {}, None, QuietHost(ai=no_ai), limits=IsolateLimits())
     await iso.start()
     try:
         answer = await iso.invoke("GET", "http://x/", [], b"", {})
