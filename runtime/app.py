@@ -47,13 +47,14 @@ from runtime.host.addressing import Locator, refuse_worker_host
 from runtime.host.assets import AssetServer
 from runtime.host.fetch_guard import FetchGuard
 from runtime.host.front import WorkerFront
+from runtime.host.invocation import Invocation
 from runtime.host.objects import DurableObjects
 from runtime.host.registry import WorkerRegistry
 from runtime.host.service_binding import ServiceBindings
 from runtime.host.services import WorkerServices
 from runtime.host.sockets import SocketHub
 from runtime.host.source_watch import watch_source
-from runtime.host.spec import RequestContext, WorkerSpec
+from runtime.host.spec import WorkerSpec
 from runtime.host.worker import WorkerHandle
 from runtime.routes.accounts import AccountEndpoints
 from runtime.routes.ai_rest import AIApi
@@ -81,7 +82,7 @@ class ApiServices:
     edge: Edge
     aliases: dict[str, tuple[str, CatalogAlias]]
 
-    def locate(self, request: Request) -> RequestContext:
+    def locate(self, request: Request) -> Invocation:
         return self.locator.locate(request)
 
     def catalog_view(self) -> list[dict[str, Any]]:

@@ -12,7 +12,7 @@ from starlette.requests import Request
 from edge_sim.edge import Edge
 from edge_sim.topology import Location
 from runtime.host.fetch_guard import FetchGuard
-from runtime.host.spec import RequestContext
+from runtime.host.invocation import Invocation
 from runtime.http.headers import LOCATION_HEADER
 
 WORKER_HOST_SUFFIX = ".edge.localhost"  # <worker>.<account>.edge.localhost reaches a deployed worker
@@ -20,12 +20,12 @@ WORKER_HEADER = "x-edge-worker"  # or: x-edge-worker: <account>/<worker>
 
 
 class Locator:
-    """A request's RequestContext: its client's location, ingress PoP and round trip."""
+    """A request's Invocation: its client's location, ingress PoP and round trip."""
 
     def __init__(self, edge: Edge, default_location: Location, fetch_guard: FetchGuard):
         self.edge, self.default_location, self.fetch_guard = edge, default_location, fetch_guard
 
-    def locate(self, request: Request) -> RequestContext:
+    def locate(self, request: Request) -> Invocation:
         """Where the client is and the PoP it lands on; raises TopologyError for a bad location."""
         where = request.headers.get(LOCATION_HEADER)
         if where:  # the server reads header bytes as Latin-1; clients send UTF-8 ("São Paulo")
@@ -38,7 +38,7 @@ class Locator:
         server = request.scope.get("server")
         if server and server[1]:  # the port really listened on (the Host header may say otherwise)
             self.fetch_guard.runtime_ports.add(server[1])
-        return RequestContext(
+        return Invocation(
             location,
             ingress,
             client_rtt,

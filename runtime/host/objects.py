@@ -33,8 +33,9 @@ from typing import Any, Protocol
 import msgspec
 from starlette.responses import Response
 
+from runtime.host.invocation import Invocation
 from runtime.host.sockets import ServerSocket, SocketEvent, SocketOwner, SocketUpgrade
-from runtime.host.spec import ObjectAddress, RequestContext, WorkerSpec
+from runtime.host.spec import ObjectAddress, WorkerSpec
 from runtime.http.errors import InternalRequest
 from runtime.isolate import ipc
 from runtime.isolate.console import indented
@@ -71,10 +72,10 @@ class ObjectHandle(Protocol):
 
     sockets: SocketOwner  # the object's WebSockets: given the object's own, which outlive the handle
 
-    async def serve(self, request: Any, body: bytes, ctx: RequestContext, headers_out: dict) -> Response: ...
+    async def serve(self, request: Any, body: bytes, ctx: Invocation, headers_out: dict) -> Response: ...
 
     async def call_object(
-        self, method: str, args: list, kwargs: dict, ctx: RequestContext
+        self, method: str, args: list, kwargs: dict, ctx: Invocation
     ) -> ipc.ObjectResult | ipc.InvokeError: ...
 
     async def alarm(
@@ -130,7 +131,7 @@ class DurableObjects:
 
     # --- a call ---------------------------------------------------------------------------------
 
-    async def call(self, spec: WorkerSpec, call: ipc.ObjectCall, ctx: RequestContext) -> ipc.ObjectReply:
+    async def call(self, spec: WorkerSpec, call: ipc.ObjectCall, ctx: Invocation) -> ipc.ObjectReply:
         """`spec`'s worker calls an object of one of its namespaces."""
         ref = spec.durable_objects.get(call.binding) if isinstance(call.binding, str) else None
         if ref is None:
@@ -243,7 +244,7 @@ class DurableObjects:
             instance.waiting -= 1
             instance.last_used = time.monotonic()
 
-    def _cycle(self, caller: tuple | None, target: tuple, ctx: RequestContext, worker: str) -> list | None:
+    def _cycle(self, caller: tuple | None, target: tuple, ctx: Invocation, worker: str) -> list | None:
         """The cycle a call from `caller` (the instance it runs in; None: a worker's request) to
         `target` would close, as the path of instances from target back to target; None if none.
         Two ways, both the runtime's own books: the chain of objects the request is nested in
@@ -271,7 +272,7 @@ class DurableObjects:
         return None
 
     async def _rpc(
-        self, handle: ObjectHandle, key: tuple, call: ipc.ObjectCall, ctx: RequestContext
+        self, handle: ObjectHandle, key: tuple, call: ipc.ObjectCall, ctx: Invocation
     ) -> ipc.ObjectReply:
         class_name = key[3]
         sub = ctx.sub("RPC", f"{class_name}.{call.method}")
@@ -292,7 +293,7 @@ class DurableObjects:
         return ipc.ObjectReply(call.call, result=outcome.result)
 
     async def _fetch(
-        self, handle: ObjectHandle, key: tuple, call: ipc.ObjectCall, request: tuple, ctx: RequestContext
+        self, handle: ObjectHandle, key: tuple, call: ipc.ObjectCall, request: tuple, ctx: Invocation
     ) -> ipc.ObjectReply:
         method, url, headers, body = request
         sub = ctx.sub(method, url)

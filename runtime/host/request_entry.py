@@ -9,7 +9,8 @@ from urllib.parse import urlsplit
 
 import msgspec
 
-from runtime.host.spec import RequestContext, WorkerSpec
+from runtime.host.invocation import Invocation
+from runtime.host.spec import WorkerSpec
 
 LOG_LINES = 20  # the last ones; the whole log is `edge tail`'s
 LOG_CHARS = 300
@@ -18,7 +19,7 @@ AI_CALLS = 16
 
 
 def request_entry(
-    spec: WorkerSpec, ctx: RequestContext, outcome: str, event: dict[str, Any], seconds: float
+    spec: WorkerSpec, ctx: Invocation, outcome: str, event: dict[str, Any], seconds: float
 ) -> dict[str, Any]:
     status = (event.get("response") or {}).get("status")
     kind = "fetch" if "request" in event else next(iter(event), "event")

@@ -9,14 +9,15 @@ from typing import Protocol
 from starlette.responses import Response
 
 from runtime.host.assets import ASSETS_SERVICE, AssetServer
+from runtime.host.invocation import Invocation
 from runtime.host.sockets import SocketUpgrade
-from runtime.host.spec import RequestContext, WorkerSpec
+from runtime.host.spec import WorkerSpec
 from runtime.http.errors import InternalRequest
 from runtime.isolate import ipc
 
 
 class Served(Protocol):
-    async def serve(self, request, body: bytes, ctx: RequestContext, headers_out: dict) -> Response: ...
+    async def serve(self, request, body: bytes, ctx: Invocation, headers_out: dict) -> Response: ...
 
 
 class ServiceBindings:
@@ -25,7 +26,7 @@ class ServiceBindings:
     def __init__(self, workers: Callable[[str, str], Served | None], assets: AssetServer | None):
         self.workers, self.assets = workers, assets
 
-    async def call(self, caller: WorkerSpec, call: ipc.FetchCall, ctx: RequestContext) -> ipc.FetchReply:
+    async def call(self, caller: WorkerSpec, call: ipc.FetchCall, ctx: Invocation) -> ipc.FetchReply:
         service = caller.services.get(call.service)
         if service == ASSETS_SERVICE and self.assets is not None and caller.version is None:
             served = self.assets.fetch(call.method, call.url, {k.lower(): v for k, v in call.headers})

@@ -18,8 +18,9 @@ from runtime.control.dashboard_feed import DashboardFeed
 from runtime.control.metrics import Metrics
 from runtime.control.tail import TailHub
 from runtime.host.fetch_guard import FetchGuard
+from runtime.host.invocation import Invocation
 from runtime.host.sockets import SocketHub
-from runtime.host.spec import RequestContext, WorkerSpec
+from runtime.host.spec import WorkerSpec
 from runtime.isolate import ipc
 
 
@@ -30,9 +31,7 @@ class Secrets(Protocol):
 class ObjectCalls(Protocol):
     """Durable Objects as a worker reaches them (runtime.host.objects.DurableObjects)."""
 
-    async def call(
-        self, caller: WorkerSpec, call: ipc.ObjectCall, ctx: RequestContext
-    ) -> ipc.ObjectReply: ...
+    async def call(self, caller: WorkerSpec, call: ipc.ObjectCall, ctx: Invocation) -> ipc.ObjectReply: ...
 
 
 class WorkflowSteps(Protocol):
@@ -41,7 +40,7 @@ class WorkflowSteps(Protocol):
     async def step(self, spec: WorkerSpec, request: int, method: str, args: list) -> Any: ...
 
 
-ServiceCall = Callable[[WorkerSpec, ipc.FetchCall, RequestContext], Awaitable[ipc.FetchReply]]
+ServiceCall = Callable[[WorkerSpec, ipc.FetchCall, Invocation], Awaitable[ipc.FetchReply]]
 
 
 class NetworkMode(Protocol):

@@ -1,4 +1,4 @@
-"""What a running worker is (WorkerSpec) and what one request or event carries (RequestContext).
+"""What a running worker is (WorkerSpec), and request.cf as a worker reads it.
 
 Plain data shared by the worker host, the registry, Durable Objects and the APIs; it imports no
 other part of the runtime that serves requests, so any of them may use it.
@@ -6,13 +6,10 @@ other part of the runtime that serves requests, so any of them may use it.
 
 from __future__ import annotations
 
-import time
-from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
 
-from edge_sim.accounting import LatencyAccount
 from edge_sim.topology import Location, PoP
 from runtime.bindings import BindingRef
 from runtime.control.limits import IsolateLimits
@@ -55,42 +52,6 @@ class WorkerSpec(msgspec.Struct, frozen=True):
     deps: str | None = None  # the project's installed dependencies (runtime.host.deps): /edge/deps inside
     local_secrets: dict[str, str] = {}  # edge dev's .dev.vars (control.dev_vars): over vars, secrets
     workflow: WorkflowAddress | None = None  # set: this handle runs that workflow's instances
-
-
-@dataclass
-class RequestContext:
-    location: Location
-    ingress: PoP
-    client_rtt_ms: float
-    method: str = "GET"
-    url: str = ""
-    origin: str = ""  # scheme://host:port the runtime was reached at (fetches back to it are refused)
-    accounts: list[LatencyAccount] = field(default_factory=list)
-    quantization: list[str] = field(default_factory=list)  # per AI call, for x-edge-quantization
-    models: list[str] = field(default_factory=list)  # per AI call, the model that served it (dashboard)
-    logs: list[dict[str, Any]] = field(default_factory=list)
-    subrequests: int = 0
-    binding_calls: int = 0
-    log_bytes: int = 0
-    logs_dropped: int = 0
-    started: float = field(default_factory=time.time)
-    console: Any = None  # its lines in edge dev's terminal (runtime.isolate.console.EventLines)
-    # the Durable Objects whose calls this one is nested in, outermost first, ending with the one
-    # it runs in (runtime.host.objects keys): set by the runtime only, to refuse a call cycle
-    objects: tuple[tuple, ...] = ()
-
-    def sub(self, method: str, url: str) -> RequestContext:
-        """A call this request makes to another worker or object: same client, fresh counters,
-        the chain of objects it is nested in kept."""
-        return RequestContext(
-            self.location,
-            self.ingress,
-            self.client_rtt_ms,
-            method=method,
-            url=url,
-            origin=self.origin,
-            objects=self.objects,
-        )
 
 
 def cf_properties(location: Location, ingress: PoP, client_rtt_ms: float) -> dict[str, Any]:

@@ -19,12 +19,13 @@ from starlette.responses import Response, StreamingResponse
 
 from runtime.bindings.kinds import sdk_clients
 from runtime.control.tail import log_event
+from runtime.host.invocation import Invocation
 from runtime.host.objects import namespace_key
 from runtime.host.request_entry import request_entry
 from runtime.host.services import WorkerServices
 from runtime.host.sockets import ServerSocket, SocketEvent, SocketOwner, SocketUpgrade
-from runtime.host.spec import RequestContext, WorkerSpec, cf_properties
-from runtime.host.worker_calls import LOG_BYTES, LOG_LINES, WorkerCalls
+from runtime.host.spec import WorkerSpec, cf_properties
+from runtime.host.worker_calls import WorkerCalls
 from runtime.http.errors import WORKER_EXCEPTION, WORKER_LIMITS, WORKER_UNAVAILABLE, error_response
 from runtime.http.headers import LOCATION_HEADER
 from runtime.isolate import ipc
@@ -40,7 +41,7 @@ class WorkerHandle:
     def __init__(self, spec: WorkerSpec, services: WorkerServices):
         self.spec = spec
         self.services = services
-        self.requests: dict[int, RequestContext] = {}
+        self.requests: dict[int, Invocation] = {}
         label = f"{spec.name}@{spec.version[:8]}" if spec.version else spec.name
         obj = spec.durable_object
         if spec.workflow is not None:
@@ -111,7 +112,7 @@ class WorkerHandle:
     def exited(self) -> None:
         self.sockets.isolate_gone()
 
-    async def call_object(self, method: str, args: list, kwargs: dict, ctx: RequestContext) -> ObjectAnswer:
+    async def call_object(self, method: str, args: list, kwargs: dict, ctx: Invocation) -> ObjectAnswer:
         """Run `method` on the Durable Object this handle serves (its isolate started if need be);
         tailed as Cloudflare tails one, with `event: {rpcMethod}` (not counted as a request)."""
         rid = self.isolate.next_request_id()
@@ -124,7 +125,7 @@ class WorkerHandle:
         knows which run each step call belongs to); tailed with `event: {workflow, instanceId}`.
         Raises what the isolate raises (ExceededResources, IsolateCrashed, WorkerLoadError)."""
         location, ingress = self.services.event_origin()
-        ctx = RequestContext(location, ingress, 0.0, method="", url="")
+        ctx = Invocation(location, ingress, 0.0, method="", url="")
         ctx.console = self.console.event(f"workflow({instance_id[:12]})")
         name = self.spec.workflow.name if self.spec.workflow else ""
         return await self._tailed_event(
@@ -135,7 +136,7 @@ class WorkerHandle:
         )
 
     async def _tailed_event(
-        self, rid: int, ctx: RequestContext, call: Awaitable[ObjectAnswer], event: dict
+        self, rid: int, ctx: Invocation, call: Awaitable[ObjectAnswer], event: dict
     ) -> ObjectAnswer:
         """Await an isolate call that is not a request (an RPC, a workflow run) under request id
         `rid`, and tail its outcome with `event` (not counted as a request)."""
@@ -166,7 +167,7 @@ class WorkerHandle:
         self,
         request: Request,
         body: bytes | AsyncIterator[bytes],
-        ctx: RequestContext,
+        ctx: Invocation,
         headers_out: dict[str, str],
         extra_headers: list[tuple[str, str]] = (),
     ) -> Response:
@@ -199,11 +200,7 @@ class WorkerHandle:
             raise
         if isinstance(outcome, ipc.InvokeStart):  # a streamed body: the request lives until it ends
             return self._streamed(outcome, rid, ctx, headers_out)
-        timing = dict(headers_out)
-        if ctx.accounts:
-            timing["server-timing"] = ", ".join(a.server_timing() for a in ctx.accounts)
-        if ctx.quantization:  # which compression served the answer: never hidden
-            timing["x-edge-quantization"] = "; ".join(ctx.quantization)
+        timing = ctx.timing_headers(headers_out)
         if isinstance(outcome, ipc.InvokeError):
             if outcome.message.startswith("MemoryError"):  # the isolate's memory cap held
                 self._finish(rid, ctx, "exceededMemory", None, 500)
@@ -285,7 +282,7 @@ class WorkerHandle:
         )
 
     def _streamed(
-        self, start: ipc.InvokeStart, rid: int, ctx: RequestContext, headers: dict[str, str]
+        self, start: ipc.InvokeStart, rid: int, ctx: Invocation, headers: dict[str, str]
     ) -> Response:
         async def body():
             outcome, exception = "ok", None
@@ -306,47 +303,21 @@ class WorkerHandle:
             response.headers[name] = value
         return response
 
-    def _finish(
-        self, rid: int, ctx: RequestContext, outcome: str, exception: dict | None, status: int
-    ) -> None:
+    def _finish(self, rid: int, ctx: Invocation, outcome: str, exception: dict | None, status: int) -> None:
         self.requests.pop(rid, None)
         request = {"method": ctx.method, "url": ctx.url, "cf": {"colo": ctx.ingress.code}}
         self._publish(ctx, outcome, exception, {"request": request, "response": {"status": status}})
 
     def _publish(
-        self, ctx: RequestContext, outcome: str, exception: dict | None, event: dict, count: bool = True
+        self, ctx: Invocation, outcome: str, exception: dict | None, event: dict, count: bool = True
     ) -> None:
         """An event is over: count it (unless not `count`) and tail it as Cloudflare's tail shows
-        one (`event` carries what kind it was), with a note for the log lines it was not allowed
-        to keep; the terminal gets one for the lines it was not allowed to show."""
-        if ctx.console is not None:
-            ctx.console.end()
-        if ctx.logs_dropped:
-            ctx.logs.append(
-                {
-                    "level": "warn",
-                    "message": f"{ctx.logs_dropped} more log line(s) dropped: a request keeps at most "
-                    f"{LOG_LINES} lines and {LOG_BYTES // 1024} KiB",
-                    "timestamp": int(time.time() * 1000),
-                }
-            )
+        one (`event` carries what kind it was)."""
         seconds = time.time() - ctx.started
         if count:
             self.services.metrics.request(self.spec.name, outcome, seconds)
-        self.services.tail.publish(
-            self.spec.account,
-            self.spec.name,
-            {
-                "scriptName": self.spec.name,
-                "scriptVersion": {"id": self.spec.version} if self.spec.version else None,
-                "outcome": outcome,
-                "eventTimestamp": int(ctx.started * 1000),  # milliseconds, as Cloudflare's tail
-                "event": event,
-                "logs": ctx.logs,
-                "exceptions": [exception] if exception else [],
-                "wallTimeMs": round(seconds * 1000, 3),
-            },
-        )
+        tail = ctx.tail_event(self.spec, outcome, exception, event, seconds)
+        self.services.tail.publish(self.spec.account, self.spec.name, tail)
         self.services.feed.request(request_entry(self.spec, ctx, outcome, event, seconds))
 
     async def _event(
@@ -359,7 +330,7 @@ class WorkerHandle:
         `cron(*/5 * * * *)`). AI calls made in it start at the PoP the config's client_location
         lands on."""
         location, ingress = self.services.event_origin()
-        ctx = RequestContext(location, ingress, 0.0, method="", url="", objects=objects)
+        ctx = Invocation(location, ingress, 0.0, method="", url="", objects=objects)
         ctx.console = self.console.event(tag)
         rid = self.isolate.next_request_id()
         self.requests[rid] = ctx

@@ -10,24 +10,21 @@ import logging
 import time
 
 from runtime.ai.service import AICall
-from runtime.ai.shapes import quantization_label
 from runtime.bindings import BindingError, BindingRef
 from runtime.bindings.workflows import WORKFLOW_STEP
 from runtime.control.tail import LogBudget, log_event
 from runtime.host.fetch_guard import FetchError
+from runtime.host.invocation import Invocation
 from runtime.host.objects import OBJECT_STORAGE
 from runtime.host.services import WorkerServices
-from runtime.host.spec import RequestContext, WorkerSpec
+from runtime.host.spec import WorkerSpec
 from runtime.isolate import ipc
 from runtime.isolate.console import WorkerConsole
 from workers import AIError
 
 log = logging.getLogger("edge.worker")
 
-LOG_LINES, LOG_BYTES, LOG_LINE_CHARS = 256, 256 * 1024, 16 * 1024  # kept per request for the tail
-BINDING_CALLS = (
-    1000  # KV, D1, R2 and Durable Object calls per request (Workers KV's per-invocation operation limit)
-)
+LOG_LINE_CHARS = 16 * 1024  # a logged line is cut here
 ENDED = "the request that made this call has ended"
 
 
@@ -39,7 +36,7 @@ class WorkerCalls:
     def __init__(
         self,
         spec: WorkerSpec,
-        requests: dict[int, RequestContext],
+        requests: dict[int, Invocation],
         services: WorkerServices,
         console: WorkerConsole | None = None,
     ):
@@ -77,9 +74,7 @@ class WorkerCalls:
         if answer.stream is not None:
             return self._chunks(call, answer.stream)
         if answer.result is not None:  # a run now (not a batch): its latency and formats on the answer
-            ctx.accounts.append(answer.result.timing)
-            ctx.quantization.append(quantization_label(answer.result))
-            ctx.models.append(answer.result.model)
+            ctx.ai_answered(answer.result)
         return ipc.AIReply(call.call, result=answer.body)
 
     async def _chunks(self, call: ipc.AICall, stream):
@@ -94,7 +89,7 @@ class WorkerCalls:
     def log(self, msg: ipc.Log) -> None:
         """A line the worker logged (print, logging, sys.stdout / sys.stderr): shown at once in
         edge dev's terminal (runtime.isolate.console, bounded per event) and kept for the tail.
-        Each request keeps at most LOG_LINES lines and LOG_BYTES (the rest is counted and noted
+        Each request keeps at most invocation.LOG_LINES lines and LOG_BYTES (the rest is counted and noted
         once in its tail event); lines outside any request share a budget that refills over time.
         The isolate's own counting is not trusted."""
         ctx = self.requests.get(msg.request)
@@ -102,14 +97,7 @@ class WorkerCalls:
         if ctx is None:
             self.output(level, text)
             return
-        if ctx.console is None:
-            ctx.console = self.console.event()
-        ctx.console.write(level, text)
-        if len(ctx.logs) >= LOG_LINES or ctx.log_bytes + len(text) > LOG_BYTES:
-            ctx.logs_dropped += 1
-            return
-        ctx.log_bytes += len(text)
-        ctx.logs.append({"level": level, "message": text, "timestamp": int(time.time() * 1000)})  # ms
+        ctx.keep_log(level, text, self.console)
 
     def output(self, level: str, text: str) -> None:
         """A line outside any request (module-level output, waitUntil after the response, the
@@ -136,11 +124,8 @@ class WorkerCalls:
         ctx = self.requests.get(call.request)
         if ctx is None:
             return ipc.FetchReply(call.call, error="fetch outside a request is not allowed")
-        ctx.subrequests += 1
-        if ctx.subrequests > self.spec.subrequests:
-            return ipc.FetchReply(
-                call.call, error=f"Too many subrequests: the limit is {self.spec.subrequests} per request"
-            )
+        if refused := ctx.spend_subrequest(self.spec.subrequests):
+            return ipc.FetchReply(call.call, error=refused)
         if call.service is not None:
             return await self.services.call_service(self.spec, call, ctx)
         try:  # checked by address on every hop, pinned to the checked address, body capped
@@ -155,15 +140,6 @@ class WorkerCalls:
         except FetchError as exc:
             return ipc.FetchReply(call.call, error=str(exc))
         return ipc.FetchReply(call.call, r.status, r.headers, r.body)
-
-    def _over_budget(self, ctx: RequestContext, kinds: str) -> str | None:
-        ctx.binding_calls += 1
-        if ctx.binding_calls > BINDING_CALLS:
-            return (
-                f"Too many API requests by single worker invocation: at most {BINDING_CALLS} "
-                f"{kinds} calls per request"
-            )
-        return None
 
     async def binding(self, call: ipc.BindingCall) -> ipc.BindingReply:
         """env.NAME.method(...) on a KV, D1 or R2 binding: the name is looked up in this worker's
@@ -187,7 +163,7 @@ class WorkerCalls:
                 error_type="TypeError",
                 error_message=f"no KV, D1 or R2 binding named {call.binding!r}",
             )
-        if refused := self._over_budget(ctx, "KV, D1 and R2"):
+        if refused := ctx.spend_binding_call("KV, D1 and R2"):
             return ipc.BindingReply(call.call, error_type="Error", error_message=refused)
         stores, spec = self.services.bindings, self.spec
         try:
@@ -209,7 +185,7 @@ class WorkerCalls:
         ctx = self.requests.get(call.request)
         if ctx is None:
             return ipc.ObjectReply(call.call, error_type="Error", error_message=ENDED)
-        if refused := self._over_budget(ctx, "KV, D1, R2 and Durable Object"):
+        if refused := ctx.spend_binding_call("KV, D1, R2 and Durable Object"):
             return ipc.ObjectReply(call.call, error_type="Error", error_message=refused)
         return await self.services.objects.call(self.spec, call, ctx)
 

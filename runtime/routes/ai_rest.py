@@ -149,7 +149,7 @@ def authenticate(state, request: Request) -> str:
 
 
 class Located(Protocol):
-    """What the AI APIs read of a located request (runtime.host.spec.RequestContext)."""
+    """What the AI APIs read of a located request (runtime.host.invocation.Invocation)."""
 
     ingress: PoP
     client_rtt_ms: float

@@ -12,7 +12,7 @@ from starlette.testclient import TestClient
 
 from runtime.app import Runtime, create_app
 from runtime.control.config import parse_config
-from runtime.host.spec import RequestContext
+from runtime.host.invocation import Invocation
 from runtime.host.worker_calls import WorkerCalls
 from runtime.isolate import ipc
 from tests.conftest import TINY_MODEL
@@ -106,7 +106,7 @@ def test_the_openai_api_answers_its_own_429_shape(client, runtime):
 
 def test_env_ai_run_raises_3036_for_a_limited_account(runtime, icn_edge):
     location = icn_edge.locate("Seoul")
-    ctx = RequestContext(location, icn_edge.ingress(location)[0], 0.0)
+    ctx = Invocation(location, icn_edge.ingress(location)[0], 0.0)
     services = types.SimpleNamespace(ai=runtime.ai, metrics=runtime.metrics, batches=None)
     calls = WorkerCalls(types.SimpleNamespace(account="small"), {1: ctx}, services)
     replies = [asyncio.run(calls.ai(ipc.AICall(i, 1, MODEL, dict(ASK)))) for i in range(4)]

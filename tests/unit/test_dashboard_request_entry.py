@@ -7,15 +7,16 @@ import json
 from edge_sim.accounting import LatencyAccount
 from edge_sim.topology import Location, Topology
 from runtime.control.limits import IsolateLimits
+from runtime.host.invocation import Invocation
 from runtime.host.request_entry import AI_CALLS, LOG_CHARS, LOG_LINES, PATH_CHARS, request_entry
-from runtime.host.spec import RequestContext, WorkerSpec
+from runtime.host.spec import WorkerSpec
 
 
 def test_an_entry_is_bounded_whatever_the_worker_logged_called_or_was_asked():
     spec = WorkerSpec("acct", "loud", None, "worker.py", {}, "AI", {}, IsolateLimits())
     icn = Topology.default().pops["ICN"]
     url = "http://127.0.0.1:8787/" + "a" * 5_000 + "?api_key=hunter2"
-    ctx = RequestContext(Location("Seoul", 37.57, 126.98), icn, 2.0, method="POST", url=url)
+    ctx = Invocation(Location("Seoul", 37.57, 126.98), icn, 2.0, method="POST", url=url)
     ctx.logs = [{"level": "log", "message": f"{i} " + "x" * 10_000} for i in range(500)]
     call = LatencyAccount(
         client_rtt_ms=2, backbone_rtt_ms=0, ingress="ICN", pop="ICN", queue_ms=1, prefill_ms=3, decode_ms=5

@@ -13,9 +13,10 @@ from runtime.bindings import BindingStores
 from runtime.bindings.common import BindingError
 from runtime.control.dashboard_feed import DashboardFeed
 from runtime.control.tail import TailHub
+from runtime.host.invocation import Invocation
 from runtime.host.objects import DurableObjects, namespace_key
 from runtime.host.sockets import SocketHub
-from runtime.host.spec import DurableObjectRef, RequestContext, WorkerSpec
+from runtime.host.spec import DurableObjectRef, WorkerSpec
 from runtime.host.worker import WorkerHandle
 from runtime.isolate import ipc
 from runtime.isolate.process import IsolateLimits
@@ -183,7 +184,7 @@ def objects(tmp_path):
         },
     )
     caller = WorkerHandle(spec, fake)  # never started: it only makes calls
-    caller.requests[1] = RequestContext(None, None, 0.0)
+    caller.requests[1] = Invocation(None, None, 0.0)
     key = namespace_key("acct", "w", "Counter")
 
     async def call(name, method, *args, binding="COUNTER", **kwargs):

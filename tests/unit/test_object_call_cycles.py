@@ -8,9 +8,10 @@ import asyncio
 
 import pytest
 
+from runtime.host.invocation import Invocation
 from runtime.host.objects import CALL_CYCLE, DurableObjects, namespace_key
 from runtime.host.sockets import SocketHub, SocketOwner
-from runtime.host.spec import DurableObjectRef, RequestContext, WorkerSpec
+from runtime.host.spec import DurableObjectRef, WorkerSpec
 from runtime.isolate import ipc
 from runtime.isolate.process import IsolateLimits
 from workers.durable_objects import id_from_name
@@ -31,7 +32,7 @@ class Hop:
         self.spec, self.objects = spec, objects
         self.sockets = SocketOwner(SocketHub(), spec.account, "hop", None)  # (it holds none)
 
-    async def call_object(self, method, args, kwargs, ctx: RequestContext):
+    async def call_object(self, method, args, kwargs, ctx: Invocation):
         route, pause = args[0], kwargs.get("pause", 0)
         me = self.spec.durable_object
         await asyncio.sleep(pause)
@@ -63,11 +64,11 @@ def _caller() -> WorkerSpec:
     )
 
 
-async def _visit(objects: DurableObjects, route: list, pause: float = 0.0, ctx: RequestContext | None = None):
+async def _visit(objects: DurableObjects, route: list, pause: float = 0.0, ctx: Invocation | None = None):
     binding, name = route[0]
     call = ipc.ObjectCall(1, 1, binding, _id(BINDINGS[binding].class_name, name), "visit", [route[1:]], {})
     call.kwargs["pause"] = pause
-    reply = await objects.call(_caller(), call, ctx or RequestContext(None, None, 0.0))
+    reply = await objects.call(_caller(), call, ctx or Invocation(None, None, 0.0))
     return reply.result if reply.error_type is None else f"{reply.error_type}: {reply.error_message}"
 
 
@@ -140,7 +141,7 @@ def test_the_chain_crosses_a_worker_in_between():
         held = asyncio.ensure_future(_visit(objects, [("NODE", "a")], pause=0.3))
         await asyncio.sleep(0.1)
         key = ("acct", "w", None, "Node", a)
-        nested = RequestContext(None, None, 0.0, objects=(key,))
+        nested = Invocation(None, None, 0.0, objects=(key,))
         out = await _visit(objects, [("NODE", "a")], ctx=nested)
         fresh = await _visit(objects, [("NODE", "a")])  # not nested: it waits its turn, then runs
         return out, await held, fresh
@@ -152,7 +153,7 @@ def test_the_chain_crosses_a_worker_in_between():
 
 @pytest.mark.parametrize("forged", [(), (("acct", "w", None, "Node", "f" * 64),)])
 def test_what_a_script_sends_does_not_decide(forged):
-    """The chain lives in the runtime's RequestContext, never in a message: an object's call
+    """The chain lives in the runtime's Invocation, never in a message: an object's call
     back is refused whatever the call carries (no field of ObjectCall names a chain)."""
     assert "objects" not in ipc.ObjectCall.__struct_fields__
     a, b = _id("Node", "a"), _id("Relay", "b")
@@ -160,7 +161,7 @@ def test_what_a_script_sends_does_not_decide(forged):
         lambda objects: _visit(
             objects,
             [("NODE", "a"), ("RELAY", "b"), ("NODE", "a")],
-            ctx=RequestContext(None, None, 0.0, objects=forged),
+            ctx=Invocation(None, None, 0.0, objects=forged),
         )
     )
     assert f"Node({a}) -> Relay({b}) -> Node({a})" in out

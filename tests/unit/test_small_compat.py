@@ -68,7 +68,7 @@ def _handle(requests=None):
 
 
 def test_tail_timestamps_are_integer_milliseconds(edge):
-    from runtime.host.spec import RequestContext
+    from runtime.host.invocation import Invocation
 
     before = int(time.time() * 1000)
     calls, _, published = _handle()
@@ -79,7 +79,7 @@ def test_tail_timestamps_are_integer_milliseconds(edge):
 
     location = edge.locate("Seoul")
     ingress, _ = edge.ingress(location)
-    ctx = RequestContext(location, ingress, 0.0, method="GET", url="http://x/")
+    ctx = Invocation(location, ingress, 0.0, method="GET", url="http://x/")
     calls, fake, published = _handle({7: ctx})
     calls.log(ipc.Log(7, "log", "inside"))
     WorkerHandle._finish(fake, 7, ctx, "ok", None, 200)

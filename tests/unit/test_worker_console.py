@@ -234,9 +234,9 @@ def _calls(requests):
 
 
 def test_a_request_line_reaches_the_terminal_at_once_and_its_tail_event(shown):
-    from runtime.host.spec import RequestContext
+    from runtime.host.invocation import Invocation
 
-    ctx = RequestContext(None, None, 0.0)
+    ctx = Invocation(None, None, 0.0)
     calls, published = _calls({5: ctx})
     calls.log(ipc.Log(5, "log", "in the request"))
     assert shown() == [("INFO", "[app] in the request")]  # before the request has ended
@@ -315,9 +315,10 @@ class Default(WorkerEntrypoint):
 def test_a_durable_object_call_shows_under_its_prefix_and_in_the_tail(tmp_path, shown):
     from runtime.bindings import BindingStores
     from runtime.control.tail import TailHub
+    from runtime.host.invocation import Invocation
     from runtime.host.objects import DurableObjects, namespace_key
     from runtime.host.sockets import SocketHub
-    from runtime.host.spec import DurableObjectRef, RequestContext, WorkerSpec
+    from runtime.host.spec import DurableObjectRef, WorkerSpec
     from runtime.host.worker import WorkerHandle
     from runtime.isolate.process import IsolateLimits
     from workers.durable_objects import id_from_name
@@ -347,7 +348,7 @@ def test_a_durable_object_call_shows_under_its_prefix_and_in_the_tail(tmp_path, 
         events = tail.subscribe("acct", "w")
         try:
             call = ipc.ObjectCall(1, 1, "COUNTER", oid, "hello", [], {})
-            reply = await fake.objects.call(spec, call, RequestContext(None, None, 0.0))
+            reply = await fake.objects.call(spec, call, Invocation(None, None, 0.0))
         finally:
             await fake.objects.stop()
         return reply, events.get_nowait()
