@@ -17,6 +17,7 @@ watcher, cron triggers, queue consumers, the AI batch queue) and holds nothing a
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -272,7 +273,8 @@ class Runtime:
         account = self.config.account_id
         for settings in consumers:
             deliver = lambda queue, messages: self.dev.deliver(queue, messages)  # noqa: E731 - the dev worker of now
-            task = consume(store, self.bindings.run, account, settings, deliver, note)
+            run = functools.partial(self.bindings.run, account=account)  # in the account's own queue
+            task = consume(store, run, account, settings, deliver, note)
             self._tasks.append(asyncio.create_task(task))
         log.info("queue consumers: %s", ", ".join(c.queue for c in consumers))
 

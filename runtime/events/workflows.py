@@ -116,9 +116,11 @@ class WorkflowEngine:
                 break
             wf = await self._workflow(name)
             busy = {r.instance for r in wf.runs.values()}
-            due = await self.stores.run(self.books.due, account, name, room, busy)
+            due = await self.stores.run(self.books.due, account, name, room, busy, account=account)
             for ident, params, created, generation in due:
-                if not await self.stores.run(self.books.begin, account, name, ident, generation):
+                if not await self.stores.run(
+                    self.books.begin, account, name, ident, generation, account=account
+                ):
                     continue
                 rid = wf.handle.isolate.next_request_id()
                 wf.runs[rid] = _Run(name, ident, generation)
@@ -159,7 +161,7 @@ class WorkflowEngine:
                 result = await wf.handle.run_workflow(rid, run.instance, params, created_ms)
             except WorkerLoadError as exc:
                 error = {"name": "WorkerLoadError", "message": str(exc)}
-                await self.stores.run(lambda: books.finish(*args, "errored", error=error))
+                await self.stores.run(lambda: books.finish(*args, "errored", error=error), account=account)
                 return
             except (ExceededResources, IsolateCrashed) as exc:
                 if run.cut and run.timed_out is None:
@@ -175,11 +177,11 @@ class WorkflowEngine:
                     )
                     if cuts < CUTS_OUTSIDE_STEPS:
                         return  # still `running`: due again
-                fate = await self.stores.run(books.interrupt, *args, step, config, message)
+                fate = await self.stores.run(books.interrupt, *args, step, config, message, account=account)
                 log.warning("workflow %s instance %s: %s (%s)", run.workflow, run.instance, message, fate)
                 return
             self._cuts.pop((run.workflow, run.instance), None)
-            await self.stores.run(self._settle, books, args, result)
+            await self.stores.run(self._settle, books, args, result, account=account)
         except Exception:
             log.exception(
                 "workflow %s instance %s: the run failed in the runtime", run.workflow, run.instance
@@ -223,7 +225,14 @@ class WorkflowEngine:
         if run.calls > STEP_CALLS_PER_RUN:
             raise BindingError("RangeError", f"a run makes at most {STEP_CALLS_PER_RUN} step calls")
         reply = await self.stores.run(
-            self.books.step_call, spec.account, run.workflow, run.instance, run.generation, method, args
+            self.books.step_call,
+            spec.account,
+            run.workflow,
+            run.instance,
+            run.generation,
+            method,
+            args,
+            account=spec.account,  # in its account's queue: fair with the others' binding calls
         )
         key = (args[0], args[1]) if isinstance(args, list) and len(args) > 1 else None
         if method == "do" and reply.get("state") == "run":

@@ -408,6 +408,7 @@ def test_unfinished_instances_are_bounded_per_account(server):
     assert "at most 1000 may be queued, running, paused or waiting at once" in result["error"]
     held = int(re.search(r"this account has (\d+) unfinished", result["error"]).group(1))
     rest = [{"id": f"rest-{i}"} for i in range(1000 - held)]  # up to the bound exactly
-    assert "ids" in op(server, op="batch", binding="IDLE", batch=rest)
+    if rest:  # none when the earlier tests' instances left the account exactly at the bound
+        assert "ids" in op(server, op="batch", binding="IDLE", batch=rest)
     assert "at most 1000" in op(server, op="create", binding="IDLE", id="one-more")["error"]
     assert "at most 1000" in op(server, op="create", id="p-over", params={"a": 0, "b": 0})["error"]
