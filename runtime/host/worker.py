@@ -49,6 +49,9 @@ class WorkerHandle:
         # its console lines in edge dev's terminal: [name], [name:Counter(1a2b3c4d)] for an object
         self.console = WorkerConsole(f"{label}:{obj.class_name}({obj.id[:8]})" if obj else label)
         self.calls = WorkerCalls(spec, self.requests, services, self.console)
+        calls = self.calls  # the isolate's calls and lines, answered by it directly
+        self.ai, self.fetch, self.binding, self.object = calls.ai, calls.fetch, calls.binding, calls.object
+        self.log, self.output = calls.log, calls.output
         # its WebSockets (a Durable Object's handle is given its object's, which outlive it)
         self.sockets = SocketOwner(services.sockets, spec.account, self.console.label, self.socket_event)
         stored = services.secrets.secrets(spec.account, spec.name)
@@ -77,25 +80,8 @@ class WorkerHandle:
     def label(self) -> str:
         return self.spec.name
 
-    # --- the isolate's host (runtime.isolate.host.IsolateHost) ---------------------------------------
-
-    async def ai(self, call: ipc.AICall):
-        return await self.calls.ai(call)
-
-    async def fetch(self, call: ipc.FetchCall) -> ipc.FetchReply:
-        return await self.calls.fetch(call)
-
-    async def binding(self, call: ipc.BindingCall) -> ipc.BindingReply:
-        return await self.calls.binding(call)
-
-    async def object(self, call: ipc.ObjectCall) -> ipc.ObjectReply:
-        return await self.calls.object(call)
-
-    def log(self, msg: ipc.Log) -> None:
-        self.calls.log(msg)
-
-    def output(self, level: str, text: str) -> None:
-        self.calls.output(level, text)
+    # --- the isolate's host (runtime.isolate.host.IsolateHost): its calls and lines are answered by
+    # self.calls (WorkerCalls' bound methods, set in __init__), its sockets here -----------------------
 
     def socket(self, msg: ipc.SocketSend | ipc.SocketClose | ipc.SocketAttach) -> None:
         self.sockets.from_isolate(msg)

@@ -80,7 +80,7 @@ class CallDesk:
 
     def __init__(self, host: IsolateHost, link: Link):
         self._host = host
-        self._send, self._deliver, self._spawn = link.send, link.deliver, link.spawn
+        self._send, self._deliver = link.send, link.deliver
         self._calls = 0  # calls being answered
         self._by_request: dict[int, set[asyncio.Task]] = {}  # each request's calls in flight
 
@@ -92,7 +92,7 @@ class CallDesk:
             self._send(kind.refusal(msg.call, TOO_MANY))
             return
         self._calls += 1
-        task = self._spawn(self._answer(msg, kind))
+        task = asyncio.create_task(self._answer(msg, kind))  # held in _by_request until done
         calls = self._by_request.setdefault(msg.request, set())
         calls.add(task)
         task.add_done_callback(lambda done, rid=msg.request: self._forget(rid, done))
