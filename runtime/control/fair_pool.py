@@ -172,17 +172,20 @@ class FairPool:
                     job = self._next()
                 self._running[job.account] += 1
                 job.running = True
-            again = False
+            again = stop = False
             try:
                 again = self._step(job)
             finally:
                 with self._cond:
                     self._running[job.account] -= 1
                     job.running = False
-                    if not again:
+                    stop = job.cancelled and again  # cancelled while its slice ran: no requeue
+                    if stop or not again:
                         self._active.discard(job)
                     self._cond.notify()
-            if again:
+            if stop:
+                _close(job)
+            elif again:
                 try:
                     self._put(job)
                 except PoolClosed:
