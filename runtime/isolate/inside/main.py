@@ -151,42 +151,57 @@ async def _stream_response(channel: Channel, rid: int, response: Response, body:
     channel.send(ipc.BodyEnd(rid, error))
 
 
-def _begin(rid: int) -> Context:
-    """An event's own context: its request id and ctx, for the calls and waitUntil made in it."""
-    current_request.set(rid)
-    ctx = Context()
-    current_ctx.set(ctx)
-    return ctx
-
-
 def _describe(exc: BaseException) -> tuple[str, str]:
     """("Type: message", traceback), each cut to ERROR_CHARS: a frame must stay bounded."""
     return f"{type(exc).__name__}: {exc}"[:ERROR_CHARS], traceback.format_exc()[-ERROR_CHARS:]
 
 
-def _worker_error(rid: int, exc: BaseException) -> ipc.InvokeError:
-    """The worker's own failure, reported; the isolate stays up."""
-    return ipc.InvokeError(rid, *_describe(exc))
+class Invocation:
+    """One event in the jail (a request, a cron run, a queue batch, an RPC call, an alarm, a socket
+    event, a workflow run), from its start to its RequestDone: its id (the one every call it makes
+    carries: channel.current_request), its ctx (waitUntil), and its answers on the channel. The
+    runtime's side of the same event is runtime.host.invocation.Invocation."""
 
+    def __init__(self, channel: Channel, rid: int):
+        self.channel, self.id = channel, rid
+        current_request.set(rid)
+        self.ctx = Context()
+        current_ctx.set(self.ctx)
 
-async def _finish(channel: Channel, ctx: Context, rid: int, settle: bool = True) -> None:
-    """The answer is out: wait for its waitUntil work (unless the handler already did), then
-    RequestDone, until which the runtime counts the event's CPU."""
-    try:
-        await channel.writer.drain()
-        if settle:
-            await ctx.settle()
-    except asyncio.CancelledError:
-        ctx.cancel()
-    channel.send(ipc.RequestDone(rid))
-    channel.forget(rid)
+    def answer(self, msg: ipc.Message) -> None:
+        self.channel.send(msg)
+
+    def failed(self, exc: BaseException) -> None:
+        """The worker's own failure, reported (cut to ERROR_CHARS); the isolate stays up."""
+        self.channel.send(self.error(exc))
+
+    def error(self, exc: BaseException) -> ipc.InvokeError:
+        return ipc.InvokeError(self.id, *_describe(exc))
+
+    def cancelled(self, what: str) -> None:
+        """The runtime cancelled it (its client left, its time ran out): its waitUntil work too."""
+        self.ctx.cancel()
+        self.channel.send(ipc.InvokeError(self.id, f"Cancelled: the {what} was cancelled", ""))
+
+    async def end(self, settle: bool = True) -> None:
+        """The answer is out: wait for its waitUntil work (unless the handler already did), then
+        RequestDone, until which the runtime counts the event's CPU."""
+        try:
+            await self.channel.writer.drain()
+            if settle:
+                await self.ctx.settle()
+        except asyncio.CancelledError:
+            self.ctx.cancel()
+        self.channel.send(ipc.RequestDone(self.id))
+        self.channel.forget(self.id)
 
 
 async def serve_invoke(channel: Channel, handler, inv: ipc.Invoke) -> None:
     walk = call_walk.Walk() if call_walk.enabled() else None
     if walk is not None:
         walk.start()
-    ctx = _begin(inv.id)
+    event = Invocation(channel, inv.id)
+    ctx = event.ctx
     try:
         body = channel.request_body(inv.id) if inv.streamed_body else inv.body
         request = Request(inv.url, inv.method, inv.headers, body, inv.cf)
@@ -204,14 +219,14 @@ async def serve_invoke(channel: Channel, handler, inv: ipc.Invoke) -> None:
         else:
             await _stream_response(channel, inv.id, response, whole if whole is not None else response.body)
     except asyncio.CancelledError:  # the runtime cancelled it: its client left, or time ran out
-        ctx.cancel()
         if inv.id in channel.credits:
+            ctx.cancel()
             channel.send(ipc.BodyEnd(inv.id, "cancelled"))
         else:
-            channel.send(ipc.InvokeError(inv.id, "Cancelled: the request was cancelled", ""))
+            event.cancelled("request")
     except Exception as exc:
-        channel.send(_worker_error(inv.id, exc))
-    await _finish(channel, ctx, inv.id)
+        event.failed(exc)
+    await event.end()
     if walk is not None:
         walk.stop()
         call_walk.write_summary(walk)
@@ -238,7 +253,7 @@ async def serve_socket_event(channel: Channel, instance: Any, msg: ipc.SocketEve
     """A client's message, or its socket's end, for one of this isolate's WebSockets: the Durable
     Object's webSocketMessage / webSocketClose / webSocketError for a socket it accepted with
     ctx.acceptWebSocket, else the socket's listeners. InvokeResult or InvokeError, then RequestDone."""
-    ctx = _begin(msg.id)
+    event = Invocation(channel, msg.id)
     try:
         ws = websocket.sockets.get(msg.ws)
         if ws is not None:
@@ -249,21 +264,20 @@ async def serve_socket_event(channel: Channel, instance: Any, msg: ipc.SocketEve
             if ws._tags is not None and instance is not None:
                 await _object_socket_handler(instance, ws, msg, message)
             else:
-                event = _SocketEventData(type=msg.kind, data=message, code=msg.code, reason=msg.reason,
-                                         wasClean=msg.was_clean)  # fmt: skip
+                data = _SocketEventData(type=msg.kind, data=message, code=msg.code, reason=msg.reason,
+                                        wasClean=msg.was_clean)  # fmt: skip
                 for listener in list(ws._listeners.get(msg.kind, [])):
-                    result = listener(event)
+                    result = listener(data)
                     if inspect.isawaitable(result):
                         await result
-        await ctx.settle()
-        channel.send(ipc.InvokeResult(msg.id, 200, [], b""))
+        await event.ctx.settle()
+        event.answer(ipc.InvokeResult(msg.id, 200, [], b""))
     except asyncio.CancelledError:
-        ctx.cancel()
-        channel.send(ipc.InvokeError(msg.id, "Cancelled: the WebSocket event was cancelled", ""))
+        event.cancelled("WebSocket event")
     except Exception as exc:
-        ctx.cancel()
-        channel.send(_worker_error(msg.id, exc))
-    await _finish(channel, ctx, msg.id, settle=False)
+        event.ctx.cancel()
+        event.failed(exc)
+    await event.end(settle=False)
 
 
 async def _object_socket_handler(instance: Any, ws: Any, msg: ipc.SocketEvent, message: Any) -> None:
@@ -289,7 +303,8 @@ async def serve_scheduled(channel: Channel, handler, msg: ipc.Scheduled) -> None
     """A Cron Trigger fired: run the scheduled handler, wait for its waitUntil work (the event
     lasts until that ends, as on Workers), answer InvokeResult or InvokeError, then RequestDone
     (the runtime counts CPU until then)."""
-    ctx = _begin(msg.id)
+    event = Invocation(channel, msg.id)
+    ctx = event.ctx
     controller = ScheduledController(msg.cron, msg.scheduled_time)
     try:
         if handler is None:
@@ -300,14 +315,13 @@ async def serve_scheduled(channel: Channel, handler, msg: ipc.Scheduled) -> None
         await handler(controller, ctx)
         await ctx.settle()
         headers = [] if controller.retry else [("no-retry", "true")]
-        channel.send(ipc.InvokeResult(msg.id, 200, headers, b""))
+        event.answer(ipc.InvokeResult(msg.id, 200, headers, b""))
     except asyncio.CancelledError:  # the runtime cancelled it: it ran out of time
-        ctx.cancel()
-        channel.send(ipc.InvokeError(msg.id, "Cancelled: the scheduled event was cancelled", ""))
+        event.cancelled("scheduled event")
     except Exception as exc:
         ctx.cancel()
-        channel.send(_worker_error(msg.id, exc))
-    await _finish(channel, ctx, msg.id, settle=False)  # settled before the answer
+        event.failed(exc)
+    await event.end(settle=False)  # settled before the answer
 
 
 async def serve_queue(channel: Channel, handler, msg: ipc.QueueBatch) -> None:
@@ -315,7 +329,8 @@ async def serve_queue(channel: Channel, handler, msg: ipc.QueueBatch) -> None:
     send what became of each message (QueueOutcome: on success the messages not retried are
     acked; when it raises, the ones not acked are retried), then InvokeResult or InvokeError,
     then RequestDone."""
-    ctx = _begin(msg.id)
+    event = Invocation(channel, msg.id)
+    ctx = event.ctx
     batch = MessageBatch(msg.queue, [(m.id, m.timestamp_ms, m.body, m.attempts) for m in msg.messages])
     try:
         if handler is None:
@@ -332,11 +347,11 @@ async def serve_queue(channel: Channel, handler, msg: ipc.QueueBatch) -> None:
         reply, failed = ipc.InvokeError(msg.id, "Cancelled: the queue event was cancelled", ""), True
     except Exception as exc:
         ctx.cancel()
-        reply, failed = _worker_error(msg.id, exc), True
+        reply, failed = event.error(exc), True
     acked, retried = batch.outcome(failed)
-    channel.send(ipc.QueueOutcome(msg.id, acked, retried))
-    channel.send(reply)
-    await _finish(channel, ctx, msg.id, settle=False)  # settled before the answer
+    event.answer(ipc.QueueOutcome(msg.id, acked, retried))
+    event.answer(reply)
+    await event.end(settle=False)  # settled before the answer
 
 
 def _rpc_method(instance: Any, name: str) -> Any:
@@ -356,7 +371,7 @@ def _rpc_method(instance: Any, name: str) -> Any:
 async def serve_object_call(channel: Channel, instance: Any, msg: ipc.ObjectInvoke) -> None:
     """An RPC call on the object this isolate serves: ObjectResult or InvokeError, then (its
     waitUntil work ended) RequestDone."""
-    ctx = _begin(msg.id)
+    event = Invocation(channel, msg.id)
     try:
         result = _rpc_method(instance, msg.method)(*msg.args, **msg.kwargs)
         if inspect.isawaitable(result):
@@ -370,24 +385,23 @@ async def serve_object_call(channel: Channel, instance: Any, msg: ipc.ObjectInvo
                 f"{ipc.FROM_ISOLATE // 2**20} MiB one reply may carry"
             ) from None
     except asyncio.CancelledError:
-        ctx.cancel()
-        channel.send(ipc.InvokeError(msg.id, "Cancelled: the call was cancelled", ""))
+        event.cancelled("call")
     except Exception as exc:  # the object's own failure: reported to its caller
-        channel.send(_worker_error(msg.id, exc))
-    await _finish(channel, ctx, msg.id)
+        event.failed(exc)
+    await event.end()
 
 
 async def serve_workflow(channel: Channel, workflow: type, env: Env, msg: ipc.WorkflowRun) -> None:
     """One run of a workflow instance: a fresh instance of the class, `run(event, step)` from the
     top; each step asks the runtime first (binding "workflow.step"). ObjectResult {"output": x}
     or {"suspend": True} (it stopped at a sleep or wait), or InvokeError, then RequestDone."""
-    ctx = _begin(msg.id)
+    event = Invocation(channel, msg.id)
     step = WorkflowStep(
         lambda method, args, kwargs: channel.call_binding("workflow.step", method, args, kwargs)
     )
     try:
         try:
-            output = await workflow(ctx, env).run(
+            output = await workflow(event.ctx, env).run(
                 workflow_event(msg.payload, msg.timestamp_ms, msg.instance_id), step
             )
             reply: dict[str, Any] = {"output": output}
@@ -401,17 +415,16 @@ async def serve_workflow(channel: Channel, workflow: type, env: Env, msg: ipc.Wo
                 f"of at most {ipc.FROM_ISOLATE // 2**20} MiB"
             ) from None
     except asyncio.CancelledError:
-        ctx.cancel()
-        channel.send(ipc.InvokeError(msg.id, "Cancelled: the run was cancelled", ""))
+        event.cancelled("run")
     except Exception as exc:  # the workflow's own failure: the instance errors
-        channel.send(_worker_error(msg.id, exc))
-    await _finish(channel, ctx, msg.id)
+        event.failed(exc)
+    await event.end()
 
 
 async def serve_alarm(channel: Channel, instance: Any, msg: ipc.ObjectAlarm) -> None:
     """The object's alarm is due: `alarm(self, alarm_info)` runs (alarm_info.retryCount,
     .isRetry); InvokeResult or InvokeError (the runtime retries it), then RequestDone."""
-    ctx = _begin(msg.id)
+    event = Invocation(channel, msg.id)
     cls = type(instance)
     try:
         handler = getattr(instance, "alarm", None)
@@ -423,15 +436,14 @@ async def serve_alarm(channel: Channel, instance: Any, msg: ipc.ObjectAlarm) -> 
         info = JsObject(retryCount=msg.retry_count, isRetry=msg.retry_count > 0)
         info.retry_count, info.is_retry = info["retryCount"], info["isRetry"]
         await handler(*(info,)[: _arity(type(instance).alarm, 1, method=True)])
-        await ctx.settle()
-        channel.send(ipc.InvokeResult(msg.id, 200, [], b""))
+        await event.ctx.settle()
+        event.answer(ipc.InvokeResult(msg.id, 200, [], b""))
     except asyncio.CancelledError:
-        ctx.cancel()
-        channel.send(ipc.InvokeError(msg.id, "Cancelled: the alarm was cancelled", ""))
+        event.cancelled("alarm")
     except Exception as exc:
-        ctx.cancel()
-        channel.send(_worker_error(msg.id, exc))
-    await _finish(channel, ctx, msg.id, settle=False)  # settled before the answer
+        event.ctx.cancel()
+        event.failed(exc)
+    await event.end(settle=False)  # settled before the answer
 
 
 def sdk_client(path: str) -> type:
