@@ -19,13 +19,13 @@ from runtime.host.objects import OBJECT_STORAGE
 from runtime.host.services import WorkerServices
 from runtime.host.spec import WorkerSpec
 from runtime.isolate import ipc
+from runtime.isolate.calls import ENDED
 from runtime.isolate.console import WorkerConsole
 from workers import AIError
 
 log = logging.getLogger("edge.worker")
 
 LOG_LINE_CHARS = 16 * 1024  # a logged line is cut here
-ENDED = "the request that made this call has ended"
 
 
 class WorkerCalls:
