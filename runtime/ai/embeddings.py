@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from runtime.ai.cloudflare_names import EMBEDDING_MODELS, EMBEDDING_SOURCE
+from runtime.control.fair_pool import run_inline
 from workers import AIError
 
 INVALID = 5006  # Workers AI's "input validation failed"
@@ -143,12 +144,7 @@ def texts_of(inputs: Any, param: str = "text") -> list[str]:
 
 def embed(model: str, texts: list[str], pooling: str = "mean") -> Embeddings:
     """The vectors of checked `texts` (texts_of) in `model`'s width."""
-    slices = embed_slices(model, texts, pooling)
-    try:
-        while True:
-            next(slices)
-    except StopIteration as stop:
-        return stop.value
+    return run_inline(embed_slices(model, texts, pooling))
 
 
 def embed_slices(model: str, texts: list[str], pooling: str = "mean"):

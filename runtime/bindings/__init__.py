@@ -131,4 +131,3 @@ class BindingStores:
         for store in stores:
             if store is not None:
                 store.close()
-        self.pool.close()

@@ -29,6 +29,7 @@ from runtime.bindings.common import (
     text,
 )
 from runtime.bindings.kind import BindingKind
+from runtime.control.fair_pool import run_inline
 from runtime.control.state import private_dir
 
 QUERY_S = 5.0  # one statement's wall time (Cloudflare allows 30 s; here the runtime's thread waits)
@@ -186,12 +187,12 @@ class D1Database:
 
     def batch(self, statements: list[tuple[str, list[Any]]]) -> list[dict]:
         """All statements in one transaction: an error rolls every one of them back."""
-        return _drain(self.batch_slices(statements))
+        return run_inline(self.batch_slices(statements))
 
     def script(self, sql: str, atomic: bool = False) -> list[dict]:
         """Each statement of `sql` in turn (no parameters), with its result; stops at the first
         error. The statements before it stay applied (as D1's exec), unless `atomic`."""
-        return _drain(self.script_slices(sql, atomic))
+        return run_inline(self.script_slices(sql, atomic))
 
     def batch_slices(self, statements: list[tuple[str, list[Any]]], call_s: float | None = None):
         """batch() a statement a slice (runtime.control.fair_pool): each yield hands back the hook
@@ -226,15 +227,6 @@ class D1Database:
     def close(self) -> None:
         with self._lock:
             self._db.close()
-
-
-def _drain(slices) -> Any:
-    """A sliced call run to its end in this thread (the CLI's, a Durable Object's)."""
-    try:
-        while True:
-            next(slices)
-    except StopIteration as stop:
-        return stop.value
 
 
 def _call_over(call_s: float) -> BindingError:

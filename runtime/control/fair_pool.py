@@ -23,7 +23,7 @@ import inspect
 import threading
 from collections import Counter, OrderedDict, deque
 from collections.abc import Callable, Hashable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 RUNTIME = "\x00runtime"  # the runtime's own work (queue claims, alarms, workflow books): one account
@@ -43,8 +43,6 @@ class _Job:
     gen: Any = None  # the generator of a sliced job, once its first call returned it
     interrupt: Callable[[], None] | None = None  # stops the slice running now
     cancelled: bool = False
-    running: bool = False
-    slices: int = field(default=0)
 
 
 class FairPool:
@@ -56,8 +54,8 @@ class FairPool:
         self.name = name
         self._cond = threading.Condition()
         self._queued: OrderedDict[str, OrderedDict[Hashable, deque[_Job]]] = OrderedDict()
-        self._running: Counter[str] = Counter()
-        self._active: set[_Job] = set()
+        self._running: Counter[str] = Counter()  # threads each account holds now
+        self._running_jobs: set[_Job] = set()
         self._workers: list[threading.Thread] = []
         self._closed = False
 
@@ -92,7 +90,7 @@ class FairPool:
             self._closed = True
             queued = [job for lanes in self._queued.values() for q in lanes.values() for job in q]
             self._queued.clear()
-            running = [job for job in self._active if job.running]
+            running = list(self._running_jobs)
             for job in running:
                 job.cancelled = True
             self._cond.notify_all()
@@ -112,7 +110,6 @@ class FairPool:
                 raise PoolClosed(f"{self.name}: the runtime is stopping")
             lanes = self._queued.setdefault(job.account, OrderedDict())
             lanes.setdefault(job.lane, deque()).append(job)
-            self._active.add(job)
             if start and len(self._workers) < self.threads:
                 worker = threading.Thread(
                     target=self._work, name=f"{self.name}-{len(self._workers)}", daemon=True
@@ -152,8 +149,7 @@ class FairPool:
                     del lanes[job.lane]
                 if not lanes:
                     del self._queued[job.account]
-                self._active.discard(job)
-            running = job.running
+            running = job in self._running_jobs
         if queued:
             _close(job)  # between slices: its finally runs now (a rollback), not in a later turn
         elif running:
@@ -171,17 +167,15 @@ class FairPool:
                     self._cond.wait()
                     job = self._next()
                 self._running[job.account] += 1
-                job.running = True
+                self._running_jobs.add(job)
             again = stop = False
             try:
                 again = self._step(job)
             finally:
                 with self._cond:
                     self._running[job.account] -= 1
-                    job.running = False
+                    self._running_jobs.discard(job)
                     stop = job.cancelled and again  # cancelled while its slice ran: no requeue
-                    if stop or not again:
-                        self._active.discard(job)
                     self._cond.notify()
             if stop:
                 _close(job)
@@ -204,7 +198,6 @@ class FairPool:
                     _settle(job, result=value)
                     return False
                 job.gen = value
-            job.slices += 1
             hook = job.gen.send(None)
             job.interrupt = hook if callable(hook) else None
         except StopIteration as stop:
@@ -213,10 +206,16 @@ class FairPool:
         except BaseException as exc:  # the job's own failure: the awaiting task raises it
             _settle(job, exception=exc)
             return False
-        if job.cancelled:
-            _close(job)
-            return False
         return True
+
+
+def run_inline(slices: Any) -> Any:
+    """A sliced job (a generator) run to its end in the calling thread: its return value."""
+    try:
+        while True:
+            next(slices)
+    except StopIteration as stop:
+        return stop.value
 
 
 def _close(job: _Job) -> None:
