@@ -19,6 +19,8 @@ from edge_sim.accounting import LatencyAccount
 from edge_sim.request import GenerateResult
 from edge_sim.topology import Location, PoP
 from runtime.ai.shapes import quantization_label
+from runtime.host.spec import WorkerSpec
+from runtime.isolate.console import WorkerConsole
 
 LOG_LINES, LOG_BYTES = 256, 256 * 1024  # kept per invocation for the tail
 # KV, D1, R2 and Durable Object calls per invocation (Workers KV's per-invocation operation limit)
@@ -79,7 +81,7 @@ class Invocation:
             )
         return None
 
-    def keep_log(self, level: str, text: str, console: Any) -> None:
+    def keep_log(self, level: str, text: str, console: WorkerConsole) -> None:
         """A line the worker logged: shown at once (`console`, the worker's, makes its event's
         lines on the first), kept for the tail within LOG_LINES and LOG_BYTES, the rest counted."""
         if self.console is None:
@@ -112,7 +114,7 @@ class Invocation:
     # --- its end -------------------------------------------------------------------------------------
 
     def tail_event(
-        self, spec: Any, outcome: str, exception: dict | None, event: dict, seconds: float
+        self, spec: WorkerSpec, outcome: str, exception: dict | None, event: dict, seconds: float
     ) -> dict[str, Any]:
         """The event `edge tail` shows (Cloudflare's shape; `event` says what kind it was), with a
         note for the log lines it was not allowed to keep; its console lines end here."""
