@@ -6,7 +6,8 @@ there), wrangler.jsonc (wrangler's keys), README.md and a .gitignore for the run
 `edge dev` installs (runtime.host.deps); without it the worker answers 501 saying so. `d1` uses the
 D1 binding `env.DB` (wrangler.jsonc's d1_databases) and answers 501 naming it if it is missing.
 `rag` embeds documents into a Vectorize index (env.VECTORIZE) and answers questions with the
-chat model, the passages found in its prompt.
+chat model, the passages found in its prompt. Each project gets tests/test_worker.py, tests of its
+worker with edge-workers' pytest plugin (runtime.testing), which `python -m pytest` runs there.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ class Template:
     readme: str  # the template's own part of README.md
     config: dict[str, Any] = field(default_factory=dict)  # keys beyond name, main and the dates
     extra_files: dict[str, str] = field(default_factory=dict)
+    test: str = ""  # tests/test_worker.py: pytest with edge-workers' plugin (runtime.testing)
 
 
 HELLO = """\
@@ -123,11 +125,17 @@ dependencies = ["fastapi"]
 
 D1 = '''\
 """A D1 database behind a worker: GET / returns a random quote, POST / {"quote": ..., "author": ...}
-adds one. The database is the D1 binding env.DB (d1_databases in wrangler.jsonc)."""
+adds one, GET /explain asks the model what a quote means. The database is the D1 binding env.DB
+(d1_databases in wrangler.jsonc); a cron trigger (triggers.crons) counts the quotes each night into
+its `daily_counts` table."""
 
-from workers import Response, WorkerEntrypoint
+from workers import AIError, Response, WorkerEntrypoint
 
-SCHEMA = "CREATE TABLE IF NOT EXISTS quotes (id INTEGER PRIMARY KEY, quote TEXT NOT NULL, author TEXT)"
+MODEL = "@MODEL@"
+SCHEMA = [
+    "CREATE TABLE IF NOT EXISTS quotes (id INTEGER PRIMARY KEY, quote TEXT NOT NULL, author TEXT)",
+    "CREATE TABLE IF NOT EXISTS daily_counts (day TEXT PRIMARY KEY, quotes INTEGER NOT NULL)",
+]
 
 
 class Default(WorkerEntrypoint):
@@ -138,7 +146,8 @@ class Default(WorkerEntrypoint):
                 status=501,
             )
         db = self.env.DB
-        await db.prepare(SCHEMA).run()
+        for statement in SCHEMA:
+            await db.prepare(statement).run()
         if request.method == "POST":
             body = await request.json()
             await db.prepare("INSERT INTO quotes (quote, author) VALUES (?, ?)").bind(
@@ -147,8 +156,28 @@ class Default(WorkerEntrypoint):
             return Response.json({"added": body["quote"]}, status=201)
         result = await db.prepare("SELECT quote, author FROM quotes ORDER BY RANDOM() LIMIT 1").all()
         rows = result.results
-        return Response.json(rows[0] if rows else {"quote": None, "hint": "POST a quote first"})
-'''
+        if not rows:
+            return Response.json({"quote": None, "hint": "POST a quote first"})
+        if request.url.split("?")[0].endswith("/explain"):
+            question = f"What does this quote mean? {rows[0]['quote']}"
+            try:
+                answer = await self.env.AI.run(
+                    MODEL, {"messages": [{"role": "user", "content": question}], "max_tokens": 32}
+                )
+            except AIError as exc:
+                return Response.json({"error": str(exc)}, status=503)
+            return Response.json({"quote": rows[0]["quote"], "explanation": answer["response"]})
+        return Response.json(rows[0])
+
+    async def scheduled(self, controller, env, ctx):
+        db = self.env.DB
+        for statement in SCHEMA:
+            await db.prepare(statement).run()
+        await db.prepare(
+            "INSERT OR REPLACE INTO daily_counts (day, quotes) "
+            "SELECT date(?1 / 1000, 'unixepoch'), COUNT(*) FROM quotes"
+        ).bind(controller.scheduledTime).run()
+'''.replace("@MODEL@", MODEL)
 
 RAG = """\
 \"\"\"Retrieval-augmented answers over your own documents, with Workers AI and Vectorize.
@@ -241,11 +270,151 @@ class Default(WorkerEntrypoint):
         return Response.json({"answer": text, "matches": matches, "prompt": messages})
 """.replace("@MODEL@", MODEL)
 
+TEST_HEAD = '''"""The worker's tests: `python -m pytest` in the project's folder, with the Python that
+edge-workers is installed in (its pytest plugin gives each test a `worker`: worker.py in its own
+isolate, as `edge dev` runs it, with fresh bindings for each test and the real model behind env.AI).
+"""
+'''
+
+HELLO_TEST = (
+    TEST_HEAD
+    + """
+
+async def test_it_says_hello(worker):
+    r = await worker.fetch("/")
+    assert r.status == 200
+    assert r.text == "Hello World!"
+"""
+)
+
+AI_CHAT_TEST = (
+    TEST_HEAD
+    + '''
+import json
+
+QUESTION = {"messages": [{"role": "user", "content": "import os"}]}
+
+
+def streamed_text(response):
+    """The answer's text, from the server-sent events the worker streams."""
+    events = [line[len("data: ") :] for line in response.text.splitlines() if line.startswith("data: ")]
+    assert events[-1] == "[DONE]"
+    return "".join(json.loads(e).get("response", "") for e in events[:-1])
+
+
+async def test_the_model_streams_an_answer(worker):
+    r = await worker.fetch("/?q=def+fib(n):")
+    assert r.status == 200
+    assert r.headers["content-type"].startswith("text/event-stream")
+    assert streamed_text(r)
+
+
+async def test_the_same_question_gets_the_same_answer(worker):
+    # the real model samples; every AI call without a seed of its own gets the plugin's
+    # (pytest --edge-ai-seed N, default 0), so an answer repeats
+    first = await worker.fetch("/", method="POST", json=QUESTION)
+    again = await worker.fetch("/", method="POST", json=QUESTION)
+    assert streamed_text(first) == streamed_text(again)
+
+
+async def test_a_post_without_messages_is_refused(worker):
+    r = await worker.fetch("/", method="POST", json={"question": "?"})
+    assert r.status == 400
+    assert "messages" in r.json()["error"]
+'''
+)
+
+FASTAPI_TEST = (
+    TEST_HEAD
+    + """
+
+async def test_fastapi_answers_its_routes(worker):
+    # FastAPI comes from pyproject.toml's dependencies, installed at the first run (as edge dev does)
+    assert (await worker.fetch("/items/7")).json() == {"item_id": 7}
+    assert (await worker.fetch("/env")).json() == {"greeting": "hello from FastAPI"}
+"""
+)
+
+D1_TEST = (
+    TEST_HEAD
+    + """
+SCHEMA = "CREATE TABLE quotes (id INTEGER PRIMARY KEY, quote TEXT NOT NULL, author TEXT)"
+
+
+async def test_a_posted_quote_comes_back(worker):
+    quote = {"quote": "Simple is better than complex.", "author": "Tim Peters"}
+    assert (await worker.fetch("/", method="POST", json=quote)).status == 201
+    assert (await worker.fetch("/")).json() == quote
+
+
+async def test_the_worker_reads_a_seeded_database(worker):
+    db = worker.d1("DB")  # env.DB, as the worker sees it; each test starts with an empty one
+    await db.exec(SCHEMA)
+    await db.prepare("INSERT INTO quotes (quote, author) VALUES (?, ?)").bind("Seeded.", "pytest").run()
+    assert (await worker.fetch("/")).json() == {"quote": "Seeded.", "author": "pytest"}
+
+
+async def test_the_nightly_cron_counts_the_quotes(worker):
+    db = worker.d1("DB")
+    await db.exec(SCHEMA)
+    await db.prepare("INSERT INTO quotes (quote) VALUES (?), (?)").bind("One.", "Two.").run()
+    assert (await worker.scheduled("0 3 * * *")).outcome == "ok"
+    counts = await db.prepare("SELECT quotes FROM daily_counts").all()
+    assert [row["quotes"] for row in counts.results] == [2]
+
+
+async def test_the_model_explains_a_quote_the_same_way_twice(worker):
+    # the real model samples; every AI call without a seed of its own gets the plugin's
+    # (pytest --edge-ai-seed N, default 0), so the same question gets the same answer
+    db = worker.d1("DB")
+    await db.exec(SCHEMA)
+    await db.prepare("INSERT INTO quotes (quote) VALUES (?)").bind("Readability counts.").run()
+    first = await worker.fetch("/explain")
+    assert first.status == 200
+    assert first.json()["explanation"]
+    assert (await worker.fetch("/explain")).json() == first.json()
+
+
+async def test_an_empty_database_says_to_post_first(worker):
+    assert (await worker.fetch("/")).json()["quote"] is None
+"""
+)
+
+RAG_TEST = (
+    TEST_HEAD
+    + """
+DOCUMENTS = [
+    {"text": "The office cat is called Miso."},
+    {"text": "The coffee machine is on the third floor."},
+]
+QUESTION = "/?q=What+is+the+office+cat+called&max_tokens=24"
+
+
+async def test_it_answers_from_the_documents_given(worker):
+    # each test starts with no index: make it as `edge vectorize create docs --preset ...` does
+    await worker.create_vectorize_index("VECTORIZE", preset="@cf/baai/bge-base-en-v1.5")
+    assert (await worker.fetch("/documents", method="POST", json={"documents": DOCUMENTS})).status == 201
+    first = await worker.fetch(QUESTION)
+    assert first.status == 200
+    assert first.json()["matches"][0]["text"] == "The office cat is called Miso."
+    assert first.json()["answer"]
+    # the real model samples; every AI call without a seed of its own gets the plugin's
+    # (pytest --edge-ai-seed N, default 0), so the same question gets the same answer
+    again = await worker.fetch(QUESTION)
+    assert again.json()["answer"] == first.json()["answer"]
+
+
+async def test_a_question_is_needed(worker):
+    assert (await worker.fetch("/")).status == 400
+"""
+)
+
 TEMPLATES: dict[str, Template] = {
     "hello": Template(
         "a plain fetch handler",
         HELLO,
         "Try it: `curl http://127.0.0.1:8787/` answers `Hello World!`.",
+        test=HELLO_TEST,
     ),
     "ai-chat": Template(
         "a chat endpoint that streams env.AI.run's answer",
@@ -254,6 +423,7 @@ TEMPLATES: dict[str, Template] = {
         "    curl -N 'http://127.0.0.1:8787/?q=def+fib(n):'\n"
         '    curl -N http://127.0.0.1:8787/ -d \'{"messages": [{"role": "user", "content": "import os"}]}\'',
         {"ai": {"binding": "AI"}},
+        test=AI_CHAT_TEST,
     ),
     "fastapi": Template(
         "FastAPI through Cloudflare's asgi bridge",
@@ -264,23 +434,30 @@ TEMPLATES: dict[str, Template] = {
         "    curl http://127.0.0.1:8787/items/7",
         {"vars": {"GREETING": "hello from FastAPI"}},
         extra_files={"pyproject.toml": FASTAPI_PYPROJECT},
+        test=FASTAPI_TEST,
     ),
     "d1": Template(
-        "a D1 database of quotes (env.DB)",
+        "a D1 database of quotes (env.DB), a nightly cron and the model explaining a quote",
         D1,
         "This worker keeps quotes in the D1 database bound as `env.DB` (its data lives in .edge/):\n\n"
         '    curl http://127.0.0.1:8787/ -d \'{"quote": "Simple is better than complex."}\'\n'
         "    curl http://127.0.0.1:8787/\n\n"
-        "`edge d1 execute DB --command 'SELECT * FROM quotes'` reads it from the shell.",
+        "`edge d1 execute DB --command 'SELECT * FROM quotes'` reads it from the shell. "
+        "`curl http://127.0.0.1:8787/explain` asks the model about a quote; the cron trigger "
+        "(`0 3 * * *`, or `curl http://127.0.0.1:8787/cdn-cgi/handler/scheduled` now) counts the quotes "
+        "into `daily_counts`.",
         {
+            "ai": {"binding": "AI"},
             "d1_databases": [
                 {
                     "binding": "DB",
                     "database_name": "{name}-db",
                     "database_id": "00000000-0000-0000-0000-000000000000",
                 }
-            ]
+            ],
+            "triggers": {"crons": ["0 3 * * *"]},
         },
+        test=D1_TEST,
     ),
     "rag": Template(
         "retrieval-augmented answers: embeddings, a Vectorize index (env.VECTORIZE) and the chat model",
@@ -296,6 +473,7 @@ TEMPLATES: dict[str, Template] = {
         "deterministic stand-in at BGE's width (`served_by` says so): lexical, so ask with the "
         "documents' words.",
         {"ai": {"binding": "AI"}, "vectorize": [{"binding": "VECTORIZE", "index_name": "docs"}]},
+        test=RAG_TEST,
     ),
 }
 
@@ -347,6 +525,7 @@ def readme(name: str, template_name: str, template: Template) -> str:
         "## Files\n\n"
         "- `worker.py`: the worker (Cloudflare Python Workers' API, from the `workers` package)\n"
         "- `wrangler.jsonc`: its config, in wrangler's keys\n"
+        "- `tests/test_worker.py`: its tests (`python -m pytest`, with edge-workers' pytest plugin)\n"
         "- `.edge/`: the runtime's local state (database, tokens); never commit it\n"
     )
 
@@ -365,11 +544,13 @@ def write_project(folder: Path, template_name: str = "hello", today: date | None
         "README.md": readme(name, template_name, template),
         ".gitignore": ".edge/\n__pycache__/\n",
         **{rel: _fill(text, name) for rel, text in template.extra_files.items()},
+        **({"tests/test_worker.py": template.test} if template.test else {}),
     }
     folder.mkdir(parents=True, exist_ok=True)
     written = []
     for rel, text in files.items():
         path = folder / rel
+        path.parent.mkdir(exist_ok=True)
         path.write_text(text, encoding="utf-8")
         written.append(path)
     return written

@@ -22,13 +22,14 @@ def test_each_template_writes_a_worker_a_wrangler_config_and_a_readme(tmp_path, 
     folder = tmp_path / "My Project"
     files = write_project(folder, template, today=date(2026, 11, 1))
     expected = [".gitignore", "README.md", "worker.py", "wrangler.jsonc", *TEMPLATES[template].extra_files]
+    expected.append("test_worker.py")  # tests/test_worker.py: pytest with the plugin (runtime.testing)
     assert sorted(f.name for f in files) == sorted(expected)
     compile((folder / "worker.py").read_text(), "worker.py", "exec")
     config = parse_config((folder / "wrangler.jsonc").read_text(), source="wrangler.jsonc", base_dir=folder)
     assert config.name == "my-project" and config.main == "worker.py"
     assert config.compatibility_date == "2026-11-01" and config.compatibility_flags == ["python_workers"]
     assert config.main_path == (folder / "worker.py").resolve()
-    assert (config.ai is not None) == (template in ("ai-chat", "rag"))
+    assert (config.ai is not None) == (template in ("ai-chat", "d1", "rag"))
     if template == "rag":
         assert config.bindings["vectorize"][0].index_name == "docs"
     if template == "d1":

@@ -1,0 +1,52 @@
+"""The pytest plugin as a user meets it: `edge init` a project, then `python -m pytest` in its folder
+with this environment's interpreter (the plugin is the installed `pytest11` entry point, nothing is
+configured). The d1 template's tests fetch, seed its D1 database, fire its cron and ask the real
+model twice for the same answer; the rag template's make a Vectorize index and embed documents. A
+failing test added beside them must fail, so the run proves the async tests ran rather than being
+skipped."""
+
+import os
+import re
+import subprocess
+import sys
+import time
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+FAILING = """
+async def test_a_wrong_expectation_fails(worker):
+    assert (await worker.fetch("/")).status == 418
+"""
+
+
+@pytest.mark.parametrize(("template", "passing", "root_status"), [("d1", 5, 200), ("rag", 2, 400)])
+def test_an_edge_init_project_passes_its_own_tests_with_the_plugin(tmp_path, template, passing, root_status):
+    subprocess.run(
+        [sys.executable, "-m", "runtime.cli", "init", "docs-bot", "--template", template],
+        cwd=tmp_path,
+        check=True,
+        capture_output=True,
+    )
+    project = tmp_path / "docs-bot"
+    assert (project / "tests" / "test_worker.py").is_file()
+    (project / "tests" / "test_failing.py").write_text(FAILING)
+    # the child is a user's own session: none of this suite's pytest settings
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
+    started = time.perf_counter()
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"],
+        cwd=project,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    took = time.perf_counter() - started
+    print(f"\npytest in an edge init project ({template}: one model load, {passing + 1} tests): {took:.1f} s")
+    out = done.stdout + done.stderr
+    assert done.returncode == 1, out[-4000:]  # the one failing test, and only it
+    assert re.search(rf"\b1 failed, {passing} passed\b", out), out[-4000:]
+    assert "test_a_wrong_expectation_fails" in out and f"assert {root_status} == 418" in out, out[-4000:]
+    assert not (project / ".edge").exists()  # the tests' state lives in pytest's tmp folders
