@@ -164,6 +164,9 @@ class AIService:
         self.serve_embeddings = True
         # the stand-in's threads, shared by every account fairly (a call a text a turn); the app closes it
         self.embed_pool = FairPool(EMBED_THREADS, name="edge-embed")
+        # the seed of every generation that sets none (runtime.testing sets it, so that a worker's
+        # tests see the real model sample the same answer each time); None: unseeded
+        self.default_seed: int | None = None
         self._warned: set[str] = set()
 
     def resolve(self, model: str) -> str:
@@ -228,6 +231,8 @@ class AIService:
         given = priority_of(priority)
         if given is not None:
             parsed = msgspec.structs.replace(parsed, priority=given)
+        if self.default_seed is not None and parsed.seed is None:  # pytest's plugin: answers repeat
+            parsed = msgspec.structs.replace(parsed, seed=self.default_seed)
         try:
             session = check_key(session)
         except ValueError as exc:

@@ -104,7 +104,6 @@ class EdgeWorker:
         self.runtime, self.config_path = runtime, config_path
         self.config = runtime.config
         self.name, self.account = runtime.config.name, runtime.config.account_id
-        self.ai_seed = ai_seed  # every AI call without a seed of its own gets this one (None: none)
         self._loop = loop
         self._client = httpx.AsyncClient(
             transport=httpx.ASGITransport(app=create_app(runtime)), base_url=BASE_URL
@@ -114,7 +113,7 @@ class EdgeWorker:
         self._calls = itertools.count(1)
         self.admin_token: str | None = None  # the /cdn-cgi/edge/ control endpoints' (the fixture sets it)
         self._api_token: str | None = None
-        self._seed_ai_calls()
+        self.ai_seed = ai_seed
 
     @property
     def api_token(self) -> str:
@@ -158,25 +157,16 @@ class EdgeWorker:
 
     # --- AI -----------------------------------------------------------------------------------------
 
-    def _seed_ai_calls(self) -> None:
-        """Every text generation the runtime prepares (env.AI.run and the REST doors alike) gets
-        `ai_seed` when it carries no seed of its own: the real model samples as asked (temperature,
-        top_p...), from a fixed seed, so the same call gives the same text."""
-        from runtime.ai.inputs import SamplingFields
+    @property
+    def ai_seed(self) -> int | None:
+        """The seed every text generation without its own gets (AIService.default_seed; None: none):
+        the real model samples as asked (temperature, top_p...) from a fixed seed, so the same call
+        gives the same text. Set it to sample another answer."""
+        return self.runtime.ai.default_seed
 
-        service = self.runtime.ai
-        prepare = service.prepare
-
-        def seeded(model: str, inputs: Any, *args: Any, **kwargs: Any):
-            seed = self.ai_seed
-            if seed is not None:
-                if isinstance(inputs, dict) and inputs.get("seed") is None:
-                    inputs = {**inputs, "seed": seed}
-                elif isinstance(inputs, SamplingFields) and inputs.seed is None:
-                    inputs = msgspec.structs.replace(inputs, seed=seed)
-            return prepare(model, inputs, *args, **kwargs)
-
-        service.prepare = seeded  # type: ignore[method-assign] - this runtime's alone
+    @ai_seed.setter
+    def ai_seed(self, seed: int | None) -> None:
+        self.runtime.ai.default_seed = seed
 
     # --- HTTP ---------------------------------------------------------------------------------------
 
