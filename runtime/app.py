@@ -181,6 +181,7 @@ class Runtime:
             network=edge,
             event_origin=lambda: (self.default_location, edge.ingress(self.default_location)[0]),
             sockets=self.sockets,
+            catalog_view=lambda: catalog_view(self.catalog, edge, self.aliases),
         )
         self.workers = WorkerRegistry(config, self.state, start, self.objects, deps)
         # the dev worker's workflows: each runs its instances in an isolate of its own

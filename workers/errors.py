@@ -12,3 +12,11 @@ class AIError(Exception):
         self.code = code
         self.detail = message
         self.param = param
+
+
+class InferenceUpstreamError(AIError):
+    """What Cloudflare's AI binding raises when the model's service answers an error (workerd's
+    `InferenceUpstreamError`): `name` is that, the message "code: description", `.code` the
+    Workers AI error code. An AIError, so `except AIError` catches it too."""
+
+    name = "InferenceUpstreamError"

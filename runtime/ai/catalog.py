@@ -249,3 +249,46 @@ def catalog_view(
             }
         )
     return out + embedding_entries()
+
+
+def search_models(models: list[dict], search: str | None, task: str | None, author: str | None) -> list[dict]:
+    """The catalog entries a Model Search query matches (case-insensitive, as Cloudflare's)."""
+
+    def norm(text: str) -> str:
+        return text.lower().replace("-", " ").replace("_", " ").strip()
+
+    out = models
+    if search:
+        needle = search.lower()
+        out = [m for m in out if needle in m["name"].lower() or needle in m["description"].lower()]
+    if task:
+        out = [m for m in out if norm(m["task"]["name"]) == norm(task)]
+    if author:
+        out = [m for m in out if m["name"].lower().split("/")[1:2] == [author.lower()]]
+    return out
+
+
+MODELS_PARAMS = ("search", "task", "author", "page", "per_page", "hide_experimental", "source")
+
+
+def models_matching(models: list[dict], params: Any) -> list[dict]:
+    """env.AI.models(params): `search`, `task`, `author` as Model Search takes them, `page` and
+    `per_page` (default all); ValueError naming a key it does not take or a value of the wrong type."""
+    params = {} if params is None else params
+    if not isinstance(params, dict):
+        raise ValueError(f"env.AI.models takes a dict of filters ({', '.join(MODELS_PARAMS)}) or nothing")
+    for key, value in params.items():
+        if key not in MODELS_PARAMS:
+            raise ValueError(
+                f"env.AI.models: no filter {str(key)[:64]!r}; the filters are {', '.join(MODELS_PARAMS)}"
+            )
+        if key in ("search", "task", "author", "source") and not isinstance(value, str | None):
+            raise ValueError(f"env.AI.models: {key} must be a string")
+        if key in ("page", "per_page") and (
+            not isinstance(value, int) or isinstance(value, bool) or value < 1
+        ):
+            raise ValueError(f"env.AI.models: {key} must be an integer from 1")
+    found = search_models(models, params.get("search"), params.get("task"), params.get("author"))
+    per_page = params.get("per_page", len(found) or 1)
+    page = params.get("page", 1)
+    return found[(page - 1) * per_page : page * per_page]

@@ -25,6 +25,7 @@ from runtime.isolate.console import WorkerConsole
 LOG_LINES, LOG_BYTES = 256, 256 * 1024  # kept per invocation for the tail
 # KV, D1, R2 and Durable Object calls per invocation (Workers KV's per-invocation operation limit)
 BINDING_CALLS = 1000
+AI_CALLS_KEPT = 64  # env.AI.run calls named in one tail event
 
 
 @dataclass
@@ -38,6 +39,8 @@ class Invocation:
     accounts: list[LatencyAccount] = field(default_factory=list)  # per AI call
     quantization: list[str] = field(default_factory=list)  # per AI call, for x-edge-quantization
     models: list[str] = field(default_factory=list)  # per AI call, the model that served it (dashboard)
+    # per env.AI.run call: {"model", "requestId", "tags"} for the tail event (AI_CALLS_KEPT of them)
+    ai_calls: list[dict[str, Any]] = field(default_factory=list)
     logs: list[dict[str, Any]] = field(default_factory=list)
     subrequests: int = 0
     binding_calls: int = 0
@@ -95,6 +98,12 @@ class Invocation:
 
     # --- its AI calls --------------------------------------------------------------------------------
 
+    def ai_called(self, model: str, request_id: str, tags: tuple[str, ...]) -> None:
+        """An env.AI.run call it made: its model, request id (cf-ai-req-id) and tags, kept for the
+        tail event (the first AI_CALLS_KEPT; a request's calls are bounded by its budgets anyway)."""
+        if len(self.ai_calls) < AI_CALLS_KEPT:
+            self.ai_calls.append({"model": model[:256], "requestId": request_id, "tags": list(tags)})
+
     def ai_answered(self, result: GenerateResult) -> None:
         """An AI call it made was answered (a run now, not a batch): its latency and formats."""
         self.accounts.append(result.timing)
@@ -138,4 +147,5 @@ class Invocation:
             "logs": self.logs,
             "exceptions": [exception] if exception else [],
             "wallTimeMs": round(seconds * 1000, 3),
+            **({"ai": self.ai_calls} if self.ai_calls else {}),
         }

@@ -64,6 +64,8 @@ class WorkerServices:
     network: NetworkMode  # its `emulate`: whether the client's round trip is really waited
     event_origin: Callable[[], tuple[Location, PoP]]  # where a cron or queue event's AI calls start
     workflows: WorkflowSteps | None = None  # set once the workflow engine is built (runtime.app)
+    # the models search view of the catalog (runtime.ai.catalog.catalog_view): env.AI.models()
+    catalog_view: Callable[[], list[dict[str, Any]]] = lambda: []  # noqa: E731
     # an object set ((account, script, class, id), ms) or deleted (ms None) its alarm: the scheduler's
     on_alarm: Callable[[tuple[str, str, str, str], int | None], None] | None = None
     sockets: SocketHub = field(default_factory=SocketHub)  # every WebSocket's client connection

@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import logging
 import time
+import uuid
 
+from runtime.ai.catalog import models_matching
+from runtime.ai.run_options import parse_run_options
 from runtime.ai.service import AICall
 from runtime.bindings import BindingError, BindingRef
 from runtime.bindings.workflows import WORKFLOW_STEP
@@ -51,36 +54,60 @@ class WorkerCalls:
         return self._console
 
     async def ai(self, call: ipc.AICall):
-        """env.AI.run: through the AI service's one door (runtime.ai.service.AIService.answer)."""
+        """env.AI.run: its options checked (runtime.ai.run_options), then through the AI service's
+        one door (runtime.ai.service.AIService.answer). Every answer carries its request id
+        (cf-ai-req-id: the worker's env.AI.lastRequestId), whole or streamed."""
         ctx = self.requests.get(call.request)
         if ctx is None:
             return ipc.AIReply(call.call, error_code=5004, error_message=ENDED)
-        options = call.options if isinstance(call.options, dict) else {}
+        request_id = str(uuid.uuid4())
+        headers = [("cf-ai-req-id", request_id)]
         try:
+            options = parse_run_options(call.options)
+            ctx.ai_called(call.model, request_id, options.tags)
             answer = await self.services.ai.answer(
                 AICall(
                     call.model,
                     call.inputs,
                     self.spec.account,
-                    _session(options),
+                    options.session,
                     ctx.ingress,
                     ctx.client_rtt_ms,
-                    queue=options.get("queueRequest") is True,
-                    priority=_extra_header(options, "x-edge-priority"),
+                    queue=options.queue,
+                    priority=options.priority,
                 )
             )
         except AIError as exc:
-            return ipc.AIReply(call.call, error_code=exc.code, error_message=exc.detail)
+            return ipc.AIReply(call.call, error_code=exc.code, error_message=exc.detail, headers=headers)
         if answer.stream is not None:
-            return self._chunks(call, answer.stream)
+            return self._chunks(call, answer.stream, headers)
         if answer.result is not None:  # a run now (not a batch): its latency and formats on the answer
             ctx.ai_answered(answer.result)
-        return ipc.AIReply(call.call, result=answer.body)
+            if answer.result.timing is not None:
+                headers.append(("server-timing", answer.result.timing.server_timing()))
+        return ipc.AIReply(call.call, result=answer.body, headers=headers)
 
-    async def _chunks(self, call: ipc.AICall, stream):
+    async def ai_query(self, call: ipc.AIQuery) -> ipc.BindingReply:
+        """env.AI.models(params): the models this edge serves, filtered as the REST API's
+        `ai/models/search` filters them (search, task, author)."""
+        if self.requests.get(call.request) is None:
+            return ipc.BindingReply(call.call, error_type="Error", error_message=ENDED)
+        if call.method != "models":
+            return ipc.BindingReply(
+                call.call, error_type="TypeError", error_message=f"env.AI.{call.method[:64]} is not a method"
+            )
+        params = call.args[0] if call.args else None
+        try:
+            found = models_matching(self.services.catalog_view(), params)
+        except ValueError as exc:
+            return ipc.BindingReply(call.call, error_type="TypeError", error_message=str(exc))
+        return ipc.BindingReply(call.call, result=found)
+
+    async def _chunks(self, call: ipc.AICall, stream, headers: list[tuple[str, str]]):
         try:
             async for data in stream:
-                yield ipc.AIChunk(call.call, data)
+                yield ipc.AIChunk(call.call, data, headers)
+                headers = []  # the first chunk carries them
             yield ipc.AIReply(call.call)
         finally:
             if hasattr(stream, "aclose"):
@@ -188,22 +215,3 @@ class WorkerCalls:
         if refused := ctx.spend_binding_call("KV, D1, R2 and Durable Object"):
             return ipc.ObjectReply(call.call, error_type="Error", error_message=refused)
         return await self.services.objects.call(self.spec, call, ctx)
-
-
-def _session(options) -> str | None:
-    """The session key a worker gave `env.AI.run` in its options, as Cloudflare's binding takes it:
-    `{"extraHeaders": {"x-session-affinity": KEY}}` (`extra_headers` too)."""
-    return _extra_header(options, "x-session-affinity")
-
-
-def _extra_header(options, name: str) -> str | None:
-    """A header a worker gave `env.AI.run` in its options' `extraHeaders` (`extra_headers` too)."""
-    if not isinstance(options, dict):
-        return None
-    headers = options.get("extraHeaders", options.get("extra_headers"))
-    if not isinstance(headers, dict):
-        return None
-    value = headers.get(name)
-    if isinstance(value, int) and not isinstance(value, bool):
-        return str(value)
-    return value if isinstance(value, str) else None

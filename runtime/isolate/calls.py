@@ -24,7 +24,7 @@ from runtime.isolate.host import IsolateHost
 log = logging.getLogger("edge.isolate")
 
 BindingHandler = Callable[[ipc.BindingCall], Awaitable[ipc.BindingReply]]
-Call = ipc.AICall | ipc.FetchCall | ipc.BindingCall | ipc.ObjectCall
+Call = ipc.AICall | ipc.AIQuery | ipc.FetchCall | ipc.BindingCall | ipc.ObjectCall
 
 MAX_CALLS = 64  # AI, fetch and binding calls one isolate may have outstanding at once
 ENDED = "the request that made this call has ended"
@@ -61,6 +61,10 @@ CALLS: dict[type, CallKind] = {
         lambda host, call: host.ai(call),
         lambda call, why: ipc.AIReply(call, error_code=3040, error_message=why),
     ),
+    ipc.AIQuery: CallKind(
+        lambda host, call: host.ai_query(call),
+        lambda call, why: ipc.BindingReply(call, error_type="Error", error_message=why),
+    ),
     ipc.FetchCall: CallKind(
         lambda host, call: host.fetch(call), lambda call, why: ipc.FetchReply(call, error=why)
     ),
@@ -83,6 +87,7 @@ class CallDesk:
         self._send, self._deliver = link.send, link.deliver
         self._calls = 0  # calls being answered
         self._by_request: dict[int, set[asyncio.Task]] = {}  # each request's calls in flight
+        self._by_call: dict[int, tuple[int, asyncio.Task]] = {}  # call id -> (its request, its task)
 
     def take(self, msg: Call) -> None:
         """A call from the isolate: answered in the background, as its request's, or refused at
@@ -95,7 +100,15 @@ class CallDesk:
         task = asyncio.create_task(self._answer(msg, kind))  # held in _by_request until done
         calls = self._by_request.setdefault(msg.request, set())
         calls.add(task)
-        task.add_done_callback(lambda done, rid=msg.request: self._forget(rid, done))
+        self._by_call[msg.call] = (msg.request, task)
+        task.add_done_callback(lambda done, rid=msg.request, cid=msg.call: self._forget(rid, cid, done))
+
+    def cancel(self, call: int) -> None:
+        """The isolate aborted call `call` (an AI call's AbortSignal): cancelled as its request's
+        end would cancel it, alone."""
+        held = self._by_call.get(call)
+        if held is not None:
+            held[1].cancel()
 
     def in_flight(self, request: int) -> int:
         """The calls `request` has in flight."""
@@ -110,7 +123,9 @@ class CallDesk:
         for request in list(self._by_request):
             self.end(request)
 
-    def _forget(self, request: int, task: asyncio.Task) -> None:
+    def _forget(self, request: int, call: int, task: asyncio.Task) -> None:
+        if self._by_call.get(call, (None, None))[1] is task:
+            del self._by_call[call]
         calls = self._by_request.get(request)
         if calls is not None:
             calls.discard(task)

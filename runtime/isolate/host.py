@@ -19,6 +19,9 @@ SocketMessage = ipc.SocketSend | ipc.SocketClose | ipc.SocketAttach
 class IsolateHost(Protocol):
     async def ai(self, call: ipc.AICall) -> AIAnswer: ...
 
+    async def ai_query(self, call: ipc.AIQuery) -> ipc.BindingReply:
+        """env.AI's other methods (models())."""
+
     async def fetch(self, call: ipc.FetchCall) -> ipc.FetchReply: ...
 
     async def binding(self, call: ipc.BindingCall) -> ipc.BindingReply: ...
@@ -63,6 +66,9 @@ class QuietHost:
         if self._ai is None:
             return ipc.AIReply(call.call, error_code=5007, error_message="AI is not available here")
         return await self._ai(call)
+
+    async def ai_query(self, call: ipc.AIQuery) -> ipc.BindingReply:
+        return ipc.BindingReply(call.call, error_type="Error", error_message="AI is not available here")
 
     async def fetch(self, call: ipc.FetchCall) -> ipc.FetchReply:
         if self._fetch is None:

@@ -334,17 +334,40 @@ class ObjectResult(msgspec.Struct, tag=True):
 
 
 class AIChunk(msgspec.Struct, tag=True):
-    """Part of a streamed AI answer (SSE bytes); the AIReply that follows ends the stream."""
+    """Part of a streamed AI answer (SSE bytes); the AIReply that follows ends the stream. The
+    first chunk carries the answer's headers (as the REST API's response: cf-ai-req-id, ...)."""
 
     call: int
     data: bytes
+    headers: list[tuple[str, str]] = []
 
 
 class AIReply(msgspec.Struct, tag=True):
+    """An AI call's answer, or its error; `headers` as the REST API's response carries them
+    (cf-ai-req-id: env.AI.lastRequestId)."""
+
     call: int
     result: Any = None
     error_code: int | None = None
     error_message: str | None = None
+    headers: list[tuple[str, str]] = []
+
+
+class AIQuery(msgspec.Struct, tag=True):
+    """From an isolate: an env.AI method other than run (method "models": args [params]);
+    answered by BindingReply."""
+
+    call: int
+    request: int  # the Invoke this call belongs to
+    method: str
+    args: list[Any] = []
+
+
+class AICancel(msgspec.Struct, tag=True):
+    """From an isolate: AI call `call` is aborted (its AbortSignal): the runtime cancels it, at
+    the PoP too, and its KV blocks are freed."""
+
+    call: int
 
 
 Message = (
@@ -363,6 +386,8 @@ Message = (
     | AICall
     | AIChunk
     | AIReply
+    | AICancel
+    | AIQuery
     | BindingCall
     | BindingReply
     | ObjectCall

@@ -470,4 +470,5 @@ _TAKES: dict[type, Callable[[Isolate, Any], None]] = {
     ipc.SocketClose: lambda iso, msg: iso.host.socket(msg),
     ipc.SocketAttach: lambda iso, msg: iso.host.socket(msg),
     **{call: lambda iso, msg: iso._calls.take(msg) for call in CALLS},
+    ipc.AICancel: lambda iso, msg: iso._calls.cancel(msg.call),
 }

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import time
+import uuid
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -28,6 +29,7 @@ from starlette.routing import Route
 from edge_sim.request import GenerateRequest
 from edge_sim.topology import PoP, TopologyError
 from runtime.ai.batch import BatchNotFound
+from runtime.ai.catalog import search_models
 from runtime.ai.embeddings import openai_answer as openai_embeddings
 from runtime.ai.embeddings import openai_request as embedding_request
 from runtime.ai.inputs import ChatCompletionRequest, CompletionRequest
@@ -55,23 +57,6 @@ HTTP_STATUS = {5007: 400, 5004: 400, 5006: 400, 3006: 413, 3040: 429, 3036: 429,
 
 SEARCH_PER_PAGE, SEARCH_MAX_PER_PAGE = 20, 1000  # a v4 paginated list's default page size
 BAD_QUERY = 1004  # a query parameter out of range (Cloudflare documents no code of its own for it)
-
-
-def search_models(models: list[dict], search: str | None, task: str | None, author: str | None) -> list[dict]:
-    """The catalog entries a Model Search query matches (case-insensitive, as Cloudflare's)."""
-
-    def norm(text: str) -> str:
-        return text.lower().replace("-", " ").replace("_", " ").strip()
-
-    out = models
-    if search:
-        needle = search.lower()
-        out = [m for m in out if needle in m["name"].lower() or needle in m["description"].lower()]
-    if task:
-        out = [m for m in out if norm(m["task"]["name"]) == norm(task)]
-    if author:
-        out = [m for m in out if m["name"].lower().split("/")[1:2] == [author.lower()]]
-    return out
 
 
 def envelope(result: Any = None, errors: list[dict] | None = None, status: int = 200) -> JSONResponse:
@@ -202,6 +187,12 @@ class AIApi:
     # --- Workers AI REST ----------------------------------------------------------------------------
 
     async def run(self, request: Request) -> Response:
+        """POST /ai/run/{model}; every answer names its request (cf-ai-req-id), as Cloudflare's."""
+        response = await self._run(request)
+        response.headers["cf-ai-req-id"] = str(uuid.uuid4())
+        return response
+
+    async def _run(self, request: Request) -> Response:
         try:
             account = self.authenticate(request)
         except AuthError as exc:

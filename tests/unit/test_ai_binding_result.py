@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 
-from runtime.isolate.inside.channel import AIBinding
+from runtime.isolate.inside.channel import AIAnswer, AIBinding
 from workers import Response
 
 
@@ -15,8 +15,8 @@ class FakeChannel:
     def __init__(self, answer):
         self.answer = answer
 
-    async def call_ai(self, model, inputs, options):
-        return self.answer
+    async def call_ai(self, model, inputs, options, signal=None):
+        return AIAnswer(self.answer, [("cf-ai-req-id", "req-1")])
 
 
 def run(answer):

@@ -153,7 +153,7 @@ def test_sampling_parameters_are_checked_where_the_call_enters(service):
 
 def test_the_session_key_and_the_accounts_share_travel_with_the_request(service):
     from engine.fair_queue import TenantShare
-    from runtime.host.worker_calls import _session
+    from runtime.ai.run_options import parse_run_options
 
     req, _ = service.prepare(MODEL, {"prompt": "a"}, "acct", session="conv-7")
     assert req.session == "conv-7" and req.share == TenantShare()
@@ -170,9 +170,11 @@ def test_the_session_key_and_the_accounts_share_travel_with_the_request(service)
     tenants = [e.scheduler.waiting.tenant("local") for e in engines]
     assert any(t is not None and (t.weight, t.kv_share) == (3.0, 0.5) for t in tenants)
     # env.AI.run(model, inputs, {"extraHeaders": {"x-session-affinity": KEY}}), as Cloudflare's binding
-    assert _session({"extraHeaders": {"x-session-affinity": "s1"}}) == "s1"
-    assert _session({"extra_headers": {"x-session-affinity": "s2"}}) == "s2"
-    assert _session(None) is None and _session({"extraHeaders": "x"}) is None
+    assert parse_run_options({"extraHeaders": {"x-session-affinity": "s1"}}).session == "s1"
+    assert parse_run_options({"extra_headers": {"X-Session-Affinity": "s2"}}).session == "s2"
+    assert parse_run_options(None).session is None
+    with pytest.raises(AIError, match="^5004: env.AI.run options: extraHeaders: expected a dict"):
+        parse_run_options({"extraHeaders": "x"})
 
 
 def test_a_stream_dropped_before_its_end_still_counts_against_tokens_per_minute(service):
@@ -337,7 +339,7 @@ def test_a_plain_run_never_polls_or_queues_whatever_its_inputs_hold(service):
 
 def test_the_x_edge_priority_header_sets_a_calls_priority_and_is_checked(service):
     from runtime.ai.service import priority_of
-    from runtime.host.worker_calls import _extra_header
+    from runtime.ai.run_options import parse_run_options
 
     assert priority_of(None) is None and priority_of("-3") == -3 and priority_of(" 7 ") == 7
     for bad in ("high", "1.5", "+-1", "²", "9" * 11, ""):
@@ -350,5 +352,6 @@ def test_the_x_edge_priority_header_sets_a_calls_priority_and_is_checked(service
     with pytest.raises(AIError, match="^5004: priority: must be an integer in"):
         service.prepare(MODEL, {"prompt": "a"}, "acct", priority="9999999999")  # the body's range holds
     # env.AI.run(model, inputs, {"extraHeaders": {"x-edge-priority": "1"}}), as a worker sends it
-    assert _extra_header({"extraHeaders": {"x-edge-priority": 1}}, "x-edge-priority") == "1"
-    assert _extra_header({"extraHeaders": {"x-edge-priority": True}}, "x-edge-priority") is None
+    assert parse_run_options({"extraHeaders": {"x-edge-priority": 1}}).priority == "1"
+    with pytest.raises(AIError, match="^5004: env.AI.run options: extraHeaders.x-edge-priority: expected"):
+        parse_run_options({"extraHeaders": {"x-edge-priority": True}})

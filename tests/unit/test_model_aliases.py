@@ -12,10 +12,9 @@ from edge_sim.edge import Edge
 from edge_sim.network import NetworkModel
 from edge_sim.pop import ModelSpec
 from edge_sim.topology import Topology
-from runtime.ai.catalog import alias_map, load_catalog
+from runtime.ai.catalog import alias_map, load_catalog, search_models
 from runtime.ai.service import AIService, workers_ai_sse
 from runtime.control.config import ConfigError
-from runtime.routes.ai_rest import search_models
 from workers import AIError
 
 REPO = Path(__file__).resolve().parents[2]

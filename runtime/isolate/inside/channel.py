@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import contextlib
 import contextvars
 import io
 import itertools
@@ -17,15 +18,18 @@ import socket
 import struct
 import sys
 from collections.abc import AsyncIterator, Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgspec
 
 from runtime.isolate import ipc
-from workers import AIError, Response
+from workers import AIError, Response, markdown
+from workers.abort import AbortSignal
 from workers.binding_values import wrap_result
 from workers.bindings import binding_error
+from workers.blob import Blob
 from workers.durable_objects import remote_error
+from workers.errors import InferenceUpstreamError
 
 # log lines sent per request (the runtime keeps fewer, and counts the rest for its note on them);
 # past these the isolate drops them without sending, after one line that says so
@@ -35,6 +39,13 @@ FETCH_BODY_BYTES = 1024 * 1024  # an outbound request body crosses to the runtim
 current_request: contextvars.ContextVar[int | None] = contextvars.ContextVar("edge_request", default=None)
 # the request's ctx, for the SDK's module-level wait_until (workers.context)
 current_ctx: contextvars.ContextVar[Any] = contextvars.ContextVar("edge_ctx", default=None)
+
+
+class AIAnswer(NamedTuple):
+    """An AI call's answer (its result, or an async iterator of SSE bytes) and its headers."""
+
+    result: Any
+    headers: list[tuple[str, str]]
 
 
 def _recv_exactly(sock: socket.socket, n: int) -> bytes:
@@ -86,10 +97,15 @@ class Channel:
         finally:
             self.request_bodies.pop(rid, None)
 
-    async def call_ai(self, model: str, inputs: Any, options: Any) -> Any:
+    async def call_ai(self, model: str, inputs: Any, options: Any, signal: Any = None) -> AIAnswer:
+        """One env.AI.run call: its answer (a result, or an async iterator of SSE bytes) and the
+        headers the runtime sent with it. `signal` (an AbortSignal): when it aborts, the runtime
+        is told to cancel the call (at the PoP too) and the waiting code raises its AbortError."""
         request = current_request.get()
         if request is None:
             raise AIError(5004, "env.AI.run can only be called while handling a request")
+        if signal is not None:
+            signal.throwIfAborted()
         call = next(self._calls)
         # every message for this call lands here: AIChunk(s) of a stream, then the AIReply
         queue: asyncio.Queue = asyncio.Queue()
@@ -108,24 +124,51 @@ class Channel:
         except ValueError:
             del self._pending[call]
             raise AIError(3006, f"inputs are larger than {ipc.FROM_ISOLATE // 2**20} MB; send less") from None
-        first = await queue.get()
-        if isinstance(first, ipc.AIReply):
-            self._pending.pop(call, None)
-            if first.error_code is not None:
-                raise AIError(first.error_code, first.error_message or "AI request failed")
-            return first.result
-        return self._stream(call, first, queue)  # stream: True -> an async iterator of SSE bytes
+        aborted = None
+        if signal is not None:
 
-    async def _stream(self, call: int, first: ipc.AIChunk, queue: asyncio.Queue):
+            def aborted(_event: Any = None) -> None:
+                self._pending.pop(call, None)
+                queue.put_nowait(signal.error())
+                self.send(ipc.AICancel(call))
+
+            signal.addEventListener("abort", aborted)
+        try:
+            first = await queue.get()
+        except BaseException:
+            self._forget_ai(call, signal, aborted)
+            raise
+        if isinstance(first, BaseException):  # aborted
+            self._forget_ai(call, signal, aborted)
+            raise first
+        if isinstance(first, ipc.AIReply):
+            self._forget_ai(call, signal, aborted)
+            if first.error_code is not None:
+                raise InferenceUpstreamError(first.error_code, first.error_message or "AI request failed")
+            return AIAnswer(first.result, first.headers)
+        stream = self._stream(call, first, queue, signal, aborted)
+        return AIAnswer(stream, first.headers)
+
+    def _forget_ai(self, call: int, signal: Any, aborted: Any) -> None:
+        self._pending.pop(call, None)
+        if signal is not None:
+            signal.removeEventListener("abort", aborted)
+
+    async def _stream(self, call: int, first: ipc.AIChunk, queue: asyncio.Queue, signal: Any, aborted: Any):
         try:
             msg = first
             while isinstance(msg, ipc.AIChunk):
                 yield msg.data
                 msg = await queue.get()
+            if isinstance(msg, BaseException):  # aborted while streaming
+                raise msg
             if msg.error_code is not None:
-                raise AIError(msg.error_code, msg.error_message or "AI request failed")
+                raise InferenceUpstreamError(msg.error_code, msg.error_message or "AI request failed")
         finally:
-            self._pending.pop(call, None)
+            if call in self._pending:  # left before its end (the worker stopped reading): cancel it
+                with contextlib.suppress(Exception):
+                    self.send(ipc.AICancel(call))
+            self._forget_ai(call, signal, aborted)
 
     def resolve(
         self, msg: ipc.AIReply | ipc.AIChunk | ipc.FetchReply | ipc.BindingReply | ipc.ObjectReply
@@ -291,20 +334,99 @@ _ANSWERS = (ipc.InvokeResult, ipc.InvokeStart, ipc.InvokeError, ipc.ObjectResult
 
 
 class AIBinding:
-    """`env.AI`: `await env.AI.run(model, inputs, options=None)` crosses to the runtime's AI service;
-    the answer reads as Cloudflare's Python Workers read a JS object (keys, attributes, `to_py()`)."""
+    """`env.AI`, as Cloudflare's binding (workerd's ai-api.ts): `await env.AI.run(model, inputs,
+    options=None)` crosses to the runtime's AI service, the answer read as Cloudflare's Python Workers
+    read a JS object (keys, attributes, `to_py()`); `lastRequestId` is the last call's request id
+    (cf-ai-req-id), `aiGatewayLogId` its AI Gateway log id (None: not through a gateway);
+    `models(params)` lists the models; `toMarkdown(files)` converts documents (workers.markdown).
+    Options are checked by the runtime (runtime.ai.run_options), except `signal`, which stays here:
+    when it aborts, the call is cancelled."""
 
     def __init__(self, channel: Channel):
         self._channel = channel
+        self.lastRequestId: str | None = None
+        self.aiGatewayLogId: str | None = None
 
     async def run(self, model: str, inputs: dict[str, Any], options: dict[str, Any] | None = None) -> Any:
         if not isinstance(model, str):
             raise AIError(
                 5004, f"model must be a string such as '@edge/moonshotai/kimi-k2-mini', got {model!r}"
             )
-        result = await self._channel.call_ai(model, inputs, options)
+        options = _plain_options(options)
+        signal = options.pop("signal", None) if isinstance(options, dict) else None
+        if signal is not None and not isinstance(signal, AbortSignal):
+            raise AIError(5004, "options.signal must be an AbortSignal (from js import AbortController)")
+        answer = await self._channel.call_ai(model, inputs, options, signal)
+        headers = dict(answer.headers)
+        self.lastRequestId = headers.get("cf-ai-req-id")
+        self.aiGatewayLogId = headers.get("cf-aig-log-id")
+        result = answer.result
+        if isinstance(options, dict) and options.get("returnRawResponse") is True:
+            return _raw_response(result, answer.headers)
         # Pyodide hands the script a JS object: `out.response` as well as `out["response"]`, `to_py()`
         return wrap_result(result) if isinstance(result, dict) else result
+
+    async def models(self, params: dict[str, Any] | None = None) -> list:
+        """The models this edge serves, as Cloudflare's `env.AI.models({search, task, author})`."""
+        params = _plain_options(params)
+        reply: ipc.BindingReply = await self._channel._round_trip(
+            "env.AI.models", lambda call, request: ipc.AIQuery(call, request, "models", [params])
+        )
+        if reply.error_type is not None:
+            raise binding_error(reply.error_type, reply.error_message or "env.AI.models failed")
+        return [wrap_result(m) for m in reply.result]
+
+    async def toMarkdown(self, files: Any) -> Any:  # noqa: N802 - Cloudflare's name
+        """Documents to Markdown: a list of {name, blob} (a Blob, bytes or str) -> a list of
+        {name, mimeType, format, tokens, data}; one document -> one result."""
+        one = isinstance(files, dict)
+        items = [files] if one else files
+        if not isinstance(items, list | tuple) or not items:
+            raise TypeError("env.AI.toMarkdown takes {name, blob} or a list of them")
+        results = []
+        for item in items:
+            item = _plain_options(item)
+            if not isinstance(item, dict) or not isinstance(item.get("name"), str) or "blob" not in item:
+                raise TypeError("env.AI.toMarkdown: each document is {name: str, blob: Blob | bytes | str}")
+            blob, name = item["blob"], item["name"]
+            if isinstance(blob, Blob):
+                data, declared = await blob.bytes(), blob.type
+            elif isinstance(blob, bytes | bytearray | memoryview):
+                data, declared = bytes(blob), None
+            elif isinstance(blob, str):
+                data, declared = blob.encode(), None
+            else:
+                raise TypeError(f"env.AI.toMarkdown: {name}: blob must be a Blob, bytes or str")
+            results.append(wrap_result(markdown.convert(name, markdown.mime_type_of(name, declared), data)))
+        return results[0] if one else results
+
+    def gateway(self, gateway_id: str) -> Any:
+        raise AIError(
+            5004,
+            "env.AI.gateway: AI Gateway is not served by this runtime yet; call env.AI.run without a gateway",
+        )
+
+    def aiSearch(self, *_args: Any) -> Any:  # noqa: N802 - Cloudflare's name
+        raise AIError(5004, "env.AI.aiSearch: AI Search is not simulated here; use a Vectorize index")
+
+    autorag = aiSearch
+
+
+def _plain_options(value: Any) -> Any:
+    """A JS object (to_js, JsObject) as a dict; anything else as it is."""
+    if value is None or isinstance(value, dict):
+        return dict(value) if value is not None else None
+    to_py = getattr(value, "to_py", None)
+    return to_py() if callable(to_py) else value
+
+
+def _raw_response(result: Any, headers: list[tuple[str, str]]) -> Response:
+    """returnRawResponse: the answer as the REST API sends it (JSON in Cloudflare's envelope, or
+    the event stream), with its headers."""
+    if hasattr(result, "__aiter__"):
+        return Response(result, headers=[("content-type", "text/event-stream"), *headers])
+    body = {"result": result, "success": True, "errors": [], "messages": []}
+    return Response.json(body, headers=[("content-type", "application/json"), *headers])
 
 
 class ServiceBinding:

@@ -291,6 +291,10 @@ class _Crypto:
 
 crypto = _Crypto()
 
+# `from js import AbortController`: a signal for env.AI.run's options (and anything else that takes one)
+from workers.abort import AbortController as AbortController  # noqa: E402
+from workers.abort import AbortSignal as AbortSignal  # noqa: E402
+
 
 def __getattr__(name: str) -> _Any:
     if name in ("WebSocketPair", "WebSocket"):  # the SDK's, carried by the runtime

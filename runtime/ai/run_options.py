@@ -1,0 +1,129 @@
+"""env.AI.run's third argument, checked once: the options Cloudflare's binding takes (workerd's
+`AiOptions`, types/defines/ai.d.ts) and what each does here. An option this runtime would accept and
+ignore is refused instead, naming it: a worker must not believe it got what it asked for.
+
+- `queueRequest`: a batch to queue (runtime.ai.batch).
+- `extraHeaders`: headers of the call; `x-session-affinity` (back to the PoP that served the session)
+  and `x-edge-priority` are read, any other is passed on unread, as Cloudflare's are.
+- `returnRawResponse`: the answer as a Response with the headers the REST API sends.
+- `tags`: at most MAX_TAGS strings, kept with the call in the request's tail event.
+- `prefix`: what workerd's binding puts before the model's name in the path it calls; names an
+  account's fine-tune or a namespace of models there, so here it must be empty or absent.
+- `signal`: an AbortSignal; the isolate keeps it and cancels the call when it aborts (never sent).
+- `gateway`: AI Gateway; not served by this runtime yet, so refused with what to do instead.
+
+Refusals are AIError(5004) with the key at fault and what to send.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from workers import AIError
+
+MAX_TAGS = 5
+TAG_CHARS = 64
+MAX_EXTRA_HEADERS = 32
+HEADER_CHARS = 4096
+ACCEPTED = ("queueRequest", "extraHeaders", "returnRawResponse", "tags", "prefix", "signal", "gateway")
+ALIASES = {"extra_headers": "extraHeaders"}  # the snake_case spelling Python workers also use
+# Cloudflare's options that mean something only on its own network
+ELSEWHERE = {
+    "websocket": "a WebSocket to the model is Cloudflare's own realtime endpoint; stream with stream: true",
+}
+
+
+class RunOptions(msgspec.Struct, frozen=True):
+    queue: bool = False
+    extra_headers: dict[str, str] = {}
+    raw_response: bool = False
+    tags: tuple[str, ...] = ()
+
+    def header(self, name: str) -> str | None:
+        return self.extra_headers.get(name)
+
+    @property
+    def session(self) -> str | None:
+        """The x-session-affinity key (edge_sim.affinity)."""
+        return self.header("x-session-affinity")
+
+    @property
+    def priority(self) -> str | None:
+        """The x-edge-priority header as given (runtime.ai.service.priority_of checks it)."""
+        return self.header("x-edge-priority")
+
+
+def _bad(key: str, why: str) -> AIError:
+    return AIError(5004, f"env.AI.run options: {key}: {why}", param=key)
+
+
+def parse_run_options(value: Any) -> RunOptions:
+    """The checked options of an env.AI.run call (None or {} for none); raises AIError(5004)."""
+    if value is None:
+        return RunOptions()
+    if not isinstance(value, dict):
+        raise AIError(5004, f"env.AI.run options must be a dict (or None), got {type(value).__name__}")
+    for key in value:
+        if key in ELSEWHERE:
+            raise _bad(key, f"not available here: {ELSEWHERE[key]}")
+        if key not in ACCEPTED and key not in ALIASES:
+            raise _bad(str(key)[:64], f"no such option; the options are {', '.join(ACCEPTED)}")
+    if "gateway" in value and value["gateway"] is not None:
+        raise _bad(
+            "gateway",
+            "AI Gateway is not served by this runtime yet; call the model without it (leave gateway out)",
+        )
+    queue = value.get("queueRequest", False)
+    if not isinstance(queue, bool):
+        raise _bad("queueRequest", "expected true or false")
+    raw = value.get("returnRawResponse", False)
+    if not isinstance(raw, bool):
+        raise _bad("returnRawResponse", "expected true or false")
+    prefix = value.get("prefix")
+    if prefix not in (None, ""):
+        raise _bad(
+            "prefix",
+            "a prefix selects a namespace of models on Cloudflare's network; here every model is named "
+            "in full (GET /ai/models/search lists them): leave it out",
+        )
+    return RunOptions(
+        queue=queue,
+        extra_headers=_headers(value.get("extraHeaders", value.get("extra_headers"))),
+        raw_response=raw,
+        tags=_tags(value),
+    )
+
+
+def _headers(value: Any) -> dict[str, str]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise _bad("extraHeaders", "expected a dict of header names to strings")
+    if len(value) > MAX_EXTRA_HEADERS:
+        raise _bad("extraHeaders", f"at most {MAX_EXTRA_HEADERS} headers, got {len(value)}")
+    headers: dict[str, str] = {}
+    for name, v in value.items():
+        if not isinstance(name, str) or not name or len(name) > 256:
+            raise _bad("extraHeaders", f"a header name must be a non-empty string, got {name!r}"[:200])
+        if isinstance(v, int) and not isinstance(v, bool):
+            v = str(v)
+        if not isinstance(v, str) or len(v) > HEADER_CHARS:
+            raise _bad(f"extraHeaders.{name}", f"expected a string of at most {HEADER_CHARS} characters")
+        headers[name.lower()] = v
+    return headers
+
+
+def _tags(value: dict) -> tuple[str, ...]:
+    tags = value.get("tags")
+    if tags is None:
+        return ()
+    if not isinstance(tags, list | tuple) or not all(isinstance(t, str) for t in tags):
+        raise _bad("tags", "expected a list of strings")
+    if len(tags) > MAX_TAGS:
+        raise _bad("tags", f"at most {MAX_TAGS} tags, got {len(tags)}")
+    for tag in tags:
+        if not tag or len(tag) > TAG_CHARS:
+            raise _bad("tags", f"each tag is 1 to {TAG_CHARS} characters, got {tag[:80]!r}")
+    return tuple(tags)
