@@ -1,7 +1,9 @@
 """A request's n choices assembled from its engine events: the Delta items a stream yields and the
 GenerateResult at its end.
 
-Each event names its choice (SeqEvent.index). Tool-call markup is parsed per choice
+Each event names its choice (SeqEvent.index). A thinking model's reasoning is split from its answer
+first (edge_sim.reasoning_parser), so a tool call is looked for only in the answer, never inside the
+reasoning. Tool-call markup is parsed per choice
 (edge_sim.tool_parser) when the request declared tools, so no delta carries markup, and a call
 goes out whole once it has ended and its arguments were checked; a choice ends "tool_calls" only
 when every call it began has ended (one cut off by max_tokens is dropped and the choice ends
@@ -15,6 +17,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 
 from edge_sim.errors import EdgeError
+from edge_sim.reasoning_parser import ReasoningParser
 from edge_sim.request import Choice, Delta, Formats, GenerateRequest, GenerateResult
 from edge_sim.tool_parser import ToolCallParser
 from engine import SeqEvent
@@ -24,8 +27,11 @@ from engine.sequence import Logprobs
 class _ChoiceState:
     """What one choice has produced so far."""
 
-    def __init__(self, parser: ToolCallParser | None, logprobs: bool):
+    def __init__(self, parser: ToolCallParser | None, logprobs: bool, reasoning: ReasoningParser | None):
         self.parser = parser
+        self.reasoning = reasoning
+        self.thought: list[str] = []  # its reasoning's pieces
+        self.thinking_tokens = 0  # tokens that came while it was thinking
         self.pieces: list[str] = []
         self.logprobs: list[Logprobs] | None = [] if logprobs else None
         self.tokens = 0
@@ -35,8 +41,11 @@ class _ChoiceState:
 class ChoiceAssembler:
     """push(event) -> the deltas to stream for it; result(...) once every choice has ended."""
 
-    def __init__(self, req: GenerateRequest, tool_format: str):
+    def __init__(self, req: GenerateRequest, tool_format: str, reasoning_format: str = ""):
+        """`reasoning_format`: the family whose reasoning the model writes ("": it does not think);
+        parsed unless the request turned thinking off."""
         parse = bool(req.tools) and req.tool_choice != "none" and bool(tool_format)
+        think = bool(reasoning_format) and req.thinking is not False
         logprobs = req.params.logprobs is not None
         self._choices = [
             _ChoiceState(
@@ -44,6 +53,7 @@ class ChoiceAssembler:
                 if parse
                 else None,
                 logprobs,
+                ReasoningParser(reasoning_format) if think else None,
             )
             for _ in range(req.params.n)
         ]
@@ -68,10 +78,20 @@ class ChoiceAssembler:
         logprobs = [event.logprobs] if event.logprobs is not None and choice.logprobs is not None else None
         if logprobs:
             choice.logprobs.extend(logprobs)
-        text, calls = event.text, []
+        text, calls, thought = event.text, [], ""
+        ended = event.finish_reason is not None
+        if choice.reasoning is not None:
+            if event.token_id is not None and choice.reasoning.thinking:
+                choice.thinking_tokens += 1
+            thought, text = choice.reasoning.feed(text)
+            if ended:
+                more_thought, rest = choice.reasoning.flush()
+                thought, text = thought + more_thought, text + rest
+            if thought:
+                choice.thought.append(thought)
         if choice.parser is not None:
-            text, calls = choice.parser.feed(event.text)
-        if event.finish_reason is not None:
+            text, calls = choice.parser.feed(text)
+        if ended:
             choice.last = event
             if event.metrics is not None:
                 self.last = event
@@ -80,9 +100,11 @@ class ChoiceAssembler:
                 text, calls = text + tail, calls + more
         if choice.parser is None and text:
             choice.pieces.append(text)
-        if not (text or logprobs or calls):
+        if not (text or logprobs or calls or thought):
             return None
-        return Delta(text=text, index=event.index, logprobs=logprobs, tool_calls=calls or None)
+        return Delta(
+            text=text, index=event.index, logprobs=logprobs, tool_calls=calls or None, reasoning=thought
+        )
 
     def _choice(self, index: int, state: _ChoiceState) -> Choice:
         last = state.last
@@ -104,6 +126,8 @@ class ChoiceAssembler:
             completion_tokens=tokens,
             logprobs=state.logprobs,
             tool_calls=calls,
+            reasoning="".join(state.thought),
+            reasoning_tokens=min(tokens, state.thinking_tokens) if state.thought else 0,
         )
 
     def result(self, pop: str, model: str, formats: Formats) -> GenerateResult:
@@ -134,7 +158,7 @@ async def collect(
     events: AsyncIterator[SeqEvent], req: GenerateRequest, pop: str, formats: Formats
 ) -> GenerateResult:
     """A whole answer from a stream of engine events (in-process or from a remote node)."""
-    choices = ChoiceAssembler(req, formats.tool_format)
+    choices = ChoiceAssembler(req, formats.tool_format, formats.reasoning_format)
     async for event in events:
         choices.push(event)
     return choices.result(pop, req.model, formats)

@@ -114,7 +114,8 @@ class Edge:
             node, backbone_ms = next(((n, rtt) for n, rtt in ranked if n.code == sticky), ranked[0])
             if self.emulate:  # the request travels ingress -> PoP for real
                 await asyncio.sleep(backbone_ms / 2000)
-            choices = ChoiceAssembler(req, node.formats(req.model).tool_format)
+            formats = node.formats(req.model)
+            choices = ChoiceAssembler(req, formats.tool_format, formats.reasoning_format)
             last = None
             batch = 1
             try:

@@ -192,7 +192,7 @@ class PopNode(NodeBase):
         if tools:
             check_tools(tools, fmt)
         messages = render_messages(fmt, req.messages, tools)
-        return engine.encode_prompt(engine.tokenizer.apply_chat_template(messages))
+        return engine.encode_prompt(engine.tokenizer.apply_chat_template(messages, thinking=req.thinking))
 
     @staticmethod
     def _params(engine: LLM, req: GenerateRequest) -> SamplingParams:
@@ -291,6 +291,7 @@ class PopNode(NodeBase):
             weights_by_part=formats.weights_by_part,
             kv_cache_dtype=formats.kv_cache,
             tool_format=formats.tool_format,
+            reasoning_format=formats.reasoning_format,
             verification=llm.verification,
             kv_bytes_per_token=stats.kv_bytes_per_token,
             kv_blocks_total=stats.kv_blocks_total,

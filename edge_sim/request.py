@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import msgspec
 
 from edge_sim.accounting import LatencyAccount
+from edge_sim.reasoning_parser import thinks
 from engine import SamplingParams
 from engine.fair_queue import TenantShare
 from engine.sequence import Logprobs
@@ -35,11 +36,14 @@ class Formats(NamedTuple):
     kv_cache: str
     weights_by_part: dict[str, str]
     tool_format: str = ""
+    reasoning_format: str = ""  # the family whose reasoning markers it writes ("": it does not think)
 
     @classmethod
     def of(cls, llm: LLM) -> Formats:
+        family = format_for(llm.config.model_type)
+        vocabulary = llm.tokenizer.vocabulary  # computed once per tokenizer
         return cls(
-            llm.weights_label, llm.kv_cache_dtype, llm.weight_formats, format_for(llm.config.model_type)
+            llm.weights_label, llm.kv_cache_dtype, llm.weight_formats, family, thinks(family, vocabulary)
         )
 
     @classmethod
@@ -63,6 +67,9 @@ class GenerateRequest(msgspec.Struct, kw_only=True):
     tools: list[ToolFunction] | None = None
     tool_choice: ToolChoice = "auto"
     parallel_tool_calls: bool = True
+    # thinking (chat_template_kwargs.enable_thinking, reasoning_effort): None is the model's default
+    # (on, for a model that thinks); rendered by its chat template, parsed by edge_sim.reasoning_parser
+    thinking: bool | None = None
 
     def estimated_tokens(self) -> int:
         """The prompt's length in tokens, estimated from its characters, for routing: only the PoP
@@ -91,6 +98,7 @@ class Delta(msgspec.Struct, kw_only=True):
     index: int = 0
     logprobs: list[Logprobs] | None = None
     tool_calls: list[ToolCallDelta] | None = None
+    reasoning: str = ""  # a piece of the model's reasoning (edge_sim.reasoning_parser)
 
 
 class Choice(msgspec.Struct, kw_only=True):
@@ -103,6 +111,8 @@ class Choice(msgspec.Struct, kw_only=True):
     completion_tokens: int
     logprobs: list[Logprobs] | None = None
     tool_calls: list[ToolCall] | None = None
+    reasoning: str = ""  # what it thought before answering ("" when it did not, or cannot)
+    reasoning_tokens: int = 0  # of completion_tokens, those spent thinking
 
 
 class GenerateResult(msgspec.Struct, kw_only=True):

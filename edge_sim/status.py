@@ -39,13 +39,16 @@ class ModelStatus(msgspec.Struct, kw_only=True):
     recent_steps: list[StepStats] = []
     expert_load: list[list[int]] = []
     tool_format: str = ""  # engine.tool_calls' format of the model ("" for none)
+    reasoning_format: str = ""  # the family whose reasoning it writes (edge_sim.reasoning_parser)
     upstream_model: str | None = None  # an upstream PoP's: the name its server serves the model under
     accounts: dict[str, AccountStats] = {}  # by account: seats and blocks held, waiting, preemptions
     compiled_buckets: list[int] = []  # decode batch buckets compiled (engine.compiled_step); [] eager
     compiled_steps: int = 0  # decode steps run compiled since start
 
     def formats(self) -> Formats:
-        return Formats(self.weights, self.kv_cache_dtype, self.weights_by_part, self.tool_format)
+        return Formats(
+            self.weights, self.kv_cache_dtype, self.weights_by_part, self.tool_format, self.reasoning_format
+        )
 
     def load(self) -> PopLoad:
         """What the router ranks this engine by (edge_sim.router.route_score)."""

@@ -112,7 +112,7 @@ class UpstreamPopNode(NodeBase):
 
     def formats(self, model: str) -> Formats:
         m = self.config.model(model)
-        return Formats(m.weights, m.kv_cache, {}, CARRIER_FORMAT) if m else Formats.unknown()
+        return Formats(m.weights, m.kv_cache, {}, CARRIER_FORMAT, CARRIER_FORMAT) if m else Formats.unknown()
 
     def cache_salt(self, tenant: str) -> str | None:
         """What the upstream keys this tenant's prefix cache by (None: it takes no salt)."""
@@ -264,6 +264,7 @@ class UpstreamPopNode(NodeBase):
                 weights_by_part={},
                 kv_cache_dtype=m.kv_cache,
                 tool_format=CARRIER_FORMAT,
+                reasoning_format=CARRIER_FORMAT,
                 verification=VerificationRecord(signed=False, signed_by=None, seconds=0.0),
                 kv_bytes_per_token=0.0,
                 kv_blocks_total=0,

@@ -16,6 +16,7 @@ import logging
 from typing import Any, NamedTuple
 
 from edge_sim.errors import EdgeError
+from edge_sim.reasoning_parser import MARKERS
 from edge_sim.request import GenerateRequest
 from edge_sim.upstream_config import UpstreamModel
 from engine import tool_calls as fmts
@@ -23,6 +24,7 @@ from engine.sequence import Logprobs, TokenLogprob
 
 log = logging.getLogger(__name__)
 CARRIER_FORMAT = fmts.KIMI_K2  # the markup upstream tool calls are re-written in for the edge's parser
+THINK_OPEN, THINK_CLOSE = MARKERS[CARRIER_FORMAT]  # ... and its reasoning
 MAX_LINE_BYTES = 4 * 1024 * 1024  # one server-sent event; an upstream sending more is cut off
 MAX_ERROR_BYTES = 64 * 1024
 MAX_ERROR_MESSAGE = 1000
@@ -68,6 +70,8 @@ def request_body(req: GenerateRequest, model: UpstreamModel, cache_salt: str | N
             body["response_format"] = _response_format(req)
         return "/v1/completions", body
     body["messages"] = req.messages
+    if req.thinking is not None:  # under both families' template names (engine.tokenizer)
+        body["chat_template_kwargs"] = {"enable_thinking": req.thinking, "thinking": req.thinking}
     if p.logprobs is not None:
         body["logprobs"], body["top_logprobs"] = True, p.logprobs
     if p.guide is not None:
@@ -139,6 +143,9 @@ class ChunkReader:
         self._calls: list[dict[Any, list[str]]] = [{} for _ in range(n)]  # per choice: index -> [name, args]
         self._open: list[Any] = [None] * n  # the call whose arguments are being written
         self._written = [0] * n  # calls written in the carrier markup (its section is open)
+        # per choice: its reasoning (an upstream's reasoning_content / reasoning deltas) written in the
+        # carrier's think block: "" none yet, "open", "closed" (content came: later reasoning dropped)
+        self._thought = [""] * n
 
     def read(self, payload: str) -> list[Piece]:
         try:
@@ -161,18 +168,37 @@ class ChunkReader:
 
     def _piece(self, index: int, choice: dict[str, Any]) -> Piece:
         delta = choice.get("delta")
+        thought = ""
         if isinstance(delta, dict):  # chat
             text = delta.get("content") or ""
             if text:  # content after calls: end them first
                 text = self._close(index) + text
             text = "".join(self._tool_markup(index, c) for c in delta.get("tool_calls") or []) + text
+            thought = self._reasoning(index, delta)
         else:  # completions
             text = choice.get("text") or ""
+        if text and self._thought[index] == "open":
+            thought += THINK_CLOSE
+            self._thought[index] = "closed"
+        text = thought + text
         finish = choice.get("finish_reason")
         if finish is not None:
+            if self._thought[index] == "open":
+                text += THINK_CLOSE
             text += self._close(index)
             finish = "stop" if finish == "tool_calls" else str(finish)
         return Piece(index, text, logprobs_of(choice.get("logprobs")), finish)
+
+    def _reasoning(self, index: int, delta: dict[str, Any]) -> str:
+        """An upstream's reasoning piece (vLLM's `reasoning_content`, or `reasoning` since it renamed
+        it) in the carrier's think block, which the edge's reasoning parser reads back."""
+        piece = delta.get("reasoning_content") or delta.get("reasoning")
+        if not isinstance(piece, str) or not piece or self._thought[index] == "closed":
+            return ""
+        if self._thought[index] == "open":
+            return piece
+        self._thought[index] = "open"
+        return THINK_OPEN + piece
 
     def _tool_markup(self, index: int, call: Any) -> str:
         """A streamed tool call's piece: held; what it ends (the call before it) in the markup."""

@@ -37,18 +37,30 @@ class TextTokenizer:
         at least the characters it decodes to): text longer than this times a window cannot fit."""
         return max((len(piece) for piece in self._tok.get_vocab(with_added_tokens=True)), default=1)
 
+    @functools.cached_property
+    def vocabulary(self) -> frozenset[str]:
+        """The tokens that decode as text (special tokens are dropped from decoded text): where a
+        family's markers, say `<think>`, are among them, a reply's text carries them."""
+        special = {t.content for t in self._tok.get_added_tokens_decoder().values() if t.special}
+        return frozenset(self._tok.get_vocab(with_added_tokens=True).keys() - special)
+
     def encode(self, text: str) -> list[int]:
         return self._tok.encode(text, add_special_tokens=False).ids
 
     def decode(self, ids: list[int]) -> str:
         return self._tok.decode(ids, skip_special_tokens=True)
 
-    def apply_chat_template(self, messages: list[dict[str, str]], add_generation_prompt: bool = True) -> str:
+    def apply_chat_template(
+        self, messages: list[dict[str, str]], add_generation_prompt: bool = True, thinking: bool | None = None
+    ) -> str:
+        """The prompt as the model's own template writes it; `thinking` (None: the template's
+        default) is given under both families' names: GLM-4.5's `enable_thinking`, Kimi's `thinking`."""
         if self.chat_template is None:
             raise InvalidRequestError("messages", "this model has no chat template; send a prompt instead")
         if self._template is None:
             self._template = ImmutableSandboxedEnvironment().from_string(self.chat_template)
-        return self._template.render(messages=messages, add_generation_prompt=add_generation_prompt)
+        switch = {} if thinking is None else {"enable_thinking": thinking, "thinking": thinking}
+        return self._template.render(messages=messages, add_generation_prompt=add_generation_prompt, **switch)
 
 
 class IncrementalDetokenizer:

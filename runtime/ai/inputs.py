@@ -107,7 +107,7 @@ class StreamOptions(_Strict, kw_only=True):
 
 
 class ChatTemplateKwargs(_Strict, kw_only=True):
-    """What the chat template is rendered with: these miniatures have no thinking mode."""
+    """What the chat template is rendered with: thinking on or off (runtime.ai.params.thinking_of)."""
 
     enable_thinking: bool | None = None
 

@@ -67,6 +67,7 @@ def generate_request(
     messages, prompt = None, None
     tools: list[ToolFunction] | None = None
     choice, parallel = "auto", True
+    thinking: bool | None = None
     if isinstance(inputs, CompletionRequest):
         prompt = _completion_prompt(inputs)
     else:
@@ -74,7 +75,7 @@ def generate_request(
             raise InputError("messages", "give exactly one of 'prompt' (a string) or 'messages' (a list)")
         if getattr(inputs, "raw", False) and inputs.messages is not None:
             raise InputError("raw", "raw takes a prompt: messages always go through the chat template")
-        _check_thinking(inputs)
+        thinking = thinking_of(inputs)
         if inputs.messages is not None:
             messages = chat_messages(inputs.messages)
         else:
@@ -98,6 +99,7 @@ def generate_request(
         tools=tools,
         tool_choice=choice,
         parallel_tool_calls=parallel,
+        thinking=thinking,
     )
 
 
@@ -140,13 +142,23 @@ def _check_common(inputs: Inputs) -> None:
             raise InputError(f"metadata.{key[:MAX_METADATA_KEY]}", f"takes {limits}")
 
 
-def _check_thinking(inputs: ChatFields) -> None:
-    why = "these miniatures have no thinking mode"
+def thinking_of(inputs: ChatFields) -> bool | None:
+    """Whether the model is asked to think: `chat_template_kwargs.enable_thinking` (vLLM's and
+    Workers AI's switch), else `reasoning_effort` ("none" off; "minimal", "low", "medium", "high" on:
+    these families think or not, with no levels, so an effort only turns it on); both given must
+    agree. None: the model's default. A model that does not think takes either and answers with no
+    reasoning."""
     kwargs = inputs.chat_template_kwargs
-    if kwargs is not None and kwargs.enable_thinking:
-        raise InputError("chat_template_kwargs.enable_thinking", f"{why}; send false or leave it out")
-    if inputs.reasoning_effort not in (None, "none"):
-        raise InputError("reasoning_effort", f"{why}; send 'none' or leave it out")
+    switch = kwargs.enable_thinking if kwargs is not None else None
+    effort = inputs.reasoning_effort
+    by_effort = None if effort is None else effort != "none"
+    if switch is not None and by_effort is not None and switch != by_effort:
+        raise InputError(
+            "reasoning_effort",
+            f"{effort!r} disagrees with chat_template_kwargs.enable_thinking={str(switch).lower()}; "
+            "send one of them",
+        )
+    return switch if switch is not None else by_effort
 
 
 def _logit_bias(raw: dict[str, float] | None) -> dict[int, float]:

@@ -4,10 +4,11 @@ the one place a Responses parameter is read, accepted or refused.
 
 Refused, each with the reason in its message: a stored conversation (`previous_response_id`,
 `store: true`, `conversation`: this runtime keeps no responses), `background` (nothing to poll:
-the batch API is the asynchronous path here), `reasoning` with an effort (these models do not
-reason), built-in tools (web search, file search, code interpreter...: nothing here runs them),
-image, file and audio inputs (the models read text only), and every field OpenAI documents that is
-not served; a field no one documents is refused as unknown.
+the batch API is the asynchronous path here), a reasoning `summary` (the reasoning item carries
+the model's reasoning whole; `reasoning.effort` switches thinking), built-in tools (web search,
+file search, code interpreter...: nothing here runs them), image, file and audio inputs (the
+models read text only), and every field OpenAI documents that is not served; a field no one
+documents is refused as unknown.
 """
 
 from __future__ import annotations
@@ -108,9 +109,7 @@ def decode_request(body: Any) -> ResponsesRequest:
             raise bad(name, f"is not supported: {why}")
     if req.store:
         raise bad("store", "must be false (or left out): no response is stored here to retrieve later")
-    effort = (req.reasoning or {}).get("effort")
-    if req.reasoning and (effort not in (None, "none") or set(req.reasoning) - {"effort"}):
-        raise bad("reasoning", "these models do not reason; leave it out (or give effort 'none')")
+    _check_reasoning(req.reasoning)
     _check_metadata(req.metadata)
     for i, name in enumerate(req.include or []):
         if name != LOGPROBS_INCLUDE:
@@ -120,6 +119,29 @@ def decode_request(body: Any) -> ResponsesRequest:
                 f"output), got {name!r}",
             )
     return req
+
+
+EFFORTS = ("none", "minimal", "low", "medium", "high")
+
+
+def _check_reasoning(reasoning: dict[str, Any] | None) -> None:
+    """`reasoning: {"effort": ...}`: the model thinks or not (these families have no levels, so an
+    effort other than "none" turns it on); `summary` is refused: the reasoning item carries the
+    model's whole reasoning, never a summary of it."""
+    if reasoning is None:
+        return
+    for key in reasoning:
+        if key not in ("effort", "summary", "generate_summary"):
+            raise bad(f"reasoning.{str(key)[:32]}", "is not a reasoning setting; give effort")
+    if reasoning.get("effort") not in (None, *EFFORTS):
+        raise bad("reasoning.effort", f"must be one of {', '.join(EFFORTS)}")
+    for key in ("summary", "generate_summary"):
+        if reasoning.get(key) is not None:
+            raise bad(
+                f"reasoning.{key}",
+                "reasoning is returned whole (a reasoning item's reasoning_text), never summarised; "
+                "leave it out",
+            )
 
 
 def wants_logprobs(req: ResponsesRequest) -> bool:
@@ -319,6 +341,8 @@ def chat_inputs(req: ResponsesRequest) -> dict[str, Any]:
         inputs["logprobs"], inputs["top_logprobs"] = True, req.top_logprobs or 0
     if req.text is not None and (fmt := _response_format(req.text)) is not None:
         inputs["response_format"] = fmt
+    if req.reasoning and req.reasoning.get("effort") is not None:
+        inputs["reasoning_effort"] = req.reasoning["effort"]
     known = TextGenerationInputs.__struct_fields__
     for key, param in _NEEDS.items():
         if key in inputs and key not in known:

@@ -51,8 +51,23 @@ def response_usage(result: GenerateResult) -> dict[str, Any]:
         "input_tokens": result.prompt_tokens,
         "input_tokens_details": {"cached_tokens": result.cached_tokens, "cache_write_tokens": 0},
         "output_tokens": result.completion_tokens,
-        "output_tokens_details": {"reasoning_tokens": 0},  # these models do not reason
+        "output_tokens_details": {"reasoning_tokens": _reasoning_tokens(result)},
         "total_tokens": result.total_tokens,
+    }
+
+
+def _reasoning_tokens(result: GenerateResult) -> int:
+    return result.choices[0].reasoning_tokens if result.choices else 0
+
+
+def reasoning_item(ident: str, text: str, status: str) -> dict[str, Any]:
+    """A thinking model's reasoning, whole (never a summary): the item before its message."""
+    return {
+        "type": "reasoning",
+        "id": ident,
+        "summary": [],
+        "content": [{"type": "reasoning_text", "text": text}],
+        "status": status,
     }
 
 
@@ -91,7 +106,7 @@ class ResponseShape:
             "model": self.model,
             "output": output,
             "parallel_tool_calls": req.parallel_tool_calls is not False,
-            "reasoning": {"effort": None, "summary": None},
+            "reasoning": {"effort": (req.reasoning or {}).get("effort"), "summary": None},
             "store": False,
             "temperature": req.temperature,
             "text": {"format": (req.text or {}).get("format") or {"type": "text"}},
@@ -124,6 +139,9 @@ def response_object(model: str, req: ResponsesRequest, result: GenerateResult) -
     shape, status = ResponseShape(model, req), status_of(result)
     output = []
     text, calls = _text(result), _tool_calls(result)
+    thought = result.choices[0].reasoning if result.choices else ""
+    if thought:
+        output.append(reasoning_item(_ident("rs"), thought, "completed"))
     if text or not calls:
         steps = result.choices[0].logprobs if result.choices else None
         output.append(message_item(_ident("msg"), text, status, output_logprobs(steps)))
@@ -145,6 +163,7 @@ class _Events:
         self.message: dict[str, Any] | None = None  # the message item being streamed
         self.calls: dict[int, dict[str, Any]] = {}  # tool-call index -> its item being streamed
         self.pending: list[dict[str, Any]] = []  # logprobs of tokens whose text is not out yet
+        self.reasoning: dict[str, Any] | None = None  # the reasoning item being streamed
 
     def event(self, kind: str, **fields: Any) -> bytes:
         data = {"type": kind, "sequence_number": self.seq, **fields}
@@ -192,6 +211,37 @@ class _Events:
         )
         return out
 
+    def thought(self, piece: str) -> list[bytes]:
+        """A piece of the model's reasoning: its item (opened on the first) and a
+        response.reasoning_text.delta."""
+        out = []
+        if self.reasoning is None:
+            self.reasoning = reasoning_item(_ident("rs"), "", "in_progress")
+            self.output.append(self.reasoning)
+            i = self._index(self.reasoning)
+            added = {**self.reasoning, "content": []}
+            out.append(self.event("response.output_item.added", output_index=i, item=added))
+            out.append(
+                self.event(
+                    "response.content_part.added",
+                    item_id=self.reasoning["id"],
+                    output_index=i,
+                    content_index=0,
+                    part={"type": "reasoning_text", "text": ""},
+                )
+            )
+        self.reasoning["content"][0]["text"] += piece
+        out.append(
+            self.event(
+                "response.reasoning_text.delta",
+                item_id=self.reasoning["id"],
+                output_index=self._index(self.reasoning),
+                content_index=0,
+                delta=piece,
+            )
+        )
+        return out
+
     def call_piece(self, index: int, call_id: str | None, name: str | None, arguments: str) -> list[bytes]:
         out = []
         item = self.calls.get(index)
@@ -219,7 +269,29 @@ class _Events:
         out = []
         for item in self.output:
             i = self._index(item)
-            if item["type"] == "message":
+            if item["type"] == "reasoning":
+                item["status"] = "completed"
+                part = item["content"][0]
+                ident = item["id"]
+                out.append(
+                    self.event(
+                        "response.reasoning_text.done",
+                        item_id=ident,
+                        output_index=i,
+                        content_index=0,
+                        text=part["text"],
+                    )
+                )
+                out.append(
+                    self.event(
+                        "response.content_part.done",
+                        item_id=ident,
+                        output_index=i,
+                        content_index=0,
+                        part=part,
+                    )
+                )
+            elif item["type"] == "message":
                 item["status"] = status
                 part = item["content"][0]
                 part["logprobs"] += self.pending
@@ -277,7 +349,7 @@ async def response_events(
                     if not any(c["call_id"] == call.id for c in events.calls.values()):
                         for data in events.call_piece(len(events.calls), call.id, call.name, call.arguments):
                             yield data
-                if not events.output:  # nothing streamed: the message is still one item, empty
+                if events.message is None and not events.calls:  # no text: the message is one item, empty
                     for data in events.text(""):
                         yield data
                 for data in events.close(status):
@@ -297,7 +369,8 @@ def _piece(events: _Events, item: str | Delta) -> list[bytes]:
     if isinstance(item, str):
         return events.text(item) if item else []
     logprobs = output_logprobs(item.logprobs)
-    out = events.text(item.text, logprobs) if item.text or logprobs else []
+    out = events.thought(item.reasoning) if item.reasoning else []
+    out += events.text(item.text, logprobs) if item.text or logprobs else []
     for call in item.tool_calls or []:
         out += events.call_piece(call.index, call.id, call.name, call.arguments)
     return out

@@ -78,8 +78,18 @@ def _extras(model: str, result: GenerateResult) -> dict[str, Any]:
     }
 
 
+def reasoning_fields(text: str) -> dict[str, str]:
+    """A thinking model's reasoning under both names clients read: `reasoning_content` (vLLM's
+    first name, Workers AI's) and `reasoning` (vLLM's since 2026); nothing when there is none."""
+    return {"reasoning_content": text, "reasoning": text} if text else {}
+
+
 def _chat_choice(choice: Choice) -> dict[str, Any]:
-    message: dict[str, Any] = {"role": "assistant", "content": choice.text}
+    message: dict[str, Any] = {
+        "role": "assistant",
+        "content": choice.text,
+        **reasoning_fields(choice.reasoning),
+    }
     if choice.tool_calls:
         message["content"] = choice.text or None
         message["tool_calls"] = openai_tool_calls(choice.tool_calls)
@@ -123,6 +133,7 @@ def shape_result(schema: Schema, model: str, result: GenerateResult) -> dict[str
     calls = {"tool_calls": workers_ai_tool_calls(first.tool_calls)} if first.tool_calls else {}
     return {
         "response": first.text,
+        **reasoning_fields(first.reasoning),
         **calls,
         "usage": usage(result),
         "finish_reason": finish_reason(first),
@@ -186,7 +197,7 @@ class Chunks:
 
     def delta(self, item: Delta) -> bytes:
         if self.chat:
-            delta: dict[str, Any] = {"content": item.text}
+            delta: dict[str, Any] = {"content": item.text, **reasoning_fields(item.reasoning)}
             if item.tool_calls:
                 delta["tool_calls"] = tool_call_pieces(item.tool_calls)
             choice = {"index": item.index, "delta": delta, "logprobs": chat_logprobs(item.logprobs)}
@@ -233,7 +244,10 @@ async def workers_ai_events(items: Items, model: str, chat: bool) -> AsyncIterat
         async for item in items:
             if not isinstance(item, GenerateResult):
                 piece = _delta(item)
-                yield chunks.delta(piece) if chat else sse({"response": piece.text})
+                if chat:
+                    yield chunks.delta(piece)
+                else:
+                    yield sse({"response": piece.text, **reasoning_fields(piece.reasoning)})
                 continue
             if chat:
                 for event in chunks.finish(model, item):

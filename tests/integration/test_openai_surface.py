@@ -59,7 +59,10 @@ REFUSED = [
     ("logit_bias", {"logit_bias": {"4096": 1}}),
     ("n", {"n": 9}),
     ("top_logprobs", {"logprobs": True, "top_logprobs": 21}),
-    ("reasoning_effort", {"reasoning_effort": "high"}),
+    (
+        "reasoning_effort",
+        {"reasoning_effort": "high", "extra_body": {"chat_template_kwargs": {"enable_thinking": False}}},
+    ),
     ("lora", {"extra_body": {"lora": "adapter"}}),
     ("surprise", {"extra_body": {"surprise": 1}}),
 ]

@@ -93,7 +93,7 @@ def test_refused_parameters(server):
         ({"previous_response_id": "resp_1"}, "previous_response_id"),
         ({"store": True}, "store"),
         ({"tools": [{"type": "web_search"}]}, "tools.0.type"),
-        ({"reasoning": {"effort": "low"}}, "reasoning"),
+        ({"reasoning": {"effort": "low", "summary": "auto"}}, "reasoning.summary"),
     ]:
         with pytest.raises(openai.BadRequestError) as info:
             server.client.responses.create(model=MODEL, input="x", **kw)

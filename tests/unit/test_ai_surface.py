@@ -79,8 +79,8 @@ REFUSED_CHAT = [
     ("n", 9, "[1, 8]"),
     ("top_logprobs", 21, "[0, 20]"),
     ("top_logprobs", 3, "needs logprobs"),
-    ("reasoning_effort", "high", "no thinking mode"),
-    ("chat_template_kwargs.enable_thinking", {"enable_thinking": True}, "no thinking mode"),
+    ("reasoning_effort", "extreme", "invalid enum value"),
+    ("chat_template_kwargs.enable_thinking", {"enable_thinking": "yes"}, "expected"),
     ("tool_choice", "required", "needs tools"),
     ("metadata", {f"k{i}": "v" for i in range(17)}, "at most 16 keys"),
     ("stop", ["a", "b", "c", "d", "e"], "at most 4"),
@@ -266,6 +266,31 @@ def test_accepted_openai_fields_do_not_fail_the_call(client):
     assert (
         r.json()["choices"][0]["message"]["role"] == "assistant"
         and r.json()["usage"]["completion_tokens"] <= 2
+    )
+
+
+def test_thinking_switches_are_taken_by_a_model_that_does_not_think_and_must_agree(client):
+    for switches in (
+        {"reasoning_effort": "high"},
+        {"chat_template_kwargs": {"enable_thinking": True}},
+        {"reasoning_effort": "low", "chat_template_kwargs": {"enable_thinking": True}},
+    ):
+        body = {"model": TINY_MODEL, "messages": USER, "max_tokens": 2, **switches}
+        r = client.post(f"{A}/ai/v1/chat/completions", json=body)
+        assert r.status_code == 200, r.text
+        message = r.json()["choices"][0]["message"]
+        assert (
+            "reasoning_content" not in message and "reasoning" not in message
+        )  # the miniature does not think
+    body = {
+        "model": TINY_MODEL,
+        "messages": USER,
+        "reasoning_effort": "high",
+        "chat_template_kwargs": {"enable_thinking": False},
+    }
+    got, message = openai_refusal(client.post(f"{A}/ai/v1/chat/completions", json=body))
+    assert (
+        got == "reasoning_effort" and "disagrees with chat_template_kwargs.enable_thinking=false" in message
     )
 
 

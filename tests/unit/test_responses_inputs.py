@@ -108,7 +108,12 @@ def test_plain_text_format_and_auto_or_none_choice_add_nothing():
         ({"input": "x", "previous_response_id": "resp_1"}, "previous_response_id", "no response is stored"),
         ({"input": "x", "store": True}, "store", "no response is stored"),
         ({"input": "x", "background": True}, "background", "batch API"),
-        ({"input": "x", "reasoning": {"effort": "high"}}, "reasoning", "do not reason"),
+        (
+            {"input": "x", "reasoning": {"effort": "high", "summary": "auto"}},
+            "reasoning.summary",
+            "never summarised",
+        ),
+        ({"input": "x", "reasoning": {"effort": "extreme"}}, "reasoning.effort", "must be one of"),
         ({"input": "x", "tools": [{"type": "web_search"}]}, "tools.0.type", "built-in"),
         ({"input": "x", "tool_choice": "required"}, "tool_choice", "no tools"),
         ({"input": "x", "tool_choice": {"type": "file_search"}}, "tool_choice", "built-in"),
@@ -139,6 +144,11 @@ def test_reasoning_effort_none_and_store_false_are_accepted():
     assert translate(
         {"input": "x", "reasoning": {"effort": "none"}, "store": False, "metadata": {"k": "v"}, "user": "u"}
     )
+
+
+def test_a_reasoning_effort_switches_thinking_in_the_chat_inputs():
+    assert translate({"input": "x", "reasoning": {"effort": "high"}})["reasoning_effort"] == "high"
+    assert "reasoning_effort" not in translate({"input": "x"})
 
 
 def test_logprobs_are_asked_for_by_include_or_by_top_logprobs():

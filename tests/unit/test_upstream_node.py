@@ -68,7 +68,8 @@ def chat(tenant="local", **kw) -> GenerateRequest:
 
 
 async def run(node: UpstreamPopNode, req: GenerateRequest):
-    choices = ChoiceAssembler(req, node.formats(req.model).tool_format)
+    formats = node.formats(req.model)
+    choices = ChoiceAssembler(req, formats.tool_format, formats.reasoning_format)
     deltas = [d async for e in node.stream(req) if (d := choices.push(e)) is not None]
     return deltas, choices.result(node.code, req.model, node.formats(req.model))
 
