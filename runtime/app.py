@@ -30,6 +30,7 @@ from edge_sim.edge import Edge
 from edge_sim.remote import health_checks
 from runtime.ai.batch import BatchQueue
 from runtime.ai.catalog import CatalogAlias, CatalogEntry, alias_map, catalog_view
+from runtime.ai.gateway import Gateways
 from runtime.ai.service import AIService, account_rows
 from runtime.bindings import BindingStores
 from runtime.control.accounts import Accounts
@@ -183,6 +184,9 @@ class Runtime:
             sockets=self.sockets,
             catalog_view=lambda: catalog_view(self.catalog, edge, self.aliases),
         )
+        # AI Gateway: every account's gateways, their cache and logs under .edge/ (runtime.ai.gateway)
+        self.gateways = Gateways(self.ai, self.bindings.pool, config.state_dir)
+        services.gateways = self.gateways
         self.workers = WorkerRegistry(config, self.state, start, self.objects, deps)
         # the dev worker's workflows: each runs its instances in an isolate of its own
         configured = {w.name: w.class_name for w in config.bindings.get("workflows", [])}
@@ -314,6 +318,7 @@ class Runtime:
         await self.workflows.stop()
         await self.objects.stop()
         self.bindings.close()
+        self.gateways.close()
         self.ai.embed_pool.close()
         self.edge.close()
 

@@ -9,6 +9,7 @@
 This package stands alone: it runs inside the isolate and imports nothing of the runtime's.
 """
 
+from workers.abort import AbortError
 from workers.blob import Blob, BlobEnding, BlobValue, File
 from workers.context import (
     env,
@@ -20,16 +21,18 @@ from workers.context import (
     waitUntil,
 )
 from workers.entrypoint import WorkerEntrypoint
-from workers.errors import AIError
+from workers.errors import AIError, InferenceUpstreamError
 from workers.fetch import fetch
 from workers.formdata import FormData, FormDataValue
 from workers.http import Headers, Request, Response
 from workers.objects import DurableObject, WorkflowEntrypoint, handler
 from workers.types import Body, Context, FetchKwargs, FetchResponse, JSBody, RequestInitCfProperties
 
-# Cloudflare's workers-runtime-sdk names (tests/fixtures/cloudflare_workers_sdk_all.json), plus AIError
+# Cloudflare's workers-runtime-sdk names (tests/fixtures/cloudflare_workers_sdk_all.json), plus the
+# errors env.AI raises (AIError, InferenceUpstreamError as workerd names it, AbortError for a signal)
 __all__ = [
     "AIError",
+    "AbortError",
     "Blob",
     "BlobEnding",
     "BlobValue",
@@ -42,6 +45,7 @@ __all__ = [
     "FormData",
     "FormDataValue",
     "Headers",
+    "InferenceUpstreamError",
     "JSBody",
     "Request",
     "RequestInitCfProperties",

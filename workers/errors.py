@@ -20,3 +20,16 @@ class InferenceUpstreamError(AIError):
     Workers AI error code. An AIError, so `except AIError` catches it too."""
 
     name = "InferenceUpstreamError"
+
+
+class AiGatewayInternalError(Exception):
+    """What `env.AI.gateway(id)`'s getUrl / getLog / patchLog raise when the gateway fails
+    (workerd's name); `name` is that."""
+
+    name = "AiGatewayInternalError"
+
+
+class AiGatewayLogNotFound(AiGatewayInternalError):
+    """getLog / patchLog of a log id the gateway does not hold (workerd's `AiGatewayLogNotFound`)."""
+
+    name = "AiGatewayLogNotFound"

@@ -5,12 +5,15 @@ ignore is refused instead, naming it: a worker must not believe it got what it a
 - `queueRequest`: a batch to queue (runtime.ai.batch).
 - `extraHeaders`: headers of the call; `x-session-affinity` (back to the PoP that served the session)
   and `x-edge-priority` are read, any other is passed on unread, as Cloudflare's are.
+  `sessionOptions.extraHeaders` (workerd's deprecated spelling) is read beneath them.
 - `returnRawResponse`: the answer as a Response with the headers the REST API sends.
-- `tags`: at most MAX_TAGS strings, kept with the call in the request's tail event.
-- `prefix`: what workerd's binding puts before the model's name in the path it calls; names an
-  account's fine-tune or a namespace of models there, so here it must be empty or absent.
+- `tags`: at most MAX_TAGS strings, kept with the call in the request's tail event (and the
+  gateway's log when through one).
+- `prefix`: as workerd's binding, the model called is `prefix:model` (a namespace of models on
+  Cloudflare's network); here it names the model the AI service looks up, so a model that does not
+  exist under that name is refused (5007) naming it in full.
 - `signal`: an AbortSignal; the isolate keeps it and cancels the call when it aborts (never sent).
-- `gateway`: AI Gateway; not served by this runtime yet, so refused with what to do instead.
+- `gateway`: AI Gateway options (runtime.ai.gateway.GatewayOptions.parse checks them).
 
 Refusals are AIError(5004) with the key at fault and what to send.
 """
@@ -21,13 +24,24 @@ from typing import Any
 
 import msgspec
 
+from runtime.ai.gateway import GatewayOptions
 from workers import AIError
 
 MAX_TAGS = 5
 TAG_CHARS = 64
 MAX_EXTRA_HEADERS = 32
 HEADER_CHARS = 4096
-ACCEPTED = ("queueRequest", "extraHeaders", "returnRawResponse", "tags", "prefix", "signal", "gateway")
+PREFIX_CHARS = 64
+ACCEPTED = (
+    "queueRequest",
+    "extraHeaders",
+    "returnRawResponse",
+    "tags",
+    "prefix",
+    "signal",
+    "gateway",
+    "sessionOptions",
+)
 ALIASES = {"extra_headers": "extraHeaders"}  # the snake_case spelling Python workers also use
 # Cloudflare's options that mean something only on its own network
 ELSEWHERE = {
@@ -40,6 +54,12 @@ class RunOptions(msgspec.Struct, frozen=True):
     extra_headers: dict[str, str] = {}
     raw_response: bool = False
     tags: tuple[str, ...] = ()
+    prefix: str | None = None
+    gateway: GatewayOptions | None = None
+
+    def model_id(self, model: str) -> str:
+        """The model called: `prefix:model` with a prefix, as workerd's binding names it."""
+        return f"{self.prefix}:{model}" if self.prefix else model
 
     def header(self, name: str) -> str | None:
         return self.extra_headers.get(name)
@@ -70,47 +90,61 @@ def parse_run_options(value: Any) -> RunOptions:
             raise _bad(key, f"not available here: {ELSEWHERE[key]}")
         if key not in ACCEPTED and key not in ALIASES:
             raise _bad(str(key)[:64], f"no such option; the options are {', '.join(ACCEPTED)}")
-    if "gateway" in value and value["gateway"] is not None:
-        raise _bad(
-            "gateway",
-            "AI Gateway is not served by this runtime yet; call the model without it (leave gateway out)",
-        )
     queue = value.get("queueRequest", False)
     if not isinstance(queue, bool):
         raise _bad("queueRequest", "expected true or false")
     raw = value.get("returnRawResponse", False)
     if not isinstance(raw, bool):
         raise _bad("returnRawResponse", "expected true or false")
-    prefix = value.get("prefix")
-    if prefix not in (None, ""):
-        raise _bad(
-            "prefix",
-            "a prefix selects a namespace of models on Cloudflare's network; here every model is named "
-            "in full (GET /ai/models/search lists them): leave it out",
-        )
+    gateway = value.get("gateway")
     return RunOptions(
         queue=queue,
-        extra_headers=_headers(value.get("extraHeaders", value.get("extra_headers"))),
+        extra_headers=_session_headers(value)
+        | _headers(value.get("extraHeaders", value.get("extra_headers"))),
         raw_response=raw,
         tags=_tags(value),
+        prefix=_prefix(value.get("prefix")),
+        gateway=None if gateway is None else GatewayOptions.parse(gateway),
     )
 
 
-def _headers(value: Any) -> dict[str, str]:
+def _prefix(value: Any) -> str | None:
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str) or len(value) > PREFIX_CHARS or ":" in value or value != value.strip():
+        raise _bad(
+            "prefix",
+            f"expected a namespace name of at most {PREFIX_CHARS} characters without ':' or spaces "
+            "around it (the model called is prefix:model)",
+        )
+    return value
+
+
+def _session_headers(value: dict) -> dict[str, str]:
+    """workerd's deprecated `sessionOptions: {extraHeaders}`, read as extraHeaders are."""
+    session = value.get("sessionOptions")
+    if session is None:
+        return {}
+    if not isinstance(session, dict) or set(session) - {"extraHeaders"}:
+        raise _bad("sessionOptions", "expected {extraHeaders: {...}} (deprecated: send extraHeaders instead)")
+    return _headers(session.get("extraHeaders"), "sessionOptions.extraHeaders")
+
+
+def _headers(value: Any, key: str = "extraHeaders") -> dict[str, str]:
     if value is None:
         return {}
     if not isinstance(value, dict):
-        raise _bad("extraHeaders", "expected a dict of header names to strings")
+        raise _bad(key, "expected a dict of header names to strings")
     if len(value) > MAX_EXTRA_HEADERS:
-        raise _bad("extraHeaders", f"at most {MAX_EXTRA_HEADERS} headers, got {len(value)}")
+        raise _bad(key, f"at most {MAX_EXTRA_HEADERS} headers, got {len(value)}")
     headers: dict[str, str] = {}
     for name, v in value.items():
         if not isinstance(name, str) or not name or len(name) > 256:
-            raise _bad("extraHeaders", f"a header name must be a non-empty string, got {name!r}"[:200])
+            raise _bad(key, f"a header name must be a non-empty string, got {name!r}"[:200])
         if isinstance(v, int) and not isinstance(v, bool):
             v = str(v)
         if not isinstance(v, str) or len(v) > HEADER_CHARS:
-            raise _bad(f"extraHeaders.{name}", f"expected a string of at most {HEADER_CHARS} characters")
+            raise _bad(f"{key}.{name}", f"expected a string of at most {HEADER_CHARS} characters")
         headers[name.lower()] = v
     return headers
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from edge_sim.topology import Location, PoP
+from runtime.ai.gateway import Gateways
 from runtime.ai.service import AIService
 from runtime.bindings import BindingStores
 from runtime.control.dashboard_feed import DashboardFeed
@@ -64,6 +65,7 @@ class WorkerServices:
     network: NetworkMode  # its `emulate`: whether the client's round trip is really waited
     event_origin: Callable[[], tuple[Location, PoP]]  # where a cron or queue event's AI calls start
     workflows: WorkflowSteps | None = None  # set once the workflow engine is built (runtime.app)
+    gateways: Gateways | None = None  # AI Gateway (runtime.ai.gateway); the app sets it
     # the models search view of the catalog (runtime.ai.catalog.catalog_view): env.AI.models()
     catalog_view: Callable[[], list[dict[str, Any]]] = lambda: []  # noqa: E731
     # an object set ((account, script, class, id), ms) or deleted (ms None) its alarm: the scheduler's

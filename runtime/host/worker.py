@@ -51,7 +51,11 @@ class WorkerHandle:
         self.calls = WorkerCalls(spec, self.requests, services, self.console)
         calls = self.calls  # the isolate's calls and lines, answered by it directly
         self.ai, self.fetch, self.binding, self.object = calls.ai, calls.fetch, calls.binding, calls.object
-        self.ai_query = calls.ai_query
+        self.ai_query, self.ai_gateway, self.ai_gateway_run = (
+            calls.ai_query,
+            calls.ai_gateway,
+            calls.ai_gateway_run,
+        )
         self.log, self.output = calls.log, calls.output
         # its WebSockets (a Durable Object's handle is given its object's, which outlive it)
         self.sockets = SocketOwner(services.sockets, spec.account, self.console.label, self.socket_event)

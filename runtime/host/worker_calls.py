@@ -11,8 +11,9 @@ import time
 import uuid
 
 from runtime.ai.catalog import models_matching
+from runtime.ai.gateway import GatewayAnswer, Gateways
 from runtime.ai.run_options import parse_run_options
-from runtime.ai.service import AICall
+from runtime.ai.service import AICall, Answer
 from runtime.bindings import BindingError, BindingRef
 from runtime.bindings.workflows import WORKFLOW_STEP
 from runtime.control.tail import LogBudget, log_event
@@ -29,6 +30,12 @@ from workers import AIError
 log = logging.getLogger("edge.worker")
 
 LOG_LINE_CHARS = 16 * 1024  # a logged line is cut here
+GATEWAY_KINDS = "KV, D1, R2, Durable Object and AI Gateway"  # the budget a gateway call counts in
+GATEWAY_METHODS = {  # what each of env.AI.gateway(id)'s methods takes, for a refusal
+    "getUrl": "takes an optional provider name (a string)",
+    "getLog": "takes a log id (a string)",
+    "patchLog": "takes a log id (a string) and a dict {score, feedback, metadata}",
+}
 
 
 class WorkerCalls:
@@ -55,8 +62,10 @@ class WorkerCalls:
 
     async def ai(self, call: ipc.AICall):
         """env.AI.run: its options checked (runtime.ai.run_options), then through the AI service's
-        one door (runtime.ai.service.AIService.answer). Every answer carries its request id
-        (cf-ai-req-id: the worker's env.AI.lastRequestId), whole or streamed."""
+        one door (runtime.ai.service.AIService.answer), or through an AI Gateway (`gateway`
+        option: runtime.ai.gateway). Every answer carries its request id (cf-ai-req-id: the
+        worker's env.AI.lastRequestId) and, through a gateway, its cf-aig-* headers (cf-aig-log-id:
+        env.AI.aiGatewayLogId), whole or streamed."""
         ctx = self.requests.get(call.request)
         if ctx is None:
             return ipc.AIReply(call.call, error_code=5004, error_message=ENDED)
@@ -65,33 +74,110 @@ class WorkerCalls:
         try:
             options = parse_run_options(call.options)
             ctx.ai_called(call.model, request_id, options.tags)
-            answer = await self.services.ai.answer(
-                AICall(
-                    call.model,
-                    call.inputs,
-                    self.spec.account,
-                    options.session,
-                    ctx.ingress,
-                    ctx.client_rtt_ms,
-                    queue=options.queue,
-                    priority=options.priority,
-                )
+            ai_call = AICall(
+                options.model_id(call.model),
+                call.inputs,
+                self.spec.account,
+                options.session,
+                ctx.ingress,
+                ctx.client_rtt_ms,
+                queue=options.queue,
+                priority=options.priority,
             )
+            if options.gateway is None:
+                answer = await self.services.ai.answer(ai_call)
+            else:
+                through = await self._gateways().run(
+                    ai_call, options.gateway, tags=options.tags, request_id=request_id
+                )
+                answer, headers = through.answer, [*headers, *_gateway_headers(through)]
         except AIError as exc:
             return ipc.AIReply(call.call, error_code=exc.code, error_message=exc.detail, headers=headers)
+        return self._reply(call.call, ctx, answer, headers)
+
+    def _reply(self, call: int, ctx: Invocation, answer: Answer, headers: list[tuple[str, str]]):
+        """An answer as the isolate reads it: an AIReply, or AIChunks (the first with the headers)
+        and the AIReply that ends them."""
         if answer.stream is not None:
             return self._chunks(call, answer.stream, headers)
         if answer.result is not None:  # a run now (not a batch): its latency and formats on the answer
             ctx.ai_answered(answer.result)
             if answer.result.timing is not None:
                 headers.append(("server-timing", answer.result.timing.server_timing()))
-        return ipc.AIReply(call.call, result=answer.body, headers=headers)
+        return ipc.AIReply(call, result=answer.body, headers=headers)
+
+    def _gateways(self) -> Gateways:
+        gateways = getattr(self.services, "gateways", None)
+        if gateways is None:
+            raise AIError(
+                5004, "AI Gateway is not available in this runtime: call the model without a gateway"
+            )
+        return gateways
+
+    async def ai_gateway(self, call: ipc.AIGatewayCall) -> ipc.BindingReply:
+        """env.AI.gateway(id).getUrl(provider), getLog(logId), patchLog(logId, data), on this
+        worker's account's gateway; each counts against the request's binding-call budget."""
+        ctx = self.requests.get(call.request)
+        if ctx is None:
+            return ipc.BindingReply(call.call, error_type="Error", error_message=ENDED)
+        if refused := ctx.spend_binding_call(GATEWAY_KINDS):
+            return ipc.BindingReply(call.call, error_type="Error", error_message=refused)
+        account, args, method = self.spec.account, call.args, call.method
+        try:
+            gateways = self._gateways()
+            if method == "getUrl" and len(args) <= 1 and all(isinstance(a, str | None) for a in args):
+                result = gateways.url(account, call.gateway, args[0] if args else None, ctx.origin)
+            elif method == "getLog" and len(args) == 1 and isinstance(args[0], str):
+                result = await gateways.get_log(account, call.gateway, args[0])
+            elif (
+                method == "patchLog"
+                and len(args) == 2
+                and isinstance(args[0], str)
+                and isinstance(args[1], dict)
+            ):
+                result = await gateways.patch_log(account, call.gateway, args[0], args[1])
+            else:
+                why = f"env.AI.gateway(id).{method[:64]}: " + GATEWAY_METHODS.get(method, "no such method")
+                return ipc.BindingReply(call.call, error_type="TypeError", error_message=why)
+        except (AIError, LookupError) as exc:
+            return ipc.BindingReply(call.call, error_type=_gateway_error(exc), error_message=str(exc))
+        return ipc.BindingReply(call.call, result=result)
+
+    async def ai_gateway_run(self, call: ipc.AIGatewayRun):
+        """env.AI.gateway(id).run(data): AI Gateway's universal endpoint, one request or a list
+        tried in turn; answered as env.AI.run is, with cf-aig-step (the step that answered) and
+        cf-aig-log-id. Counts against the request's binding-call budget."""
+        ctx = self.requests.get(call.request)
+        if ctx is None:
+            return ipc.AIReply(call.call, error_code=5004, error_message=ENDED)
+        request_id = str(uuid.uuid4())
+        headers = [("cf-ai-req-id", request_id)]
+        if refused := ctx.spend_binding_call(GATEWAY_KINDS):
+            return ipc.AIReply(call.call, error_code=3040, error_message=refused, headers=headers)
+        steps = [call.data] if isinstance(call.data, dict) else call.data
+        if not isinstance(steps, list) or not steps:
+            why = (
+                "env.AI.gateway(id).run takes one request {provider, endpoint, headers, query} or a "
+                "non-empty list of them (each tried in turn until one answers)"
+            )
+            return ipc.AIReply(call.call, error_code=5004, error_message=why, headers=headers)
+        ctx.ai_called(f"gateway:{call.gateway[:64]}", request_id, ())
+        # the universal run names no model of its own: the call gives the account and the origin
+        ai_call = AICall("", None, self.spec.account, None, ctx.ingress, ctx.client_rtt_ms)
+        try:
+            through = await self._gateways().universal(ai_call, call.gateway, steps, request_id=request_id)
+        except AIError as exc:
+            return ipc.AIReply(call.call, error_code=exc.code, error_message=exc.detail, headers=headers)
+        return self._reply(call.call, ctx, through.answer, [*headers, *_gateway_headers(through, True)])
 
     async def ai_query(self, call: ipc.AIQuery) -> ipc.BindingReply:
         """env.AI.models(params): the models this edge serves, filtered as the REST API's
         `ai/models/search` filters them (search, task, author)."""
-        if self.requests.get(call.request) is None:
+        ctx = self.requests.get(call.request)
+        if ctx is None:
             return ipc.BindingReply(call.call, error_type="Error", error_message=ENDED)
+        if refused := ctx.spend_binding_call("KV, D1, R2, Durable Object and AI"):
+            return ipc.BindingReply(call.call, error_type="Error", error_message=refused)
         if call.method != "models":
             return ipc.BindingReply(
                 call.call, error_type="TypeError", error_message=f"env.AI.{call.method[:64]} is not a method"
@@ -103,12 +189,12 @@ class WorkerCalls:
             return ipc.BindingReply(call.call, error_type="TypeError", error_message=str(exc))
         return ipc.BindingReply(call.call, result=found)
 
-    async def _chunks(self, call: ipc.AICall, stream, headers: list[tuple[str, str]]):
+    async def _chunks(self, call: int, stream, headers: list[tuple[str, str]]):
         try:
             async for data in stream:
-                yield ipc.AIChunk(call.call, data, headers)
+                yield ipc.AIChunk(call, data, headers)
                 headers = []  # the first chunk carries them
-            yield ipc.AIReply(call.call)
+            yield ipc.AIReply(call)
         finally:
             if hasattr(stream, "aclose"):
                 await stream.aclose()  # cut (its request ended): the generation ends at the PoP now
@@ -215,3 +301,24 @@ class WorkerCalls:
         if refused := ctx.spend_binding_call("KV, D1, R2 and Durable Object"):
             return ipc.ObjectReply(call.call, error_type="Error", error_message=refused)
         return await self.services.objects.call(self.spec, call, ctx)
+
+
+def _gateway_error(exc: Exception) -> str:
+    """The name of what env.AI.gateway(id)'s getLog / patchLog raise, as workerd's: a log the
+    gateway does not hold (a LookupError, or its 404 / "not found") is AiGatewayLogNotFound."""
+    missing = isinstance(exc, LookupError) or (
+        isinstance(exc, AIError) and (exc.code == 404 or "not found" in exc.detail.lower())
+    )
+    return "AiGatewayLogNotFound" if missing else "AiGatewayInternalError"
+
+
+def _gateway_headers(through: GatewayAnswer, universal: bool = False) -> list[tuple[str, str]]:
+    """A gateway's cf-aig-* headers, cf-aig-log-id (env.AI.aiGatewayLogId) always among them and,
+    for a universal run, cf-aig-step (the step that answered, 0 first)."""
+    headers = list(through.headers)
+    named = {name.lower() for name, _ in headers}
+    if through.log_id and "cf-aig-log-id" not in named:
+        headers.append(("cf-aig-log-id", through.log_id))
+    if universal and "cf-aig-step" not in named:
+        headers.append(("cf-aig-step", str(through.step)))
+    return headers

@@ -24,7 +24,15 @@ from runtime.isolate.host import IsolateHost
 log = logging.getLogger("edge.isolate")
 
 BindingHandler = Callable[[ipc.BindingCall], Awaitable[ipc.BindingReply]]
-Call = ipc.AICall | ipc.AIQuery | ipc.FetchCall | ipc.BindingCall | ipc.ObjectCall
+Call = (
+    ipc.AICall
+    | ipc.AIQuery
+    | ipc.AIGatewayCall
+    | ipc.AIGatewayRun
+    | ipc.FetchCall
+    | ipc.BindingCall
+    | ipc.ObjectCall
+)
 
 MAX_CALLS = 64  # AI, fetch and binding calls one isolate may have outstanding at once
 ENDED = "the request that made this call has ended"
@@ -65,6 +73,14 @@ CALLS: dict[type, CallKind] = {
         lambda host, call: host.ai_query(call),
         lambda call, why: ipc.BindingReply(call, error_type="Error", error_message=why),
     ),
+    ipc.AIGatewayCall: CallKind(
+        lambda host, call: host.ai_gateway(call),
+        lambda call, why: ipc.BindingReply(call, error_type="Error", error_message=why),
+    ),
+    ipc.AIGatewayRun: CallKind(
+        lambda host, call: host.ai_gateway_run(call),
+        lambda call, why: ipc.AIReply(call, error_code=3040, error_message=why),
+    ),
     ipc.FetchCall: CallKind(
         lambda host, call: host.fetch(call), lambda call, why: ipc.FetchReply(call, error=why)
     ),
@@ -104,8 +120,8 @@ class CallDesk:
         task.add_done_callback(lambda done, rid=msg.request, cid=msg.call: self._forget(rid, cid, done))
 
     def cancel(self, call: int) -> None:
-        """The isolate aborted call `call` (an AI call's AbortSignal): cancelled as its request's
-        end would cancel it, alone."""
+        """The isolate aborted call `call` (an AI call's AbortSignal, or the worker stopped reading
+        its stream): cancelled as its request's end would cancel it, alone."""
         held = self._by_call.get(call)
         if held is not None:
             held[1].cancel()

@@ -22,6 +22,12 @@ class IsolateHost(Protocol):
     async def ai_query(self, call: ipc.AIQuery) -> ipc.BindingReply:
         """env.AI's other methods (models())."""
 
+    async def ai_gateway(self, call: ipc.AIGatewayCall) -> ipc.BindingReply:
+        """env.AI.gateway(id).getUrl / getLog / patchLog."""
+
+    async def ai_gateway_run(self, call: ipc.AIGatewayRun) -> AIAnswer:
+        """env.AI.gateway(id).run(data): answered as an AI call is."""
+
     async def fetch(self, call: ipc.FetchCall) -> ipc.FetchReply: ...
 
     async def binding(self, call: ipc.BindingCall) -> ipc.BindingReply: ...
@@ -69,6 +75,13 @@ class QuietHost:
 
     async def ai_query(self, call: ipc.AIQuery) -> ipc.BindingReply:
         return ipc.BindingReply(call.call, error_type="Error", error_message="AI is not available here")
+
+    async def ai_gateway(self, call: ipc.AIGatewayCall) -> ipc.BindingReply:
+        why = "AI Gateway is not available here"
+        return ipc.BindingReply(call.call, error_type="Error", error_message=why)
+
+    async def ai_gateway_run(self, call: ipc.AIGatewayRun) -> AIAnswer:
+        return ipc.AIReply(call.call, error_code=5007, error_message="AI Gateway is not available here")
 
     async def fetch(self, call: ipc.FetchCall) -> ipc.FetchReply:
         if self._fetch is None:

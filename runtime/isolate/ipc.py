@@ -363,6 +363,28 @@ class AIQuery(msgspec.Struct, tag=True):
     args: list[Any] = []
 
 
+class AIGatewayCall(msgspec.Struct, tag=True):
+    """From an isolate: env.AI.gateway(id).getUrl(provider) / getLog(logId) / patchLog(logId,
+    data), `args` as given; answered by BindingReply."""
+
+    call: int
+    request: int  # the Invoke this call belongs to
+    gateway: str
+    method: str
+    args: list[Any] = []
+
+
+class AIGatewayRun(msgspec.Struct, tag=True):
+    """From an isolate: env.AI.gateway(id).run(data), AI Gateway's universal endpoint (one
+    request or a fallback list); answered as an AICall is (AIChunks, then an AIReply; the first
+    carries the cf-aig-step and cf-aig-log-id headers)."""
+
+    call: int
+    request: int  # the Invoke this call belongs to
+    gateway: str
+    data: Any
+
+
 class AICancel(msgspec.Struct, tag=True):
     """From an isolate: AI call `call` is aborted (its AbortSignal): the runtime cancels it, at
     the PoP too, and its KV blocks are freed."""
@@ -388,6 +410,8 @@ Message = (
     | AIReply
     | AICancel
     | AIQuery
+    | AIGatewayCall
+    | AIGatewayRun
     | BindingCall
     | BindingReply
     | ObjectCall

@@ -31,6 +31,7 @@ ISOLATE_MODULES = (
     "isolate/inside/__init__.py",
     "isolate/inside/main.py",
     "isolate/inside/channel.py",
+    "isolate/inside/ai_gateway.py",
     "isolate/inside/entry.py",
     "isolate/inside/sandbox.py",
     "isolate/inside/walk.py",

@@ -24,7 +24,7 @@ import asyncio, json
 from js import AbortController, AbortSignal
 from workers import AIError, Blob, Response, WorkerEntrypoint
 from workers.abort import AbortError
-from workers.errors import InferenceUpstreamError
+from workers.errors import AiGatewayLogNotFound, InferenceUpstreamError
 
 MODEL = "@MODEL@"
 ASK = {"messages": [{"role": "user", "content": "def fib(n):"}], "max_tokens": 8}
@@ -108,6 +108,35 @@ class Default(WorkerEntrypoint):
             except InferenceUpstreamError as exc:
                 return Response.json({"type": type(exc).__name__, "name": exc.name, "message": str(exc),
                                       "code": exc.code, "is_ai_error": isinstance(exc, AIError)})
+        if path == "ai-search":
+            try:
+                ai.autorag("docs")
+            except AIError as exc:
+                return Response.json({"refused": str(exc)})
+        if path == "gateway-run":
+            gw = ai.gateway("gw")
+            out = await ai.run(MODEL, ASK, {"gateway": {"id": "gw"}, "tags": ["checkout", "eu"]})
+            log_id, request_id = ai.aiGatewayLogId, ai.lastRequestId
+            raw = await ai.run(MODEL, ASK, {"gateway": {"id": "gw"}, "returnRawResponse": True})
+            log = await gw.getLog(log_id)
+            await gw.patchLog(log_id, {"feedback": 1, "score": 90})
+            try:
+                await gw.getLog("no-such-log")
+            except AiGatewayLogNotFound as exc:
+                missing = exc.name
+            return Response.json({"response": out["response"], "log_id": log_id, "request_id": request_id,
+                                  "raw_headers": dict(raw.headers.items()), "raw_log_id": ai.aiGatewayLogId,
+                                  "log": log.to_py(), "missing": missing,
+                                  "url": await gw.getUrl("workers-ai")})
+        if path == "gateway-universal":
+            steps = [
+                {"provider": "workers-ai", "endpoint": "@cf/no/such-model", "headers": {}, "query": ASK},
+                {"provider": "workers-ai", "endpoint": MODEL, "headers": {"cf-aig-cache-ttl": 60},
+                 "query": ASK},
+            ]
+            resp = await ai.gateway("gw").run(steps)
+            return Response.json({"status": resp.status, "headers": dict(resp.headers.items()),
+                                  "body": await resp.json(), "log_id": ai.aiGatewayLogId})
         return Response("no such path", status=404)
 """.replace("@MODEL@", MODEL)
 
@@ -157,7 +186,8 @@ def engine_status(server) -> dict:
         ({"temperature": 0.5}, "temperature"),
         ({"gatway": {"id": "x"}}, "gatway"),
         ({"websocket": True}, "websocket"),
-        ({"prefix": "my-org"}, "prefix"),
+        ({"prefix": "my:org"}, "prefix"),
+        ({"sessionOptions": {"colour": 1}}, "sessionOptions"),
         ({"tags": ["1", "2", "3", "4", "5", "6"]}, "tags"),
         ({"returnRawResponse": "yes"}, "returnRawResponse"),
         ({"queueRequest": 1}, "queueRequest"),
@@ -176,6 +206,15 @@ def test_the_options_served_are_accepted(server):
         {"tags": ["a", "b", "c", "d", "e"], "extraHeaders": {"x-session-affinity": "s-1"}, "prefix": ""},
     )
     assert out["ok"] is True and len(out["id"]) == 36
+
+
+def test_a_prefix_names_the_model_called_as_workerd_does(server):
+    out = option(server, {"prefix": "my-org"})  # no model of that name here: refused naming it
+    assert out["code"] == 5007 and f"my-org:{MODEL}" in out["error"], out
+
+
+def test_ai_search_is_refused_saying_it_is_not_simulated(server):
+    assert "not simulated" in get(server, "ai-search")["refused"]
 
 
 def test_each_call_names_its_request(server):
@@ -248,3 +287,25 @@ def test_a_failed_call_raises_cloudflares_error_as_an_ai_error(server):
     out = get(server, "missing")
     assert out["type"] == out["name"] == "InferenceUpstreamError" and out["is_ai_error"] is True
     assert out["code"] == 5007 and out["message"].startswith("5007: ")
+
+
+# --- through an AI Gateway (runtime.ai.gateway) ------------------------------------------------------
+
+
+def test_a_call_through_a_gateway_names_its_log_which_the_gateway_serves(server):
+    out = get(server, "gateway-run")
+    assert out["response"] and out["log_id"] and out["request_id"]
+    headers = out["raw_headers"]
+    assert headers["cf-aig-log-id"] == out["raw_log_id"] != out["log_id"]  # one log per call
+    assert headers["cf-ai-req-id"] and headers["content-type"] == "application/json"
+    assert out["log"]["id"] == out["log_id"]
+    assert "checkout" in json.dumps(out["log"])  # the call's tags are kept in its log
+    assert out["missing"] == "AiGatewayLogNotFound"
+    assert out["url"].startswith(server.url) and "gw" in out["url"]
+
+
+def test_a_universal_run_falls_back_and_says_which_step_answered(server):
+    out = get(server, "gateway-universal")
+    assert out["status"] == 200
+    assert out["headers"]["cf-aig-step"] == "1" and out["headers"]["cf-aig-log-id"] == out["log_id"]
+    assert "response" in json.dumps(out["body"])

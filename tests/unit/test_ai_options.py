@@ -8,6 +8,7 @@ import string
 
 import pytest
 
+from runtime.ai.gateway import GatewayOptions
 from runtime.ai.run_options import ACCEPTED, MAX_TAGS, parse_run_options
 from workers import AIError
 from workers.markdown import convert, csv_to_markdown, html_to_markdown, mime_type_of
@@ -46,8 +47,10 @@ def test_any_other_key_is_refused_naming_it_and_the_accepted_ones():
         ({"tags": ["t"] * (MAX_TAGS + 1)}, f"tags: at most {MAX_TAGS} tags"),
         ({"tags": "one"}, "tags: expected a list of strings"),
         ({"tags": [""]}, "tags: each tag is 1 to"),
-        ({"prefix": "org"}, "prefix: a prefix selects"),
-        ({"gateway": {"id": "g"}}, "gateway: AI Gateway is not served"),
+        ({"prefix": "org:team"}, "prefix: expected a namespace name"),
+        ({"prefix": 7}, "prefix: expected a namespace name"),
+        ({"sessionOptions": {"other": 1}}, "sessionOptions: expected {extraHeaders"),
+        ({"sessionOptions": {"extraHeaders": {"x-a": []}}}, "sessionOptions.extraHeaders.x-a: expected"),
         ({"websocket": True}, "websocket: not available here"),
         ({"queueRequest": "true"}, "queueRequest: expected true or false"),
         ({"extraHeaders": {"x-edge-priority": 1.5}}, "extraHeaders.x-edge-priority: expected a string"),
@@ -56,6 +59,29 @@ def test_any_other_key_is_refused_naming_it_and_the_accepted_ones():
 def test_a_wrong_value_is_refused_saying_what_to_send(options, fragment):
     with pytest.raises(AIError, match=f"^5004: env.AI.run options: {fragment}"):
         parse_run_options(options)
+
+
+def test_a_prefix_names_the_model_as_workerd_does():
+    assert parse_run_options({"prefix": "my-org"}).model_id("@cf/meta/m") == "my-org:@cf/meta/m"
+    assert parse_run_options({"prefix": ""}).model_id("@cf/meta/m") == "@cf/meta/m"
+
+
+def test_the_deprecated_session_options_headers_are_read_beneath_extra_headers():
+    opts = parse_run_options(
+        {
+            "sessionOptions": {"extraHeaders": {"x-session-affinity": "old", "x-edge-priority": "3"}},
+            "extraHeaders": {"x-session-affinity": "new"},
+        }
+    )
+    assert opts.session == "new" and opts.priority == "3"
+
+
+def test_the_gateway_option_is_checked_by_the_gateways_own_parser():
+    given = {"id": "my-gw", "cacheTtl": 60, "skipCache": True}
+    assert parse_run_options({"gateway": given}).gateway == GatewayOptions.parse(given)
+    with pytest.raises(AIError) as caught:
+        parse_run_options({"gateway": {"id": "my-gw", "cacheTTL": 60}})
+    assert caught.value.code == 5004 and "cacheTTL" in str(caught.value)
 
 
 def test_html_becomes_the_markdown_a_user_would_write():

@@ -338,8 +338,8 @@ def test_a_plain_run_never_polls_or_queues_whatever_its_inputs_hold(service):
 
 
 def test_the_x_edge_priority_header_sets_a_calls_priority_and_is_checked(service):
-    from runtime.ai.service import priority_of
     from runtime.ai.run_options import parse_run_options
+    from runtime.ai.service import priority_of
 
     assert priority_of(None) is None and priority_of("-3") == -3 and priority_of(" 7 ") == 7
     for bad in ("high", "1.5", "+-1", "²", "9" * 11, ""):

@@ -23,6 +23,7 @@ from typing import Any, NamedTuple
 import msgspec
 
 from runtime.isolate import ipc
+from runtime.isolate.inside.ai_gateway import AIGateway
 from workers import AIError, Response, markdown
 from workers.abort import AbortSignal
 from workers.binding_values import wrap_result
@@ -101,9 +102,18 @@ class Channel:
         """One env.AI.run call: its answer (a result, or an async iterator of SSE bytes) and the
         headers the runtime sent with it. `signal` (an AbortSignal): when it aborts, the runtime
         is told to cancel the call (at the PoP too) and the waiting code raises its AbortError."""
+        return await self.ai_exchange(
+            "env.AI.run", lambda call, request: ipc.AICall(call, request, model, inputs, options), signal
+        )
+
+    async def ai_exchange(
+        self, what: str, message: Callable[[int, int], ipc.Message], signal: Any = None
+    ) -> AIAnswer:
+        """A call answered as env.AI.run's are (AIChunks then an AIReply, or an AIReply), built
+        from its call id and the current request: env.AI.run, env.AI.gateway(id).run."""
         request = current_request.get()
         if request is None:
-            raise AIError(5004, "env.AI.run can only be called while handling a request")
+            raise AIError(5004, f"{what} can only be called while handling a request")
         if signal is not None:
             signal.throwIfAborted()
         call = next(self._calls)
@@ -111,7 +121,7 @@ class Channel:
         queue: asyncio.Queue = asyncio.Queue()
         self._pending[call] = queue
         try:
-            self.send(ipc.AICall(call, request, model, inputs, options))
+            self.send(message(call, request))
         except (TypeError, msgspec.EncodeError) as exc:
             del self._pending[call]
             raise AIError(5004, f"inputs must be JSON-like (dicts, lists, strings, numbers): {exc}") from None
@@ -338,7 +348,8 @@ class AIBinding:
     options=None)` crosses to the runtime's AI service, the answer read as Cloudflare's Python Workers
     read a JS object (keys, attributes, `to_py()`); `lastRequestId` is the last call's request id
     (cf-ai-req-id), `aiGatewayLogId` its AI Gateway log id (None: not through a gateway);
-    `models(params)` lists the models; `toMarkdown(files)` converts documents (workers.markdown).
+    `models(params)` lists the models; `toMarkdown(files)` converts documents (workers.markdown);
+    `gateway(id)` reaches an AI Gateway (runtime.isolate.inside.ai_gateway).
     Options are checked by the runtime (runtime.ai.run_options), except `signal`, which stays here:
     when it aborts, the call is cancelled."""
 
@@ -357,14 +368,19 @@ class AIBinding:
         if signal is not None and not isinstance(signal, AbortSignal):
             raise AIError(5004, "options.signal must be an AbortSignal (from js import AbortController)")
         answer = await self._channel.call_ai(model, inputs, options, signal)
-        headers = dict(answer.headers)
-        self.lastRequestId = headers.get("cf-ai-req-id")
-        self.aiGatewayLogId = headers.get("cf-aig-log-id")
+        self.note_answer(answer.headers)
         result = answer.result
         if isinstance(options, dict) and options.get("returnRawResponse") is True:
             return _raw_response(result, answer.headers)
         # Pyodide hands the script a JS object: `out.response` as well as `out["response"]`, `to_py()`
         return wrap_result(result) if isinstance(result, dict) else result
+
+    def note_answer(self, headers: list[tuple[str, str]]) -> None:
+        """An answer's ids, kept as workerd's binding keeps them: lastRequestId (cf-ai-req-id)
+        and aiGatewayLogId (cf-aig-log-id; None when not through a gateway)."""
+        named = dict(headers)
+        self.lastRequestId = named.get("cf-ai-req-id")
+        self.aiGatewayLogId = named.get("cf-aig-log-id")
 
     async def models(self, params: dict[str, Any] | None = None) -> list:
         """The models this edge serves, as Cloudflare's `env.AI.models({search, task, author})`."""
@@ -400,11 +416,9 @@ class AIBinding:
             results.append(wrap_result(markdown.convert(name, markdown.mime_type_of(name, declared), data)))
         return results[0] if one else results
 
-    def gateway(self, gateway_id: str) -> Any:
-        raise AIError(
-            5004,
-            "env.AI.gateway: AI Gateway is not served by this runtime yet; call env.AI.run without a gateway",
-        )
+    def gateway(self, gateway_id: str) -> AIGateway:
+        """AI Gateway `gateway_id` of this account: getUrl, getLog, patchLog, run (ai_gateway)."""
+        return AIGateway(self, gateway_id)
 
     def aiSearch(self, *_args: Any) -> Any:  # noqa: N802 - Cloudflare's name
         raise AIError(5004, "env.AI.aiSearch: AI Search is not simulated here; use a Vectorize index")
