@@ -64,6 +64,7 @@ from runtime.routes.app import assemble
 from runtime.routes.dashboard import DashboardEndpoints
 from runtime.routes.deploy import ControlApi
 from runtime.routes.edge import EdgeEndpoints
+from runtime.routes.gateway import GatewayApi
 from runtime.routes.openapi import routes as openapi_routes
 from runtime.routes.responses import ResponsesApi
 from runtime.routes.rollouts import RolloutEndpoints
@@ -214,6 +215,7 @@ class Runtime:
             ApiServices(self.state, self.ai, self.metrics, self.locator, self.catalog, edge, self.aliases)
         )
         self.responses = ResponsesApi(self.api)
+        self.gateway_api = GatewayApi(self.api, self.gateways)
         self.control = ControlApi(self.state, config.state_dir, self.tail, self.workers.restart_worker)
         self.workflow_api = WorkflowApi(self.state, self.bindings, lambda: dict(self.workflows.names))
         self._tasks: list[asyncio.Task] = []
@@ -331,6 +333,7 @@ def create_app(runtime: Runtime) -> Starlette:
         *runtime.dashboard.routes(),
         *runtime.api.routes(),
         *runtime.responses.routes(),
+        *runtime.gateway_api.routes(),
         *runtime.control.routes(),
         *runtime.workflow_api.routes(),
         *openapi_routes(),

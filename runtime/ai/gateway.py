@@ -340,10 +340,16 @@ class Gateways:
         return await self._db(account, self.store.logs, account, gateway_id, limit)
 
     def url(self, account: str, gateway_id: str, provider: str | None, origin: str) -> str:
-        """`getUrl(provider)`: the gateway's base URL, as AI Gateway's
-        (`https://gateway.ai.cloudflare.com/v1/{account}/{gateway}/{provider}`). This edge serves
-        no HTTP door for it yet, so it names Cloudflare's address form under the runtime's origin."""
-        base = f"{origin}/gateway/v1/{account}/{gateway_id}"
+        """`getUrl(provider)`: the gateway's base URL, AI Gateway's
+        (`https://gateway.ai.cloudflare.com/v1/{account}/{gateway}/{provider}`) at this runtime's own
+        door (runtime.routes.gateway): `workers-ai` is served there; another provider is refused."""
+        if provider not in (None, PROVIDER):
+            raise AIError(
+                5004,
+                f"getUrl: provider {provider[:64]!r} cannot be reached from this edge (no network); "
+                f"only {PROVIDER} is served",
+            )
+        base = f"{origin}/cdn-cgi/ai-gateway/v1/{account}/{gateway_id}"
         return f"{base}/{provider}" if provider else base
 
 

@@ -9,6 +9,7 @@ import sys
 from runtime.bindings.kinds import upload_payload
 from runtime.cli.client import Client, admin_headers
 from runtime.cli.common import CONFIG_HELP, _fail
+from runtime.cli.gateway import add_gateway_parsers
 from runtime.cli.workflows import add_workflow_parsers
 from runtime.control.config import ConfigError, WorkerConfig
 
@@ -371,6 +372,7 @@ def add_client_parsers(sub) -> None:
     client_args(air)
     air.set_defaults(func=cmd_ai_run)
     add_workflow_parsers(sub, client_args)
+    add_gateway_parsers(sub, client_args)
 
 
 def add_reload_parser(models) -> None:

@@ -104,6 +104,13 @@ class Invocation:
         if len(self.ai_calls) < AI_CALLS_KEPT:
             self.ai_calls.append({"model": model[:256], "requestId": request_id, "tags": list(tags)})
 
+    def ai_through_gateway(self, request_id: str, gateway: str, log_id: str, cache: str | None) -> None:
+        """The call `request_id` went through AI Gateway `gateway`: its log id and cache verdict join
+        its entry in the tail event (so `edge tail` leads to `edge gateway logs`)."""
+        for entry in self.ai_calls:
+            if entry["requestId"] == request_id:
+                entry.update(gateway=gateway, gatewayLogId=log_id, cacheStatus=cache)
+
     def ai_answered(self, result: GenerateResult) -> None:
         """An AI call it made was answered (a run now, not a batch): its latency and formats."""
         self.accounts.append(result.timing)

@@ -91,6 +91,7 @@ class WorkerCalls:
                     ai_call, options.gateway, tags=options.tags, request_id=request_id
                 )
                 answer, headers = through.answer, [*headers, *_gateway_headers(through)]
+                ctx.ai_through_gateway(request_id, options.gateway.id, through.log_id, through.cache_status)
         except AIError as exc:
             return ipc.AIReply(call.call, error_code=exc.code, error_message=exc.detail, headers=headers)
         return self._reply(call.call, ctx, answer, headers)
@@ -168,6 +169,7 @@ class WorkerCalls:
             through = await self._gateways().universal(ai_call, call.gateway, steps, request_id=request_id)
         except AIError as exc:
             return ipc.AIReply(call.call, error_code=exc.code, error_message=exc.detail, headers=headers)
+        ctx.ai_through_gateway(request_id, call.gateway, through.log_id, through.cache_status)
         return self._reply(call.call, ctx, through.answer, [*headers, *_gateway_headers(through, True)])
 
     async def ai_query(self, call: ipc.AIQuery) -> ipc.BindingReply:

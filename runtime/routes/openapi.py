@@ -227,7 +227,7 @@ def _streamed(ok: dict[str, Any], error: str) -> dict[str, Any]:
 
 
 def _paths() -> dict[str, dict[str, Any]]:
-    a, s = ["account"], ["account", "name"]
+    a, s, g = ["account"], ["account", "name"], ["account", "gateway"]
     sse_or_envelope = _streamed(_ref("Envelope"), "Envelope")
     openai = _streamed(_ref("OpenAIResult"), "OpenAIError")
     page = {"type": "integer", "minimum": 1}
@@ -297,6 +297,18 @@ def _paths() -> dict[str, dict[str, Any]]:
         },
         ACCOUNT + "/workflows/{name}/instances/{id}": {
             "get": _cf("an instance: status, params, output, error, steps", s + ["id"])
+        },
+        ACCOUNT + "/ai-gateway/gateways/{gateway}/logs": {
+            "get": _cf("a gateway's newest logs", g, query={"per_page": {"type": "integer"}})
+        },
+        ACCOUNT + "/ai-gateway/gateways/{gateway}/logs/{id}": {
+            "get": _cf("one log of a gateway", g + ["id"]),
+            "patch": _cf("score, feedback or metadata of a log", g + ["id"], optional_body=True),
+        },
+        "/cdn-cgi/ai-gateway/v1/{account}/{gateway}/workers-ai/{model}": {
+            "post": _op(
+                "a Workers AI call through a gateway (cache, retries, logs)", g + ["model"], sse_or_envelope
+            )
         },
         SCRIPT + "/tail": {
             "get": _op(

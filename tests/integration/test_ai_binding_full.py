@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 import textwrap
 import time
 
@@ -309,3 +311,58 @@ def test_a_universal_run_falls_back_and_says_which_step_answered(server):
     assert out["status"] == 200
     assert out["headers"]["cf-aig-step"] == "1" and out["headers"]["cf-aig-log-id"] == out["log_id"]
     assert "response" in json.dumps(out["body"])
+
+
+def edge_cli(server, *args):
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "runtime.cli",
+            *args,
+            "--config",
+            str(server.folder / "wrangler.jsonc"),
+            "--url",
+            server.url,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=server.folder,
+    )
+
+
+def test_the_gateways_http_door_serves_a_repeat_from_the_cache_and_keeps_accounts_apart(server):
+    token = (server.folder / ".edge" / "api-token").read_text().strip()
+    mine = {"authorization": f"Bearer {token}"}
+    door = f"{server.url}/cdn-cgi/ai-gateway/v1/local/shop/workers-ai/{MODEL}"
+    ask = {"prompt": "def cached(x):", "max_tokens": 12}
+    cache = {"cf-aig-cache-ttl": "60", "cf-aig-metadata": '{"team": "edge"}'}
+    first = httpx.post(door, json=ask, headers={**mine, **cache}, timeout=120)
+    assert first.status_code == 200, first.text
+    assert first.headers["cf-aig-cache-status"] == "MISS"
+    generated = engine_status(server)["generated_tokens"]
+    again = httpx.post(door, json=ask, headers={**mine, **cache}, timeout=120)
+    assert again.headers["cf-aig-cache-status"] == "HIT" and again.json() == first.json()
+    assert engine_status(server)["generated_tokens"] == generated  # not generated again
+    # its logs read back over the API and from the CLI
+    logs = f"{server.url}/client/v4/accounts/local/ai-gateway/gateways/shop/logs"
+    rows = httpx.get(logs, headers=mine, timeout=30).json()["result"]
+    assert [r["cached"] for r in rows] == [True, False] and rows[0]["metadata"] == {"team": "edge"}
+    assert rows[0]["id"] == again.headers["cf-aig-log-id"]
+    patched = httpx.patch(f"{logs}/{rows[0]['id']}", json={"score": 80}, headers=mine, timeout=30)
+    assert patched.json()["result"]["score"] == 80
+    listed = edge_cli(server, "gateway", "logs", "shop", "--limit", "5")
+    assert listed.returncode == 0 and rows[0]["id"] in listed.stdout and "cached" in listed.stdout
+    # another account: its own token cannot reach this account's door or logs, and its own
+    # gateway of the same name never hits this one's cache
+    made = edge_cli(server, "accounts", "create", "other")
+    assert made.returncode == 0, made.stderr
+    theirs = {"authorization": f"Bearer {made.stdout.strip()}"}
+    assert httpx.post(door, json=ask, headers={**theirs, **cache}, timeout=60).status_code == 403
+    assert httpx.get(logs, headers=theirs, timeout=30).status_code == 403
+    own_door = door.replace("/v1/local/", "/v1/other/")
+    own = httpx.post(own_door, json=ask, headers={**theirs, **cache}, timeout=120)
+    assert own.status_code == 200 and own.headers["cf-aig-cache-status"] == "MISS"
+    other_logs = logs.replace("/accounts/local/", "/accounts/other/")
+    assert len(httpx.get(other_logs, headers=theirs, timeout=30).json()["result"]) == 1

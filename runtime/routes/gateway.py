@@ -1,0 +1,125 @@
+"""AI Gateway's HTTP doors (runtime.ai.gateway does the work):
+
+    POST /cdn-cgi/ai-gateway/v1/{account}/{gateway}/workers-ai/{model}   a Workers AI call through
+         the gateway (what `env.AI.gateway(id).getUrl("workers-ai")` names); the request's cf-aig-*
+         headers set its options: cf-aig-cache-ttl, cf-aig-skip-cache, cf-aig-cache-key,
+         cf-aig-request-timeout, cf-aig-collect-log, cf-aig-event-id, cf-aig-metadata (JSON)
+    GET  /client/v4/accounts/{account}/ai-gateway/gateways/{gateway}/logs[?per_page=N]
+    GET  .../logs/{id}                 one log row
+    PATCH .../logs/{id}  {score?, feedback?, metadata?}
+
+Cloudflare serves the first at gateway.ai.cloudflare.com/v1/{account}/{gateway}/...; here it is
+under the runtime's own /cdn-cgi/ prefix, so it never shadows a worker's paths. Each is
+authenticated by the account's API token (Authorization: Bearer), the path's account the token's
+own: another account's gateway, cache and logs are never reached."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+from starlette.routing import Route
+
+from runtime.ai.gateway import GatewayOptions, Gateways
+from runtime.ai.service import AICall
+from runtime.http.json_body import BadJSON, decode_json
+from runtime.routes.ai_rest import AIApi, AuthError, ai_error, cf_error, envelope
+from workers import AIError
+
+DOOR = "/cdn-cgi/ai-gateway/v1/{account}/{gateway}"
+LOGS = "/client/v4/accounts/{account}/ai-gateway/gateways/{gateway}/logs"
+NOT_FOUND, BAD_REQUEST, AUTH_ERROR = 10007, 10014, 10000
+MAX_PER_PAGE = 1000
+# request header -> the gateway option it sets (and how it is read)
+HEADER_OPTIONS = {
+    "cf-aig-cache-ttl": ("cacheTtl", int),
+    "cf-aig-skip-cache": ("skipCache", lambda v: v.lower() == "true"),
+    "cf-aig-cache-key": ("cacheKey", str),
+    "cf-aig-request-timeout": ("requestTimeoutMs", int),
+    "cf-aig-collect-log": ("collectLog", lambda v: v.lower() != "false"),
+    "cf-aig-event-id": ("eventId", str),
+    "cf-aig-metadata": ("metadata", json.loads),
+}
+
+
+class GatewayApi:
+    def __init__(self, api: AIApi, gateways: Gateways):
+        self.api, self.gateways = api, gateways
+
+    def routes(self) -> list[Route]:
+        return [
+            Route(DOOR + "/workers-ai/{model:path}", self.run, methods=["POST"]),
+            Route(LOGS, self.logs, methods=["GET"]),
+            Route(LOGS + "/{id}", self.log, methods=["GET", "PATCH"]),
+        ]
+
+    async def run(self, request: Request) -> Response:
+        try:
+            account = self.api.authenticate(request)
+        except AuthError as exc:
+            return cf_error(AUTH_ERROR, str(exc), exc.status)
+        try:
+            inputs = decode_json(await request.body() or b"{}")
+        except BadJSON as exc:
+            return cf_error(5004, f"{exc}; send the model inputs as a JSON object")
+        try:
+            options = GatewayOptions.parse({"id": request.path_params["gateway"], **_header_options(request)})
+            ingress, rtt = self.api._where(request)
+            call = AICall(request.path_params["model"], inputs, account, None, ingress, rtt)
+            through = await self.gateways.run(call, options)
+        except AIError as exc:
+            return ai_error(exc)
+        answer = through.answer
+        if answer.stream is not None:
+            return StreamingResponse(
+                answer.stream, media_type="text/event-stream", headers=dict(through.headers)
+            )
+        response = envelope(answer.body)
+        response.headers.update(dict(through.headers))
+        return response
+
+    async def logs(self, request: Request) -> Response:
+        try:
+            account = self.api.authenticate(request)
+            per_page = int(request.query_params.get("per_page", "50"))
+            if not 1 <= per_page <= MAX_PER_PAGE:
+                raise ValueError
+        except AuthError as exc:
+            return cf_error(AUTH_ERROR, str(exc), exc.status)
+        except ValueError:
+            return cf_error(BAD_REQUEST, f"per_page must be an integer from 1 to {MAX_PER_PAGE}", 400)
+        return envelope(await self.gateways.logs(account, request.path_params["gateway"], per_page))
+
+    async def log(self, request: Request) -> Response:
+        try:
+            account = self.api.authenticate(request)
+        except AuthError as exc:
+            return cf_error(AUTH_ERROR, str(exc), exc.status)
+        gateway, log_id = request.path_params["gateway"], request.path_params["id"]
+        try:
+            if request.method == "PATCH":
+                patch = decode_json(await request.body() or b"{}")
+                if not isinstance(patch, dict):
+                    return cf_error(BAD_REQUEST, "send {score?, feedback?, metadata?}", 400)
+                await self.gateways.patch_log(account, gateway, log_id, patch)
+            return envelope(await self.gateways.get_log(account, gateway, log_id))
+        except LookupError as exc:
+            return cf_error(NOT_FOUND, str(exc), 404)
+        except (AIError, BadJSON) as exc:
+            return cf_error(BAD_REQUEST, getattr(exc, "detail", str(exc)), 400)
+
+
+def _header_options(request: Request) -> dict[str, Any]:
+    """The gateway options a request's cf-aig-* headers set; AIError naming a header that does not read."""
+    out = {}
+    for header, (key, read) in HEADER_OPTIONS.items():
+        value = request.headers.get(header)
+        if value is None:
+            continue
+        try:
+            out[key] = read(value)
+        except ValueError:
+            raise AIError(5004, f"{header}: {value[:64]!r} does not read as {key} takes it") from None
+    return out
