@@ -30,7 +30,7 @@ from edge_sim.edge import Edge
 from edge_sim.remote import health_checks
 from runtime.ai.batch import BatchQueue
 from runtime.ai.catalog import CatalogAlias, CatalogEntry, alias_map, catalog_view
-from runtime.ai.gateway import Gateways
+from runtime.ai.gateway import Gateways, GatewaySettings
 from runtime.ai.service import AIService, account_rows
 from runtime.bindings import BindingStores
 from runtime.control.accounts import Accounts
@@ -186,7 +186,11 @@ class Runtime:
             catalog_view=lambda: catalog_view(self.catalog, edge, self.aliases),
         )
         # AI Gateway: every account's gateways, their cache and logs under .edge/ (runtime.ai.gateway)
-        self.gateways = Gateways(self.ai, self.bindings.pool, config.state_dir)
+        gateway_settings = {
+            gid: GatewaySettings(g.cache_ttl, g.collect_logs, g.rate_limit, g.rate_limit_period_s)
+            for gid, g in config.edge.ai_gateways.items()
+        }
+        self.gateways = Gateways(self.ai, self.bindings.pool, config.state_dir, settings=gateway_settings)
         services.gateways = self.gateways
         self.workers = WorkerRegistry(config, self.state, start, self.objects, deps)
         # the dev worker's workflows: each runs its instances in an isolate of its own

@@ -23,8 +23,11 @@ gateway; `universal`, `get_log`, `patch_log` and `url` serve `env.AI.gateway(id)
 from __future__ import annotations
 
 import asyncio
+import collections
+import dataclasses
 import hashlib
 import json
+import math
 import re
 import time
 import uuid
@@ -77,6 +80,16 @@ def _metadata(value: Any, where: Callable[[str, str], AIError]) -> dict[str, Any
         if not isinstance(k, str) or not isinstance(v, str | int | float | bool) or len(str(v)) > 1024:
             raise where("metadata", "keys are strings, values strings, numbers or booleans")
     return dict(value)
+
+
+@dataclass(frozen=True)
+class GatewaySettings:
+    """A gateway's own settings ([edge.ai_gateways.ID] in the config; these defaults otherwise)."""
+
+    cache_ttl: int | None = None  # seconds a call without its own cacheTtl is cached
+    collect_logs: bool = True
+    rate_limit: int | None = None  # requests per rate_limit_period_s, per account
+    rate_limit_period_s: float = 60.0
 
 
 @dataclass(frozen=True)
@@ -177,11 +190,19 @@ class Gateways:
     `clock`: time for cache expiry (a test's)."""
 
     def __init__(
-        self, ai: AIService, pool: FairPool, state_dir: Path, clock: Callable[[], float] = time.time
+        self,
+        ai: AIService,
+        pool: FairPool,
+        state_dir: Path,
+        clock: Callable[[], float] = time.time,
+        settings: dict[str, GatewaySettings] | None = None,
     ):
-        self.ai, self.pool = ai, pool
+        """`settings`: the gateways the config names ([edge.ai_gateways.ID]); any other is made on
+        first use with the defaults (no cache unless a call asks, logs kept, no rate limit)."""
+        self.ai, self.pool, self.clock = ai, pool, clock
         self.store = GatewayStore(Path(state_dir) / "ai-gateway.db", clock)
-        self.on_log: Callable[[str, str, dict[str, Any]], None] | None = None  # (account, gateway, row)
+        self.settings = settings or {}
+        self._windows: dict[tuple[str, str], collections.deque[float]] = {}  # rate limit, per account
 
     def close(self) -> None:
         self.store.close()
@@ -198,7 +219,11 @@ class Gateways:
         started = time.monotonic()
         log_id = uuid.uuid4().hex
         status, answer, error = None, None, None
+        settings = self.settings.get(options.id, GatewaySettings())
+        if options.cache_ttl is None and settings.cache_ttl is not None:
+            options = dataclasses.replace(options, cache_ttl=settings.cache_ttl)
         try:
+            self._admit(call.account, options.id, settings)
             answer, status = await self._answer(call, options)
         except AIError as exc:
             error = exc
@@ -222,15 +247,33 @@ class Gateways:
             "score": None,
             "feedback": None,
         }
-        if options.collect_log is not False:
+        if (options.collect_log if options.collect_log is not None else settings.collect_logs) is not False:
             await self._db(call.account, self.store.log, call.account, options.id, row)
-            if self.on_log is not None:
-                self.on_log(call.account, options.id, row)
         if error is not None:
             raise error
         assert answer is not None
         headers = [("cf-aig-log-id", log_id)] + ([("cf-aig-cache-status", status)] if status else [])
         return GatewayAnswer(answer, log_id, status, 0, headers)
+
+    def _admit(self, account: str, gateway: str, settings: GatewaySettings) -> None:
+        """The gateway's own rate limit (a sliding window per account), as AI Gateway answers it:
+        429, "Rate limited" (code 2003), with the seconds to wait."""
+        if settings.rate_limit is None:
+            return
+        now, period = self.clock(), settings.rate_limit_period_s
+        window = self._windows.setdefault((account, gateway), collections.deque())
+        while window and window[0] <= now - period:
+            window.popleft()
+        if len(window) >= settings.rate_limit:
+            wait = max(1, math.ceil(window[0] + period - now))
+            error = AIError(
+                2003,
+                f"Rate limited: gateway {gateway!r} takes {settings.rate_limit} requests per "
+                f"{period:g} s; retry in {wait} s",
+            )
+            error.retry_after = wait  # type: ignore[attr-defined]
+            raise error
+        window.append(now)
 
     async def _answer(self, call: AICall, options: GatewayOptions) -> tuple[Answer, str | None]:
         """The answer from the cache or the model (retried as asked); the cache's verdict."""

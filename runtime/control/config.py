@@ -25,6 +25,7 @@ from runtime.control.config_schema import (
     MODELS_DIR_ENV,
     AccountConfig,
     AIConfig,
+    AIGatewayConfig,
     AssetsConfig,
     ConfigError,
     DurableObjectBindingConfig,
@@ -306,6 +307,16 @@ def parse_config(
         raise ConfigError(
             f"{source}: edge.hibernate_s: {config.edge.hibernate_s} is not between 0.1 and 3600 s"
         )
+    for gid, gw in config.edge.ai_gateways.items():
+        where = f"{source}: edge.ai_gateways.{gid}"
+        if not re.fullmatch(r"[A-Za-z0-9_-]{1,64}", gid):
+            raise ConfigError(f"{where}: a gateway id is 1 to 64 letters, digits, '-' or '_'")
+        if gw.cache_ttl is not None and not 0 <= gw.cache_ttl <= 30 * 24 * 3600:
+            raise ConfigError(f"{where}.cache_ttl: give 0 to 2592000 seconds (30 days)")
+        if gw.rate_limit is not None and not 1 <= gw.rate_limit <= 1_000_000:
+            raise ConfigError(f"{where}.rate_limit: give 1 to 1000000 requests per period")
+        if not 1 <= gw.rate_limit_period_s <= 86400:
+            raise ConfigError(f"{where}.rate_limit_period_s: give 1 to 86400 seconds")
     for i, entry in enumerate(config.edge.fetch_allow):
         try:
             parse_host_port(entry)
@@ -322,24 +333,27 @@ def parse_config(
 
 
 def _check_account_tables(data: dict[str, Any], source: str) -> None:
-    """[edge.accounts.NAME] tables: unknown keys refused (a misspelt limit must not go unnoticed)
-    and each table typed, the errors naming the account (msgspec's paths do not)."""
+    """[edge.accounts.NAME] and [edge.ai_gateways.ID] tables: unknown keys refused (a misspelt limit
+    must not go unnoticed) and each table typed, the errors naming the table (msgspec's paths do not)."""
     edge = data.get("edge")
-    tables = edge.get("accounts") if isinstance(edge, dict) else None
-    if not isinstance(tables, dict):
-        return  # absent, or the wrong type: the whole config's conversion says so
-    keys = ", ".join(AccountConfig.__struct_fields__)
-    for name, table in tables.items():
-        where = f"{source}: edge.accounts.{name}"
-        if not isinstance(table, dict):
-            raise ConfigError(f"{where}: expected a table of {keys}")
-        unknown = sorted(set(table) - set(AccountConfig.__struct_fields__))
-        if unknown:
-            raise ConfigError(f"{where}: unknown key {', '.join(map(repr, unknown))}; the keys are {keys}")
-        try:
-            msgspec.convert(table, AccountConfig, strict=True)
-        except msgspec.ValidationError as exc:
-            raise ConfigError(f"{where}.{describe(exc)}") from None
+    for key, kind in (("accounts", AccountConfig), ("ai_gateways", AIGatewayConfig)):
+        tables = edge.get(key) if isinstance(edge, dict) else None
+        if not isinstance(tables, dict):
+            continue  # absent, or the wrong type: the whole config's conversion says so
+        keys = ", ".join(kind.__struct_fields__)
+        for name, table in tables.items():
+            where = f"{source}: edge.{key}.{name}"
+            if not isinstance(table, dict):
+                raise ConfigError(f"{where}: expected a table of {keys}")
+            unknown = sorted(set(table) - set(kind.__struct_fields__))
+            if unknown:
+                raise ConfigError(
+                    f"{where}: unknown key {', '.join(map(repr, unknown))}; the keys are {keys}"
+                )
+            try:
+                msgspec.convert(table, kind, strict=True)
+            except msgspec.ValidationError as exc:
+                raise ConfigError(f"{where}.{describe(exc)}") from None
 
 
 def account_settings(config: WorkerConfig, name: str) -> AccountSettings:

@@ -48,6 +48,16 @@ class AccountConfig(msgspec.Struct, forbid_unknown_fields=True):
     kv_share: float = 1.0  # fraction of a PoP's KV blocks the account may hold
 
 
+class AIGatewayConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """[edge.ai_gateways.ID]: the settings of every account's AI Gateway of that id (a gateway not
+    listed is made on first use with the defaults; runtime.ai.gateway)."""
+
+    cache_ttl: int | None = None  # seconds a call without its own cacheTtl is cached (None: not cached)
+    collect_logs: bool = True  # a call without its own collectLog is logged
+    rate_limit: int | None = None  # requests per rate_limit_period_s, per account (None: unlimited)
+    rate_limit_period_s: float = 60.0
+
+
 class EdgeConfig(msgspec.Struct):
     client_location: str = "Seoul"
     # GPU PoPs that run an in-process engine in this session (IATA codes of the topology); unset =
@@ -72,6 +82,7 @@ class EdgeConfig(msgspec.Struct):
     # seconds a Durable Object whose only open WebSockets are accepted with ctx.acceptWebSocket
     # stays idle before it hibernates (its isolate stopped; the runtime keeps the sockets)
     hibernate_s: float = 10.0
+    ai_gateways: dict[str, AIGatewayConfig] = msgspec.field(default_factory=dict)
 
 
 class ModelsConfig(msgspec.Struct):

@@ -52,7 +52,10 @@ log = logging.getLogger("edge.api")
 
 PREFIX = "/client/v4/accounts/{account}"
 AUTH_ERROR = 10000  # Cloudflare's "Authentication error"
-HTTP_STATUS = {5007: 400, 5004: 400, 5006: 400, 3006: 413, 3040: 429, 3036: 429, 3007: 504, AUTH_ERROR: 401}
+HTTP_STATUS = {
+    5007: 400, 5004: 400, 5006: 400, 3006: 413, 3040: 429, 3036: 429, 3007: 504, AUTH_ERROR: 401,
+    2003: 429,  # an AI Gateway's own rate limit (runtime.ai.gateway)
+}  # fmt: skip
 
 
 SEARCH_PER_PAGE, SEARCH_MAX_PER_PAGE = 20, 1000  # a v4 paginated list's default page size
@@ -85,8 +88,9 @@ def openai_ai_error(exc: AIError, status: int) -> JSONResponse:
 
 
 def _retry_after(response: JSONResponse, exc: AIError) -> JSONResponse:
-    if isinstance(exc, AccountLimited):
-        response.headers["retry-after"] = str(exc.retry_after)
+    retry_after = getattr(exc, "retry_after", None)  # an account's limits, a gateway's rate limit
+    if isinstance(retry_after, int):
+        response.headers["retry-after"] = str(retry_after)
     return response
 
 

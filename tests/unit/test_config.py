@@ -124,3 +124,28 @@ def test_edge_accounts_tables_are_typed_and_checked(caplog):
 def test_a_bad_edge_accounts_table_is_refused_naming_the_account(table, message):
     with pytest.raises(ConfigError, match=message):
         parse_config(GOOD + "\n" + table + "\n")
+
+
+def test_ai_gateways_are_configured_by_id_and_checked():
+    cfg = parse_config(GOOD + "\n[edge.ai_gateways.shop]\ncache_ttl = 60\nrate_limit = 10\n")
+    shop = cfg.edge.ai_gateways["shop"]
+    assert (shop.cache_ttl, shop.collect_logs, shop.rate_limit, shop.rate_limit_period_s) == (
+        60,
+        True,
+        10,
+        60.0,
+    )
+
+
+@pytest.mark.parametrize(
+    "table, message",
+    [
+        ("[edge.ai_gateways.shop]\ncache_tll = 3", r"edge\.ai_gateways\.shop.*cache_tll"),
+        ("[edge.ai_gateways.shop]\ncache_ttl = -1", r"edge\.ai_gateways\.shop\.cache_ttl: give 0 to"),
+        ("[edge.ai_gateways.shop]\nrate_limit = 0", r"edge\.ai_gateways\.shop\.rate_limit: give 1 to"),
+        ('[edge.ai_gateways."a b"]\nrate_limit = 1', r"edge\.ai_gateways\.a b: a gateway id is 1 to 64"),
+    ],
+)
+def test_a_bad_ai_gateway_table_is_refused_naming_it(table, message):
+    with pytest.raises(ConfigError, match=message):
+        parse_config(GOOD + "\n" + table + "\n")

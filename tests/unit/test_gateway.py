@@ -212,3 +212,33 @@ def test_logs_read_back_patch_as_cloudflare_takes_them_and_collect_log_false_ski
 def test_gateway_options_are_checked_naming_the_key(options, fragment):
     with pytest.raises(AIError, match=f"^5004: env.AI.run options: {fragment}"):
         GatewayOptions.parse(options)
+
+
+def test_a_configured_gateway_caches_by_default_and_rate_limits_each_account(tmp_path):
+    from runtime.ai.gateway import GatewaySettings
+
+    pool, clock = FairPool(1, name="test-gateway"), Clock()
+    ai = CountingAI()
+    settings = {
+        "shop": GatewaySettings(cache_ttl=30, collect_logs=False, rate_limit=2, rate_limit_period_s=10)
+    }
+    gw = Gateways(ai, pool, tmp_path, clock=clock, settings=settings)
+    shop = GatewayOptions.parse({"id": "shop"})
+    first = run(gw.run(call("a"), shop))
+    assert run(gw.run(call("a"), shop)).cache_status == "HIT" and ai.calls == 1  # its cache_ttl
+    with pytest.raises(LookupError):
+        run(gw.get_log("a", "shop", first.log_id))  # collect_logs = false
+    with pytest.raises(AIError) as limited:
+        run(gw.run(call("a"), shop))
+    assert limited.value.code == 2003 and limited.value.retry_after == 10
+    assert "Rate limited: gateway 'shop' takes 2 requests per 10 s" in str(limited.value)
+    assert run(gw.run(call("b"), shop)).cache_status == "MISS"  # another account has its own window
+    clock.now += 10
+    assert run(gw.run(call("a"), shop)).cache_status == "HIT"  # the window moved on; the entry is fresh
+    clock.now += 30
+    assert run(gw.run(call("a"), shop)).cache_status == "MISS"  # and now it expired
+    other = GatewayOptions.parse({"id": "other"})  # not configured: no cache unless asked, no limit
+    for _ in range(4):
+        assert run(gw.run(call("a"), other)).cache_status is None
+    gw.close()
+    pool.close()
