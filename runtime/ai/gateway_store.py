@@ -3,8 +3,10 @@ cache and the request logs of every account's gateways. Every row is keyed by ac
 account reaches another's entries, whatever gateway id it names. Blocking: the runtime calls it
 through its fair binding pool (runtime.control.fair_pool), never on the event loop.
 
-Bounds: a cached answer is at most CACHE_ENTRY_BYTES (a larger one is not cached); a gateway keeps
-its newest LOG_ROWS log rows (older ones are dropped as new ones come)."""
+Bounds, since any account may make gateways on first use: a cached answer is at most
+CACHE_ENTRY_BYTES (a larger one is not cached) and an account's entries ACCOUNT_CACHE_BYTES in all
+(the soonest to expire go first); a gateway keeps its newest LOG_ROWS log rows and an account
+ACCOUNT_LOG_ROWS over all its gateways (older ones are dropped as new ones come)."""
 
 from __future__ import annotations
 
@@ -16,7 +18,9 @@ from pathlib import Path
 from typing import Any
 
 CACHE_ENTRY_BYTES = 4 * 1024 * 1024
+ACCOUNT_CACHE_BYTES = 64 * 1024 * 1024
 LOG_ROWS = 10_000
+ACCOUNT_LOG_ROWS = 20_000
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS cache (
@@ -30,6 +34,7 @@ CREATE TABLE IF NOT EXISTS logs (
     row TEXT NOT NULL              -- the log entry as JSON
 );
 CREATE INDEX IF NOT EXISTS logs_by_gateway ON logs (account, gateway, created);
+CREATE INDEX IF NOT EXISTS logs_by_account ON logs (account, created);
 """
 
 
@@ -81,6 +86,16 @@ class GatewayStore:
                 "VALUES (?,?,?,?,?,?)",
                 (account, gateway, key, kind, body, now + ttl_s),
             )
+            # the account's entries past ACCOUNT_CACHE_BYTES: the soonest to expire go first
+            rows = db.execute(
+                "SELECT gateway, key, length(body) FROM cache WHERE account=? ORDER BY expires DESC",
+                (account,),
+            ).fetchall()
+            total = 0
+            for gw, k, size in rows:
+                total += size
+                if total > ACCOUNT_CACHE_BYTES:
+                    db.execute("DELETE FROM cache WHERE account=? AND gateway=? AND key=?", (account, gw, k))
         return True
 
     # --- the logs ---------------------------------------------------------------------------------
@@ -96,6 +111,11 @@ class GatewayStore:
                 "DELETE FROM logs WHERE account=? AND gateway=? AND id NOT IN (SELECT id FROM logs "
                 "WHERE account=? AND gateway=? ORDER BY created DESC LIMIT ?)",
                 (account, gateway, account, gateway, LOG_ROWS),
+            )
+            db.execute(
+                "DELETE FROM logs WHERE account=? AND id NOT IN (SELECT id FROM logs "
+                "WHERE account=? ORDER BY created DESC LIMIT ?)",
+                (account, account, ACCOUNT_LOG_ROWS),
             )
 
     def get_log(self, account: str, gateway: str, log_id: str) -> dict[str, Any] | None:

@@ -242,3 +242,24 @@ def test_a_configured_gateway_caches_by_default_and_rate_limits_each_account(tmp
         assert run(gw.run(call("a"), other)).cache_status is None
     gw.close()
     pool.close()
+
+
+def test_an_account_cannot_fill_the_disk_through_gateways_it_makes(tmp_path, monkeypatch):
+    from runtime.ai import gateway_store
+    from runtime.ai.gateway_store import GatewayStore
+
+    monkeypatch.setattr(gateway_store, "ACCOUNT_CACHE_BYTES", 3000)
+    monkeypatch.setattr(gateway_store, "ACCOUNT_LOG_ROWS", 5)
+    clock = Clock()
+    store = GatewayStore(tmp_path / "gw.db", clock)
+    for i in range(10):  # ten gateways of its own, 1000 bytes each
+        clock.now += 1
+        assert store.cache("a", f"g{i}", "k", "json", b"x" * 1000, 60 + i)
+        store.log("a", f"g{i}", {"id": f"log{i}"})
+    assert store.cache("b", "g0", "k", "json", b"y" * 1000, 60)  # another account is untouched
+    kept = [i for i in range(10) if store.cached("a", f"g{i}", "k") is not None]
+    assert kept == [7, 8, 9]  # the latest to expire, within 3000 bytes
+    assert store.cached("b", "g0", "k") == ("json", b"y" * 1000)
+    assert [i for i in range(10) if store.get_log("a", f"g{i}", f"log{i}")] == [5, 6, 7, 8, 9]
+    assert not store.cache("a", "g", "big", "json", b"z" * (gateway_store.CACHE_ENTRY_BYTES + 1), 60)
+    store.close()
