@@ -100,7 +100,7 @@ def test_the_stream_helper_accumulates_the_output(served):
         ({"previous_response_id": "resp_x"}, "previous_response_id"),
         ({"store": True}, "store"),
         ({"background": True}, "background"),
-        ({"reasoning": {"effort": "high"}}, "reasoning"),
+        ({"reasoning": {"effort": "high", "summary": "auto"}}, "reasoning.summary"),
         ({"tools": [{"type": "web_search"}]}, "tools.0.type"),
         ({"extra_body": {"nope": 1}}, "nope"),
     ],

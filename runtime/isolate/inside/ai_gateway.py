@@ -7,15 +7,22 @@ its log (`cf-aig-log-id`). Each crosses to the runtime (runtime.ai.gateway answe
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from runtime.isolate import ipc
 from workers import Response
 from workers.binding_values import wrap_result
 from workers.errors import AiGatewayInternalError, AiGatewayLogNotFound
 
-if TYPE_CHECKING:
-    from runtime.isolate.inside.channel import AIBinding
+
+class AIBinding(Protocol):
+    """What a gateway uses of env.AI (runtime.isolate.inside.channel.AIBinding, named by shape:
+    the binding makes its gateways, so this module cannot import it)."""
+
+    _channel: Any
+
+    def note_answer(self, headers: list[tuple[str, str]]) -> None: ...
+
 
 GATEWAY_ID_CHARS = 64
 _ERRORS = {"AiGatewayLogNotFound": AiGatewayLogNotFound, "TypeError": TypeError}

@@ -169,6 +169,8 @@ class Channel:
             msg = first
             while isinstance(msg, ipc.AIChunk):
                 yield msg.data
+                if signal is not None and signal.aborted:  # before the chunks already here
+                    raise signal.error()
                 msg = await queue.get()
             if isinstance(msg, BaseException):  # aborted while streaming
                 raise msg
