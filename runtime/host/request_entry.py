@@ -45,6 +45,12 @@ def request_entry(
         "ingress": ctx.ingress.code if ctx.ingress is not None else "",
         "ai": calls,
         "ai_calls": len(ctx.accounts),
+        # the calls that went through an AI Gateway: which, its log (`edge gateway logs`), its cache
+        "gateway": [
+            {"gateway": c["gateway"][:64], "log": str(c["gatewayLogId"])[:64], "cache": c.get("cacheStatus")}
+            for c in ctx.ai_calls
+            if "gateway" in c
+        ][:AI_CALLS],
         "logs": [
             {"level": str(e.get("level", ""))[:8], "message": str(e.get("message", ""))[:LOG_CHARS]}
             for e in ctx.logs[-LOG_LINES:]

@@ -23,6 +23,9 @@ def test_an_entry_is_bounded_whatever_the_worker_logged_called_or_was_asked():
     )
     ctx.accounts = [call] * 100
     ctx.models, ctx.quantization = ["@edge/m"] * 100, ["weights=bf16"] * 100
+    for i in range(100):  # each through an AI Gateway the worker named at will
+        ctx.ai_called("@edge/m", f"req-{i}", ())
+        ctx.ai_through_gateway(f"req-{i}", "g" * 1000, "log" * 100, "HIT")
     entry = request_entry(spec, ctx, "ok", {"request": {}, "response": {"status": 201}}, 0.25)
     assert entry["status"] == 201 and entry["account"] == "acct" and entry["worker"] == "loud"
     assert len(entry["path"]) == PATH_CHARS and entry["path"].startswith("/aaa")
@@ -32,4 +35,6 @@ def test_an_entry_is_bounded_whatever_the_worker_logged_called_or_was_asked():
     assert len(entry["ai"]) == AI_CALLS and entry["ai_calls"] == 100
     first = entry["ai"][0]
     assert (first["pop"], first["model"], first["prefill_ms"], first["total_ms"]) == ("ICN", "@edge/m", 3, 11)
-    assert len(json.dumps(entry)) < 16_000
+    assert len(entry["gateway"]) == AI_CALLS
+    assert entry["gateway"][0] == {"gateway": "g" * 64, "log": ("log" * 100)[:64], "cache": "HIT"}
+    assert len(json.dumps(entry)) < 20_000

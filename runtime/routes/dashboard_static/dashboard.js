@@ -204,6 +204,7 @@ function pick(req) {
     parts.push(t, el("p", { class: "muted" }, `${call.quantization}${m.target ? " · modeled: " + m.target : ""}`));
   });
   if (req.ai_calls > req.ai.length) parts.push(el("p", { class: "muted" }, `${req.ai_calls - req.ai.length} more AI call(s) not shown`));
+  for (const g of req.gateway || []) parts.push(el("p", { class: "muted" }, `AI Gateway ${g.gateway}: log ${g.log}${g.cache ? " · cache " + g.cache : ""}`));
   parts.push(el("p", {}, "log lines"), el("pre", {}, req.logs.length ? req.logs.map((l) => `${l.level} ${l.message}`).join("\n") : "(none)"));
   detail.replaceChildren(...parts);
 }
