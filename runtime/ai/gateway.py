@@ -31,7 +31,7 @@ import math
 import re
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -50,6 +50,7 @@ MAX_METADATA = 5
 MAX_STEPS = 8
 RETRYABLE = {3040, 3007}  # out of capacity, timed out (and any internal error)
 PROVIDER = "workers-ai"  # the one provider this edge serves (it reaches no other network)
+COMPAT = "compat"  # the gateway's OpenAI-compatible door (runtime.routes.gateway), for the same models
 OPTION_KEYS = (
     "id",
     "cacheKey",
@@ -211,11 +212,18 @@ class Gateways:
         return await self.pool.run(account, fn, *args, lane="ai-gateway")
 
     async def run(
-        self, call: AICall, options: GatewayOptions, *, tags: tuple[str, ...] = (), request_id: str = ""
+        self,
+        call: AICall,
+        options: GatewayOptions,
+        *,
+        tags: tuple[str, ...] = (),
+        request_id: str = "",
+        answer_with: Callable[[AICall], Awaitable[Answer]] | None = None,
     ) -> GatewayAnswer:
         """`call` through gateway `options.id` of `call.account`: its cache (keyed by the account,
         model, inputs and `cache_key`), retries, and a log row (unless `collect_log` is false).
-        `tags` (at most 5) and the Workers AI `request_id` are logged."""
+        `tags` (at most 5) and the Workers AI `request_id` are logged. `answer_with`: what answers
+        the call (default the AI service's door; the OpenAI-compatible door gives its own)."""
         started = time.monotonic()
         log_id = uuid.uuid4().hex
         status, answer, error = None, None, None
@@ -224,7 +232,7 @@ class Gateways:
             options = dataclasses.replace(options, cache_ttl=settings.cache_ttl)
         try:
             self._admit(call.account, options.id, settings)
-            answer, status = await self._answer(call, options)
+            answer, status = await self._answer(call, options, answer_with or self.ai.answer)
         except AIError as exc:
             error = exc
         row = {
@@ -275,7 +283,9 @@ class Gateways:
             raise error
         window.append(now)
 
-    async def _answer(self, call: AICall, options: GatewayOptions) -> tuple[Answer, str | None]:
+    async def _answer(
+        self, call: AICall, options: GatewayOptions, answer_with: Callable[[AICall], Awaitable[Answer]]
+    ) -> tuple[Answer, str | None]:
         """The answer from the cache or the model (retried as asked); the cache's verdict."""
         cacheable = (
             options.cache_ttl is not None and options.cache_ttl > 0 and mode_of(call) in ("run", "stream")
@@ -288,7 +298,7 @@ class Gateways:
                 if kind == "sse":
                     return Answer(stream=_replay(body)), "HIT"
                 return Answer(body=json.loads(body)), "HIT"
-        answer = await self._attempts(call, options)
+        answer = await self._attempts(call, options, answer_with)
         if not cacheable:
             return answer, None
         ttl = float(options.cache_ttl or 0)
@@ -306,21 +316,25 @@ class Gateways:
 
         return keep
 
-    async def _attempts(self, call: AICall, options: GatewayOptions) -> Answer:
+    async def _attempts(
+        self, call: AICall, options: GatewayOptions, answer_with: Callable[[AICall], Awaitable[Answer]]
+    ) -> Answer:
         retries = options.retries or RetryOptions()
         timeout = None if options.request_timeout_ms is None else options.request_timeout_ms / 1000
         for attempt in range(1, retries.max_attempts + 1):
             try:
-                return await self._attempt(call, timeout)
+                return await self._attempt(call, timeout, answer_with)
             except AIError as exc:
                 if attempt == retries.max_attempts or exc.code not in RETRYABLE:
                     raise
                 await asyncio.sleep(_delay_ms(retries, attempt) / 1000)
         raise AssertionError("unreachable")
 
-    async def _attempt(self, call: AICall, timeout: float | None) -> Answer:
+    async def _attempt(
+        self, call: AICall, timeout: float | None, answer_with: Callable[[AICall], Awaitable[Answer]]
+    ) -> Answer:
         try:
-            answer = await asyncio.wait_for(self.ai.answer(call), timeout)
+            answer = await asyncio.wait_for(answer_with(call), timeout)
             if answer.stream is not None and timeout is not None:
                 return Answer(stream=await _first_within(answer.stream, timeout))
             return answer
@@ -385,8 +399,9 @@ class Gateways:
     def url(self, account: str, gateway_id: str, provider: str | None, origin: str) -> str:
         """`getUrl(provider)`: the gateway's base URL, AI Gateway's
         (`https://gateway.ai.cloudflare.com/v1/{account}/{gateway}/{provider}`) at this runtime's own
-        door (runtime.routes.gateway): `workers-ai` is served there; another provider is refused."""
-        if provider not in (None, PROVIDER):
+        door (runtime.routes.gateway): `workers-ai` (Workers AI's shapes) and `compat` (OpenAI's chat
+        completions, `model: "workers-ai/<model>"`) are served there; another provider is refused."""
+        if provider not in (None, PROVIDER, COMPAT):
             raise AIError(
                 5004,
                 f"getUrl: provider {provider[:64]!r} cannot be reached from this edge (no network); "

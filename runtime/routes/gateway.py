@@ -4,6 +4,9 @@
          the gateway (what `env.AI.gateway(id).getUrl("workers-ai")` names); the request's cf-aig-*
          headers set its options: cf-aig-cache-ttl, cf-aig-skip-cache, cf-aig-cache-key,
          cf-aig-request-timeout, cf-aig-collect-log, cf-aig-event-id, cf-aig-metadata (JSON)
+    POST /cdn-cgi/ai-gateway/v1/{account}/{gateway}/compat/chat/completions   OpenAI's chat
+         completions through the gateway (`getUrl("compat")`: an OpenAI SDK's base_url), `model`
+         "workers-ai/<model>"
     GET  /client/v4/accounts/{account}/ai-gateway/gateways/{gateway}/logs[?per_page=N]
     GET  .../logs/{id}                 one log row
     PATCH .../logs/{id}  {score?, feedback?, metadata?}
@@ -18,14 +21,25 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import msgspec
 from starlette.requests import Request
-from starlette.responses import Response, StreamingResponse
+from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from runtime.ai.gateway import GatewayOptions, Gateways
-from runtime.ai.service import AICall
+from runtime.ai.inputs import ChatCompletionRequest
+from runtime.ai.service import AICall, Answer
+from runtime.ai.shapes import openai_events, shape_result
 from runtime.http.json_body import BadJSON, decode_json
-from runtime.routes.ai_rest import AIApi, AuthError, ai_error, cf_error, envelope
+from runtime.routes.ai_rest import (
+    AIApi,
+    AuthError,
+    ai_error,
+    cf_error,
+    envelope,
+    openai_ai_error,
+    openai_error,
+)
 from workers import AIError
 
 DOOR = "/cdn-cgi/ai-gateway/v1/{account}/{gateway}"
@@ -51,6 +65,7 @@ class GatewayApi:
     def routes(self) -> list[Route]:
         return [
             Route(DOOR + "/workers-ai/{model:path}", self.run, methods=["POST"]),
+            Route(DOOR + "/compat/chat/completions", self.compat, methods=["POST"]),
             Route(LOGS, self.logs, methods=["GET"]),
             Route(LOGS + "/{id}", self.log, methods=["GET", "PATCH"]),
         ]
@@ -79,6 +94,50 @@ class GatewayApi:
         response = envelope(answer.body)
         response.headers.update(dict(through.headers))
         return response
+
+    async def compat(self, request: Request) -> Response:
+        """AI Gateway's OpenAI-compatible door: a chat completion whose `model` is
+        "workers-ai/<model>" (a bare model name too), through the gateway's cache, retries and logs,
+        answered in OpenAI's shape (or its event stream)."""
+        decoded = await self.api._openai_call(request, ChatCompletionRequest)
+        if isinstance(decoded, Response):
+            return decoded
+        account, body = decoded
+        if "/" in body.model and not body.model.startswith(("workers-ai/", "@")):
+            where = body.model.split("/", 1)[0]
+            why = f"model: provider {where!r} cannot be reached from this edge (no network); "
+            why += "name workers-ai/<model>"
+            return openai_error(400, why, 5007, "model")
+        model = body.model.removeprefix("workers-ai/")
+        body = msgspec.structs.replace(body, model=model)
+        ai = self.api.runtime.ai
+
+        async def answer(call: AICall) -> Answer:
+            req, _ = ai.prepare(model, body, account)
+            ingress, rtt = call.ingress, call.client_rtt_ms
+            if body.stream:
+                usage_chunk = body.stream_options is not None and body.stream_options.include_usage
+                items = ai.stream(req, ingress=ingress, client_rtt_ms=rtt, count_as=model)
+                return Answer(
+                    stream=openai_events(items, model, True, include_usage=usage_chunk, n=req.params.n)
+                )
+            result = await ai.generate(req, ingress=ingress, client_rtt_ms=rtt, count_as=model)
+            return Answer(body=shape_result("chat-completions", model, result), result=result)
+
+        try:
+            options = GatewayOptions.parse({"id": request.path_params["gateway"], **_header_options(request)})
+            ingress, rtt = self.api._where(request)
+            inputs = msgspec.to_builtins(body)  # what the cache keys the call by
+            through = await self.gateways.run(
+                AICall(model, inputs, account, None, ingress, rtt), options, answer_with=answer
+            )
+        except AIError as exc:
+            return openai_ai_error(exc, 400)
+        if through.answer.stream is not None:
+            return StreamingResponse(
+                through.answer.stream, media_type="text/event-stream", headers=dict(through.headers)
+            )
+        return JSONResponse(through.answer.body, headers=dict(through.headers))
 
     async def logs(self, request: Request) -> Response:
         try:

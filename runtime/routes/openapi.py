@@ -305,6 +305,9 @@ def _paths() -> dict[str, dict[str, Any]]:
             "get": _cf("one log of a gateway", g + ["id"]),
             "patch": _cf("score, feedback or metadata of a log", g + ["id"], optional_body=True),
         },
+        "/cdn-cgi/ai-gateway/v1/{account}/{gateway}/compat/chat/completions": {
+            "post": _op("OpenAI's chat completions through a gateway", g, openai, "ChatCompletionRequest")
+        },
         "/cdn-cgi/ai-gateway/v1/{account}/{gateway}/workers-ai/{model}": {
             "post": _op(
                 "a Workers AI call through a gateway (cache, retries, logs)", g + ["model"], sse_or_envelope

@@ -366,3 +366,26 @@ def test_the_gateways_http_door_serves_a_repeat_from_the_cache_and_keeps_account
     assert own.status_code == 200 and own.headers["cf-aig-cache-status"] == "MISS"
     other_logs = logs.replace("/accounts/local/", "/accounts/other/")
     assert len(httpx.get(other_logs, headers=theirs, timeout=30).json()["result"]) == 1
+
+
+def test_an_openai_client_pointed_at_the_gateways_compat_door_is_served_through_the_gateway(server):
+    openai = pytest.importorskip("openai")
+    token = (server.folder / ".edge" / "api-token").read_text().strip()
+    client = openai.OpenAI(
+        base_url=f"{server.url}/cdn-cgi/ai-gateway/v1/local/compat-gw/compat", api_key=token
+    )
+    ask = {
+        "model": f"workers-ai/{MODEL}",
+        "messages": [{"role": "user", "content": "def f():"}],
+        "max_tokens": 6,
+    }
+    cache = {"cf-aig-cache-ttl": "60"}
+    first = client.chat.completions.with_raw_response.create(**ask, extra_headers=cache)
+    again = client.chat.completions.with_raw_response.create(**ask, extra_headers=cache)
+    assert (first.headers["cf-aig-cache-status"], again.headers["cf-aig-cache-status"]) == ("MISS", "HIT")
+    assert again.parse().choices[0].message.content == first.parse().choices[0].message.content
+    streamed = client.chat.completions.create(**ask, stream=True)
+    assert "".join(c.choices[0].delta.content or "" for c in streamed if c.choices)
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.chat.completions.create(**{**ask, "model": "openai/gpt-5"})
+    assert "cannot be reached from this edge" in str(refused.value)
