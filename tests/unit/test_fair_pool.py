@@ -107,8 +107,10 @@ def test_a_cancelled_call_is_dropped_from_the_queue_or_interrupted_and_closed():
         hold = asyncio.create_task(pool.run("a", blocker(gate, started, "hold")))
         await wait_until(lambda: started)
         queued = asyncio.create_task(pool.run("b", lambda: ran.append("queued")))
-        await asyncio.sleep(0.01)
-        queued.cancel()
+        await wait_until(lambda: pool.waiting() == 1)
+        queued.cancel()  # its task takes the cancellation (and drops the job) before the thread frees
+        with pytest.raises(asyncio.CancelledError):
+            await queued
         gate.set()
         await hold
         await asyncio.sleep(0.05)
