@@ -219,6 +219,7 @@ class Gateways:
         tags: tuple[str, ...] = (),
         request_id: str = "",
         answer_with: Callable[[AICall], Awaitable[Answer]] | None = None,
+        step: int = 0,
     ) -> GatewayAnswer:
         """`call` through gateway `options.id` of `call.account`: its cache (keyed by the account,
         model, inputs and `cache_key`), retries, and a log row (unless `collect_log` is false).
@@ -251,7 +252,7 @@ class Gateways:
             "metadata": options.metadata or {},
             "event_id": options.event_id,
             "request_id": request_id,
-            "step": 0,
+            "step": step,  # of a universal run (0 otherwise)
             "score": None,
             "feedback": None,
         }
@@ -261,7 +262,7 @@ class Gateways:
             raise error
         assert answer is not None
         headers = [("cf-aig-log-id", log_id)] + ([("cf-aig-cache-status", status)] if status else [])
-        return GatewayAnswer(answer, log_id, status, 0, headers)
+        return GatewayAnswer(answer, log_id, status, step, headers)
 
     def _admit(self, account: str, gateway: str, settings: GatewaySettings) -> None:
         """The gateway's own rate limit (a sliding window per account), as AI Gateway answers it:
@@ -359,7 +360,7 @@ class Gateways:
             try:
                 model, inputs, options = _step(request, gateway_id, step)
                 stepped = AICall(model, inputs, call.account, call.session, call.ingress, call.client_rtt_ms)
-                through = await self.run(stepped, options, request_id=request_id)
+                through = await self.run(stepped, options, request_id=request_id, step=step)
             except AIError as exc:
                 failures.append(f"step {step}: {exc}")
                 continue
@@ -463,7 +464,7 @@ def _delay_ms(retries: RetryOptions, attempt: int) -> float:
 
 
 def _status(code: int) -> int:
-    return {5007: 400, 5004: 400, 3006: 413, 3036: 429, 3040: 503, 3007: 504}.get(code, 500)
+    return {5007: 400, 5004: 400, 3006: 413, 3036: 429, 2003: 429, 3040: 503, 3007: 504}.get(code, 500)
 
 
 def _tokens(answer: Answer | None, name: str) -> int | None:

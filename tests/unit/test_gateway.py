@@ -169,6 +169,7 @@ def test_the_universal_run_answers_from_the_first_step_that_can(gateways):
     ]
     out = run(gateways.universal(call(), "gw", steps))
     assert out.step == 2 and ("cf-aig-step", "2") in out.headers and out.answer.body["response"] == "answer 1"
+    assert run(gateways.get_log("acct", "gw", out.log_id))["step"] == 2  # the log says which step answered
     assert run(gateways.universal(call(), "gw", steps)).cache_status == "HIT"  # the step's own cache header
     with pytest.raises(AIError) as failed:
         run(gateways.universal(call(), "gw", steps[:2]))
