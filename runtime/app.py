@@ -187,7 +187,9 @@ class Runtime:
         )
         # AI Gateway: every account's gateways, their cache and logs under .edge/ (runtime.ai.gateway)
         gateway_settings = {
-            gid: GatewaySettings(g.cache_ttl, g.collect_logs, g.rate_limit, g.rate_limit_period_s)
+            gid: GatewaySettings(
+                g.cache_ttl, g.collect_logs, g.rate_limit, g.rate_limit_period_s, g.rate_limit_technique
+            )
             for gid, g in config.edge.ai_gateways.items()
         }
         self.gateways = Gateways(self.ai, self.bindings.pool, config.state_dir, settings=gateway_settings)

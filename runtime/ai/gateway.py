@@ -1,23 +1,26 @@
 """AI Gateway, locally: the gateway a worker names in `env.AI.run(..., {"gateway": {...}})` or reaches
-through `env.AI.gateway(id)`. Per account (a gateway is created on first use, as Cloudflare's
-default gateway is), its state in SQLite under `.edge/` (runtime.ai.gateway_store), every SQLite
-call through the runtime's fair binding pool:
+through `env.AI.gateway(id)`, and the HTTP door at `Gateways.url` (runtime.routes.gateway). Per
+account: a gateway is created on first use (as Cloudflare's default gateway is) or configured in
+[edge.ai_gateways.ID]; its state lives in one SQLite database under `.edge/`
+(runtime.ai.gateway_store, every row keyed by account), each SQLite call through the runtime's fair
+binding pool. What it does, in the order a call meets it:
 
-- a response cache, on when a call gives `cacheTtl` (seconds): keyed by the account, the gateway,
-  the model and the inputs, or by `cacheKey` when given; `skipCache` bypasses it; errors are never
-  cached. A streamed answer is recorded as its event-stream bytes while it streams and, only when it
-  finished whole, replayed byte for byte on a hit (`cf-aig-cache-status: HIT`);
-- retries: `retries.maxAttempts` (1-5) on failures worth retrying (3040 out of capacity, 3007 timeout,
-  an internal error), `retryDelayMs` before the second, growing by `backoff` (constant, linear,
-  exponential); `requestTimeoutMs` bounds each attempt (a stream: until its first event);
-- a log row per call (unless `collectLog: false`): `get_log`, `patch_log` ({score, feedback,
-  metadata}), `logs`;
-- the universal run over a list of requests (`env.AI.gateway(id).run([...])`): each tried in turn
-  until one answers, `cf-aig-step` naming it; a provider this edge cannot reach (it has no network:
-  only `workers-ai` is served) is that step's failure, and the chain goes on.
-
-`GatewayOptions.parse` reads env.AI.run's `gateway` option; `Gateways.run` answers a call through a
-gateway; `universal`, `get_log`, `patch_log` and `url` serve `env.AI.gateway(id)`'s methods.
+- its rate limit (the gateway's `rate_limit` per `rate_limit_period_s`, sliding or fixed, per
+  account; none by default): over it, AIError 2003 "Rate limited" (HTTP 429, Retry-After);
+- its cache, on when the call or the gateway gives a `cacheTtl` (seconds): keyed by the account, the
+  gateway, the answer's shape (Workers AI or OpenAI), the model and the inputs (canonical JSON), or by
+  `cacheKey` in their place when given; `skipCache` neither reads nor writes it. Errors are never
+  cached. A stream is recorded as its event-stream bytes while it streams and kept only when it ended
+  whole (runtime.ai.gateway_streams); a hit replays those bytes. `cf-aig-cache-status: HIT | MISS`;
+- retries: `retries.maxAttempts` (1-5) on failures worth retrying (3040 out of capacity, 3007 timed
+  out, which is also how the AI service answers an internal error), never on bad input (5004, 5007);
+  `retryDelayMs` before the second attempt, growing by `backoff`; `requestTimeoutMs` bounds each
+  attempt (a stream: until its first event), a timeout being a 3007 that says so;
+- a log row per call (unless `collectLog: false` or the gateway's collect_logs is off), its id the
+  `cf-aig-log-id` header (env.AI.aiGatewayLogId): read with `get_log` / `logs`, scored with
+  `patch_log`; a stream's row is completed (duration, tokens, an error) when the stream ends;
+- `universal`: a list of steps in Cloudflare's universal shape, each tried in turn until one answers
+  (`cf-aig-step`); see runtime.ai.gateway_universal.
 """
 
 from __future__ import annotations
@@ -28,7 +31,6 @@ import dataclasses
 import hashlib
 import json
 import math
-import re
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -36,140 +38,35 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from runtime.ai.gateway_store import GatewayStore
+from runtime.ai.gateway_options import (
+    GATEWAY_ID,
+    GatewayOptions,
+    GatewaySettings,
+    RetryOptions,
+    check_patch,
+)
+from runtime.ai.gateway_store import CACHE_ENTRY_BYTES, GatewayStore
+from runtime.ai.gateway_streams import StreamOutcome, opened, recorded, replay
+from runtime.ai.gateway_universal import MAX_STEPS, PROVIDER, read_step
 from runtime.ai.service import AICall, AIService, Answer, mode_of
 from runtime.control.fair_pool import FairPool
 from workers import AIError
 
-GATEWAY_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
-MAX_ATTEMPTS = 5
-MAX_RETRY_DELAY_MS = 60_000
-MAX_CACHE_TTL_S = 30 * 24 * 3600  # a month, as AI Gateway's longest
-MAX_TIMEOUT_MS = 10 * 60 * 1000
-MAX_METADATA = 5
-MAX_STEPS = 8
-RETRYABLE = {3040, 3007}  # out of capacity, timed out (and any internal error)
-PROVIDER = "workers-ai"  # the one provider this edge serves (it reaches no other network)
+__all__ = [
+    "COMPAT",
+    "PROVIDER",
+    "GatewayAnswer",
+    "GatewayOptions",
+    "GatewaySettings",
+    "Gateways",
+    "RetryOptions",
+]
+
 COMPAT = "compat"  # the gateway's OpenAI-compatible door (runtime.routes.gateway), for the same models
-OPTION_KEYS = (
-    "id",
-    "cacheKey",
-    "cacheTtl",
-    "skipCache",
-    "metadata",
-    "collectLog",
-    "eventId",
-    "requestTimeoutMs",
-    "retries",
-)
-
-
-def _bad(key: str, why: str) -> AIError:
-    return AIError(5004, f"env.AI.run options: gateway.{key}: {why}", param=f"gateway.{key}")
-
-
-def _int(value: Any, key: str, low: int, high: int) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
-        raise _bad(key, f"expected an integer from {low} to {high}")
-    return value
-
-
-def _metadata(value: Any, where: Callable[[str, str], AIError]) -> dict[str, Any]:
-    if not isinstance(value, dict) or len(value) > MAX_METADATA:
-        raise where("metadata", f"expected a dict of at most {MAX_METADATA} entries")
-    for k, v in value.items():
-        if not isinstance(k, str) or not isinstance(v, str | int | float | bool) or len(str(v)) > 1024:
-            raise where("metadata", "keys are strings, values strings, numbers or booleans")
-    return dict(value)
-
-
-@dataclass(frozen=True)
-class GatewaySettings:
-    """A gateway's own settings ([edge.ai_gateways.ID] in the config; these defaults otherwise)."""
-
-    cache_ttl: int | None = None  # seconds a call without its own cacheTtl is cached
-    collect_logs: bool = True
-    rate_limit: int | None = None  # requests per rate_limit_period_s, per account
-    rate_limit_period_s: float = 60.0
-
-
-@dataclass(frozen=True)
-class RetryOptions:
-    """`gateway.retries` ({"maxAttempts", "retryDelayMs", "backoff"}): attempts in all (1-5),
-    the delay before the second, and how it grows ("constant", "linear" or "exponential")."""
-
-    max_attempts: int = 1
-    retry_delay_ms: int = 0
-    backoff: str = "constant"
-
-
-@dataclass(frozen=True)
-class GatewayOptions:
-    """env.AI.run's `gateway` option, checked: `id` names the gateway (created on first use unless
-    the config defines it); the rest as Cloudflare's `GatewayOptions` (types/defines/ai.d.ts)."""
-
-    id: str
-    cache_key: str | None = None
-    cache_ttl: int | None = None  # seconds
-    skip_cache: bool = False
-    metadata: dict[str, Any] | None = None
-    collect_log: bool | None = None  # None: the gateway's setting
-    event_id: str | None = None
-    request_timeout_ms: int | None = None
-    retries: RetryOptions | None = None
-
-    @classmethod
-    def parse(cls, value: Any) -> GatewayOptions:
-        """The checked options, or AIError(5004, ...) naming the key at fault (an unknown key, a
-        wrong type, a value out of range) and what to send instead."""
-        if not isinstance(value, dict):
-            raise AIError(5004, "env.AI.run options: gateway: expected {id: ..., ...}", param="gateway")
-        for key in value:
-            if key not in OPTION_KEYS:
-                raise _bad(str(key)[:64], f"no such option; the options are {', '.join(OPTION_KEYS)}")
-        ident = value.get("id")
-        if not isinstance(ident, str) or not GATEWAY_ID.fullmatch(ident):
-            raise _bad("id", "name the gateway: 1 to 64 letters, digits, '-' or '_'")
-        cache_key = value.get("cacheKey")
-        if cache_key is not None and (not isinstance(cache_key, str) or not 0 < len(cache_key) <= 256):
-            raise _bad("cacheKey", "expected a string of 1 to 256 characters")
-        for key in ("skipCache", "collectLog"):
-            if value.get(key) is not None and not isinstance(value[key], bool):
-                raise _bad(key, "expected true or false")
-        event_id = value.get("eventId")
-        if event_id is not None and (not isinstance(event_id, str) or len(event_id) > 256):
-            raise _bad("eventId", "expected a string of at most 256 characters")
-        ttl = value.get("cacheTtl")
-        timeout = value.get("requestTimeoutMs")
-        return cls(
-            id=ident,
-            cache_key=cache_key,
-            cache_ttl=None if ttl is None else _int(ttl, "cacheTtl", 0, MAX_CACHE_TTL_S),
-            skip_cache=value.get("skipCache") is True,
-            metadata=None if value.get("metadata") is None else _metadata(value["metadata"], _bad),
-            collect_log=value.get("collectLog"),
-            event_id=event_id,
-            request_timeout_ms=None
-            if timeout is None
-            else _int(timeout, "requestTimeoutMs", 1, MAX_TIMEOUT_MS),
-            retries=None if value.get("retries") is None else _retries(value["retries"]),
-        )
-
-
-def _retries(value: Any) -> RetryOptions:
-    if not isinstance(value, dict):
-        raise _bad("retries", "expected {maxAttempts, retryDelayMs, backoff}")
-    for key in value:
-        if key not in ("maxAttempts", "retryDelayMs", "backoff"):
-            raise _bad(f"retries.{str(key)[:32]}", "no such option; give maxAttempts, retryDelayMs, backoff")
-    backoff = value.get("backoff", "constant")
-    if backoff not in ("constant", "linear", "exponential"):
-        raise _bad("retries.backoff", "expected constant, linear or exponential")
-    return RetryOptions(
-        max_attempts=_int(value.get("maxAttempts", 1), "retries.maxAttempts", 1, MAX_ATTEMPTS),
-        retry_delay_ms=_int(value.get("retryDelayMs", 0), "retries.retryDelayMs", 0, MAX_RETRY_DELAY_MS),
-        backoff=backoff,
-    )
+RETRYABLE = {3040, 3007}  # out of capacity, timed out (the AI service's answer to an internal error too)
+RATE_LIMITED = 2003
+HTTP_STATUS = {5007: 400, 5004: 400, 5006: 400, 3006: 413, 3036: 429, 3040: 503, 3007: 504, 2003: 429}
+MAX_TAGS = 5
 
 
 @dataclass
@@ -188,7 +85,7 @@ class GatewayAnswer:
 
 class Gateways:
     """Every account's gateways. `run` and `universal` raise AIError as the AI service does.
-    `clock`: time for cache expiry (a test's)."""
+    `clock`: time for cache expiry and the rate limit; `sleep`: the wait between retries (a test's)."""
 
     def __init__(
         self,
@@ -197,13 +94,15 @@ class Gateways:
         state_dir: Path,
         clock: Callable[[], float] = time.time,
         settings: dict[str, GatewaySettings] | None = None,
+        sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
     ):
         """`settings`: the gateways the config names ([edge.ai_gateways.ID]); any other is made on
         first use with the defaults (no cache unless a call asks, logs kept, no rate limit)."""
-        self.ai, self.pool, self.clock = ai, pool, clock
-        self.store = GatewayStore(Path(state_dir) / "ai-gateway.db", clock)
+        self.ai, self.pool, self.clock, self.sleep = ai, pool, clock, sleep
+        self.store = GatewayStore(Path(state_dir) / "ai-gateway.db", lambda: self.clock())
         self.settings = settings or {}
-        self._windows: dict[tuple[str, str], collections.deque[float]] = {}  # rate limit, per account
+        # the rate limit's request times per (account, gateway): only configured gateways have one
+        self._windows: dict[tuple[str, str], collections.deque[float]] = {}
 
     def close(self) -> None:
         self.store.close()
@@ -219,116 +118,156 @@ class Gateways:
         tags: tuple[str, ...] = (),
         request_id: str = "",
         answer_with: Callable[[AICall], Awaitable[Answer]] | None = None,
+        shape: str = PROVIDER,
         step: int = 0,
     ) -> GatewayAnswer:
-        """`call` through gateway `options.id` of `call.account`: its cache (keyed by the account,
-        model, inputs and `cache_key`), retries, and a log row (unless `collect_log` is false).
-        `tags` (at most 5) and the Workers AI `request_id` are logged. `answer_with`: what answers
-        the call (default the AI service's door; the OpenAI-compatible door gives its own)."""
+        """`call` through gateway `options.id` of `call.account`: its rate limit, cache, retries and
+        a log row (unless `collect_log` is false). `tags` (at most 5) and the Workers AI
+        `request_id` are logged. `answer_with`: what answers the call (default the AI service's
+        door; the OpenAI-compatible door gives its own), `shape` the shape its answers take (a
+        cache entry of one shape never answers a call of another); `step`: the universal run's."""
         started = time.monotonic()
         log_id = uuid.uuid4().hex
-        status, answer, error = None, None, None
         settings = self.settings.get(options.id, GatewaySettings())
         if options.cache_ttl is None and settings.cache_ttl is not None:
             options = dataclasses.replace(options, cache_ttl=settings.cache_ttl)
+        collect = options.collect_log if options.collect_log is not None else settings.collect_logs
+        attempts = [0]
+        status, answer, error = None, None, None
         try:
             self._admit(call.account, options.id, settings)
-            answer, status = await self._answer(call, options, answer_with or self.ai.answer)
+            answer, status = await self._answer(call, options, answer_with or self.ai.answer, shape, attempts)
         except AIError as exc:
             error = exc
         row = {
             "id": log_id,
-            "created_at": time.time(),
+            "created_at": self.clock(),
+            "gateway": options.id,
             "provider": PROVIDER,
+            "path": f"{shape}/{call.model}"[:300],
             "model": call.model[:256],
+            "step": step,
             "success": error is None,
             "cached": status == "HIT",
-            "status_code": 200 if error is None else _status(error.code),
+            "status_code": 200 if error is None else HTTP_STATUS.get(error.code, 500),
             "error": None if error is None else str(error)[:1000],
-            "duration": round((time.monotonic() - started) * 1000, 3),
-            "tokens_in": _tokens(answer, "prompt_tokens"),
-            "tokens_out": _tokens(answer, "completion_tokens"),
-            "tags": list(tags),
+            "duration": _ms_since(started),
+            "attempts": attempts[0],
+            "stream": answer is not None and answer.stream is not None,
+            "tokens_in": None,
+            "tokens_out": None,
+            "tags": [str(t)[:64] for t in tags[:MAX_TAGS]],
             "metadata": options.metadata or {},
             "event_id": options.event_id,
             "request_id": request_id,
-            "step": step,  # of a universal run (0 otherwise)
             "score": None,
             "feedback": None,
         }
-        if (options.collect_log if options.collect_log is not None else settings.collect_logs) is not False:
+        if answer is not None and answer.stream is None:
+            row["tokens_in"], row["tokens_out"] = _tokens(answer)
+        if collect:
             await self._db(call.account, self.store.log, call.account, options.id, row)
         if error is not None:
             raise error
         assert answer is not None
+        if answer.stream is not None and collect:
+            answer = Answer(stream=self._logged(answer.stream, call.account, options.id, log_id, started))
         headers = [("cf-aig-log-id", log_id)] + ([("cf-aig-cache-status", status)] if status else [])
         return GatewayAnswer(answer, log_id, status, step, headers)
 
     def _admit(self, account: str, gateway: str, settings: GatewaySettings) -> None:
-        """The gateway's own rate limit (a sliding window per account), as AI Gateway answers it:
-        429, "Rate limited" (code 2003), with the seconds to wait."""
+        """The gateway's own rate limit, per account, as AI Gateway answers it: 429 "Rate limited",
+        with the seconds to wait (`retry_after`, the Retry-After header)."""
         if settings.rate_limit is None:
             return
         now, period = self.clock(), settings.rate_limit_period_s
         window = self._windows.setdefault((account, gateway), collections.deque())
-        while window and window[0] <= now - period:
+        sliding = settings.rate_limit_technique == "sliding"
+        # sliding: the requests of the last `period` seconds; fixed: those since this period began
+        begins = now - period if sliding else now - now % period
+        while window and (window[0] <= begins if sliding else window[0] < begins):
             window.popleft()
         if len(window) >= settings.rate_limit:
-            wait = max(1, math.ceil(window[0] + period - now))
+            wait = max(1, math.ceil((window[0] if sliding else begins) + period - now))
             error = AIError(
-                2003,
+                RATE_LIMITED,
                 f"Rate limited: gateway {gateway!r} takes {settings.rate_limit} requests per "
-                f"{period:g} s; retry in {wait} s",
+                f"{period:g} s ({settings.rate_limit_technique} window); retry in {wait} s",
             )
             error.retry_after = wait  # type: ignore[attr-defined]
             raise error
         window.append(now)
 
     async def _answer(
-        self, call: AICall, options: GatewayOptions, answer_with: Callable[[AICall], Awaitable[Answer]]
+        self,
+        call: AICall,
+        options: GatewayOptions,
+        answer_with: Callable[[AICall], Awaitable[Answer]],
+        shape: str,
+        attempts: list[int],
     ) -> tuple[Answer, str | None]:
         """The answer from the cache or the model (retried as asked); the cache's verdict."""
-        cacheable = (
-            options.cache_ttl is not None and options.cache_ttl > 0 and mode_of(call) in ("run", "stream")
-        )
-        key = _cache_key(call, options) if cacheable else ""
+        ttl = options.cache_ttl or 0
+        cacheable = ttl > 0 and mode_of(call) in ("run", "stream")
+        key = _cache_key(call, options, shape) if cacheable else ""
         if cacheable and not options.skip_cache:
             hit = await self._db(call.account, self.store.cached, call.account, options.id, key)
             if hit is not None:
                 kind, body = hit
-                if kind == "sse":
-                    return Answer(stream=_replay(body)), "HIT"
-                return Answer(body=json.loads(body)), "HIT"
-        answer = await self._attempts(call, options, answer_with)
+                return (
+                    Answer(stream=replay(body)) if kind == "sse" else Answer(body=json.loads(body))
+                ), "HIT"
+        answer = await self._attempts(call, options, answer_with, attempts)
         if not cacheable:
             return answer, None
-        ttl = float(options.cache_ttl or 0)
+        if options.skip_cache:  # neither read nor written: the call asked for a fresh answer
+            return answer, "MISS"
         if answer.stream is not None:
             keep = self._keep(call.account, options.id, key, ttl)
-            return Answer(stream=_recorded(answer.stream, keep)), "MISS"
+            return Answer(stream=recorded(answer.stream, CACHE_ENTRY_BYTES, keep)), "MISS"
         if answer.body is not None:
             data = json.dumps(answer.body).encode()
             await self._db(call.account, self.store.cache, call.account, options.id, key, "json", data, ttl)
         return answer, "MISS"
 
-    def _keep(self, account: str, gateway: str, key: str, ttl: float) -> Callable[[bytes], Any]:
-        async def keep(data: bytes) -> None:
-            await self._db(account, self.store.cache, account, gateway, key, "sse", data, ttl)
+    def _keep(self, account: str, gateway: str, key: str, ttl: float):
+        async def keep(data: bytes | None, outcome: StreamOutcome) -> None:
+            if data is not None and outcome.whole:
+                await self._db(account, self.store.cache, account, gateway, key, "sse", data, ttl)
 
         return keep
 
+    def _logged(
+        self, stream: AsyncIterator[bytes], account: str, gateway: str, log_id: str, started: float
+    ) -> AsyncIterator[bytes]:
+        """A stream whose log row is completed when it ends: its duration, tokens and error."""
+
+        async def ended(data: bytes | None, outcome: StreamOutcome) -> None:
+            done = {"duration": _ms_since(started), "tokens_in": outcome.tokens_in}
+            done["tokens_out"] = outcome.tokens_out
+            if not outcome.whole:
+                done.update(success=False, error=outcome.error or "the client left before the stream ended")
+            await self._db(account, self.store.patch_log, account, gateway, log_id, done)
+
+        return recorded(stream, CACHE_ENTRY_BYTES, ended)
+
     async def _attempts(
-        self, call: AICall, options: GatewayOptions, answer_with: Callable[[AICall], Awaitable[Answer]]
+        self,
+        call: AICall,
+        options: GatewayOptions,
+        answer_with: Callable[[AICall], Awaitable[Answer]],
+        attempts: list[int],
     ) -> Answer:
         retries = options.retries or RetryOptions()
         timeout = None if options.request_timeout_ms is None else options.request_timeout_ms / 1000
         for attempt in range(1, retries.max_attempts + 1):
+            attempts[0] = attempt
             try:
                 return await self._attempt(call, timeout, answer_with)
             except AIError as exc:
                 if attempt == retries.max_attempts or exc.code not in RETRYABLE:
                     raise
-                await asyncio.sleep(_delay_ms(retries, attempt) / 1000)
+            await self.sleep(retries.delay_ms(attempt) / 1000)
         raise AssertionError("unreachable")
 
     async def _attempt(
@@ -336,177 +275,111 @@ class Gateways:
     ) -> Answer:
         try:
             answer = await asyncio.wait_for(answer_with(call), timeout)
-            if answer.stream is not None and timeout is not None:
-                return Answer(stream=await _first_within(answer.stream, timeout))
+            if answer.stream is not None:
+                return Answer(stream=await opened(answer.stream, timeout))
             return answer
         except TimeoutError:
+            assert timeout is not None
             raise AIError(
                 3007,
                 f"the gateway's requestTimeoutMs ({round(timeout * 1000)} ms) passed before the model "
-                "answered",
+                "answered; raise it, or retry with retries.maxAttempts",
             ) from None
 
     async def universal(
         self, call: AICall, gateway_id: str, steps: list[Any], *, request_id: str = ""
     ) -> GatewayAnswer:
         """`env.AI.gateway(id).run([...])`: each step in turn until one answers; `call` gives the
-        account and where the call came from (its model and inputs are unused)."""
+        account and where the call came from (its model and inputs are unused). Every step tried
+        is logged (its row's `step`); all failing, AIError 3040 listing each step's failure."""
         if not GATEWAY_ID.fullmatch(gateway_id or ""):
             raise AIError(5004, "env.AI.gateway(id): name the gateway: 1 to 64 letters, digits, '-' or '_'")
-        if not 0 < len(steps) <= MAX_STEPS:
+        if isinstance(steps, dict):
+            steps = [steps]
+        if not isinstance(steps, list) or not 0 < len(steps) <= MAX_STEPS:
             raise AIError(5004, f"env.AI.gateway(id).run: give 1 to {MAX_STEPS} requests")
         failures = []
-        for step, request in enumerate(steps):
+        for index, request in enumerate(steps):
             try:
-                model, inputs, options = _step(request, gateway_id, step)
-                stepped = AICall(model, inputs, call.account, call.session, call.ingress, call.client_rtt_ms)
-                through = await self.run(stepped, options, request_id=request_id, step=step)
+                step = read_step(request, gateway_id)
+                ingress = self._pop(step.model, step.pop) if step.pop else call.ingress
+                stepped = AICall(
+                    step.model, step.inputs, call.account, call.session, ingress, call.client_rtt_ms
+                )
+                through = await self.run(stepped, step.options, request_id=request_id, step=index)
             except AIError as exc:
-                failures.append(f"step {step}: {exc}")
+                failures.append(f"step {index}: {exc}")
                 continue
-            through.step = step
-            through.headers.append(("cf-aig-step", str(step)))
+            through.headers.append(("cf-aig-step", str(index)))
             return through
         raise AIError(3040, "every step of the universal run failed: " + "; ".join(failures))
 
+    def _pop(self, model: str, code: str):
+        """The PoP a step prefers (cf-aig-edge-pop): the call enters the edge there, so the router
+        ranks it first; AIError when the edge has no such GPU PoP or it does not serve the model."""
+        edge = self.ai.edge
+        node = edge.nodes.get(code.upper())
+        if node is None:
+            have = ", ".join(sorted(edge.nodes)) or "none"
+            raise AIError(3040, f"cf-aig-edge-pop: this edge has no GPU PoP {code[:8]!r} (it has {have})")
+        if not node.serves(self.ai.resolve(model)):
+            raise AIError(3040, f"cf-aig-edge-pop: PoP {node.code} does not serve {model[:128]!r}")
+        return node.pop
+
     async def get_log(self, account: str, gateway_id: str, log_id: str) -> dict[str, Any]:
-        row = await self._db(account, self.store.get_log, account, gateway_id, log_id)
+        """A log row of the account's gateway; LookupError when it holds none of that id."""
+        row = await self._db(account, self.store.get_log, account, gateway_id, str(log_id)[:64])
         if row is None:
-            raise LookupError(f"no log {log_id[:64]!r} in gateway {gateway_id[:64]!r}")
+            raise LookupError(f"no log {str(log_id)[:64]!r} in gateway {gateway_id[:64]!r}")
         return row
 
     async def patch_log(self, account: str, gateway_id: str, log_id: str, patch: dict[str, Any]) -> None:
         """Cloudflare's patchLog: `score` (0-100), `feedback` (-1, 0 or 1), `metadata` (at most 5
-        scalar entries); anything else refused naming it."""
-        checked: dict[str, Any] = {}
-        for key, value in patch.items():
-            if key == "score":
-                if not isinstance(value, int | float) or isinstance(value, bool) or not 0 <= value <= 100:
-                    raise AIError(5004, "patchLog: score is a number from 0 to 100")
-            elif key == "feedback":
-                if value not in (-1, 0, 1) or isinstance(value, bool):
-                    raise AIError(5004, "patchLog: feedback is -1, 0 or 1")
-            elif key == "metadata":
-                value = _metadata(value, lambda k, why: AIError(5004, f"patchLog: {k}: {why}"))
-            else:
-                raise AIError(5004, f"patchLog: no field {str(key)[:32]!r}; give score, feedback or metadata")
-            checked[key] = value
-        if not await self._db(account, self.store.patch_log, account, gateway_id, log_id, checked):
-            raise LookupError(f"no log {log_id[:64]!r} in gateway {gateway_id[:64]!r}")
+        scalar entries); anything else refused naming it (AIError 5004); LookupError for no such log."""
+        checked = check_patch(patch)
+        if not await self._db(account, self.store.patch_log, account, gateway_id, str(log_id)[:64], checked):
+            raise LookupError(f"no log {str(log_id)[:64]!r} in gateway {gateway_id[:64]!r}")
 
     async def logs(self, account: str, gateway_id: str, limit: int = 50) -> list[dict[str, Any]]:
+        """The account's gateway's newest `limit` log rows, newest first."""
         return await self._db(account, self.store.logs, account, gateway_id, limit)
 
     def url(self, account: str, gateway_id: str, provider: str | None, origin: str) -> str:
         """`getUrl(provider)`: the gateway's base URL, AI Gateway's
         (`https://gateway.ai.cloudflare.com/v1/{account}/{gateway}/{provider}`) at this runtime's own
-        door (runtime.routes.gateway): `workers-ai` (Workers AI's shapes) and `compat` (OpenAI's chat
-        completions, `model: "workers-ai/<model>"`) are served there; another provider is refused."""
+        door (runtime.routes.gateway), under /cdn-cgi/ so it never shadows a worker's paths:
+        `workers-ai` (POST .../workers-ai/{model}, Workers AI's shapes) and `compat` (POST
+        .../compat/chat/completions, OpenAI's, `model: "workers-ai/<model>"`); another provider is
+        refused (this edge reaches no other network)."""
         if provider not in (None, PROVIDER, COMPAT):
             raise AIError(
                 5004,
                 f"getUrl: provider {provider[:64]!r} cannot be reached from this edge (no network); "
-                f"only {PROVIDER} is served",
+                f"only {PROVIDER} and {COMPAT} are served",
             )
-        base = f"{origin}/cdn-cgi/ai-gateway/v1/{account}/{gateway_id}"
+        base = f"{origin.rstrip('/')}/cdn-cgi/ai-gateway/v1/{account}/{gateway_id}"
         return f"{base}/{provider}" if provider else base
 
 
-def _step(request: Any, gateway_id: str, step: int) -> tuple[str, Any, GatewayOptions]:
-    """A universal request {provider, endpoint, headers, query} as (model, inputs, options): the
-    cf-aig-* headers it carries set its gateway options (cache, timeout, retries)."""
-    if not isinstance(request, dict):
-        raise AIError(5004, "a request is {provider, endpoint, headers, query}")
-    provider = request.get("provider")
-    if provider != PROVIDER:
-        raise AIError(
-            3040,
-            f"provider {str(provider)[:64]!r} cannot be reached from this edge (no network): only {PROVIDER}",
-        )
-    endpoint = request.get("endpoint")
-    if not isinstance(endpoint, str) or not endpoint:
-        raise AIError(5004, "endpoint: the model to run, such as @edge/moonshotai/kimi-k2-mini")
-    headers = request.get("headers") or {}
-    if not isinstance(headers, dict):
-        raise AIError(5004, "headers: a dict of header names to strings")
-    h = {str(k).lower(): v for k, v in headers.items()}
-    options: dict[str, Any] = {"id": gateway_id}
-    for name, key in (("cf-aig-cache-ttl", "cacheTtl"), ("cf-aig-request-timeout", "requestTimeoutMs")):
-        if name in h:
-            try:
-                options[key] = int(h[name])
-            except (TypeError, ValueError):
-                raise AIError(5004, f"headers.{name}: expected an integer") from None
-    if "cf-aig-cache-key" in h:
-        options["cacheKey"] = str(h["cf-aig-cache-key"])
-    if "cf-aig-skip-cache" in h:
-        options["skipCache"] = str(h["cf-aig-skip-cache"]).lower() == "true"
-    return endpoint.removeprefix("run/"), request.get("query"), GatewayOptions.parse(options)
+def _cache_key(call: AICall, options: GatewayOptions, shape: str) -> str:
+    """The entry's key: the shape and mode of the answer, then the model and inputs as canonical
+    JSON, or `cacheKey` in their place (as cf-aig-cache-key replaces AI Gateway's own key)."""
+    mode = mode_of(call)
+    basis: list[Any] = [shape, mode]
+    basis += [options.cache_key] if options.cache_key is not None else [call.model, call.inputs]
+    return hashlib.sha256(json.dumps(basis, sort_keys=True, default=str).encode()).hexdigest()
 
 
-def _cache_key(call: AICall, options: GatewayOptions) -> str:
-    basis = (
-        options.cache_key
-        if options.cache_key is not None
-        else json.dumps([call.model, call.inputs], sort_keys=True)
-    )
-    return hashlib.sha256(basis.encode()).hexdigest()
+def _ms_since(started: float) -> float:
+    return round((time.monotonic() - started) * 1000, 3)
 
 
-def _delay_ms(retries: RetryOptions, attempt: int) -> float:
-    """The wait after failed attempt `attempt` (1 first)."""
-    base = retries.retry_delay_ms
-    if retries.backoff == "linear":
-        return base * attempt
-    if retries.backoff == "exponential":
-        return base * 2 ** (attempt - 1)
-    return base
-
-
-def _status(code: int) -> int:
-    return {5007: 400, 5004: 400, 3006: 413, 3036: 429, 2003: 429, 3040: 503, 3007: 504}.get(code, 500)
-
-
-def _tokens(answer: Answer | None, name: str) -> int | None:
-    if answer is None or answer.result is None:
-        return None
-    return getattr(answer.result, name, None)
-
-
-async def _replay(body: bytes) -> AsyncIterator[bytes]:
-    yield body
-
-
-async def _recorded(stream: AsyncIterator[bytes], keep: Callable[[bytes], Any]) -> AsyncIterator[bytes]:
-    """`stream` as it comes, recorded; kept (`keep`) only when it ended whole without an error."""
-    seen = bytearray()
-    async for chunk in stream:
-        seen += chunk
-        yield chunk
-    if b'"error"' not in seen:
-        await keep(bytes(seen))
-
-
-async def _first_within(stream: AsyncIterator[bytes], timeout: float) -> AsyncIterator[bytes]:
-    """A stream whose first event must come within `timeout` seconds (requestTimeoutMs)."""
-    iterator = aiter(stream)
-    try:
-        first = await asyncio.wait_for(anext(iterator), timeout)
-    except StopAsyncIteration:
-        return _empty()
-    except TimeoutError:
-        if hasattr(iterator, "aclose"):
-            await iterator.aclose()
-        raise
-
-    async def rest() -> AsyncIterator[bytes]:
-        yield first
-        async for chunk in iterator:
-            yield chunk
-
-    return rest()
-
-
-async def _empty() -> AsyncIterator[bytes]:
-    return
-    yield b""
+def _tokens(answer: Answer) -> tuple[int | None, int | None]:
+    """Prompt and completion tokens of a whole answer: its generation's, else its body's usage (a
+    cached answer has no generation behind it)."""
+    if answer.result is not None:
+        return answer.result.prompt_tokens, answer.result.completion_tokens
+    usage = (answer.body or {}).get("usage") if isinstance(answer.body, dict) else None
+    if isinstance(usage, dict):
+        return usage.get("prompt_tokens"), usage.get("completion_tokens")
+    return None, None

@@ -109,12 +109,12 @@ class GatewayStore:
             )
             db.execute(
                 "DELETE FROM logs WHERE account=? AND gateway=? AND id NOT IN (SELECT id FROM logs "
-                "WHERE account=? AND gateway=? ORDER BY created DESC LIMIT ?)",
+                "WHERE account=? AND gateway=? ORDER BY created DESC, rowid DESC LIMIT ?)",
                 (account, gateway, account, gateway, LOG_ROWS),
             )
             db.execute(
                 "DELETE FROM logs WHERE account=? AND id NOT IN (SELECT id FROM logs "
-                "WHERE account=? ORDER BY created DESC LIMIT ?)",
+                "WHERE account=? ORDER BY created DESC, rowid DESC LIMIT ?)",
                 (account, account, ACCOUNT_LOG_ROWS),
             )
 
@@ -130,6 +130,8 @@ class GatewayStore:
         return json.loads(row[0]) if row else None
 
     def patch_log(self, account: str, gateway: str, log_id: str, patch: dict[str, Any]) -> bool:
+        """Fields of a log row replaced (patchLog's, or a stream's outcome when it ended); False
+        when the account's gateway holds no such row."""
         with self._lock:
             db = self._conn()
             row = db.execute(
@@ -137,8 +139,8 @@ class GatewayStore:
             ).fetchone()
             if row is None:
                 return False
-            entry = {**json.loads(row[0]), **patch}
-            db.execute("UPDATE logs SET row=? WHERE id=?", (json.dumps(entry), log_id))
+            entry = {**json.loads(row[0]), **patch}  # a field given replaces the logged one
+            db.execute("UPDATE logs SET row=? WHERE id=? AND account=?", (json.dumps(entry), log_id, account))
         return True
 
     def logs(self, account: str, gateway: str, limit: int = 50) -> list[dict[str, Any]]:
@@ -147,7 +149,8 @@ class GatewayStore:
             rows = (
                 self._conn()
                 .execute(
-                    "SELECT row FROM logs WHERE account=? AND gateway=? ORDER BY created DESC LIMIT ?",
+                    "SELECT row FROM logs WHERE account=? AND gateway=? "
+                    "ORDER BY created DESC, rowid DESC LIMIT ?",
                     (account, gateway, limit),
                 )
                 .fetchall()

@@ -199,6 +199,14 @@ def _pretty(event: dict) -> str:
     add("", head.rstrip(), "  ")
     for log in event.get("logs", []):
         add(f"  ({clean(str(log.get('level')))}) ", log.get("message", ""), "    ")
+    for call in event.get("ai", []):  # AI calls through an AI Gateway: where `edge gateway logs` finds them
+        if call.get("gateway"):
+            cache = f", cache {call['cacheStatus']}" if call.get("cacheStatus") else ""
+            add(
+                "  (ai) ",
+                f"{call.get('model')} via gateway {call['gateway']}: log {call.get('gatewayLogId')}{cache}",
+                "    ",
+            )
     for exc in event.get("exceptions", []):
         add("  ", f"{exc.get('name')}: {exc.get('message')}", "    ")
         for row in (exc.get("stack") or "").rstrip().splitlines():

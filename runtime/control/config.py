@@ -317,6 +317,8 @@ def parse_config(
             raise ConfigError(f"{where}.rate_limit: give 1 to 1000000 requests per period")
         if not 1 <= gw.rate_limit_period_s <= 86400:
             raise ConfigError(f"{where}.rate_limit_period_s: give 1 to 86400 seconds")
+        if gw.rate_limit_technique not in ("sliding", "fixed"):
+            raise ConfigError(f'{where}.rate_limit_technique: give "sliding" or "fixed"')
     for i, entry in enumerate(config.edge.fetch_allow):
         try:
             parse_host_port(entry)

@@ -56,6 +56,7 @@ class AIGatewayConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     collect_logs: bool = True  # a call without its own collectLog is logged
     rate_limit: int | None = None  # requests per rate_limit_period_s, per account (None: unlimited)
     rate_limit_period_s: float = 60.0
+    rate_limit_technique: str = "sliding"  # or "fixed": windows aligned to the period, as Cloudflare's
 
 
 class EdgeConfig(msgspec.Struct):

@@ -3,7 +3,9 @@
     POST /cdn-cgi/ai-gateway/v1/{account}/{gateway}/workers-ai/{model}   a Workers AI call through
          the gateway (what `env.AI.gateway(id).getUrl("workers-ai")` names); the request's cf-aig-*
          headers set its options: cf-aig-cache-ttl, cf-aig-skip-cache, cf-aig-cache-key,
-         cf-aig-request-timeout, cf-aig-collect-log, cf-aig-event-id, cf-aig-metadata (JSON)
+         cf-aig-request-timeout, cf-aig-max-attempts, cf-aig-retry-delay, cf-aig-backoff,
+         cf-aig-collect-log, cf-aig-event-id, cf-aig-metadata (JSON); the answer carries
+         cf-aig-log-id and cf-aig-cache-status
     POST /cdn-cgi/ai-gateway/v1/{account}/{gateway}/compat/chat/completions   OpenAI's chat
          completions through the gateway (`getUrl("compat")`: an OpenAI SDK's base_url), `model`
          "workers-ai/<model>"
@@ -18,7 +20,7 @@ own: another account's gateway, cache and logs are never reached."""
 
 from __future__ import annotations
 
-import json
+import uuid
 from typing import Any
 
 import msgspec
@@ -27,6 +29,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from runtime.ai.gateway import GatewayOptions, Gateways
+from runtime.ai.gateway_universal import options_from_headers
 from runtime.ai.inputs import ChatCompletionRequest
 from runtime.ai.service import AICall, Answer
 from runtime.ai.shapes import openai_events, shape_result
@@ -39,6 +42,7 @@ from runtime.routes.ai_rest import (
     envelope,
     openai_ai_error,
     openai_error,
+    session_key,
 )
 from workers import AIError
 
@@ -46,16 +50,6 @@ DOOR = "/cdn-cgi/ai-gateway/v1/{account}/{gateway}"
 LOGS = "/client/v4/accounts/{account}/ai-gateway/gateways/{gateway}/logs"
 NOT_FOUND, BAD_REQUEST, AUTH_ERROR = 10007, 10014, 10000
 MAX_PER_PAGE = 1000
-# request header -> the gateway option it sets (and how it is read)
-HEADER_OPTIONS = {
-    "cf-aig-cache-ttl": ("cacheTtl", int),
-    "cf-aig-skip-cache": ("skipCache", lambda v: v.lower() == "true"),
-    "cf-aig-cache-key": ("cacheKey", str),
-    "cf-aig-request-timeout": ("requestTimeoutMs", int),
-    "cf-aig-collect-log": ("collectLog", lambda v: v.lower() != "false"),
-    "cf-aig-event-id": ("eventId", str),
-    "cf-aig-metadata": ("metadata", json.loads),
-}
 
 
 class GatewayApi:
@@ -71,6 +65,7 @@ class GatewayApi:
         ]
 
     async def run(self, request: Request) -> Response:
+        request_id = str(uuid.uuid4())  # cf-ai-req-id, as the REST door's; logged with the call
         try:
             account = self.api.authenticate(request)
         except AuthError as exc:
@@ -82,17 +77,19 @@ class GatewayApi:
         try:
             options = GatewayOptions.parse({"id": request.path_params["gateway"], **_header_options(request)})
             ingress, rtt = self.api._where(request)
-            call = AICall(request.path_params["model"], inputs, account, None, ingress, rtt)
-            through = await self.gateways.run(call, options)
+            session = session_key(request)
+            call = AICall(request.path_params["model"], inputs, account, session, ingress, rtt)
+            through = await self.gateways.run(call, options, request_id=request_id)
         except AIError as exc:
-            return ai_error(exc)
+            response = ai_error(exc)
+            response.headers["cf-ai-req-id"] = request_id
+            return response
+        headers = {**dict(through.headers), "cf-ai-req-id": request_id}
         answer = through.answer
         if answer.stream is not None:
-            return StreamingResponse(
-                answer.stream, media_type="text/event-stream", headers=dict(through.headers)
-            )
+            return StreamingResponse(answer.stream, media_type="text/event-stream", headers=headers)
         response = envelope(answer.body)
-        response.headers.update(dict(through.headers))
+        response.headers.update(headers)
         return response
 
     async def compat(self, request: Request) -> Response:
@@ -129,7 +126,10 @@ class GatewayApi:
             ingress, rtt = self.api._where(request)
             inputs = msgspec.to_builtins(body)  # what the cache keys the call by
             through = await self.gateways.run(
-                AICall(model, inputs, account, None, ingress, rtt), options, answer_with=answer
+                AICall(model, inputs, account, None, ingress, rtt),
+                options,
+                answer_with=answer,
+                shape="openai",
             )
         except AIError as exc:
             return openai_ai_error(exc, 400)
@@ -171,14 +171,6 @@ class GatewayApi:
 
 
 def _header_options(request: Request) -> dict[str, Any]:
-    """The gateway options a request's cf-aig-* headers set; AIError naming a header that does not read."""
-    out = {}
-    for header, (key, read) in HEADER_OPTIONS.items():
-        value = request.headers.get(header)
-        if value is None:
-            continue
-        try:
-            out[key] = read(value)
-        except ValueError:
-            raise AIError(5004, f"{header}: {value[:64]!r} does not read as {key} takes it") from None
-    return out
+    """The gateway options a request's cf-aig-* headers set (runtime.ai.gateway_universal's,
+    shared with the universal run's steps); AIError naming a header that does not read."""
+    return options_from_headers({k.lower(): v for k, v in request.headers.items()})
