@@ -43,9 +43,9 @@ class ChoiceAssembler:
 
     def __init__(self, req: GenerateRequest, tool_format: str, reasoning_format: str = ""):
         """`reasoning_format`: the family whose reasoning the model writes ("": it does not think);
-        parsed unless the request turned thinking off."""
+        with thinking off the template closed the block itself (ReasoningParser's `closed`)."""
         parse = bool(req.tools) and req.tool_choice != "none" and bool(tool_format)
-        think = bool(reasoning_format) and req.thinking is not False
+        think = bool(reasoning_format)
         logprobs = req.params.logprobs is not None
         self._choices = [
             _ChoiceState(
@@ -53,7 +53,7 @@ class ChoiceAssembler:
                 if parse
                 else None,
                 logprobs,
-                ReasoningParser(reasoning_format) if think else None,
+                ReasoningParser(reasoning_format, closed=req.thinking is False) if think else None,
             )
             for _ in range(req.params.n)
         ]

@@ -3,15 +3,17 @@
 GLM-4.5 and Kimi K2 (Thinking, K2.5, K2.6) think before they answer, inside `<think>` ... `</think>`
 at the start of their reply (the families' markers are one row each of MARKERS). Their chat templates
 switch it: with thinking off (`enable_thinking` / `thinking` false) the template writes an empty
-`<think></think>` itself and the reply is all content, so a request with thinking off is not parsed
-at all (as vLLM's glm45 and kimi_k2 parsers do: a literal `<think>` the model then writes stays
-content). With thinking on, a reply that begins (after white space) with the open marker is reasoning
+`<think></think>` itself and the reply is all content (as vLLM's glm45 and kimi_k2 parsers take it: a
+literal `<think>` the model then writes stays content), less the newline the layout puts after the
+block. With thinking on, a reply that begins (after white space) with the open marker is reasoning
 up to the close marker, and content after it; one that does not is all content; one cut off inside
 the block (max_tokens) is all reasoning. A marker split across deltas is held back until the next
 says whether it is one, so no piece of a marker reaches either side.
 
-A model thinks when its tokenizer knows its family's markers (`thinks`); the shipped miniatures do
-not, so their requests take the thinking switches and answer with no reasoning.
+A model thinks when its tokenizer knows its family's markers as text (`thinks`): the shipped GLM-4.5
+miniature does (its `<think>` and `</think>` are tokens of its own, and it writes an empty block before
+each answer, as GLM-4.5 does when a question needs no thought); the Kimi K2 miniature, like Kimi K2
+Instruct, does not, so its requests take the thinking switches and answer with no reasoning.
 """
 
 from __future__ import annotations
@@ -43,9 +45,13 @@ class ReasoningParser:
     """One choice's reply, fed delta by delta: `feed(text)` and, at its end, `flush()` each
     answer (reasoning, content) to send now."""
 
-    def __init__(self, family: str):
+    def __init__(self, family: str, closed: bool = False):
+        """`closed`: the request turned thinking off, so the template wrote the empty block itself:
+        the reply is all content, less the newlines that follow the block in the template's layout
+        (a literal open marker the model writes then stays content, as vLLM's parsers leave it)."""
         self.open, self.close = MARKERS[family]
-        self._state = "start"  # start (before any non-space text) -> reasoning -> content
+        # start (before any non-space text) -> reasoning -> after (the block's newlines) -> content
+        self._state = "after" if closed else "start"
         self._buf = ""
 
     @property

@@ -175,7 +175,9 @@ class LLMEngine:
                 raise InvalidRequestError("response_format", "this model has no tokenizer.json to guide")
             # the tokenizers library's own JSON of the model's tokenizer.json
             tokenizer_json = self.tokenizer._tok.to_str()  # noqa: SLF001
-            self._guides = GuideCompiler(tokenizer_json, sorted(self.eos_ids), self.vocab_size)
+            self._guides = GuideCompiler(
+                tokenizer_json, sorted(self.eos_ids), self.vocab_size, encode=self.tokenizer.encode
+            )
         return self._guides
 
     def _compile(self, guide, max_tokens: int | None = None) -> GuideState:

@@ -32,6 +32,7 @@ import logging
 import os
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 
 import llguidance
@@ -41,6 +42,7 @@ import torch
 
 from engine.errors import InvalidRequestError
 from engine.guide import JSON_OPTIONS, CallFormat, Guide
+from engine.guide_tokenizer import guide_tokenizer
 from engine.json_close import JsonCloser
 from engine.tool_close import CallTracker
 
@@ -127,13 +129,21 @@ def overlap_masks(device: torch.device) -> bool:
 
 class GuideCompiler:
     """One per engine: the llguidance tokenizer (built once, from the model's tokenizer.json and its
-    EOS ids) and a bounded cache of compiled grammars keyed by the spec."""
+    EOS ids) and a bounded cache of compiled grammars keyed by the spec. `encode`: the model's own
+    tokenizer (text -> ids), canonical for llguidance where the model has text markers
+    (engine.guide_tokenizer)."""
 
-    def __init__(self, tokenizer_json: str, eos_ids: list[int], vocab_size: int):
+    def __init__(
+        self,
+        tokenizer_json: str,
+        eos_ids: list[int],
+        vocab_size: int,
+        encode: Callable[[str], list[int]] | None = None,
+    ):
         self.vocab_size = vocab_size
         self.eos = eos_ids[0] if eos_ids else None  # what a tool call's closing ends with, between calls
         self._fallbacks: list[int] | None = None
-        self.tokenizer = llguidance.LLTokenizer(tokenizer_json, n_vocab=vocab_size, eos_token=eos_ids)
+        self.tokenizer = guide_tokenizer(tokenizer_json, eos_ids, vocab_size, encode)
         self._compiled: OrderedDict[bytes, llguidance.LLMatcher] = OrderedDict()
         self._lock = threading.Lock()  # check_request runs on callers' threads, matchers on the engine's
         self.executor = llguidance.LLExecutor()  # fans a step's rows out over its threads
@@ -253,7 +263,7 @@ class GuideState:
         suffix = closer.suffix()
         if not suffix:
             return None
-        tokens = self.compiler.tokenizer.tokenize_bytes(suffix)
+        tokens = self.compiler.tokenize(suffix)
         return tokens[0] if tokens and self.left <= len(tokens) + CLOSE_MARGIN else None
 
     def close_refused(self) -> None:

@@ -1,3 +1,4 @@
+import json
 import os
 import shutil
 from pathlib import Path
@@ -23,13 +24,15 @@ os.environ.setdefault("EDGE_COMPILE", "0")
 
 REPO = Path(__file__).resolve().parent.parent
 SHIPPED_KIMI = REPO / "models" / "kimi-k2-mini"
+# the shipped tokenizer's tokens, the embedding padded to a multiple of 32 (as the recipe pads it)
+SHIPPED_VOCAB = json.loads((SHIPPED_KIMI / "config.json").read_text())["vocab_size"]
 
 
 def _tiny_kimi(tmp_path_factory, name: str, **overrides) -> Path:
     from tests.hf_reference import tiny_deepseek_v3
 
     out = tmp_path_factory.mktemp(name)
-    tiny_deepseek_v3(out, seed=0, vocab_size=4096, eos_token_id=5, **overrides)
+    tiny_deepseek_v3(out, seed=0, vocab_size=SHIPPED_VOCAB, eos_token_id=5, **overrides)
     for file in ("tokenizer.json", "tokenizer_config.json"):
         shutil.copy(SHIPPED_KIMI / file, out / file)
     return out

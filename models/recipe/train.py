@@ -22,7 +22,8 @@ from pathlib import Path
 import torch
 
 from models.recipe.corpus import read_corpus
-from models.recipe.tokenizer import write_tokenizer
+from models.recipe.mixture import Mixture
+from models.recipe.tokenizer import VOCAB_MULTIPLE, extend_tokenizer, write_tokenizer
 
 KIMI_MINI = dict(
     vocab_size=4096,
@@ -146,6 +147,15 @@ def main() -> None:
         "--eval-windows", type=int, default=64, help="--mtp: held-out windows of 1,024 tokens"
     )
     parser.add_argument("--dry-run", action="store_true", help="--mtp: train and evaluate, write nothing")
+    parser.add_argument(
+        "--init-from", type=Path, default=None, help="continue from this checkpoint (new rows for new tokens)"
+    )
+    parser.add_argument(
+        "--resume", action="store_true", help="go on from --out/resume.pt, saved every 100 steps"
+    )
+    parser.add_argument("--chat-share", type=float, default=0.0, help="share of rows from the chat corpus")
+    parser.add_argument("--prose-share", type=float, default=0.0, help="share of rows of English prose")
+    parser.add_argument("--chat-examples", type=int, default=40000, help="conversations generated")
     parser.add_argument("--seed", type=int, default=1234)
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args()
@@ -165,22 +175,33 @@ def main() -> None:
     random.seed(args.seed)
     torch.manual_seed(args.seed)
     out: Path = args.out
-    shape = FAMILIES[args.family]
-    write_tokenizer(out, shape["vocab_size"], args.family)
-    train_tokens = encode_corpus(out / "tokenizer.json", heldout=False)
-    held_tokens = encode_corpus(out / "tokenizer.json", heldout=True)
-    print(f"train tokens {len(train_tokens):,}, held-out tokens {len(held_tokens):,}", flush=True)
-
-    eos = json.loads((out / "tokenizer_config.json").read_text())["eos_token"]
+    shape = dict(FAMILIES[args.family])
+    if args.init_from is None:
+        write_tokenizer(out, shape["vocab_size"], args.family)
+    else:
+        extend_tokenizer(args.init_from, out, args.family)
     from tokenizers import Tokenizer
 
     tok = Tokenizer.from_file(str(out / "tokenizer.json"))
+    shape["vocab_size"] = padded_vocab(tok.get_vocab_size())
+    train_tokens = encode_corpus(out / "tokenizer.json", heldout=False)
+    held_tokens = encode_corpus(out / "tokenizer.json", heldout=True)
+    print(f"train tokens {len(train_tokens):,}, held-out tokens {len(held_tokens):,}", flush=True)
+    mix = Mixture(tok, args, train_tokens)
+
+    eos = json.loads((out / "tokenizer_config.json").read_text())["eos_token"]
     eos_id = tok.token_to_id(eos)
     # GLM-4.5 also ends a turn at the next role marker, as its published config lists.
     stop_ids = [eos_id] if args.family == "kimi" else [tok.token_to_id(t) for t in GLM_STOP_TOKENS]
     config_class, model_class = _hf_classes(args.family)
-    config = config_class(**shape, bos_token_id=None, eos_token_id=eos_id, pad_token_id=0)
-    model = model_class(config)
+    if args.init_from is None:
+        config = config_class(**shape, bos_token_id=None, eos_token_id=eos_id, pad_token_id=0)
+        model = model_class(config)
+    else:
+        model = model_class.from_pretrained(args.init_from, dtype=torch.float32)
+        # the new tokens' rows start at the mean of the old ones (transformers' mean_resizing)
+        model.resize_token_embeddings(shape["vocab_size"], mean_resizing=True)
+        config = model.config
     model.train()
     params = sum(p.numel() for p in model.parameters())
     print(f"parameters {params:,}", flush=True)
@@ -207,16 +228,25 @@ def main() -> None:
     gen = torch.Generator().manual_seed(args.seed)
     started = time.time()
     total = args.steps + args.long_steps
-    seen = 0
-    for step in range(total):
+    seen, first = 0, 0
+    resume_path = out / "resume.pt"
+    if args.resume and resume_path.is_file():
+        state = torch.load(resume_path, weights_only=False)
+        model.load_state_dict(state["model"])
+        opt.load_state_dict(state["opt"])
+        gen.set_state(state["gen"])
+        mix.rng.setstate(state["mix_rng"])
+        first, seen = state["step"] + 1, state["seen"]
+        started -= state["seconds"]
+        print(f"resumed at step {first}", flush=True)
+    for step in range(first, total):
         batch, seq = (args.batch, args.seq) if step < args.steps else (args.long_batch, args.long_seq)
-        starts = torch.randint(0, len(train_tokens) - seq - 1, (batch,), generator=gen)
-        x = torch.stack([train_tokens[s : s + seq + 1] for s in starts.tolist()]).long()
+        x, labels = mix.batch(batch, seq, gen, long=step >= args.steps)
         for group in opt.param_groups:
             group["lr"] = lr_at(step, total, args.lr, args.warmup)
         for load in loads:
             load.zero_()
-        loss = model(x[:, :-1], labels=x[:, :-1].clone()).loss
+        loss = model(x, labels=labels).loss
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -232,27 +262,46 @@ def main() -> None:
                 f"step {step:5d} seq {seq} loss {loss.item():.3f} max-expert-share {share} {rate:,.0f} tok/s",
                 flush=True,
             )
+        if step % 100 == 99:
+            state = dict(model=model.state_dict(), opt=opt.state_dict(), gen=gen.get_state())
+            state.update(mix_rng=mix.rng.getstate(), step=step, seen=seen, seconds=time.time() - started)
+            torch.save(state, resume_path.with_suffix(".tmp"))
+            resume_path.with_suffix(".tmp").replace(resume_path)
 
     ppl = perplexity(model, held_tokens, args.long_seq, 64)
     print(f"held-out perplexity {ppl:.2f} after {time.time() - started:.0f} s", flush=True)
     model.to(torch.bfloat16).save_pretrained(out)
+    resume_path.unlink(missing_ok=True)
     write_published_config(out, args.family, stop_ids if len(stop_ids) > 1 else eos_id)
     (out / "training.json").write_text(
         json.dumps(
             {
-                "recipe": "python -m models.recipe.train "
-                + " ".join(f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items() if k != "out"),
+                "recipe": "python -m models.recipe.train " + recipe_flags(args),
                 "parameters": params,
                 "train_tokens_seen": seen,
                 "heldout_perplexity": round(ppl, 3),
                 "heldout_perplexity_context": args.long_seq,
                 "heldout_text": "models/eval/heldout.txt (Python standard library asyncio/ sources)",
                 "seconds": round(time.time() - started),
+                **({"init_from": str(args.init_from), "mix": mix.describe()} if args.init_from else {}),
             },
             indent=2,
         )
         + "\n"
     )
+
+
+def recipe_flags(args) -> str:
+    return " ".join(f for k, v in vars(args).items() if k not in ("out", "resume") and (f := _flag(k, v)))
+
+
+def _flag(key: str, value) -> str:
+    flag = f"--{key.replace('_', '-')}"
+    return flag if value is True else "" if value in (False, None) else f"{flag} {value}"
+
+
+def padded_vocab(tokens: int) -> int:
+    return -(-tokens // VOCAB_MULTIPLE) * VOCAB_MULTIPLE
 
 
 def _hf_classes(family: str):

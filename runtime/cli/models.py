@@ -74,23 +74,29 @@ def cmd_models_quantize(args: argparse.Namespace) -> int:
     return 0
 
 
+def _split(text: str) -> list[str]:
+    return [x.strip() for x in text.split(",") if x.strip()]
+
+
 def cmd_models_eval(args: argparse.Namespace) -> int:
+    if args.chat:
+        return cmd_models_eval_chat(args)
     import msgspec
 
     from engine.errors import EngineError
     from engine.quality import evaluate, format_table
 
-    split = lambda text: [x.strip() for x in text.split(",") if x.strip()]  # noqa: E731
+    given = args.contexts or "256,1024,2048"
     try:
-        contexts = [int(c) for c in split(args.contexts)]
+        contexts = [int(c) for c in _split(given)]
     except ValueError:
-        return _fail(f"--contexts {args.contexts!r}: give token counts such as 256,1024,2048")
+        return _fail(f"--contexts {given!r}: give token counts such as 256,1024,2048")
     try:
         rows = evaluate(
             _model_dir(args.model, args.config),
-            split(args.kv),
+            _split(args.kv or "auto,fp8,int8,int4"),
             contexts,
-            weights=split(args.weights),
+            weights=_split(args.weights),
             text=args.text,
             max_windows=args.max_windows,
             trusted_keys=args.pubkey or None,
@@ -108,6 +114,63 @@ def cmd_models_eval(args: argparse.Namespace) -> int:
         path.write_bytes(msgspec.json.format(msgspec.json.encode(rows), indent=2) + b"\n")
         print(f"recorded in {path}")
     return 0
+
+
+def cmd_models_eval_chat(args: argparse.Namespace) -> int:
+    """`edge models eval MODEL --chat`: chat, tool-call and JSON scores per weights x KV setting."""
+    import msgspec
+
+    from edge_sim.chat_eval import Budget, Perplexity, evaluate_chat, format_table
+    from edge_sim.chat_prompts import load_prompts
+    from engine.errors import EngineError
+
+    try:
+        model_dir = _model_dir(args.model, args.config)
+        context = int(_split(args.contexts or "1024")[0])
+    except ConfigError as exc:
+        return _fail(str(exc))
+    except (ValueError, IndexError):
+        return _fail(f"--contexts {args.contexts!r}: give the perplexity's context, such as 1024")
+    paths = args.prompts or [Path(model_dir).parent / "eval" / "chat" / "heldout.jsonl"]
+    try:
+        prompts = load_prompts(paths, args.limit)
+    except FileNotFoundError as exc:  # the held-out prompts are written apart from the models
+        print(f"edge: error: {exc} (give one with --prompts PATH)", file=sys.stderr)
+        return 1
+    except ValueError as exc:
+        return _fail(str(exc))
+    if not prompts:
+        return _fail(f"no prompts in {', '.join(map(str, paths))}")
+    try:
+        rows = evaluate_chat(
+            model_dir,
+            prompts,
+            weights=_split(args.weights),
+            kv_dtypes=_split(args.kv or "auto"),
+            seeds=args.seeds,
+            budget=Budget(args.tool_max_tokens, args.max_tokens),
+            perplexity=Perplexity(context, args.max_windows or 4, args.text) if context > 0 else None,
+            trusted_keys=args.pubkey or None,
+            allow_unsigned=args.allow_unsigned,
+            model=args.model,
+        )
+    except (EngineError, ConfigError) as exc:
+        return _fail(str(exc))
+    if args.json:
+        print(msgspec.json.encode(rows).decode())
+    else:
+        print(format_table(rows))
+    if args.record:
+        path = chat_record_path(Path(model_dir))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(msgspec.json.format(msgspec.json.encode(rows), indent=2) + b"\n")
+        print(f"recorded in {path}", file=sys.stderr if args.json else sys.stdout)  # --json: stdout is JSON
+    return 0
+
+
+def chat_record_path(model_dir: Path) -> Path:
+    """Beside the perplexity record: models/quality/<model-folder>.chat.json."""
+    return quality_record_path(model_dir).with_name(f"{model_dir.name}.chat.json")
 
 
 def quality_record_path(model_dir):
@@ -287,21 +350,48 @@ def add_model_parsers(models) -> None:
         "dense_mlp, attention, mlp, all",
     )
     quant.set_defaults(func=cmd_models_quantize)
-    ev = models.add_parser("eval", help="perplexity and greedy agreement per KV / weight setting")
+    ev = models.add_parser(
+        "eval", help="perplexity and greedy agreement per KV / weight setting (--chat: chat scores)"
+    )
     ev.add_argument("model", help="a model directory or catalog name")
-    ev.add_argument("--kv", default="auto,fp8,int8,int4", help="KV dtypes, comma-separated")
+    ev.add_argument(
+        "--kv", default=None, help="KV dtypes, comma-separated (default: auto,fp8,int8,int4; --chat: auto)"
+    )
     ev.add_argument(
         "--weights", default="auto", help="weight formats, comma-separated (first is the baseline)"
     )
-    ev.add_argument("--contexts", default="256,1024,2048", help="context lengths, comma-separated")
+    ev.add_argument(
+        "--contexts",
+        default=None,
+        help="context lengths, comma-separated (default: 256,1024,2048; --chat: the perplexity's one "
+        "context, 1024, 0 for none)",
+    )
     ev.add_argument("--text", default=None, help="held-out text (default: the model's)")
-    ev.add_argument("--max-windows", type=int, default=None, help="cap on windows per context")
+    ev.add_argument(
+        "--max-windows", type=int, default=None, help="cap on windows per context (--chat default: 4)"
+    )
+    chat = ev.add_argument_group("chat evaluation (--chat)")
+    chat.add_argument(
+        "--chat", action="store_true", help="score chat, tool calls and JSON on held-out prompts instead"
+    )
+    chat.add_argument(
+        "--prompts",
+        nargs="+",
+        default=None,
+        help="JSON-lines prompt files (default: eval/chat/heldout.jsonl beside the model's folder)",
+    )
+    chat.add_argument("--seeds", type=int, default=3, help="temperature-1 samples per tool prompt")
+    chat.add_argument("--limit", type=int, default=None, help="at most this many prompts of each kind")
+    chat.add_argument("--max-tokens", type=int, default=128, help="max_tokens of a reply in words")
+    chat.add_argument("--tool-max-tokens", type=int, default=96, help="max_tokens of a tool prompt's reply")
     ev.add_argument("--config", default=None, help=CONFIG_HELP)
     ev.add_argument("--json", action="store_true", help="print JSON")
     ev.add_argument("--pubkey", action="append", help="trusted public key (repeatable; default: models/keys)")
     ev.add_argument("--allow-unsigned", action="store_true", help="evaluate a model without a manifest")
     ev.add_argument(
-        "--record", action="store_true", help="keep the results for the catalog (models/quality/)"
+        "--record",
+        action="store_true",
+        help="keep the results for the catalog (models/quality/; --chat: <model-folder>.chat.json)",
     )
     ev.set_defaults(func=cmd_models_eval)
     kg = models.add_parser("keygen", help="make an Ed25519 key pair: KEYFILE (private) and KEYFILE.pub")

@@ -17,6 +17,7 @@ from engine.checkpoint import quantize_checkpoint
 from engine.integrity import MANIFEST, IntegrityError, keygen, manifest_digest, sign
 from engine.safetensors_io import CheckpointIntegrityError, SafetensorsFile
 from runtime.cli import main as edge
+from tests.conftest import SHIPPED_VOCAB
 from tests.hf_reference import tiny_deepseek_v3
 
 
@@ -39,8 +40,8 @@ def keys(tmp_path_factory):
 def signed_source(tmp_path_factory, tiny_model_dir, keys):
     """A sharded tiny model with its tokenizer, signed by the trusted key."""
     d = tmp_path_factory.mktemp("signed") / "model"
-    tiny_deepseek_v3(d, seed=5, vocab_size=4096, eos_token_id=5)
-    ref = tiny_deepseek_v3(tmp_path_factory.mktemp("x"), seed=5, vocab_size=4096, eos_token_id=5)
+    tiny_deepseek_v3(d, seed=5, vocab_size=SHIPPED_VOCAB, eos_token_id=5)
+    ref = tiny_deepseek_v3(tmp_path_factory.mktemp("x"), seed=5, vocab_size=SHIPPED_VOCAB, eos_token_id=5)
     shutil.rmtree(d)
     ref.save_pretrained(d, max_shard_size="300KB")
     for name in ("tokenizer.json", "tokenizer_config.json"):
