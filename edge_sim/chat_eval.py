@@ -11,7 +11,6 @@ perplexity of the same setting, measured by engine.quality.
 from __future__ import annotations
 
 import asyncio
-import threading
 import time
 from collections import Counter
 from pathlib import Path
@@ -83,15 +82,6 @@ class ChatEvalRow(msgspec.Struct):
     sampled: int  # temperature-1 replies scored (tool prompts x seeds)
     errors: int  # replies that failed (scored as wrong)
     seconds: float
-
-
-def _await_compiles() -> None:
-    """Wait for the decode-step compiles a PoP starts in the background (a CPU's; seconds, once
-    inductor's cache holds them): every reply then runs the path a warm PoP serves, and no compile
-    is left running when the process exits (which aborts it)."""
-    for thread in threading.enumerate():
-        if thread.name == "edge-compile":  # engine.compiled_step's warm-up thread
-            thread.join()
 
 
 async def _reply(node: PopNode, model: str, prompt: ChatPrompt, params: SamplingParams) -> Reply:
@@ -187,7 +177,9 @@ def evaluate_chat(
             node = PopNode.load(Topology.default().pop("FRA"), [spec], device)
             if model in node.refused:
                 raise ModelLoadError(node.refused[model])
-            _await_compiles()
+            # every reply runs the path a warm PoP serves, and no compile outlives the process
+            # (one left running at exit aborts it)
+            node.wait_compiled()
             try:
                 formats = node.formats(model)
                 window = node.engines[model].context_window

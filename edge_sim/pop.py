@@ -317,6 +317,13 @@ class PopNode(NodeBase):
             expert_load=llm.expert_load(),
         )
 
+    def wait_compiled(self) -> None:
+        """Until the decode steps each engine compiles in the background are ready: what follows runs
+        the path a warm PoP serves (a benchmark or an evaluation, not serving, which never waits)."""
+        for llm in self.engines.values():
+            if llm.engine.compiled_decode is not None:
+                llm.engine.compiled_decode.wait_warm()
+
     def close(self) -> None:
         for loop in self._loops.values():
             loop.stop()

@@ -110,6 +110,7 @@ class CompiledDecode:
         self.mtp_ready: set[int] = set()  # buckets whose MTP-layer graph and greedy graph are compiled
         self.compile_seconds: dict[int, float] = {}
         self.failed: str | None = None  # why compiling failed (then every step runs eagerly)
+        self.warming: threading.Thread | None = None  # warm_up_in_background's compiles
         self.steps = 0  # steps served compiled
         self.greedy_steps = 0  # of those, greedy steps that drafted the next step inside the graph
 
@@ -276,4 +277,10 @@ class CompiledDecode:
 
         thread = threading.Thread(target=run, name="edge-compile", daemon=True)
         thread.start()
+        self.warming = thread
         return thread
+
+    def wait_warm(self) -> None:
+        """Until warm_up_in_background's compiles have ended (at once when none was started)."""
+        if self.warming is not None:
+            self.warming.join()

@@ -81,7 +81,6 @@ def _split(text: str) -> list[str]:
 def cmd_models_eval(args: argparse.Namespace) -> int:
     if args.chat:
         return cmd_models_eval_chat(args)
-    import msgspec
 
     from engine.errors import EngineError
     from engine.quality import evaluate, format_table
@@ -104,21 +103,28 @@ def cmd_models_eval(args: argparse.Namespace) -> int:
         )
     except (EngineError, ConfigError) as exc:
         return _fail(str(exc))
+    _report(args, rows, format_table, lambda: quality_record_path(_model_dir(args.model, args.config)))
+    return 0
+
+
+def _report(args: argparse.Namespace, rows, format_table, record_path) -> None:
+    """An evaluation's rows as a table or JSON (`--json`), and with `--record` written to
+    `record_path()` (its line on stderr under --json, so stdout stays JSON)."""
+    import msgspec
+
     if args.json:
         print(msgspec.json.encode(rows).decode())
     else:
         print(format_table(rows))
     if args.record:
-        path = quality_record_path(_model_dir(args.model, args.config))
+        path = record_path()
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(msgspec.json.format(msgspec.json.encode(rows), indent=2) + b"\n")
-        print(f"recorded in {path}")
-    return 0
+        print(f"recorded in {path}", file=sys.stderr if args.json else sys.stdout)
 
 
 def cmd_models_eval_chat(args: argparse.Namespace) -> int:
     """`edge models eval MODEL --chat`: chat, tool-call and JSON scores per weights x KV setting."""
-    import msgspec
 
     from edge_sim.chat_eval import Budget, Perplexity, evaluate_chat, format_table
     from edge_sim.chat_prompts import load_prompts
@@ -156,15 +162,7 @@ def cmd_models_eval_chat(args: argparse.Namespace) -> int:
         )
     except (EngineError, ConfigError) as exc:
         return _fail(str(exc))
-    if args.json:
-        print(msgspec.json.encode(rows).decode())
-    else:
-        print(format_table(rows))
-    if args.record:
-        path = chat_record_path(Path(model_dir))
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(msgspec.json.format(msgspec.json.encode(rows), indent=2) + b"\n")
-        print(f"recorded in {path}", file=sys.stderr if args.json else sys.stdout)  # --json: stdout is JSON
+    _report(args, rows, format_table, lambda: chat_record_path(Path(model_dir)))
     return 0
 
 

@@ -4,6 +4,8 @@ writes, and what a closer forces is spelled as the model spells it."""
 
 from __future__ import annotations
 
+import json
+
 import llguidance
 import pytest
 
@@ -40,6 +42,13 @@ def test_a_grammar_literal_takes_the_markers_one_token(glm_tok):
 
 
 def test_without_marker_tokens_the_tokenizer_goes_to_llguidance_unchanged():
+    # the shipped tokenizer less any text markers: a Python-only tokenizer, as before this change
+    data = json.loads(TextTokenizer(REPO / "models" / "kimi-k2-mini")._tok.to_str())
+    data["added_tokens"] = [t for t in data["added_tokens"] if t["special"]]
+    bare = json.dumps(data)
+    compiler = GuideCompiler(bare, [5], 4096, encode=lambda text: [0])  # not consulted here
+    own = llguidance.LLTokenizer(bare, n_vocab=4096, eos_token=[5])
+    assert compiler.tokenize(b"<|tool_call_begin|>x") == own.tokenize_bytes(b"<|tool_call_begin|>x")
     plain = '{"added_tokens": [{"id": 0, "content": "<|im_end|>", "special": true}], "model": {"vocab": {}}}'
     assert markers_as_text(plain) == (plain, False)
     moved, changed = markers_as_text(
