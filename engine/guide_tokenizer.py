@@ -30,6 +30,12 @@ def _text_markers(data: dict) -> list[dict]:
     ]
 
 
+def marker_tokens(tokenizer_json: str) -> dict[str, int]:
+    """Each text marker's own token id, by its text (what a tool grammar's markers resolve to:
+    engine.tool_calls.resolve_markers)."""
+    return {t["content"]: t["id"] for t in _text_markers(json.loads(tokenizer_json))}
+
+
 def markers_as_text(tokenizer_json: str) -> tuple[str, bool]:
     """The tokenizer.json with each text marker moved into the model's vocabulary under its own id
     (so llguidance reads its bytes as text); True when one was moved."""

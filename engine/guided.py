@@ -42,8 +42,9 @@ import torch
 
 from engine.errors import InvalidRequestError
 from engine.guide import JSON_OPTIONS, CallFormat, Guide
-from engine.guide_tokenizer import guide_tokenizer
+from engine.guide_tokenizer import guide_tokenizer, marker_tokens
 from engine.json_close import JsonCloser
+from engine.tool_calls import resolve_markers
 from engine.tool_close import CallTracker
 
 log = logging.getLogger(__name__)
@@ -107,14 +108,17 @@ FALLBACKS = [
 ]
 
 
-def grammar_text(guide: Guide) -> str:
-    """The llguidance grammar for a guide (ValueError when llguidance cannot even read it)."""
+def grammar_text(guide: Guide, marker_tokens: dict[str, int] | None = None) -> str:
+    """The llguidance grammar for a guide (ValueError when llguidance cannot even read it); a tool
+    guide's markers as their own tokens where `marker_tokens` has them (engine.tool_calls)."""
     if guide.kind == "json":
         return llguidance.LLMatcher.grammar_from_json_schema({"type": "object"}, defaults=JSON_OPTIONS)
     if guide.kind == "json_schema":
         return llguidance.LLMatcher.grammar_from_json_schema(guide.schema, defaults=JSON_OPTIONS)
     if guide.kind == "regex":
         return llguidance.LLMatcher.grammar_from_regex(guide.pattern)
+    if guide.calls is not None:
+        return llguidance.LLMatcher.grammar_from_lark(resolve_markers(guide.grammar, marker_tokens or {}))
     return llguidance.LLMatcher.grammar_from_lark(guide.grammar)
 
 
@@ -144,6 +148,8 @@ class GuideCompiler:
         self.eos = eos_ids[0] if eos_ids else None  # what a tool call's closing ends with, between calls
         self._fallbacks: list[int] | None = None
         self.tokenizer = guide_tokenizer(tokenizer_json, eos_ids, vocab_size, encode)
+        # markers as tokens only where llguidance reads them as text with the model's own tokenizer
+        self.marker_tokens = marker_tokens(tokenizer_json) if encode is not None else {}
         self._compiled: OrderedDict[bytes, llguidance.LLMatcher] = OrderedDict()
         self._lock = threading.Lock()  # check_request runs on callers' threads, matchers on the engine's
         self.executor = llguidance.LLExecutor()  # fans a step's rows out over its threads
@@ -160,7 +166,7 @@ class GuideCompiler:
                 self._compiled.move_to_end(key)
                 return template.deep_copy()
         try:
-            grammar = grammar_text(guide)
+            grammar = grammar_text(guide, self.marker_tokens)
         except (ValueError, TypeError) as exc:
             raise InvalidRequestError(param, f"the {guide.kind} guide does not compile: {exc}") from None
         template = llguidance.LLMatcher(self.tokenizer, grammar, log_level=0)

@@ -6,8 +6,8 @@ Two formats, picked from config.json's model_type (`format_for`):
 - "kimi_k2" (deepseek_v3, kimi_k2): a reply's calls sit in one section,
   `<|tool_calls_section_begin|>` then per call `<|tool_call_begin|>functions.NAME:IDX`
   `<|tool_call_argument_begin|>{json arguments}<|tool_call_end|>`, then `<|tool_calls_section_end|>`;
-  the tools are declared as a JSON list in a system turn of their own (Kimi's `tool_declare` turn)
-  and a result comes back in a system turn headed `## Return of functions.NAME:IDX`.
+  the tools are declared as a JSON list in a system turn of their own (role `tool_declare`) and a
+  result comes back in a `tool` system turn headed `## Return of functions.NAME:IDX`.
 - "glm45" (glm4_moe): each call is `<tool_call>NAME\\n` then `<arg_key>K</arg_key>\\n<arg_value>V`
   `</arg_value>\\n` per argument (a string argument raw, any other as JSON), then `</tool_call>`; the
   tools are declared in the system prompt and results come back as `<tool_response>` blocks in an
@@ -20,8 +20,11 @@ engine.tool_close), and one cut off is dropped by the parser (edge_sim.tool_pars
 returned in part.
 
 The shipped miniatures' chat templates know plain {role, content} turns with string content only,
-so `render_messages` writes every piece of a format's markup into the content of such turns; the
-template then renders them as any other turn. The streaming parser is edge_sim.tool_parser.
+so `render_messages` writes every piece of a format's markup into the content of such turns (and
+Kimi's tool turns as roles `tool_declare` and `tool`, GLM's results as an `observation` turn); the
+template then renders them as the published templates do. The markers are single tokens of the
+miniatures' tokenizers (models/recipe/tokenizer.py MARKER_TOKENS), decoded as text. The streaming
+parser is edge_sim.tool_parser.
 """
 
 from __future__ import annotations
@@ -55,6 +58,8 @@ GLM_CALL_BEGIN = "<tool_call>"
 GLM_CALL_END = "</tool_call>"
 GLM_KEY_BEGIN, GLM_KEY_END = "<arg_key>", "</arg_key>"
 GLM_VALUE_BEGIN, GLM_VALUE_END = "<arg_value>", "</arg_value>"
+# the system turns Kimi K2 declares tools and returns results in (<|im_system|>tool_declare / tool)
+KIMI_DECLARE, KIMI_RESULT = "tool_declare", "tool"
 GLM_OBSERVATION = "observation"  # the turn GLM-4.5 reads tool results in (its <|observation|> token)
 
 
@@ -123,13 +128,16 @@ def _declared(tools: list[ToolFunction]) -> list[dict[str, Any]]:
 
 
 def _glm_declaration(tools: list[ToolFunction]) -> str:
-    lines = "\n".join(json.dumps(d["function"], ensure_ascii=False) for d in _declared(tools))
+    """The tools section of GLM-4.5's system prompt, worded as its published template words it."""
+    lines = "\n".join(json.dumps(d, ensure_ascii=False) for d in _declared(tools))
     return (
-        "# Tools\n\nYou may call the functions below when they help with the request. Their "
-        f"signatures, one per line, are inside <tools></tools>:\n<tools>\n{lines}\n</tools>\n\n"
-        "To call one, write its name and arguments like this:\n"
-        f"{GLM_CALL_BEGIN}{{function-name}}\n{GLM_KEY_BEGIN}{{key}}{GLM_KEY_END}\n"
-        f"{GLM_VALUE_BEGIN}{{value}}{GLM_VALUE_END}\n...\n{GLM_CALL_END}"
+        "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+        "You are provided with function signatures within <tools></tools> XML tags:\n"
+        f"<tools>\n{lines}\n</tools>\n\n"
+        "For each function call, output the function name and arguments within the following XML format:\n"
+        f"{GLM_CALL_BEGIN}{{function-name}}\n{GLM_KEY_BEGIN}{{arg-key-1}}{GLM_KEY_END}\n"
+        f"{GLM_VALUE_BEGIN}{{arg-value-1}}{GLM_VALUE_END}\n{GLM_KEY_BEGIN}{{arg-key-2}}{GLM_KEY_END}\n"
+        f"{GLM_VALUE_BEGIN}{{arg-value-2}}{GLM_VALUE_END}\n...\n{GLM_CALL_END}"
     )
 
 
@@ -173,7 +181,7 @@ def render_messages(
     out: list[dict[str, str]] = []
     if tools:
         if fmt == KIMI_K2:
-            out.append({"role": "system", "content": json.dumps(_declared(tools), ensure_ascii=False)})
+            out.append({"role": KIMI_DECLARE, "content": json.dumps(_declared(tools), ensure_ascii=False)})
         elif fmt == GLM45:
             out.append({"role": "system", "content": _glm_declaration(tools)})
     kimi_ids: dict[str, str] = {}  # an OpenAI call id -> Kimi's functions.NAME:IDX
@@ -212,7 +220,7 @@ def render_messages(
             call_id = str(message.get("tool_call_id") or "")
             if fmt == KIMI_K2:
                 out.append(
-                    {"role": "system", "content": f"## Return of {kimi_ids.get(call_id, call_id)}\n{text}"}
+                    {"role": KIMI_RESULT, "content": f"## Return of {kimi_ids.get(call_id, call_id)}\n{text}"}
                 )
             elif fmt == GLM45:
                 block = f"<tool_response>\n{text}\n</tool_response>"
@@ -237,6 +245,32 @@ def _lit(text: str) -> str:
     return json.dumps(text)
 
 
+# A marker in a tool grammar is written between these two characters (json.dumps escapes both, so no
+# name, key or schema can hold them); the guide's compiler (engine.guided) turns each into the
+# marker's own token where the tokenizer has it as one, else into a string literal. A literal would
+# let the marker be spelled byte by byte, and where two markers share a start (Kimi's call and
+# section-end markers after a call, GLM's key and call-end markers after a value) llguidance forces
+# the shared bytes in its own tokenization: the model, which only saw the markers' tokens, would have
+# to write `<|tool_call` letter by letter.
+MARK_OPEN, MARK_CLOSE = "\x01", "\x02"
+_MARKED = re.compile("\x01([^\x01\x02]+)\x02")
+
+
+def _mark(marker: str) -> str:
+    return f"{MARK_OPEN}{marker}{MARK_CLOSE}"
+
+
+def _then(text: str, marker: str) -> str:
+    """`text` (a literal; nothing when empty) and then `marker`."""
+    return f"{_lit(text)} {_mark(marker)}" if text else _mark(marker)
+
+
+def resolve_markers(grammar: str, token_of: dict[str, int]) -> str:
+    """A tool grammar's markers as `<[id]>` (that token only) where `token_of` names their token,
+    else as string literals."""
+    return _MARKED.sub(lambda m: f"<[{token_of[m[1]]}]>" if m[1] in token_of else _lit(m[1]), grammar)
+
+
 def _json(schema: dict[str, Any]) -> str:
     return "%json " + json.dumps(with_json_options(schema))
 
@@ -259,11 +293,14 @@ def arguments_schema(tool: ToolFunction) -> dict[str, Any]:
 
 
 def _kimi_rules(tools: list[ToolFunction]) -> list[str]:
-    rules = []
+    """`call`: one call, its begin marker first; `body`: one call after that marker."""
+    rules = [
+        f"call: {_mark(KIMI_CALL_BEGIN)} body",
+        "body: " + " | ".join(f"body_{i}" for i in range(len(tools))),
+    ]
     for i, tool in enumerate(tools):
-        head = _lit(f"{KIMI_CALL_BEGIN}functions.{tool.name}:")
-        args = f"{_lit(KIMI_ARGS_BEGIN)} {_json(arguments_schema(tool))} {_lit(KIMI_CALL_END)}"
-        rules.append(f"call_{i}: {head} CALL_INDEX {args}")
+        args = f"{_mark(KIMI_ARGS_BEGIN)} {_json(arguments_schema(tool))} {_mark(KIMI_CALL_END)}"
+        rules.append(f"body_{i}: {_lit(f'functions.{tool.name}:')} CALL_INDEX {args}")
     rules.append(f"CALL_INDEX: /[0-9]{{1,{MAX_CALL_INDEX_DIGITS}}}/")
     return rules
 
@@ -292,33 +329,36 @@ def glm_raw_keys(tool: ToolFunction) -> list[str]:
 
 def _glm_value(schema: Any) -> str:
     if glm_raw_string(schema) and schema.get("enum"):
-        return "(" + " | ".join(_lit(v + GLM_VALUE_END) for v in schema["enum"]) + ")"
+        return "(" + " | ".join(_then(v, GLM_VALUE_END) for v in schema["enum"]) + ")"
     if glm_raw_string(schema):
         return "STRING_VALUE_END"
-    return f"{_json(schema if isinstance(schema, dict) else {})} {_lit(GLM_VALUE_END)}"
+    return f"{_json(schema if isinstance(schema, dict) else {})} {_mark(GLM_VALUE_END)}"
 
 
 def _glm_rules(tools: list[ToolFunction]) -> list[str]:
     """`body`: one call after its `<tool_call>` marker (the marker opens `call`, or ends TEXT_OPEN)."""
     rules = [_up_to(GLM_VALUE_END, "STRING_VALUE_END"), r"ANY_KEY: /[^<>\n]{1,128}/"]
     rules.append("body: " + " | ".join(f"body_{i}" for i in range(len(tools))))
-    rules.append(f"call: {_lit(GLM_CALL_BEGIN)} body")
+    rules.append(f"call: {_mark(GLM_CALL_BEGIN)} body")
     for i, tool in enumerate(tools):
         params = arguments_schema(tool)
         props: dict[str, Any] = params.get("properties") or {}
         required = set(params.get("required") or [])
         args = []
         for j, (key, schema) in enumerate(props.items()):
-            opening = _lit(f"{GLM_KEY_BEGIN}{key}{GLM_KEY_END}\n{GLM_VALUE_BEGIN}")
+            opening = (
+                f"{_mark(GLM_KEY_BEGIN)} {_then(key, GLM_KEY_END)} {_lit(chr(10))} {_mark(GLM_VALUE_BEGIN)}"
+            )
             rules.append(f"arg_{i}_{j}: {opening} {_glm_value(schema)} {_lit(chr(10))}")
             args.append(f"arg_{i}_{j}" + ("" if key in required else "?"))
         if extras_allowed(params):  # keys it never named, as the schema lets in (raw, unless typed)
             extra = params.get("additionalProperties", True)
             value = _glm_value(extra) if isinstance(extra, dict) else "STRING_VALUE_END"
-            opening, middle = _lit(GLM_KEY_BEGIN), _lit(f"{GLM_KEY_END}\n{GLM_VALUE_BEGIN}")
+            opening = _mark(GLM_KEY_BEGIN)
+            middle = f"{_mark(GLM_KEY_END)} {_lit(chr(10))} {_mark(GLM_VALUE_BEGIN)}"
             rules.append(f"arg_{i}_any: {opening} ANY_KEY {middle} {value} {_lit(chr(10))}")
             args.append(f"arg_{i}_any*")
-        rules.append(f"body_{i}: {_lit(tool.name + chr(10))} {' '.join(args)} {_lit(GLM_CALL_END)}")
+        rules.append(f"body_{i}: {_lit(tool.name + chr(10))} {' '.join(args)} {_mark(GLM_CALL_END)}")
     return rules
 
 
@@ -340,9 +380,13 @@ def tool_grammar(fmt: str, tools: list[ToolFunction], choice: ToolChoice, parall
     if choice not in ("auto", "required"):
         tools, parallel = [t for t in tools if t.name == choice], False
     if fmt == KIMI_K2:
-        rules = ["call: " + " | ".join(f"call_{i}" for i in range(len(tools))), *_kimi_rules(tools)]
-        calls = f"{'call+' if parallel else 'call'} {_lit(KIMI_SECTION_END)}"
-        opener, whole, opened = KIMI_SECTION_BEGIN, f"{_lit(KIMI_SECTION_BEGIN)} {calls}", calls
+        rules = _kimi_rules(tools)
+        more = " call*" if parallel else ""
+        whole = f"{_mark(KIMI_SECTION_BEGIN)} call{more} {_mark(KIMI_SECTION_END)}"
+        # after "auto"'s text (a lexeme that takes any text) llguidance lets no marker token in; the
+        # first call's marker there is text, which the model's marker token spells
+        opened = f"{_lit(KIMI_CALL_BEGIN)} body{more} {_mark(KIMI_SECTION_END)}"
+        opener = KIMI_SECTION_BEGIN
     elif fmt == GLM45:
         rules = _glm_rules(tools)
         more = ' ("\\n" call)*' if parallel else ""

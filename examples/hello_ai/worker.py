@@ -1,6 +1,9 @@
 from workers import AIError, Response, WorkerEntrypoint
 
 MODEL = "@edge/moonshotai/kimi-k2-mini"
+HINT = (
+    'send a JSON body such as {"messages": [{"role": "user", "content": "What is the capital of France?"}]}'
+)
 
 
 class Default(WorkerEntrypoint):
@@ -8,13 +11,21 @@ class Default(WorkerEntrypoint):
         try:
             body = await request.json()
         except ValueError:
-            return Response.json({"error": 'send a JSON body such as {"prompt": "def fib(n):"}'}, status=400)
-        if not isinstance(body, dict) or not isinstance(body.get("prompt"), str):
-            return Response.json({"error": 'the JSON body needs a "prompt" string'}, status=400)
+            return Response.json({"error": HINT}, status=400)
+        if not isinstance(body, dict):
+            return Response.json({"error": HINT}, status=400)
+        # a chat ("messages", through the model's chat template) or a raw completion ("prompt")
+        if isinstance(body.get("messages"), list) and body["messages"]:
+            inputs = {"messages": body["messages"]}
+        elif isinstance(body.get("prompt"), str):
+            inputs = {"prompt": body["prompt"]}
+        else:
+            return Response.json(
+                {"error": f'the JSON body needs "messages" or a "prompt" string: {HINT}'}, status=400
+            )
         try:
             out = await self.env.AI.run(
-                body.get("model", MODEL),
-                {"prompt": body["prompt"], "max_tokens": body.get("max_tokens", 32)},
+                body.get("model", MODEL), {**inputs, "max_tokens": body.get("max_tokens", 32)}
             )
         except AIError as exc:
             status = 400 if exc.code in (5004, 5007, 3006) else 503

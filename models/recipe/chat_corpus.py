@@ -86,10 +86,13 @@ def encode(pieces: list[tuple[str, bool]], tokenizer) -> tuple[list[int], list[b
     return ids, mask
 
 
-def training_examples(family: str, count: int, seed: int) -> list[ex.Example]:
+def training_examples(
+    family: str, count: int, seed: int, weights_of: dict[str, float] | None = None
+) -> list[ex.Example]:
+    """`count` conversations, kinds drawn by the GENERATORS weights (`weights_of` overrides some)."""
     rng = random.Random(seed)
     kinds = list(ex.GENERATORS)
-    weights = [ex.GENERATORS[k][1] for k in kinds]
+    weights = [(weights_of or {}).get(k, ex.GENERATORS[k][1]) for k in kinds]
     out = []
     for kind in rng.choices(kinds, weights, k=count):
         gen = ex.GENERATORS[kind][0]
@@ -97,15 +100,31 @@ def training_examples(family: str, count: int, seed: int) -> list[ex.Example]:
     return out
 
 
-def chat_tokens(tokenizer, family: str, count: int, seed: int) -> list[tuple[list[int], list[bool]]]:
+def chat_tokens(
+    tokenizer, family: str, count: int, seed: int, weights_of: dict[str, float] | None = None
+) -> list[tuple[list[int], list[bool]]]:
     """`count` training conversations as (token ids, trained mask)."""
     rng = random.Random(seed + 1)
     out = []
-    for example in training_examples(family, count, seed):
+    for example in training_examples(family, count, seed, weights_of):
         thinking = None
         if family == "glm" and rng.random() < THINKING_OFF_SHARE:
             thinking = False
         out.append(encode(segments(example, family, thinking), tokenizer))
+    return out
+
+
+def parse_weights(text: str) -> dict[str, float]:
+    """`tool=40,json=20`: kinds of GENERATORS and their weights; an unknown kind is refused."""
+    out = {}
+    for item in filter(None, text.split(",")):
+        kind, _, value = item.partition("=")
+        if kind not in ex.GENERATORS:
+            raise ValueError(f"--chat-weights: unknown kind {kind!r} (known: {', '.join(ex.GENERATORS)})")
+        try:
+            out[kind] = float(value)
+        except ValueError:
+            raise ValueError(f"--chat-weights: {item!r} needs a number after '=' (say {kind}=10)") from None
     return out
 
 

@@ -207,8 +207,41 @@ def pick(rng: random.Random, asks: tuple[list[str], list[str]], split: str) -> s
 
 
 def _city(rng: random.Random, split: str) -> str:
+    if split == "train" and rng.random() < COINED_SHARE:
+        return coined(rng, CITIES_HELD_SET, places=True)
     pool = CITIES_HELD if split == "heldout" else CITIES_TRAIN
     return rng.choice(pool)
+
+
+def _name(rng: random.Random, split: str) -> str:
+    if split == "train" and rng.random() < COINED_SHARE:
+        return coined(rng, NAMES_HELD_SET)
+    return rng.choice(NAMES_HELD if split == "heldout" else NAMES_TRAIN)
+
+
+# Half the cities and names of training conversations are coined: a model that met only the real
+# ones learns to recall them rather than copy the user's words, and then answers a held-out city
+# with a city it knows (measured: "Tomsk" called as "Tunis", "Aqtau" as "Almaty"). A coined word
+# can only be copied.
+COINED_SHARE = 0.5
+_ONSETS = "b br c ch d dr f g gr h j k kh l m n p pr r s sh st t tr v w y z".split()
+_VOWELS = "a e i o u a e o ai ou ia ey".split()
+_CODAS = ["", "", "", "n", "r", "l", "s", "k", "m", "sk", "nd", "t", "sh"]
+_PLACE_WORDS = ("Port", "San", "New", "Lake", "Upper", "Saint")
+
+
+def coined(rng: random.Random, avoid: set[str], places: bool = False) -> str:
+    """A made-up capitalized word of 1-3 syllables (for a place, sometimes two words), never one
+    of `avoid` (the held-out entities)."""
+    while True:
+        word = "".join(
+            rng.choice(_ONSETS) + rng.choice(_VOWELS) + rng.choice(_CODAS)
+            for _ in range(rng.choice((1, 2, 2, 2, 3)))
+        ).capitalize()
+        if places and rng.random() < 0.15:
+            word = f"{rng.choice(_PLACE_WORDS)} {word}"
+        if len(word) > 2 and word not in avoid:
+            return word
 
 
 ALL_CITIES = facts.cities()
@@ -218,6 +251,7 @@ CITIES_HELD = [c for c in ALL_CITIES if facts.held_out(c, 15) and c not in _NAME
 CITIES_TRAIN = [c for c in ALL_CITIES if c not in CITIES_HELD]
 NAMES_HELD = [n for n in facts.FIRST_NAMES if facts.held_out(n, 20)]
 NAMES_TRAIN = [n for n in facts.FIRST_NAMES if not facts.held_out(n, 20)]
+CITIES_HELD_SET, NAMES_HELD_SET = set(CITIES_HELD), set(NAMES_HELD)
 
 
 def _call(name: str, args: dict[str, Any], i: int) -> dict[str, Any]:
@@ -425,7 +459,7 @@ DAYS = "Monday Tuesday Wednesday Thursday Friday Saturday Sunday".split()
 def json_example(rng: random.Random, split: str) -> Example:
     which = rng.choice(sorted(SCHEMAS))
     system, schema = SCHEMAS[which]
-    name = rng.choice(NAMES_HELD if split == "heldout" else NAMES_TRAIN)
+    name = _name(rng, split)
     if which == "person":
         obj = {"name": name, "age": rng.randint(18, 90), "city": _city(rng, split)}
         text = pick(rng, PERSON_SAYS, split).format(n=name, a=obj["age"], c=obj["city"])
@@ -444,7 +478,12 @@ SHOPS = ["bakery", "bookshop", "cafe", "flower shop", "bike shop", "gym", "libra
 
 def rag_example(rng: random.Random, split: str) -> Example:
     """A question with three retrieved passages in the prompt, answered from the one that holds it."""
-    names = rng.sample(NAMES_HELD if split == "heldout" else NAMES_TRAIN, 3)
+    if split == "train":
+        names = list(dict.fromkeys(_name(rng, split) for _ in range(3)))
+        while len(names) < 3:
+            names = list(dict.fromkeys([*names, _name(rng, split)]))
+    else:
+        names = rng.sample(NAMES_HELD if split == "heldout" else NAMES_TRAIN, 3)
     passages = []
     for n in names:
         shop, city, hour = rng.choice(SHOPS), _city(rng, split), rng.randint(6, 11)

@@ -19,10 +19,12 @@ class Mixture:
         self.rng = random.Random(args.seed + 7)
         self.chat: list[tuple[torch.Tensor, torch.Tensor]] = []
         self.prose = torch.zeros(0, dtype=torch.int32)
+        self.weights: dict[str, float] = {}  # --chat-weights: kinds' weights over the recipe's own
         if self.chat_share:
-            from models.recipe.chat_corpus import chat_tokens
+            from models.recipe.chat_corpus import chat_tokens, parse_weights
 
-            for ids, mask in chat_tokens(tokenizer, args.family, args.chat_examples, args.seed):
+            self.weights = parse_weights(getattr(args, "chat_weights", "") or "")
+            for ids, mask in chat_tokens(tokenizer, args.family, args.chat_examples, args.seed, self.weights):
                 self.chat.append((torch.tensor(ids), torch.tensor(mask)))
             tokens = sum(len(ids) for ids, _ in self.chat)
             print(f"chat conversations {len(self.chat):,}, {tokens:,} tokens", flush=True)
@@ -37,6 +39,7 @@ class Mixture:
             "chat_share": self.chat_share,
             "prose_share": self.prose_share,
             "chat_conversations": len(self.chat),
+            **({"chat_weights": self.weights} if self.weights else {}),
             "prose_text": "Python's pydoc_data/topics.py" if self.prose_share else None,
         }
 

@@ -156,6 +156,9 @@ def main() -> None:
     parser.add_argument("--chat-share", type=float, default=0.0, help="share of rows from the chat corpus")
     parser.add_argument("--prose-share", type=float, default=0.0, help="share of rows of English prose")
     parser.add_argument("--chat-examples", type=int, default=40000, help="conversations generated")
+    parser.add_argument(
+        "--chat-weights", default="", help="kinds' weights over the recipe's own, e.g. tool=40,json=20"
+    )
     parser.add_argument("--seed", type=int, default=1234)
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args()
@@ -284,11 +287,23 @@ def main() -> None:
                 "heldout_text": "models/eval/heldout.txt (Python standard library asyncio/ sources)",
                 "seconds": round(time.time() - started),
                 **({"init_from": str(args.init_from), "mix": mix.describe()} if args.init_from else {}),
+                **_earlier_stage(args.init_from),
             },
             indent=2,
         )
         + "\n"
     )
+
+
+def _earlier_stage(init_from: Path | None) -> dict:
+    """The record of the checkpoint this run continued, kept under "init_from_training" (without its
+    MTP part, which the MTP run replaces), so a staged recipe stays reproducible from one file."""
+    record = init_from / "training.json" if init_from else None
+    if record is None or not record.is_file():
+        return {}
+    earlier = json.loads(record.read_text())
+    earlier.pop("mtp", None)
+    return {"init_from_training": earlier}
 
 
 def recipe_flags(args) -> str:
@@ -297,7 +312,9 @@ def recipe_flags(args) -> str:
 
 def _flag(key: str, value) -> str:
     flag = f"--{key.replace('_', '-')}"
-    return flag if value is True else "" if value in (False, None) else f"{flag} {value}"
+    if value is False or value is None or value == "":  # not `in`: 0 == False, and --steps 0 is a flag
+        return ""
+    return flag if value is True else f"{flag} {value}"
 
 
 def padded_vocab(tokens: int) -> int:

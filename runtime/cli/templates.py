@@ -64,7 +64,7 @@ class Default(WorkerEntrypoint):
                 hint = 'send {"messages": [{"role": "user", "content": "..."}]}'
                 return Response.json({"error": hint}, status=400)
         else:
-            question = parse_qs(urlsplit(request.url).query).get("q", ["def fib(n):"])[0]
+            question = parse_qs(urlsplit(request.url).query).get("q", ["What is the capital of France?"])[0]
             messages = [{"role": "user", "content": question}]
         try:
             stream = await self.env.AI.run(MODEL, {"messages": messages, "max_tokens": 64, "stream": True})
@@ -292,7 +292,7 @@ AI_CHAT_TEST = (
     + '''
 import json
 
-QUESTION = {"messages": [{"role": "user", "content": "import os"}]}
+QUESTION = {"messages": [{"role": "user", "content": "Hello! Who are you?"}]}
 
 
 def streamed_text(response):
@@ -303,7 +303,7 @@ def streamed_text(response):
 
 
 async def test_the_model_streams_an_answer(worker):
-    r = await worker.fetch("/?q=def+fib(n):")
+    r = await worker.fetch("/?q=What+is+the+capital+of+France%3F")
     assert r.status == 200
     assert r.headers["content-type"].startswith("text/event-stream")
     assert streamed_text(r)
@@ -420,8 +420,9 @@ TEMPLATES: dict[str, Template] = {
         "a chat endpoint that streams env.AI.run's answer",
         AI_CHAT,
         "Try it (the model runs on the simulated GPU PoPs):\n\n"
-        "    curl -N 'http://127.0.0.1:8787/?q=def+fib(n):'\n"
-        '    curl -N http://127.0.0.1:8787/ -d \'{"messages": [{"role": "user", "content": "import os"}]}\'',
+        "    curl -N 'http://127.0.0.1:8787/?q=What+is+the+capital+of+France%3F'\n"
+        "    curl -N http://127.0.0.1:8787/ "
+        '-d \'{"messages": [{"role": "user", "content": "Hello! Who are you?"}]}\'',
         {"ai": {"binding": "AI"}},
         test=AI_CHAT_TEST,
     ),

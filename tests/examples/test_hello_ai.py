@@ -6,6 +6,7 @@ import pytest
 pytestmark = [pytest.mark.slow, pytest.mark.edge_config("../../wrangler-like.toml")]
 
 PROMPT = {"prompt": "def fib(n):", "max_tokens": 16}
+CHAT = {"messages": [{"role": "user", "content": "What is the capital of France?"}], "max_tokens": 24}
 
 
 async def test_a_prompt_gets_the_models_completion_and_its_latency_account(worker):
@@ -15,6 +16,13 @@ async def test_a_prompt_gets_the_models_completion_and_its_latency_account(worke
     assert out["model"] == "@edge/moonshotai/kimi-k2-mini"
     assert out["response"] and out["usage"]["completion_tokens"] == 16  # max_tokens, as it was asked
     assert "prefill;dur=" in r.headers["server-timing"] and "decode;dur=" in r.headers["server-timing"]
+
+
+async def test_a_chat_question_gets_an_answer_in_english(worker):
+    r = await worker.fetch("/", method="POST", json=CHAT)
+    assert r.status == 200, r
+    answer = r.json()["response"]
+    assert "capital" in answer and "France" in answer and "def " not in answer
 
 
 async def test_the_same_prompt_gets_the_same_completion(worker):
@@ -34,6 +42,6 @@ async def test_bad_requests_are_refused_with_what_to_send(worker):
     no_json = await worker.fetch("/", method="POST", body="def fib(n):")
     assert no_json.status == 400 and "send a JSON body" in no_json.json()["error"]
     no_prompt = await worker.fetch("/", method="POST", json={"text": "x"})
-    assert no_prompt.status == 400 and '"prompt" string' in no_prompt.json()["error"]
+    assert no_prompt.status == 400 and '"messages" or a "prompt" string' in no_prompt.json()["error"]
     unknown = await worker.fetch("/", method="POST", json={**PROMPT, "model": "@edge/none"})
     assert unknown.status == 400 and unknown.json()["error"].startswith("5007")

@@ -56,7 +56,7 @@ REFUSED = [
     ("store", {"store": True}),
     ("service_tier", {"service_tier": "flex"}),
     ("logit_bias", {"logit_bias": {"1": 101}}),
-    ("logit_bias", {"logit_bias": {"4096": 1}}),
+    ("logit_bias", {"logit_bias": {"99999": 1}}),  # past any vocabulary
     ("n", {"n": 9}),
     ("top_logprobs", {"logprobs": True, "top_logprobs": 21}),
     (

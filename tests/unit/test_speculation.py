@@ -87,7 +87,7 @@ def test_a_seeded_sampled_request_gives_the_same_tokens_with_speculation(params)
     seed's tokens (and their logprobs) are those of decoding one token a step."""
     plain = LLM(SHIPPED_KIMI, device="cpu", speculative=None)
     spec = LLM(SHIPPED_KIMI, device="cpu", speculative=SpeculativeConfig())
-    for seed in (1, 2):
+    for seed in (1, 2, 3, 4):  # (enough draws that some drafts are accepted under the filters)
         seeded = msgspec.structs.replace(params, seed=seed)
         want, got = plain.generate(PROMPTS, seeded), spec.generate(PROMPTS, seeded)
         assert [g.token_ids for g in got] == [g.token_ids for g in want]

@@ -14,6 +14,7 @@ from tokenizers import Tokenizer
 from edge_sim.request import Choice
 from edge_sim.tool_parser import ToolCallParser
 from engine.errors import InvalidRequestError
+from engine.guided import GuideCompiler, grammar_text
 from engine.tokenizer import TextTokenizer
 from engine.tool_calls import (
     GLM45,
@@ -103,27 +104,33 @@ def test_plain_messages_render_as_they_went_in():
 
 def test_kimi_round_trip_renders_its_own_markup():
     out = render_messages(KIMI_K2, ROUND_TRIP, TOOLS)
-    assert [m["role"] for m in out] == ["system", "system", "user", "assistant", "system"]
+    assert [m["role"] for m in out] == ["tool_declare", "system", "user", "assistant", "tool"]
     declared = json.loads(out[0]["content"])
     assert [d["function"]["name"] for d in declared] == ["get_weather", "now"]
     assert out[1]["content"] == "Be brief."
     assert out[2]["content"] == "Weather in Paris?"
     assert out[3]["content"] == KIMI_CALLS
     assert out[4]["content"] == "## Return of functions.get_weather:0\nsunny"
-    # and the shipped template takes them (plain roles, string content)
+    # and the shipped template renders them as Kimi K2's published one: the tools and the result in
+    # system turns named tool_declare and tool
     prompt = TextTokenizer(MODELS / "kimi-k2-mini").apply_chat_template(out)
+    assert prompt.startswith("<|im_system|>tool_declare<|im_middle|>[{")
+    assert "<|im_system|>tool<|im_middle|>## Return of functions.get_weather:0\nsunny<|im_end|>" in prompt
     assert KIMI_CALLS in prompt and prompt.endswith("<|im_assistant|>assistant<|im_middle|>")
 
 
 def test_glm_round_trip_renders_its_own_markup():
     out = render_messages(GLM45, ROUND_TRIP, TOOLS)
     assert [m["role"] for m in out] == ["system", "user", "assistant", "observation"]
-    assert out[0]["content"].startswith("# Tools") and '"name": "get_weather"' in out[0]["content"]
+    assert out[0]["content"].startswith("# Tools\n\nYou may call one or more functions")
+    assert '"name": "get_weather"' in out[0]["content"]
     assert out[0]["content"].endswith("\n\nBe brief.")  # the tools and the system prompt: one turn
     assert out[2]["content"] == "\n" + GLM_CALL
     assert out[3]["content"] == "<tool_response>\nsunny\n</tool_response>"
     prompt = TextTokenizer(MODELS / "glm-4.5-mini").apply_chat_template(out)
     assert "<|observation|>\n<tool_response>" in prompt
+    # an earlier assistant turn keeps GLM-4.5's empty reasoning block before its call
+    assert "<|assistant|>\n<think></think>\n" + GLM_CALL + "<|observation|>" in prompt
 
 
 def test_glm_results_of_one_round_share_one_observation_turn():
@@ -197,16 +204,19 @@ def tokenizers():
     out = {}
     for fmt, name in MODEL_OF.items():
         path = MODELS / name / "tokenizer.json"
-        eos = TextTokenizer(MODELS / name).eos_token_id
-        out[fmt] = (llguidance.LLTokenizer(path.read_text(), eos_token=eos), Tokenizer.from_file(str(path)))
+        text = TextTokenizer(MODELS / name)
+        vocab = json.loads((MODELS / name / "config.json").read_text())["vocab_size"]
+        # llguidance's tokenizer as the engine builds it (the markers spelled as the model spells them)
+        guides = GuideCompiler(path.read_text(), [text.eos_token_id], vocab, encode=text.encode)
+        out[fmt] = (guides, Tokenizer.from_file(str(path)))
     return out
 
 
 def accepts(tokenizers, fmt: str, choice: str, text: str, parallel: bool = True) -> bool:
     """Whether the grammar takes the tokens of `text` and may end there."""
-    ll, hf = tokenizers[fmt]
+    guides, hf = tokenizers[fmt]
     guide = guide_for(fmt, TOOLS, choice, parallel)
-    matcher = llguidance.LLMatcher(ll, llguidance.grammar_from("lark", guide.grammar), log_level=0)
+    matcher = llguidance.LLMatcher(guides.tokenizer, grammar_text(guide, guides.marker_tokens), log_level=0)
     assert not matcher.is_error(), matcher.get_error()
     return matcher.consume_tokens(hf.encode(text, add_special_tokens=False).ids) and matcher.is_accepting()
 
@@ -336,9 +346,9 @@ def test_call_arguments_take_no_free_whitespace(tokenizers):
 
 
 def accepts_tools(tokenizers, fmt: str, tools: list[ToolFunction], text: str) -> bool:
-    ll, hf = tokenizers[fmt]
+    guides, hf = tokenizers[fmt]
     guide = guide_for(fmt, tools, "required")
-    matcher = llguidance.LLMatcher(ll, llguidance.grammar_from("lark", guide.grammar), log_level=0)
+    matcher = llguidance.LLMatcher(guides.tokenizer, grammar_text(guide, guides.marker_tokens), log_level=0)
     return matcher.consume_tokens(hf.encode(text, add_special_tokens=False).ids) and matcher.is_accepting()
 
 
