@@ -12,7 +12,7 @@ from urllib.parse import parse_qs, urlsplit
 from workers import AIError, Response, WorkerEntrypoint
 
 EMBEDDING_MODEL = "@cf/baai/bge-base-en-v1.5"  # 768 dimensions: the index must have as many
-CHAT_MODEL = "@edge/moonshotai/kimi-k2-mini"
+CHAT_MODEL = "@edge/zai-org/glm-4.5-mini"
 TOP_K = 3
 TEXT_CHARS = 4000  # of each passage kept in its metadata (Vectorize holds 10 KiB of it)
 MAX_DOCUMENTS = 100  # per POST: what one embedding call takes
@@ -75,11 +75,9 @@ class Default(WorkerEntrypoint):
         embedded = await self.env.AI.run(EMBEDDING_MODEL, {"text": [question]})
         found = await self.env.VECTORIZE.query(embedded.data[0], {"topK": TOP_K, "returnMetadata": "all"})
         passages = [m.metadata["text"] for m in found.matches]
-        context = "\n\n".join(f"[{i + 1}] {text}" for i, text in enumerate(passages))
-        system = (
-            "Answer the question from these passages only; if they do not hold the answer, say so."
-            "\n\n" + (context or "(no passages: POST some to /documents first)")
-        )
+        context = "\n".join(f"[{i + 1}] {text}" for i, text in enumerate(passages))
+        # the prompt's shape is the one the miniatures were trained on (models/recipe/chat_examples.py)
+        system = "Answer the question from these passages.\n" + (context or "(none: POST some first)")
         messages = [{"role": "system", "content": system}, {"role": "user", "content": question}]
         chat = await self.env.AI.run(CHAT_MODEL, {"messages": messages, "max_tokens": max_tokens})
         choices = chat.get("choices")

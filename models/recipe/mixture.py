@@ -1,15 +1,17 @@
 """What each training row holds: code (the standard library, as the first training), English prose, or
-chat conversations packed end to end, trained on their assistant turns only (the prompts' labels are
--100). The shares are the recipe's `--chat-share` / `--prose-share`; the rest is code, so code is
-not forgotten. The long-context phase is code only."""
+chat conversations packed end to end (whole ones: ChatRows), trained on their assistant
+turns only (the prompts' labels are -100). The shares are the recipe's `--chat-share` /
+`--prose-share`; the rest is code, so code is not forgotten. The long-context phase is code only."""
 
 from __future__ import annotations
 
+import bisect
 import random
 
 import torch
 
 IGNORE = -100  # transformers' label for "no loss here"
+PAD = 0  # the input id under a row's padding (its labels are IGNORE; earlier tokens never see it)
 
 
 class Mixture:
@@ -26,6 +28,7 @@ class Mixture:
             self.weights = parse_weights(getattr(args, "chat_weights", "") or "")
             for ids, mask in chat_tokens(tokenizer, args.family, args.chat_examples, args.seed, self.weights):
                 self.chat.append((torch.tensor(ids), torch.tensor(mask)))
+            self.rows = ChatRows(self.chat, self.rng)
             tokens = sum(len(ids) for ids, _ in self.chat)
             print(f"chat conversations {len(self.chat):,}, {tokens:,} tokens", flush=True)
         if self.prose_share:
@@ -49,7 +52,7 @@ class Mixture:
         for _ in range(rows):
             draw = self.rng.random()
             if not long and draw < self.chat_share:
-                x, y = self._chat_row(seq)
+                x, y = self.rows.row(seq)
             elif not long and draw < self.chat_share + self.prose_share:
                 x = self._window(self.prose, seq, gen)
                 y = x.clone()
@@ -65,11 +68,31 @@ class Mixture:
         start = int(torch.randint(0, len(tokens) - seq - 1, (1,), generator=gen))
         return tokens[start : start + seq].long()
 
-    def _chat_row(self, seq: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Whole conversations end to end until the row is full (the last one cut)."""
+
+class ChatRows:
+    """Chat rows of whole conversations. A row is filled with conversations drawn at random; where
+    the one drawn does not fit in what is left, one that does is drawn among those short enough,
+    and what none fills is padding with no loss. A cut conversation loses its end, and the end is
+    what is trained: a tool call follows its declaration and the answer the tool's result (a GLM
+    tool conversation is about 420 tokens, so rows of 256 cut every call). A conversation longer
+    than the row is cut."""
+
+    def __init__(self, conversations: list[tuple[torch.Tensor, torch.Tensor]], rng: random.Random):
+        self.conversations, self.rng = conversations, rng
+        self.by_length = sorted(range(len(conversations)), key=lambda i: len(conversations[i][0]))
+        self.lengths = [len(conversations[i][0]) for i in self.by_length]
+
+    def row(self, seq: int) -> tuple[torch.Tensor, torch.Tensor]:
         ids, labels, used = [], [], 0
         while used < seq:
-            x, mask = self.chat[self.rng.randrange(len(self.chat))]
+            x, mask = self.conversations[self.rng.randrange(len(self.conversations))]
+            if used and len(x) > seq - used:
+                fitting = bisect.bisect_right(self.lengths, seq - used)
+                if not fitting:
+                    ids.append(torch.full((seq - used,), PAD, dtype=x.dtype))
+                    labels.append(torch.full((seq - used,), IGNORE, dtype=x.dtype))
+                    break
+                x, mask = self.conversations[self.by_length[self.rng.randrange(fitting)]]
             ids.append(x)
             labels.append(torch.where(mask, x, torch.full_like(x, IGNORE)))
             used += len(x)

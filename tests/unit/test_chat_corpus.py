@@ -15,7 +15,7 @@ from engine.tokenizer import TextTokenizer
 from engine.tool_calls import GLM45, KIMI_K2, render_messages
 from models.recipe import chat_corpus as cc
 from models.recipe import chat_examples as ex
-from models.recipe.mixture import IGNORE, Mixture
+from models.recipe.mixture import IGNORE, PAD, ChatRows, Mixture
 from models.recipe.tokenizer import CHAT_TEMPLATES, MARKER_TOKENS, extend_tokenizer
 from tests.conftest import REPO
 
@@ -96,6 +96,25 @@ def test_the_mixture_masks_prompts_and_keeps_code(family_tok):
     masked = (y == IGNORE).any(dim=1)
     assert 0 < int(masked.sum()) < 32  # chat rows carry masked prompts, code rows none
     assert torch.equal(x[~masked], y[~masked])
+
+
+def test_a_chat_row_holds_whole_conversations_and_pads_what_none_fills():
+    # a conversation cut at the row's end loses its end, which is what is trained (the call after a
+    # long tool declaration, the answer after the tool's result)
+    lengths = [90, 150, 200, 260, 330]  # conversation k: ids from k*1000 + 1000, its first half masked
+    chat = [(torch.arange(n) + 1000 * (k + 1), torch.arange(n) >= n // 2) for k, n in enumerate(lengths)]
+    rows = ChatRows(chat, random.Random(5))
+    for _ in range(64):
+        row, labels = (t.tolist() for t in rows.row(512))
+        i = 0
+        while i < len(row) and row[i] != PAD:
+            k = row[i] // 1000 - 1
+            n = lengths[k]
+            assert row[i : i + n] == list(range(1000 * (k + 1), 1000 * (k + 1) + n))  # whole
+            assert labels[i : i + n] == [IGNORE] * (n // 2) + row[i + n // 2 : i + n]
+            i += n
+        assert set(row[i:]) <= {PAD} and set(labels[i:]) <= {IGNORE}
+        assert len(row) - i < min(lengths)  # padded only where no conversation fits
 
 
 def test_training_coins_names_the_model_can_only_copy():

@@ -2,6 +2,8 @@
 projects it writes answering (hello served by a real edge dev)."""
 
 import asyncio
+import json
+import re
 import subprocess
 import sys
 from datetime import date
@@ -145,21 +147,40 @@ def test_a_d1_project_keeps_its_quotes(tmp_path):
         }
 
 
+def _streamed_text(body: str) -> str:
+    events = [line[len("data: ") :] for line in body.splitlines() if line.startswith("data: ")]
+    assert len(events) > 1 and events[-1] == "[DONE]"
+    return "".join(json.loads(e).get("response", "") for e in events[:-1])
+
+
+def _prose(text: str) -> bool:
+    """English sentences rather than code: letters and spaces, no line that reads as Python."""
+    code = re.compile(r"^\s*(def |class |import |from \w+ import|return\b|self\.|[\w.]+\(.*\):?$)|[{};]\s*$")
+    letters = sum(c.isalpha() or c.isspace() for c in text)
+    return (
+        bool(text.strip())
+        and letters >= 0.8 * len(text)
+        and not any(code.search(x) for x in text.splitlines())
+    )
+
+
 @pytest.mark.slow
-def test_an_ai_chat_project_streams_the_models_answer(tmp_path):
+def test_an_ai_chat_project_answers_its_readmes_questions_in_english(tmp_path):
     folder = tmp_path / "chat"
     subprocess.run(
         [sys.executable, "-m", "runtime.cli", "init", "chat", "--template", "ai-chat"],
         cwd=tmp_path,
         check=True,
     )
+    readme = (folder / "README.md").read_text()
+    assert "?q=What+is+the+capital+of+France%3F" in readme and "Hello! Who are you?" in readme
     with DevServer(folder / "wrangler.jsonc", cwd=folder) as srv:
-        r = httpx.post(
-            srv.url + "/", json={"messages": [{"role": "user", "content": "def fib(n):"}]}, timeout=120
-        )
+        r = httpx.get(srv.url + "/?q=What+is+the+capital+of+France%3F", timeout=120)
         assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
-        events = [line for line in r.text.splitlines() if line.startswith("data: ")]
-        assert len(events) > 1 and events[-1] == "data: [DONE]"
+        assert _prose(_streamed_text(r.text)), r.text
+        hello = {"messages": [{"role": "user", "content": "Hello! Who are you?"}]}
+        r = httpx.post(srv.url + "/", json=hello, timeout=120)
+        assert r.status_code == 200 and _prose(_streamed_text(r.text)), r.text
 
 
 def test_the_rag_example_is_the_rag_template():
