@@ -31,7 +31,7 @@ def test_each_template_writes_a_worker_a_wrangler_config_and_a_readme(tmp_path, 
     assert config.name == "my-project" and config.main == "worker.py"
     assert config.compatibility_date == "2026-11-01" and config.compatibility_flags == ["python_workers"]
     assert config.main_path == (folder / "worker.py").resolve()
-    assert (config.ai is not None) == (template in ("ai-chat", "d1", "rag"))
+    assert (config.ai is not None) == (template in ("ai-chat", "d1", "rag", "agent"))
     if template == "rag":
         assert config.bindings["vectorize"][0].index_name == "docs"
     if template == "d1":
