@@ -1,9 +1,10 @@
 """The pytest plugin as a user meets it: `edge init` a project, then `python -m pytest` in its folder
 with this environment's interpreter (the plugin is the installed `pytest11` entry point, nothing is
 configured). The d1 template's tests fetch, seed its D1 database, fire its cron and ask the real
-model twice for the same answer; the rag template's make a Vectorize index and embed documents. A
-failing test added beside them must fail, so the run proves the async tests ran rather than being
-skipped."""
+model twice for the same answer; the rag template's make a Vectorize index, embed documents and
+find the answer in the model's reply; the agent template's see the model call the worker's tool and
+answer from its result. A failing test added beside them must fail, so the run proves the async
+tests ran rather than being skipped."""
 
 import os
 import re
@@ -21,7 +22,9 @@ async def test_a_wrong_expectation_fails(worker):
 """
 
 
-@pytest.mark.parametrize(("template", "passing", "root_status"), [("d1", 5, 200), ("rag", 2, 400)])
+@pytest.mark.parametrize(
+    ("template", "passing", "root_status"), [("d1", 5, 200), ("rag", 2, 400), ("agent", 2, 400)]
+)
 def test_an_edge_init_project_passes_its_own_tests_with_the_plugin(tmp_path, template, passing, root_status):
     subprocess.run(
         [sys.executable, "-m", "runtime.cli", "init", "docs-bot", "--template", template],
