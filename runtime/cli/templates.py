@@ -651,11 +651,13 @@ TEMPLATES: dict[str, Template] = {
         "Ask it something a tool answers (the model calls `get_weather` or `calculator`, the worker "
         "runs the function and sends the result back, and the model answers from it):\n\n"
         "    curl 'http://127.0.0.1:8787/?q=What%27s+the+weather+in+Lisbon%3F'\n"
-        '    curl http://127.0.0.1:8787/ -d \'{"question": "What is 12 * 7?"}\'\n\n'
+        '    curl http://127.0.0.1:8787/ -d \'{"question": "Do I need an umbrella in Oslo today?"}\'\n\n'
         "The answer lists each call, its arguments and what the tool returned. Add a tool: declare it "
         "in `TOOLS` and implement it in `IMPLEMENTED`. The model is the GLM-4.5 miniature, the better "
-        "caller of the two; it copies names it saw in training well and new ones less so (edge-workers' "
-        'BENCHMARKS.md, "Miniatures that chat").',
+        "caller of the two: it copies a city from the question, but it often gets a calculator's "
+        "numbers wrong (the calculator refuses what is not two numbers and an operator, and the model "
+        "answers from what came back); its rates are in edge-workers' BENCHMARKS.md, \"Miniatures that "
+        'chat".',
         {"ai": {"binding": "AI"}},
         test=AGENT_TEST,
     ),
