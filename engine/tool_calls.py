@@ -23,8 +23,9 @@ The shipped miniatures' chat templates know plain {role, content} turns with str
 so `render_messages` writes every piece of a format's markup into the content of such turns (and
 Kimi's tool turns as roles `tool_declare` and `tool`, GLM's results as an `observation` turn); the
 template then renders them as the published templates do. The markers are single tokens of the
-miniatures' tokenizers (models/recipe/tokenizer.py MARKER_TOKENS), decoded as text. The streaming
-parser is edge_sim.tool_parser.
+miniatures' tokenizers (models/recipe/tokenizer.py MARKER_TOKENS), decoded as text; a tool grammar
+names each by its token where the tokenizer has one (`resolve_markers`). The streaming parser is
+edge_sim.tool_parser.
 """
 
 from __future__ import annotations
