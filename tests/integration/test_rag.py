@@ -16,7 +16,7 @@ from runtime.cli.templates import TEMPLATES
 from tests.integration.dev_server import REPO, DevServer
 
 pytestmark = pytest.mark.slow
-CHAT = "@edge/moonshotai/kimi-k2-mini"
+CHAT = "@edge/zai-org/glm-4.5-mini"  # the rag template's chat model (runtime.cli.templates.READER)
 EMBED = "@cf/baai/bge-base-en-v1.5"
 
 # the template's worker, and a route of hostile calls beside it

@@ -64,8 +64,9 @@ def test_json_schema_greedy_validates(llm):
 
 def test_json_mode_gives_an_object(llm):
     params = SamplingParams(max_tokens=400, temperature=0, guide=Guide(kind="json"))
-    ask = [{"role": "system", "content": "Answer in JSON."}, {"role": "user", "content": "Ana is 31."}]
-    for prompt in (llm.tokenizer.apply_chat_template(ask), "{"):  # a chat request, and a bare brace
+    for said in ("Ana is 31.", "Tom lives in Oslo and is 40."):  # chat requests, as a user sends them
+        ask = [{"role": "system", "content": "Answer in JSON."}, {"role": "user", "content": said}]
+        prompt = llm.tokenizer.apply_chat_template(ask)
         (gen,) = run(llm, [prompt], params)
         assert gen.finish_reason == "stop", gen.text
         assert isinstance(json.loads(gen.text), dict)
