@@ -25,7 +25,7 @@ class Mixture:
         if self.chat_share:
             from models.recipe.chat_corpus import chat_tokens, parse_weights
 
-            self.weights = parse_weights(getattr(args, "chat_weights", "") or "")
+            self.weights = parse_weights(args.chat_weights)
             for ids, mask in chat_tokens(tokenizer, args.family, args.chat_examples, args.seed, self.weights):
                 self.chat.append((torch.tensor(ids), torch.tensor(mask)))
             self.rows = ChatRows(self.chat, self.rng)

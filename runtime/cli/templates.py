@@ -315,7 +315,8 @@ ARITHMETIC = re.compile(r"\s*(-?\d+(?:\.\d+)?)\s*([-+*/])\s*(-?\d+(?:\.\d+)?)\s*
 def get_weather(city):
     """A stand-in for a weather API: each city has its own made-up weather, the same every time."""
     digest = hashlib.sha256(str(city).strip().lower().encode()).digest()
-    return {"city": city, "temperature_c": digest[0] % 36 - 5, "condition": CONDITIONS[digest[1] % 6]}
+    condition = CONDITIONS[digest[1] % len(CONDITIONS)]
+    return {"city": city, "temperature_c": digest[0] % 36 - 5, "condition": condition}
 
 
 def calculator(expression):

@@ -88,7 +88,9 @@ def test_held_out_entities_never_reach_training():
 
 def test_the_mixture_masks_prompts_and_keeps_code(family_tok):
     family, tok, _ = family_tok
-    args = Namespace(chat_share=0.5, prose_share=0.0, seed=3, family=family, chat_examples=200)
+    args = Namespace(
+        chat_share=0.5, prose_share=0.0, seed=3, family=family, chat_examples=200, chat_weights=""
+    )
     code = torch.arange(5000, dtype=torch.int32) % 4000
     mix = Mixture(tok, args, code)
     x, y = mix.batch(32, 64, torch.Generator().manual_seed(0))
