@@ -1,6 +1,7 @@
 """The compiled decode step against the eager one: decode tok/s of both miniatures at several
 batch sizes in one run (interleaved rounds, medians), whether both produced the same greedy tokens,
-and what each bucket cost to compile.
+and what each bucket cost to compile; then where a decode step's time goes, phase by phase
+(engine.engine.StepStats: schedule, prepare, forward, sample, emit) and between two forwards.
 
     python bench/compiled_step.py [--rounds 3] [--tokens 64] [--batches 1,4,16,32] \
         [--kv auto] [--weights auto] [--model models/kimi-k2-mini ...]
@@ -37,7 +38,11 @@ def prompts(llm: LLM, batch: int) -> list[list[int]]:
     return [ids[: 8 + (i * 5) % len(ids)] + [i + 3] for i in range(batch)]
 
 
-def decode(llm: LLM, batch: list[list[int]], tokens: int) -> tuple[float, list[list[int]]]:
+PHASES = ("schedule", "prepare", "forward", "sample", "emit")
+
+
+def decode(llm: LLM, batch: list[list[int]], tokens: int) -> tuple[float, list[list[int]], list]:
+    """Decode tok/s, each prompt's tokens, and the decode steps' StepStats."""
     engine = llm.engine
     rids = [
         engine.add_request(p, SamplingParams(max_tokens=tokens + 1, temperature=0, ignore_eos=True))
@@ -47,13 +52,26 @@ def decode(llm: LLM, batch: list[list[int]], tokens: int) -> tuple[float, list[l
     for e in engine.step():  # the prefill step: untimed
         if e.token_id is not None:
             out[e.request_id].append(e.token_id)
-    started, generated = time.perf_counter(), 0
+    started, generated, steps = time.perf_counter(), 0, 0
     while engine.has_unfinished():
+        steps += 1
         for e in engine.step():
             if e.token_id is not None:
                 out[e.request_id].append(e.token_id)
                 generated += 1
-    return generated / (time.perf_counter() - started), [out[r] for r in rids]
+    rate = generated / (time.perf_counter() - started)
+    return rate, [out[r] for r in rids], engine.recent_steps(steps)
+
+
+def phase_row(name: str, batch: int, mode: str, steps: list) -> str:
+    """Mean ms per decode step of each phase (StepStats), the whole step, and the time between
+    two forwards (the step less its forward: Python on the critical path)."""
+    n = max(len(steps), 1)
+    means = [sum(getattr(s, f"{p}_ms") for s in steps) / n for p in PHASES]
+    total = sum(s.duration_ms for s in steps) / n
+    paths = ",".join(sorted({s.forward_path for s in steps}))
+    cells = " | ".join(f"{m:.3f}" for m in means)
+    return f"| {name} | {batch} | {mode} ({paths}) | {cells} | {total:.3f} | {total - means[2]:.3f} |"
 
 
 def main() -> None:
@@ -72,6 +90,7 @@ def main() -> None:
         f"# {platform.processor() or platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}"
         f" ({args.threads} threads), load {os.getloadavg()[0]:.2f}, kv {args.kv}, weights {args.weights}"
     )
+    phases: list[str] = []
     print("| model | batch | eager tok/s | compiled tok/s | compiled / eager | same tokens | compile s |")
     print("|---|---:|---:|---:|---:|---|---:|")
     for model in args.model:
@@ -88,17 +107,24 @@ def main() -> None:
             rates: dict[str, list[float]] = {"eager": [], "compiled": []}
             same = True
             for _ in range(args.rounds):
-                e_rate, e_out = decode(eager, work, args.tokens)
-                c_rate, c_out = decode(compiled, work, args.tokens)
+                e_rate, e_out, e_steps = decode(eager, work, args.tokens)
+                c_rate, c_out, c_steps = decode(compiled, work, args.tokens)
                 rates["eager"].append(e_rate)
                 rates["compiled"].append(c_rate)
                 same &= e_out == c_out
+            phases.append(phase_row(Path(model).name, b, "eager", e_steps))  # the last round's steps
+            phases.append(phase_row(Path(model).name, b, "compiled", c_steps))
             e, c = statistics.median(rates["eager"]), statistics.median(rates["compiled"])
             secs = decoder.compile_seconds[row_bucket(b)]
             print(
                 f"| {Path(model).name} | {b} | {e:.1f} | {c:.1f} | {c / e:.2f}x | {same} | {secs:.1f} |",
                 flush=True,
             )
+
+    print("\nWhere a decode step's time goes (ms per step, the last round; StepStats' phases):\n")
+    print(f"| model | batch | forward | {' | '.join(PHASES)} | step | between forwards |")
+    print("|---|---:|---|" + "---:|" * (len(PHASES) + 2))
+    print("\n".join(phases))
 
 
 if __name__ == "__main__":

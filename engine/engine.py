@@ -14,11 +14,12 @@ import math
 import os
 import time
 from collections import deque
+from dataclasses import dataclass
 
 import msgspec
 import torch
 
-from engine.batch import SeqSlice, StepBatch
+from engine.batch import SeqSlice
 from engine.compiled_step import CompiledDecode
 from engine.errors import InvalidRequestError, RequestTooLargeError
 from engine.fair_queue import TenantShare
@@ -28,6 +29,7 @@ from engine.logprobs import TokenSpeller, attach_logprobs
 from engine.mtp_drafts import MTPDrafter, MTPRows, draft_room
 from engine.policy import SchedulerConfig, SchedulingPolicy
 from engine.prefix_hash import new_salt_key, tenant_salt
+from engine.runner import ModelRunner, StepOutput
 from engine.sampling import Sampler, SamplingError, SamplingParams, apply_logit_bias, choice_seed
 from engine.sequence import SeqEvent, SeqStatus, Sequence
 from engine.speculation import AcceptanceBackoff, NgramDrafter, SpeculativeConfig, accepted_prefix
@@ -49,6 +51,25 @@ class StepStats(msgspec.Struct):
     decode_context: int = 0  # tokens the decoders attend to, their new ones included
     draft_tokens: int = 0  # speculative draft tokens verified in this step
     accepted_tokens: int = 0  # of those, the ones the model agreed with (kept)
+    # where the step's time went (ms): the policy's plan; the runner's inputs (drafts, grammar masks
+    # started); the forward pass (the MTP layer's too); logits and token choices; events (detokenizing,
+    # stop strings, forks). duration_ms - forward_ms is what runs in Python between two forwards.
+    schedule_ms: float = 0.0
+    prepare_ms: float = 0.0
+    forward_ms: float = 0.0
+    sample_ms: float = 0.0
+    emit_ms: float = 0.0
+    forward_path: str = ""  # engine.runner: "eager", "compiled" or "greedy-graph"
+
+
+@dataclass
+class Choices:
+    """The sampling rows' picks: a token each, or the message that ends that row's sequence; and
+    the raw log-probabilities of the rows that ask for logprobs (`asking`), before any bias or mask."""
+
+    picks: list[int | str]
+    asking: list[int]
+    raw: torch.Tensor | None
 
 
 class AccountStats(msgspec.Struct):
@@ -137,6 +158,8 @@ class LLMEngine:
             self.mtp_drafter = MTPDrafter(
                 model.mtp, cache, self.device, speculative.num_tokens, self.compiled_decode
             )
+        drafts_per_step = self.mtp_drafter.num_tokens if self.mtp_drafter is not None else 0
+        self.runner = ModelRunner(model, cache, self.compiled_decode, drafts_per_step)
 
     # --- requests -------------------------------------------------------------------------------
 
@@ -287,74 +310,53 @@ class LLMEngine:
 
     @torch.inference_mode()
     def step(self) -> list[SeqEvent]:
+        """One step: the policy's plan, the runner's forward, sampling, events; each phase timed
+        (StepStats: schedule, prepare, forward, sample, emit)."""
         started = time.perf_counter()
         preempted_before = self.scheduler.preemptions
         policy_plan = self.scheduler.schedule()
         if not policy_plan:
             return []
+        scheduled = time.perf_counter()
         plan = policy_plan.entries()  # decoders first, their num_computed up to date
         chunk_past = [seq.num_computed for seq, _ in policy_plan.chunks]
         for seq, _ in policy_plan.chunks:
             if seq.admissions == seq.preemptions:  # admitted this step: it starts after its cached prefix
                 self._admitted(seq)
         drafts, guided_drafts = self._drafts(policy_plan) if self.speculative is not None else ({}, {})
-        ids: list[int] = []
-        positions: list[int] = []
-        slices: list[SeqSlice] = []
-        now = time.perf_counter()
-        for seq, n in plan:
+        for seq, _ in plan:
             if seq.first_scheduled is None:
-                seq.first_scheduled = now
-            tokens = seq.tokens[seq.num_computed : seq.num_computed + n]
-            draft = drafts.get(seq.order)
-            if draft:  # the real token, then the guesses: verified together, causally
-                tokens = tokens + draft
-            slices.append(SeqSlice(seq.kv, len(ids), len(tokens), seq.num_computed))
-            ids.extend(tokens)
-            positions.extend(range(seq.num_computed, seq.num_computed + len(tokens)))
-        samplers = [
-            (seq, sl)
-            for (seq, n), sl in zip(plan, slices, strict=True)
-            if seq.num_computed + n == len(seq.tokens) and seq.order not in drafts
-        ]
-        speculated = [(seq, sl) for (seq, _), sl in zip(plan, slices, strict=True) if seq.order in drafts]
+                seq.first_scheduled = scheduled
+        inputs = self.runner.prepare(plan, len(policy_plan.chunks), drafts)
+        samplers = inputs.samplers
         guided = [row for row, (seq, _) in enumerate(samplers) if seq.guide is not None]
         masks = None
         if guided:
             masks = GuideBatch(self.guide_compiler(), guided, [samplers[row][0].guide for row in guided])
             if overlap_masks(self.device):
                 masks.start()  # computed while the forward pass runs (else after it, in apply)
-        rows = decode_rows(slices, len(plan) - len(policy_plan.chunks))
-        compiled = self.compiled_decode
-        step_logits = next_drafts = None  # the greedy graph's logits of every row, and its drafts
-        if compiled is not None and not policy_plan.chunks and self._greedy_graph(plan, len(ids)):
-            hidden, step_logits, _, next_drafts = compiled.greedy_decode(ids, rows)
-        elif compiled is not None and not policy_plan.chunks and compiled.accepts(len(ids)):
-            hidden = compiled.decode(ids, rows)  # every row decodes one token
-        else:
-            hidden = self.model.forward(
-                torch.tensor(ids, dtype=torch.long, device=self.device),
-                torch.tensor(positions, dtype=torch.long, device=self.device),
-                StepBatch(rows, self.device, self.cache.layers),
-            )
-        last_rows = [sl.stop - 1 for _, sl in samplers]
-        logits = self._row_logits(hidden, step_logits, last_rows) if samplers else None
-        events: list[SeqEvent] = []
+        prepared = time.perf_counter()
+        out = self.runner.run(inputs)
+        forwarded = time.perf_counter()
+        logits = self.runner.logits(out, [sl.stop - 1 for _, sl in samplers]) if samplers else None
         self.scheduler.completed(policy_plan)
-        verified = self._verify(speculated, drafts, guided_drafts, hidden, step_logits) if speculated else []
+        verified = self._verify(inputs.speculated, drafts, guided_drafts, out) if inputs.speculated else []
         pool = self.cache.pool
         for seq, _ in plan:
             seq.num_computed = self.scheduler.computed(seq)
             seq.kv.length = seq.num_computed
             pool.commit(seq.kv, seq.num_computed)  # its full computed blocks enter the prefix cache
-        if samplers:
-            events = self._sample_all(samplers, logits, masks)
+        chosen = self._choose_all(samplers, logits, masks) if logits is not None else None
+        sampled = time.perf_counter()
+        events = self._emit_chosen(samplers, chosen) if chosen is not None else []
         for seq, tokens, raw in verified:
             events.extend(self._emit_all(seq, tokens, raw, guided_drafts.get(seq.order)))
-        if next_drafts is not None:
-            self._keep_graph_drafts(plan, slices, next_drafts)
-        elif self.mtp_drafter is not None:
-            self.mtp_drafter.run(self._mtp_rows(policy_plan, plan, slices), hidden)
+        emitted = time.perf_counter()
+        if out.next_drafts is not None:
+            self._keep_graph_drafts(plan, inputs.slices, out.next_drafts)
+        elif self.mtp_drafter is not None:  # the MTP layer's forward: counted as forward time
+            self.mtp_drafter.run(self._mtp_rows(policy_plan, plan, inputs.slices), out.hidden)
+        ended = time.perf_counter()
         drafted = sum(len(d) for d in drafts.values())
         accepted = sum(len(tokens) - 1 for _, tokens, _ in verified if not isinstance(tokens, str))
         self.draft_tokens += drafted
@@ -367,39 +369,26 @@ class LLMEngine:
             StepStats(
                 batch_size=len(plan),
                 prefill_tokens=prefill,
-                decode_tokens=len(ids) - prefill,
+                decode_tokens=len(inputs.ids) - prefill,
                 kv_blocks_used=self.cache.used_blocks,
                 kv_blocks_free=self.cache.free_blocks,
-                duration_ms=(time.perf_counter() - started) * 1000,
+                duration_ms=(ended - started) * 1000,
                 preempted=self.scheduler.preemptions - preempted_before,
                 started=started,
                 prefill_pairs=pairs,
                 decode_context=policy_plan.decode_context,
                 draft_tokens=drafted,
                 accepted_tokens=accepted,
+                schedule_ms=(scheduled - started) * 1000,
+                prepare_ms=(prepared - scheduled) * 1000,
+                forward_ms=(forwarded - prepared + ended - emitted) * 1000,
+                sample_ms=(sampled - forwarded) * 1000,
+                emit_ms=(emitted - sampled) * 1000,
+                forward_path=out.path,
             )
         )
         self.total_prompt_tokens += prefill
         return events
-
-    def _row_logits(self, hidden: torch.Tensor, step_logits: torch.Tensor | None, rows: list[int]):
-        """Float32 logits of these rows (a copy: biases and masks apply to it in place), from the
-        greedy graph's when it computed them."""
-        return step_logits[rows] if step_logits is not None else self.model.logits(hidden[rows])
-
-    def _greedy_graph(self, plan, rows: int) -> bool:
-        """Whether this decode-only step runs the compiled greedy graph, which drafts the next step
-        inside it (engine.compiled_step.CompiledDecode.greedy_decode): one MTP draft token a step,
-        and every sequence greedy with no penalties, biases, grammar or logprobs, so the argmax
-        the graph feeds the MTP layer is the token each row emits."""
-        drafter, compiled = self.mtp_drafter, self.compiled_decode
-        if drafter is None or compiled is None or drafter.num_tokens != 1 or not compiled.accepts_mtp(rows):
-            return False
-        return all(
-            p.greedy and not p.penalised and not p.logit_bias and p.logprobs is None and seq.guide is None
-            for seq, _ in plan
-            for p in (seq.params,)
-        )
 
     def _keep_graph_drafts(self, plan, slices: list[SeqSlice], drafts: torch.Tensor) -> None:
         """Each live sequence's next draft from the greedy graph: the MTP layer's output at its
@@ -479,8 +468,7 @@ class LLMEngine:
         speculated: list,
         drafts: dict[int, list[int]],
         guided: dict[int, GuidedDraft],
-        hidden: torch.Tensor,
-        step_logits=None,
+        out: StepOutput,
     ) -> list:
         """Each speculating sequence's tokens for this step: the accepted draft tokens, then one of
         the model's own. Greedy rows take the argmax (exactly what decoding one token a step gives);
@@ -490,7 +478,7 @@ class LLMEngine:
         tokens are computed already, so the policy moves the sequence ahead by that many. Also
         returns each sequence's raw log-probabilities of its rows when it asks for logprobs."""
         rows = [row for _, sl in speculated for row in range(sl.start, sl.stop)]
-        logits = self._row_logits(hidden, step_logits, rows)
+        logits = self.runner.logits(out, rows)
         finite = torch.isfinite(logits.sum(dim=-1)).tolist()
         asking = [i for i, (seq, _) in enumerate(speculated) if seq.params.logprobs is not None]
         starts = list(itertools.accumulate((sl.length for _, sl in speculated), initial=0))
@@ -566,9 +554,10 @@ class LLMEngine:
         if seq.admissions == 1:
             seq.cached_tokens = seq.num_computed
 
-    def _sample_all(self, samplers: list, logits: torch.Tensor, masks: GuideBatch | None) -> list[SeqEvent]:
-        """One event per sampling row. Batched: the finiteness check, the raw log_softmax of the rows
-        that ask for logprobs (before any mask), the grammar masks, the greedy argmax (after them)."""
+    def _choose_all(self, samplers: list, logits: torch.Tensor, masks: GuideBatch | None) -> Choices:
+        """Each sampling row's token, or the message that ends its sequence. Batched: the finiteness
+        check, the raw log_softmax of the rows that ask for logprobs (before any mask), the grammar
+        masks, the greedy argmax (after them)."""
         finite = torch.isfinite(logits.sum(dim=-1)).tolist()  # any nan/inf in a row poisons its sum
         asking = [row for row, (seq, _) in enumerate(samplers) if seq.params.logprobs is not None]
         raw = torch.log_softmax(logits[asking].float(), dim=-1) if asking else None
@@ -576,37 +565,45 @@ class LLMEngine:
         apply_logit_bias(logits, [seq.params.logit_bias for seq, _ in samplers])
         dead = dict(zip(masks.rows, masks.apply(logits), strict=True)) if masks is not None else {}
         best = logits.argmax(dim=-1).tolist()  # one reduction for every greedy sequence, masks applied
-        events = []
-        for row, (seq, _) in enumerate(samplers):
-            if not seq.forked:
-                self._fork(seq)
-            events.append(self._sample(seq, logits, row, finite[row], best[row], dead.get(row)))
-        if asking:
-            ks = [samplers[row][0].params.logprobs for row in asking]
-            attach_logprobs([events[row] for row in asking], raw, ks, self.speller())
-        return events
+        picks = [
+            self._choose(seq, logits, row, finite[row], best[row], dead.get(row))
+            for row, (seq, _) in enumerate(samplers)
+        ]
+        return Choices(picks, asking, raw)
 
-    def _sample(
+    def _choose(
         self, seq: Sequence, logits: torch.Tensor, row: int, finite: bool, best: int, dead: str | None
-    ) -> SeqEvent:
+    ) -> int | str:
         if not finite:
-            seq.finish("error", "the model produced non-finite logits for this request")
-            return self._finished(seq, None, "")
+            return "the model produced non-finite logits for this request"
         if dead is not None:  # its grammar allows no token: it alone ends
-            seq.finish("error", dead)
-            return self._finished(seq, None, "")
+            return dead
         p = seq.params
         # a batch is shared by every tenant: whatever goes wrong sampling one row ends that row
         try:
-            token = best if p.greedy and not p.penalised else seq.sampler(logits[row])
+            return best if p.greedy and not p.penalised else seq.sampler(logits[row])
         except SamplingError as exc:
-            seq.finish("error", str(exc))
-            return self._finished(seq, None, "")
+            return str(exc)
         except Exception:
             log.exception("sampling request %s failed; it alone ends", seq.request_id)
-            seq.finish("error", "sampling failed for this request (internal error; the others went on)")
-            return self._finished(seq, None, "")
-        return self._emit(seq, token)
+            return "sampling failed for this request (internal error; the others went on)"
+
+    def _emit_chosen(self, samplers: list, chosen: Choices) -> list[SeqEvent]:
+        """One event per sampling row from _choose_all's picks (a request's first sampled token
+        forks its other n - 1 sequences first)."""
+        events = []
+        for (seq, _), pick in zip(samplers, chosen.picks, strict=True):
+            if not seq.forked:
+                self._fork(seq)
+            if isinstance(pick, str):
+                seq.finish("error", pick)
+                events.append(self._finished(seq, None, ""))
+            else:
+                events.append(self._emit(seq, pick))
+        if chosen.asking:
+            ks = [samplers[row][0].params.logprobs for row in chosen.asking]
+            attach_logprobs([events[row] for row in chosen.asking], chosen.raw, ks, self.speller())
+        return events
 
     def _emit(self, seq: Sequence, token: int, consumed: bool = False) -> SeqEvent:
         """Record a chosen token on `seq` and say what it produced (`consumed`: its guide has taken
@@ -674,26 +671,6 @@ class LLMEngine:
 
     def kv_capacity_tokens(self) -> int:
         return self.cache.num_blocks * BLOCK_SIZE
-
-
-def decode_rows(slices: list[SeqSlice], decoders: int) -> list[SeqSlice]:
-    """The step's slices as the forward pass runs them: a speculating decoder's real token and
-    drafts become one single-token row each, at consecutive positions of its one block table, so
-    they take the batched decode path (and the compiled graph) instead of a per-sequence prefill.
-    Each layer writes every row's keys and values before any row reads, and each row reads
-    only up to its own position, so a row sees exactly the real token and drafts before it, as a
-    causal pass over them would; the rows stay inside the block being filled, never its last slot
-    (engine.mtp_drafts.draft_room), so a staged format seals no block with a draft.
-    `slices[:decoders]` are the decoders' (the policy's plan lists them first)."""
-    if all(sl.length == 1 for sl in slices[:decoders]):
-        return slices
-    rows = []
-    for i, sl in enumerate(slices):
-        if i < decoders and sl.length > 1:
-            rows.extend(SeqSlice(sl.blocks, sl.start + j, 1, sl.past + j) for j in range(sl.length))
-        else:
-            rows.append(sl)
-    return rows
 
 
 def default_kv_budget(device: torch.device, bytes_per_token: float, context_window: int) -> int:
