@@ -72,6 +72,7 @@ class StepBatch:
         self.prefilling = [s for s in slices if s.length > 1]
         # every row is one decoding sequence, in order: layers skip gathering and scattering rows
         self.decode_only = not self.prefilling and all(s.start == i for i, s in enumerate(slices))
+        self.real_rows: torch.Tensor | None = None  # every row is real (a compiled step pads its batch)
 
     def kv(self, layer: int) -> LayerKV:
         """The tensor store layer `layer` writes this step's keys and values to and reads from."""

@@ -73,6 +73,7 @@ class _CompiledBatch:
         self.layers = layers
         self.index = index
         self.decode = self  # LayerKV.decode_write and the attention read `decode.index`
+        self.real_rows = index.real_rows  # the fused MoE op skips (and does not count) padding rows
 
     def kv(self, layer: int):
         return self.layers[layer]

@@ -38,6 +38,7 @@ from kernels.formats import WEIGHT, QuantizedWeight
 
 log = logging.getLogger(__name__)
 SOURCE = Path(__file__).resolve().parent / "csrc" / "qlinear.c"
+HEADER = SOURCE.parent / "edge_kernels.h"  # its format codes and shared declarations
 FORMATS = ("int8", "int4")
 ENV = "EDGE_CPU_KERNELS"  # "0": never build or use them (the reference path, dequantize then multiply)
 ISAS = ("scalar", "avx2", "avx512")  # the C code's paths, lowest first
@@ -45,7 +46,7 @@ _lib: ctypes.CDLL | None = None
 _problem: str | None = None  # why they are not available, once known
 
 
-def _build_dirs() -> list[Path]:
+def build_dirs() -> list[Path]:
     """A checkout's .native/ (beside engine.native's build), else the user's cache folder (an
     installed wheel: nothing is written into site-packages)."""
     repo = Path(__file__).resolve().parents[1]
@@ -70,9 +71,9 @@ def _compile(target: Path) -> None:
 
 def build() -> Path:
     """The compiled library for the current source (compiled now if missing); RuntimeError why not."""
-    digest = hashlib.sha256(SOURCE.read_bytes()).hexdigest()[:16]
+    digest = hashlib.sha256(SOURCE.read_bytes() + HEADER.read_bytes()).hexdigest()[:16]
     problems = []
-    for folder in _build_dirs():
+    for folder in build_dirs():
         target = folder / f"qlinear-{digest}.so"
         if target.exists():
             return target
@@ -173,13 +174,13 @@ def supports(x: torch.Tensor, w: QuantizedWeight) -> bool:
         and (w.format != "int4" or w.shape[1] % 32 == 0)
     ):
         return False
-    return (w.data.dtype, w.data.shape, w.scale.dtype, w.scale.shape) == _stored(
+    return (w.data.dtype, w.data.shape, w.scale.dtype, w.scale.shape) == stored_as(
         w.format, w.shape
     ) and available()
 
 
 @functools.lru_cache(maxsize=1024)
-def _stored(fmt: str, shape: tuple[int, ...]) -> tuple:
+def stored_as(fmt: str, shape: tuple[int, ...]) -> tuple:
     """What the format table says a `fmt` weight of `shape` stores (dtypes and shapes), computed
     once per shape: `supports` runs on every matmul."""
     spec = WEIGHT[fmt]

@@ -43,6 +43,7 @@ class StaticDecodeIndex:
     tail_blocks: torch.Tensor  # [R] block id the new token lands in
     tail_flat: torch.Tensor  # [R] that block's index in `blocks`
     full: torch.Tensor  # [R] bool: the new token fills its block (a staged format seals it)
+    real_rows: torch.Tensor  # [1] how many leading rows are real (the rest padding)
 
     @property
     def batch(self) -> int:
@@ -82,9 +83,10 @@ def static_index(
     ints += [row[t] for row, t in zip(table_rows, tail, strict=True)]
     ints += [i * blocks + t for i, t in enumerate(tail)]
     ints += [int(p % BLOCK == BLOCK - 1) for p in pos]
+    ints.append(rows - pad)
     flat = torch.tensor(ints, dtype=torch.long, device=device)
-    flat_blocks, pos_t, write_rows, slots_t, staging_rows, tail_blocks, tail_flat, full = flat.split(
-        [rows * blocks, rows, rows, rows, rows, rows, rows, rows]
+    flat_blocks, pos_t, write_rows, slots_t, staging_rows, tail_blocks, tail_flat, full, real = flat.split(
+        [rows * blocks, rows, rows, rows, rows, rows, rows, rows, 1]
     )
     t = blocks * BLOCK
     hidden = torch.arange(t, device=device)[None, :] > pos_t[:, None]
@@ -100,6 +102,7 @@ def static_index(
         tail_blocks=tail_blocks,
         tail_flat=tail_flat,
         full=full.bool(),
+        real_rows=real,
     )
 
 

@@ -64,7 +64,7 @@ class DecoderLayer:
 
     def __call__(self, x, rope, batch):
         x = x + self.attn(self.input_norm(x), rope, batch)
-        return x + self.mlp(self.post_attn_norm(x))
+        return x + self.mlp(self.post_attn_norm(x), batch)
 
 
 class DecoderLM:

@@ -15,6 +15,7 @@ import torch.nn.functional as F
 import kernels
 from engine.config import ModelConfig, RopeSpec
 from engine.models import eager_ops
+from kernels import native_ops
 from kernels.quant import QuantizedWeight, concat_out, rows_of, stack
 
 Tensors = Mapping[str, "torch.Tensor | QuantizedWeight"]
@@ -53,6 +54,8 @@ class Linear:
             self.quantized, self.weight_t = weight, None
         else:
             self.quantized, self.weight_t = None, weight.t().contiguous()
+        # int8 / int4 on a CPU: one C++ op (kernels.native_ops.linear), eager or inside a compiled graph
+        self.native = self.quantized is not None and native_ops.takes(self.quantized)
 
     @property
     def weight(self) -> torch.Tensor | QuantizedWeight:
@@ -60,11 +63,14 @@ class Linear:
 
     @property
     def eager_part(self) -> bool:
-        """A compiled step calls a compressed weight's matmul as an opaque op (eager_ops)."""
-        return self.quantized is not None
+        """A compiled step calls a compressed weight's matmul that no native op takes (fp8, or no
+        build) as an opaque Python op (eager_ops)."""
+        return self.quantized is not None and not self.native
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         if self.weight_t is None:
+            if self.native:
+                return native_ops.linear(x, self.quantized, self.bias)
             if eager_ops.in_compiled_step():
                 return eager_ops.quantized_linear(x, self.handle)
             return self.eager(x)
@@ -193,7 +199,8 @@ class MLP:
             self.gate, self.up = Linear(gate), Linear(up)
         self.down = linear(t, f"{prefix}.down_proj")
 
-    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+    def __call__(self, x: torch.Tensor, batch=None) -> torch.Tensor:
+        """`batch` (the step's) is unused: a decoder layer calls its MLP and its MoE alike."""
         if self.fused:
             gate, up = self.gate_up(x).chunk(2, dim=-1)
             return self.down(F.silu(gate) * up)
@@ -258,12 +265,18 @@ class RoutedExperts:
 
         gate, up, down = stacked("gate_proj"), stacked("up_proj"), stacked("down_proj")
         self.fused = isinstance(gate, torch.Tensor) and isinstance(up, torch.Tensor)
-        if self.fused:  # dense: [E, in, out] layouts, gate and up side by side
-            self.w_gate_up_t = torch.cat([gate, up], dim=1).transpose(1, 2).contiguous()
-            self.w_down_t = down.transpose(1, 2).contiguous()
-            # per-expert views, indexed in Python: no select op per expert call
+        # the fused op's arguments (kernels.native_ops.fused_moe) when this CPU runs it, else None
+        self.native: tuple | None = None
+        if self.fused:  # dense: w13 [E, 2I, in] (gate rows, then up rows) and w2 [E, in, I], stored once
+            self.w13 = torch.cat([gate, up], dim=1).contiguous()
+            self.w2 = down.contiguous()
+            self.w_gate_up_t, self.w_down_t = self.w13.transpose(1, 2), self.w2.transpose(1, 2)
+            # per-expert [in, out] views for the eager loop, indexed in Python: no select op per call
             self._gate_up = list(self.w_gate_up_t.unbind(0))
             self._down = list(self.w_down_t.unbind(0))
+            fmt = {torch.float32: "f32", torch.bfloat16: "bf16"}.get(self.w13.dtype)
+            if fmt is not None:
+                self.native = (self.w13, None, self.w2, None, fmt, gate.shape[1])
         else:
             self.w_gate, self.w_up, self.w_down = gate, up, down
         # int8 / int4 on a CPU: gate and up rows of each expert stored as one weight (w_gate and w_up
@@ -273,10 +286,18 @@ class RoutedExperts:
         if not self.fused and isinstance(gate, QuantizedWeight) and gate.data.device.type == "cpu":
             joined = concat_out([gate, up])
         if joined is not None:
+            assert isinstance(down, QuantizedWeight)
             i = gate.shape[-2]
             self.w_gate, self.w_up = rows_of(joined, 0, i), rows_of(joined, i, 2 * i)
             self._q_gate_up = [joined[e] for e in range(num_experts)]
             self._q_down = [down[e] for e in range(num_experts)]
+            fits = joined.format == "int8" or (joined.format == "int4" and gate.shape[-1] % 32 == 0 == i % 32)
+            if fits and down.format == joined.format:
+                stored = (joined.data, joined.scale, down.data, down.scale)
+                if all(t.is_contiguous() for t in stored):
+                    self.native = (*stored, joined.format, i)
+        if self.native is not None and not (self.native[0].device.type == "cpu" and native_ops.available()):
+            self.native = None
         self.num_experts = num_experts
 
     def _expert(self, e: int, h: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
@@ -290,6 +311,13 @@ class RoutedExperts:
         gate, up = kernels.linear(h, self.w_gate[e]), kernels.linear(h, self.w_up[e])
         y = kernels.linear(F.silu(gate) * up, self.w_down[e])
         return y if out is None else out.copy_(y)
+
+    def run_native(self, x, weights, ids, load: torch.Tensor, real_rows: torch.Tensor | None) -> torch.Tensor:
+        """The native op's sum (kernels.native_ops.fused_moe: one C++ call, tokens counted inside
+        and added to `load`); only where `native` is set."""
+        assert self.native is not None
+        w13, s13, w2, s2, fmt, inter = self.native
+        return native_ops.fused_moe(x, weights, ids, w13, s13, w2, s2, fmt, inter, load, real_rows)
 
     def __call__(self, x: torch.Tensor, weights: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
         """Sum over each token's k experts of weight * expert(x); only experts with tokens run."""
@@ -334,7 +362,11 @@ class MoE:
         self._pending: list[torch.Tensor] = []  # routed ids not yet counted (counted in bulk: cheaper)
         self.handle = -1  # a compiled step runs `routed` as an opaque op (eager_ops.number_parts)
 
-    eager_part = True
+    @property
+    def eager_part(self) -> bool:
+        """A compiled step runs `routed` as an opaque Python op only where no native op takes the
+        experts (fp8, a GPU, or no build)."""
+        return self.experts.native is None
 
     @property
     def expert_load(self) -> torch.Tensor:
@@ -352,9 +384,12 @@ class MoE:
             self.expert_load  # noqa: B018 - folds the pending ids into the counts
         return self.experts(x, weights, ids)
 
-    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+    def __call__(self, x: torch.Tensor, batch=None) -> torch.Tensor:
+        """`batch`: the step's; a compiled step's names its real rows (padding rows are not routed)."""
         weights, ids = self.router(x)
-        if eager_ops.in_compiled_step():
+        if self.experts.native is not None:  # one C++ op, eager or inside a compiled graph
+            out = self.experts.run_native(x, weights, ids, self._load, getattr(batch, "real_rows", None))
+        elif eager_ops.in_compiled_step():
             out = eager_ops.routed_experts(x, weights, ids, self.handle)
         else:
             out = self.routed(x, weights, ids)

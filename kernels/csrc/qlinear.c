@@ -3,6 +3,8 @@
    int8: W [N, K] int8, one float32 scale per output row.
    int4: W [N, K/2] uint8, two codes a byte (low nibble first, offset 8), one bfloat16 scale per
          group of 32 along K (kernels/packing.py's layout, used as stored: no repack at load).
+   f32 / bf16: W [N, K] dense (the fused ops of kernels/csrc/ops.cpp take every format through
+         edge_linear, declared in edge_kernels.h).
 
    One row of x (a decode step at batch 1, bandwidth-bound): each row of W is decoded in registers
    straight into its dot product, the int8 row scale applied once to the sum and each int4 group's
@@ -17,6 +19,8 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "edge_kernels.h"
 #ifdef _OPENMP
 #include <omp.h>
 #endif
@@ -54,6 +58,16 @@ static void decode_int4_row(const uint8_t *w, const uint16_t *scales, int64_t k,
             o[2 * i + 1] = (float)((int)(b[i] >> 4) - 8) * s;
         }
     }
+}
+
+static void decode_bf16_row(const uint16_t *w, int64_t k, float *out) {
+    for (int64_t i = 0; i < k; i++) out[i] = bf16_to_f32(w[i]);
+}
+
+static float dot_bf16_scalar(const float *x, const uint16_t *w, int64_t k) {
+    float acc = 0.0f;
+    for (int64_t i = 0; i < k; i++) acc += x[i] * bf16_to_f32(w[i]);
+    return acc;
 }
 
 static float dot_scalar(const float *a, const float *b, int64_t k) {
@@ -156,6 +170,40 @@ AVX2 static float dot_int4_avx2(const float *x, const uint8_t *w, const uint16_t
         acc = _mm256_fmadd_ps(sum, _mm256_set1_ps(bf16_to_f32(scales[g])), acc);
     }
     return hsum256(acc);
+}
+
+AVX2 static inline __m256 bf16x8(const uint16_t *w) {
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)w)), 16));
+}
+
+AVX2 static float dot_f32_avx2(const float *x, const float *w, int64_t k) {
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 16 <= k; i += 16) {
+        acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(w + i), acc0);
+        acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 8), _mm256_loadu_ps(w + i + 8), acc1);
+    }
+    float rest = 0.0f;
+    for (; i < k; i++) rest += x[i] * w[i];
+    return hsum256(_mm256_add_ps(acc0, acc1)) + rest;
+}
+
+AVX2 static float dot_bf16_avx2(const float *x, const uint16_t *w, int64_t k) {
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 16 <= k; i += 16) {
+        acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i), bf16x8(w + i), acc0);
+        acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 8), bf16x8(w + i + 8), acc1);
+    }
+    float rest = 0.0f;
+    for (; i < k; i++) rest += x[i] * bf16_to_f32(w[i]);
+    return hsum256(_mm256_add_ps(acc0, acc1)) + rest;
+}
+
+AVX2 static void decode_bf16_row_avx2(const uint16_t *w, int64_t k, float *out) {
+    int64_t i = 0;
+    for (; i + 8 <= k; i += 8) _mm256_storeu_ps(out + i, bf16x8(w + i));
+    for (; i < k; i++) out[i] = bf16_to_f32(w[i]);
 }
 
 /* y[i, n0 .. n0 + rows) = x[i] . tile[0 .. rows) for every row i of x; kp a multiple of 8 and
@@ -277,6 +325,38 @@ AVX512 static float dot_int4_avx512(const float *x, const uint8_t *w, const uint
     return _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
 }
 
+AVX512 static inline __m512 bf16x16(__m256i b) { return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(b), 16)); }
+
+AVX512 static float dot_f32_avx512(const float *x, const float *w, int64_t k) {
+    __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+    int64_t i = 0;
+    for (; i + 32 <= k; i += 32) {
+        acc0 = _mm512_fmadd_ps(_mm512_loadu_ps(x + i), _mm512_loadu_ps(w + i), acc0);
+        acc1 = _mm512_fmadd_ps(_mm512_loadu_ps(x + i + 16), _mm512_loadu_ps(w + i + 16), acc1);
+    }
+    for (; i < k; i += 16) {
+        int64_t left = k - i < 16 ? k - i : 16;
+        __mmask16 mask = (__mmask16)((1u << left) - 1);
+        acc0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mask, x + i), _mm512_maskz_loadu_ps(mask, w + i), acc0);
+    }
+    return _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
+}
+
+AVX512 static float dot_bf16_avx512(const float *x, const uint16_t *w, int64_t k) {
+    __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+    int64_t i = 0;
+    for (; i + 32 <= k; i += 32) {
+        acc0 = _mm512_fmadd_ps(_mm512_loadu_ps(x + i), bf16x16(_mm256_loadu_si256((const __m256i *)(w + i))), acc0);
+        acc1 = _mm512_fmadd_ps(_mm512_loadu_ps(x + i + 16), bf16x16(_mm256_loadu_si256((const __m256i *)(w + i + 16))), acc1);
+    }
+    for (; i < k; i += 16) {
+        int64_t left = k - i < 16 ? k - i : 16;
+        __mmask16 mask = (__mmask16)((1u << left) - 1);
+        acc0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mask, x + i), bf16x16(_mm256_maskz_loadu_epi16(mask, w + i)), acc0);
+    }
+    return _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
+}
+
 /* as tile_dots_avx2 with kp a multiple of 16: 4 rows of x x 4 of the tile per pass (16 accumulators) */
 AVX512 static void tile_dots_avx512(const float *x, int64_t m, int64_t kp, const float *tile, int rows,
                                     float *y, int64_t n, int64_t n0) {
@@ -346,6 +426,8 @@ static int level(void) {
     return have < max_level ? have : max_level;
 }
 
+int edge_isa_level(void) { return level(); }
+
 static const char *NAMES[] = {"scalar", "avx2", "avx512"};
 
 /* "avx512", "avx2" or "scalar": the path this CPU runs now */
@@ -362,7 +444,23 @@ void qlinear_force_scalar(int on) { max_level = on ? ISA_SCALAR : ISA_AVX512; }
 /* --- the two entry points --------------------------------------------------------------------- */
 
 static float gemv_row(int isa, int fmt, const float *x, int64_t k, const void *w, const void *scales, int64_t row) {
-    if (fmt == 8) {
+    if (fmt == EDGE_F32) {
+        const float *wr = (const float *)w + row * k;
+#ifdef EDGE_X86
+        if (isa == ISA_AVX512) return dot_f32_avx512(x, wr, k);
+        if (isa == ISA_AVX2) return dot_f32_avx2(x, wr, k);
+#endif
+        return dot_scalar(x, wr, k);
+    }
+    if (fmt == EDGE_BF16) {
+        const uint16_t *wr = (const uint16_t *)w + row * k;
+#ifdef EDGE_X86
+        if (isa == ISA_AVX512) return dot_bf16_avx512(x, wr, k);
+        if (isa == ISA_AVX2) return dot_bf16_avx2(x, wr, k);
+#endif
+        return dot_bf16_scalar(x, wr, k);
+    }
+    if (fmt == EDGE_INT8) {
         const int8_t *wr = (const int8_t *)w + row * k;
         float s = ((const float *)scales)[row];
 #ifdef EDGE_X86
@@ -381,7 +479,19 @@ static float gemv_row(int isa, int fmt, const float *x, int64_t k, const void *w
 }
 
 static void decode_row(int isa, int fmt, int64_t k, const void *w, const void *scales, int64_t row, float *t) {
-    if (fmt == 8) {
+    if (fmt == EDGE_F32) {
+        memcpy(t, (const float *)w + row * k, sizeof(float) * k);
+        return;
+    }
+    if (fmt == EDGE_BF16) {
+        const uint16_t *wr = (const uint16_t *)w + row * k;
+#ifdef EDGE_X86
+        if (isa == ISA_AVX2 || isa == ISA_AVX512) { decode_bf16_row_avx2(wr, k, t); return; }
+#endif
+        decode_bf16_row(wr, k, t);
+        return;
+    }
+    if (fmt == EDGE_INT8) {
         const int8_t *wr = (const int8_t *)w + row * k;
         float s = ((const float *)scales)[row];
 #ifdef EDGE_X86
@@ -400,8 +510,8 @@ static void decode_row(int isa, int fmt, int64_t k, const void *w, const void *s
     decode_int4_row(wr, sr, k, t);
 }
 
-static void run(const float *x, int64_t m, int64_t k, int64_t n, float *y, int threads,
-                const void *w, const void *scales, int fmt) {
+void edge_linear(const float *x, int64_t m, int64_t k, int64_t n, float *y, int threads,
+                 const void *w, const void *scales, int fmt) {
     int isa = level();
     /* a fork and join (a few us) costs more than a product this small */
     if (threads < 1 || n * k * (m < 8 ? 1 : m / 4) < 128 * 1024 || n < 2 * ROWS) threads = 1;
@@ -454,11 +564,11 @@ static void run(const float *x, int64_t m, int64_t k, int64_t n, float *y, int t
 /* x [m, k] float32, w [n, k] int8, scales [n] float32 -> y [m, n] float32 */
 void qlinear_int8(const float *x, int64_t m, int64_t k, const int8_t *w, const float *scales,
                   int64_t n, float *y, int threads) {
-    run(x, m, k, n, y, threads, w, scales, 8);
+    edge_linear(x, m, k, n, y, threads, w, scales, EDGE_INT8);
 }
 
 /* x [m, k] float32, w [n, k/2] uint8, scales [n, k/32] bfloat16 -> y [m, n] float32; k % 32 == 0 */
 void qlinear_int4(const float *x, int64_t m, int64_t k, const uint8_t *w, const uint16_t *scales,
                   int64_t n, float *y, int threads) {
-    run(x, m, k, n, y, threads, w, scales, 4);
+    edge_linear(x, m, k, n, y, threads, w, scales, EDGE_INT4);
 }

@@ -1,0 +1,32 @@
+/* What the plain C kernels share with each other and with the torch registration (ops.cpp). */
+#ifndef EDGE_KERNELS_H
+#define EDGE_KERNELS_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* weight formats, as stored (kernels/formats.py): the code is the bits per weight */
+enum { EDGE_INT4 = 4, EDGE_INT8 = 8, EDGE_BF16 = 16, EDGE_F32 = 32 };
+
+/* y [m, n] = x [m, k] W^T, float32 in and out, W [n, k] in `fmt` (int8: float32 scale per row; int4:
+   two codes a byte, bfloat16 scale per 32 along k, k % 32 == 0; dense: scales unused); output rows
+   split over `threads` OpenMP threads when the product is large enough to pay for the fork */
+void edge_linear(const float *x, int64_t m, int64_t k, int64_t n, float *y, int threads,
+                 const void *w, const void *scales, int fmt);
+
+/* the routed experts of one MoE layer in one call (moe.c) */
+void edge_fused_moe(const float *x, int64_t tokens, int64_t hidden, const int64_t *ids, const float *weights,
+                    int64_t top_k, int64_t experts, int64_t inter, const void *w13, const void *s13,
+                    const void *w2, const void *s2, int fmt, int64_t real, int64_t *load, float *out,
+                    int threads);
+
+/* the instruction-set path the kernels run now: 0 scalar, 1 AVX2 + FMA, 2 AVX-512 */
+int edge_isa_level(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

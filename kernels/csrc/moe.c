@@ -1,0 +1,91 @@
+/* The routed experts of one MoE layer in one call, on the CPU (kernels/moe.py's fused_moe_ref is
+   the reference): the top-k expert ids come in as a tensor and the tokens per expert are counted
+   here, so nothing is read back on the host and only the active experts' weights are touched.
+
+   For each expert with tokens: its tokens gathered into one block, gate and up as one product
+   (w13 [E, 2I, H]: gate rows, then up rows), SiLU(gate) * up, the down product (w2 [E, H, I]),
+   each row weighted by its routing weight and added to its token's output. Weights are read as
+   stored in any format edge_linear takes (f32, bf16, int8, int4); everything is computed in float32.
+   `real`: only the first `real` tokens are routed (a compiled step's padding rows stay zero and are
+   not counted); `load`, when given, gains each expert's token count (the engine's expert load). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "edge_kernels.h"
+
+static int64_t weight_bytes(int fmt, int64_t rows, int64_t cols) {
+    switch (fmt) {
+    case EDGE_F32: return rows * cols * 4;
+    case EDGE_BF16: return rows * cols * 2;
+    case EDGE_INT8: return rows * cols;
+    default: return rows * cols / 2;
+    }
+}
+
+static int64_t scale_bytes(int fmt, int64_t rows, int64_t cols) {
+    if (fmt == EDGE_INT8) return rows * 4;         /* a float32 per row */
+    if (fmt == EDGE_INT4) return rows * (cols / 32) * 2; /* a bfloat16 per 32 along a row */
+    return 0;
+}
+
+void edge_fused_moe(const float *x, int64_t tokens, int64_t hidden, const int64_t *ids, const float *weights,
+                    int64_t top_k, int64_t experts, int64_t inter, const void *w13, const void *s13,
+                    const void *w2, const void *s2, int fmt, int64_t real, int64_t *load, float *out,
+                    int threads) {
+    memset(out, 0, sizeof(float) * (size_t)(tokens * hidden));
+    if (real < 0 || real > tokens) real = tokens;
+    int64_t slots = real * top_k;
+    if (slots == 0) return;
+    int64_t *counts = (int64_t *)calloc((size_t)(experts + 1), sizeof(int64_t));
+    int64_t *order = (int64_t *)malloc(sizeof(int64_t) * (size_t)slots);
+    if (counts == NULL || order == NULL) { free(counts); free(order); return; }
+    for (int64_t s = 0; s < slots; s++) {
+        int64_t e = ids[s];
+        if (e >= 0 && e < experts) counts[e + 1]++;
+    }
+    if (load != NULL)
+        for (int64_t e = 0; e < experts; e++) load[e] += counts[e + 1];
+    int64_t most = 0;
+    for (int64_t e = 0; e < experts; e++) {
+        if (counts[e + 1] > most) most = counts[e + 1];
+        counts[e + 1] += counts[e]; /* counts[e]: where expert e's slots start in `order` */
+    }
+    int64_t *fill = (int64_t *)malloc(sizeof(int64_t) * (size_t)experts);
+    float *xs = (float *)malloc(sizeof(float) * (size_t)(most * hidden));
+    float *gu = (float *)malloc(sizeof(float) * (size_t)(most * 2 * inter));
+    float *act = (float *)malloc(sizeof(float) * (size_t)(most * inter));
+    float *ys = (float *)malloc(sizeof(float) * (size_t)(most * hidden));
+    if (fill == NULL || xs == NULL || gu == NULL || act == NULL || ys == NULL) goto done;
+    memcpy(fill, counts, sizeof(int64_t) * (size_t)experts);
+    for (int64_t s = 0; s < slots; s++) { /* stable: an expert's slots in token order */
+        int64_t e = ids[s];
+        if (e >= 0 && e < experts) order[fill[e]++] = s;
+    }
+    int64_t w13_bytes = weight_bytes(fmt, 2 * inter, hidden), s13_bytes = scale_bytes(fmt, 2 * inter, hidden);
+    int64_t w2_bytes = weight_bytes(fmt, hidden, inter), s2_bytes = scale_bytes(fmt, hidden, inter);
+    for (int64_t e = 0; e < experts; e++) {
+        int64_t start = counts[e], c = counts[e + 1] - counts[e];
+        if (c == 0) continue;
+        for (int64_t j = 0; j < c; j++)
+            memcpy(xs + j * hidden, x + (order[start + j] / top_k) * hidden, sizeof(float) * (size_t)hidden);
+        edge_linear(xs, c, hidden, 2 * inter, gu, threads, (const char *)w13 + e * w13_bytes,
+                    s13 == NULL ? NULL : (const char *)s13 + e * s13_bytes, fmt);
+        for (int64_t j = 0; j < c; j++) {
+            const float *g = gu + j * 2 * inter, *u = g + inter;
+            float *a = act + j * inter;
+            for (int64_t i = 0; i < inter; i++) a[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+        }
+        edge_linear(act, c, inter, hidden, ys, threads, (const char *)w2 + e * w2_bytes,
+                    s2 == NULL ? NULL : (const char *)s2 + e * s2_bytes, fmt);
+        for (int64_t j = 0; j < c; j++) {
+            int64_t slot = order[start + j];
+            float w = weights[slot];
+            float *o = out + (slot / top_k) * hidden;
+            const float *y = ys + j * hidden;
+            for (int64_t h = 0; h < hidden; h++) o[h] += w * y[h];
+        }
+    }
+done:
+    free(counts); free(order); free(fill); free(xs); free(gu); free(act); free(ys);
+}
