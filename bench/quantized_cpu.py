@@ -77,14 +77,20 @@ def matmul_table(rounds: int) -> None:
             )
 
 
-def engine_table(rounds: int, tokens: int, seqs: int, model: Path) -> None:
+def engine_table(rounds: int, tokens: int, seqs: int, model: Path, parts: str, compiled: bool) -> None:
     from engine import LLM
+    from engine.compiled_step import row_bucket
 
     shipped = model.resolve().parent == (REPO / "models").resolve()
     llms = {
-        fmt: LLM(model, weights=fmt, device="cpu", allow_unsigned=not shipped)
+        fmt: LLM(
+            model, weights=fmt, weight_parts=parts, device="cpu", allow_unsigned=not shipped, compile=compiled
+        )
         for fmt in ("bf16", "int8", "int4")
     }
+    for llm in llms.values():  # the compiled step's buckets of both rows, compiled before any timing
+        if llm.engine.compiled_decode is not None:
+            llm.engine.compiled_decode.warm_up(sorted({1, row_bucket(seqs) or 64}))
     prompt = llms["bf16"].encode("def fibonacci(n):\n    ")
     prompts = [llms["bf16"].encode(f"# task {i}\ndef solve_{i}(x):\n    ") for i in range(seqs)]
     one = {fmt: [] for fmt in llms}
@@ -93,8 +99,10 @@ def engine_table(rounds: int, tokens: int, seqs: int, model: Path) -> None:
         for fmt, llm in llms.items():
             one[fmt].append(decode_tok_s(llm, prompt, tokens))
             many[fmt].append(concurrent_tok_s(llm, prompts, tokens))
-    print(f"\n## {model.name} decode, experts by format (tok/s, median of {rounds}; x: against bf16)\n")
-    print(f"| experts | batch 1 | x | {seqs} sequences | x |")
+    step = "compiled" if compiled else "eager"
+    title = f"{model.name} decode, {parts} by format ({step} step; tok/s, median of {rounds}; x: vs bf16)"
+    print(f"\n## {title}\n")
+    print(f"| {parts} | batch 1 | x | {seqs} sequences | x |")
     print("|---|---:|---:|---:|---:|")
     base1, base_n = statistics.median(one["bf16"]), statistics.median(many["bf16"])
     for fmt in llms:
@@ -115,13 +123,17 @@ def main() -> None:
         default=REPO / "models" / "kimi-k2-mini",
         help="the checkpoint of the engine rows (bench/make_random_checkpoint.py writes mid-size ones)",
     )
+    parser.add_argument("--weight-parts", default="experts", help='what is compressed: "experts" or "all"')
+    parser.add_argument(
+        "--compile", action="store_true", help="the compiled decode step (buckets warmed first)"
+    )
     args = parser.parse_args()
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; compressed-weight kernels: "
           f"{cpu_qlinear.isa()} ({cpu_qlinear.problem() or 'built'})")  # fmt: skip
     if not args.no_matmuls:
         matmul_table(args.rounds)
     if not args.no_engine:
-        engine_table(args.rounds, args.tokens, args.seqs, args.model)
+        engine_table(args.rounds, args.tokens, args.seqs, args.model, args.weight_parts, args.compile)
 
 
 if __name__ == "__main__":
