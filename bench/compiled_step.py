@@ -4,7 +4,7 @@ and what each bucket cost to compile; then where a decode step's time goes, phas
 (engine.engine.StepStats: schedule, prepare, forward, sample, emit) and between two forwards.
 
     python bench/compiled_step.py [--rounds 3] [--tokens 64] [--batches 1,4,16,32] \
-        [--kv auto] [--weights auto] [--model models/kimi-k2-mini ...]
+        [--kv auto] [--weights auto] [--threads 2 | 1,2] [--model models/kimi-k2-mini ...]
 
 One engine per mode, built once (the compiled one warms every bucket it needs first, timed: a cold
 compile when inductor's cache under ~/.cache/edge-workers is empty, else a warm one). Each round
@@ -63,7 +63,7 @@ def decode(llm: LLM, batch: list[list[int]], tokens: int) -> tuple[float, list[l
     return rate, [out[r] for r in rids], engine.recent_steps(steps)
 
 
-def phase_row(name: str, batch: int, mode: str, steps: list) -> str:
+def phase_row(name: str, batch: int, threads: int, mode: str, steps: list) -> str:
     """Mean ms per decode step of each phase (StepStats), the whole step, and the time between
     two forwards (the step less its forward: Python on the critical path)."""
     n = max(len(steps), 1)
@@ -71,7 +71,8 @@ def phase_row(name: str, batch: int, mode: str, steps: list) -> str:
     total = sum(s.duration_ms for s in steps) / n
     paths = ",".join(sorted({s.forward_path for s in steps}))
     cells = " | ".join(f"{m:.3f}" for m in means)
-    return f"| {name} | {batch} | {mode} ({paths}) | {cells} | {total:.3f} | {total - means[2]:.3f} |"
+    between = total - means[2]
+    return f"| {name} | {batch} | {threads} | {mode} ({paths}) | {cells} | {total:.3f} | {between:.3f} |"
 
 
 def main() -> None:
@@ -81,18 +82,19 @@ def main() -> None:
     ap.add_argument("--batches", default="1,4,16,32")
     ap.add_argument("--kv", default="auto")
     ap.add_argument("--weights", default="auto")
-    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--threads", default="2", help="torch threads; several (1,2) alternate within each round")
     ap.add_argument("--model", nargs="*", default=["models/kimi-k2-mini", "models/glm-4.5-mini"])
     args = ap.parse_args()
-    torch.set_num_threads(args.threads)
+    threads = [int(t) for t in args.threads.split(",")]
+    torch.set_num_threads(max(threads))
     batches = [int(b) for b in args.batches.split(",")]
     print(
         f"# {platform.processor() or platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}"
-        f" ({args.threads} threads), load {os.getloadavg()[0]:.2f}, kv {args.kv}, weights {args.weights}"
+        f" (threads {args.threads}), load {os.getloadavg()[0]:.2f}, kv {args.kv}, weights {args.weights}"
     )
     phases: list[str] = []
-    print("| model | batch | eager tok/s | compiled tok/s | compiled / eager | same tokens | compile s |")
-    print("|---|---:|---:|---:|---:|---|---:|")
+    print("| model | batch | threads | eager tok/s | compiled tok/s | compiled / eager | same | compile s |")
+    print("|---|---:|---:|---:|---:|---:|---|---:|")
     for model in args.model:
         kw = dict(device="cpu", kv_cache_dtype=args.kv, weights=args.weights, speculative=None)
         eager = LLM(REPO / model, compile=False, **kw)
@@ -104,26 +106,33 @@ def main() -> None:
             sys.exit(f"compiling failed: {decoder.failed}")
         for b in batches:
             work = prompts(eager, b)
-            rates: dict[str, list[float]] = {"eager": [], "compiled": []}
+            rates: dict[tuple[int, str], list[float]] = {
+                (t, m): [] for t in threads for m in ("eager", "compiled")
+            }
             same = True
+            last: dict[tuple[int, str], list] = {}
             for _ in range(args.rounds):
-                e_rate, e_out, e_steps = decode(eager, work, args.tokens)
-                c_rate, c_out, c_steps = decode(compiled, work, args.tokens)
-                rates["eager"].append(e_rate)
-                rates["compiled"].append(c_rate)
-                same &= e_out == c_out
-            phases.append(phase_row(Path(model).name, b, "eager", e_steps))  # the last round's steps
-            phases.append(phase_row(Path(model).name, b, "compiled", c_steps))
-            e, c = statistics.median(rates["eager"]), statistics.median(rates["compiled"])
+                for t in threads:  # thread counts alternate within a round: the same load for each
+                    torch.set_num_threads(t)
+                    e_rate, e_out, last[t, "eager"] = decode(eager, work, args.tokens)
+                    c_rate, c_out, last[t, "compiled"] = decode(compiled, work, args.tokens)
+                    rates[t, "eager"].append(e_rate)
+                    rates[t, "compiled"].append(c_rate)
+                    same &= e_out == c_out
             secs = decoder.compile_seconds[row_bucket(b)]
-            print(
-                f"| {Path(model).name} | {b} | {e:.1f} | {c:.1f} | {c / e:.2f}x | {same} | {secs:.1f} |",
-                flush=True,
-            )
+            for t in threads:
+                phases.append(
+                    phase_row(Path(model).name, b, t, "eager", last[t, "eager"])
+                )  # the last round's
+                phases.append(phase_row(Path(model).name, b, t, "compiled", last[t, "compiled"]))
+                e, c = statistics.median(rates[t, "eager"]), statistics.median(rates[t, "compiled"])
+                cells = f"{e:.1f} | {c:.1f} | {c / e:.2f}x | {same} | {secs:.1f}"
+                print(f"| {Path(model).name} | {b} | {t} | {cells} |", flush=True)
+            torch.set_num_threads(max(threads))
 
     print("\nWhere a decode step's time goes (ms per step, the last round; StepStats' phases):\n")
-    print(f"| model | batch | forward | {' | '.join(PHASES)} | step | between forwards |")
-    print("|---|---:|---|" + "---:|" * (len(PHASES) + 2))
+    print(f"| model | batch | threads | forward | {' | '.join(PHASES)} | step | between forwards |")
+    print("|---|---:|---:|---|" + "---:|" * (len(PHASES) + 2))
     print("\n".join(phases))
 
 

@@ -29,6 +29,7 @@ from pathlib import Path
 import torch
 
 from engine.block_pool import BLOCK_SIZE
+from engine.graph_key import graph, structure_key
 from engine.models import eager_ops
 from kernels.paged_kv_static import StaticDecodeIndex, static_index
 
@@ -100,14 +101,11 @@ class CompiledDecode:
         torch._dynamo.config.automatic_dynamic_shapes = False
         self.model, self.cache, self.device = model, cache, device
         self.max_rows = max_rows
-        self._fn = torch.compile(self._forward, fullgraph=True)
         self.ready: set[int] = set()  # row buckets whose graph is compiled
         # `mtp`: the model's MTP layer (MTP drafts, engine.mtp_drafts) gets a graph per bucket too
         self.mtp = model.mtp if mtp else None
-        self._mtp_fn = self._greedy_fn = None
-        if self.mtp is not None:
-            self._mtp_fn = torch.compile(self._mtp_forward, fullgraph=True)
-            self._greedy_fn = torch.compile(self._greedy_forward, fullgraph=True)
+        # what dynamo's guards would check on every call, checked once here (engine.graph_key)
+        self.key = structure_key(model, cache.layers, self.mtp is not None)
         self.mtp_ready: set[int] = set()  # buckets whose MTP-layer graph and greedy graph are compiled
         self.compile_seconds: dict[int, float] = {}
         self.failed: str | None = None  # why compiling failed (then every step runs eagerly)
@@ -146,12 +144,20 @@ class CompiledDecode:
 
     def _call(self, ids: torch.Tensor, index: StaticDecodeIndex) -> torch.Tensor:
         self._mark(index)
-        return self._fn(ids, index, self.cache.layers)
+        return graph(self.key, CompiledDecode._forward, index.batch)(self, ids, index, self.cache.layers)
 
     def _call_mtp(self, hidden: torch.Tensor, ids: torch.Tensor, index: StaticDecodeIndex) -> torch.Tensor:
-        assert self._mtp_fn is not None
+        assert self.mtp is not None
         self._mark(index)
-        return self._mtp_fn(hidden, ids, index, self.cache.layers)
+        fn = graph(self.key, CompiledDecode._mtp_forward, index.batch)
+        return fn(self, hidden, ids, index, self.cache.layers)
+
+    def _call_greedy(self, ids: torch.Tensor, index: StaticDecodeIndex):
+        assert self.mtp is not None
+        self._mark(index)
+        return graph(self.key, CompiledDecode._greedy_forward, index.batch)(
+            self, ids, index, self.cache.layers
+        )
 
     def _index(self, tables: list[list[int]], pos: list[int], slots: list[int | None], rows: int):
         blocks = max(2, max(len(t) for t in tables))  # at least 2: the dynamic dim's minimum
@@ -207,13 +213,11 @@ class CompiledDecode:
         """For B greedy decoding rows: (hidden [B, h], logits [B, V] float32, argmax [B], the MTP
         layer's draft after each row's argmax [B]); engine.engine uses it when every sequence of a
         decode-only step is greedy without biases or grammars."""
-        assert self._greedy_fn is not None
         ids_t, index, _ = self._padded(ids, slices)
         self.steps += 1
         self.greedy_steps += 1
-        self._mark(index)
         with eager_ops.step(self.model.eager_parts, len(ids)):
-            out = self._greedy_fn(ids_t, index, self.cache.layers)
+            out = self._call_greedy(ids_t, index)
         return tuple(t[: len(ids)] for t in out)
 
     def mtp_decode(self, hidden: torch.Tensor, ids: list[int], slices) -> torch.Tensor:
@@ -249,12 +253,11 @@ class CompiledDecode:
                         ids = torch.zeros(rows, dtype=torch.long, device=self.device)
                         with eager_ops.step(self.model.eager_parts, 0):
                             self._call(ids, index)
-                        if self.mtp is not None and self._greedy_fn is not None:
+                        if self.mtp is not None:
                             hidden = torch.zeros(rows, self.model.config.hidden_size, device=self.device)
                             with eager_ops.step(self.model.eager_parts, 0):
                                 self._call_mtp(hidden.to(self.model.dtype), ids, index)
-                                self._mark(index)
-                                self._greedy_fn(ids, index, self.cache.layers)
+                                self._call_greedy(ids, index)
             except Exception as exc:  # noqa: BLE001 - any compiler failure: serve eagerly
                 self.failed = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
                 log.warning("compiled decode step unavailable, serving eagerly: %s", self.failed)

@@ -171,7 +171,7 @@ def test_a_compile_failure_serves_eagerly_and_says_why(monkeypatch):
     def broken(*args):
         raise RuntimeError("inductor: no C++ compiler")
 
-    monkeypatch.setattr(decode, "_fn", broken)
+    monkeypatch.setattr(decode, "_call", broken)
     decode.warm_up([1])
     assert decode.ready == set() and "no C++ compiler" in decode.failed
     assert not decode.accepts(1)
@@ -179,6 +179,28 @@ def test_a_compile_failure_serves_eagerly_and_says_why(monkeypatch):
         LLM(SHIPPED_KIMI, device="cpu", compile=False), PROMPTS[:1], 8
     )
     assert decode.steps == 0
+
+
+def test_the_structure_key_tells_apart_what_a_guard_would():
+    """Graphs run guard-free (engine.graph_key): two loads of one model share a key (and graphs); a
+    different model, weight format or KV format gets its own."""
+
+    def key(model, **kw):
+        return LLM(model, device="cpu", speculative=None, compile=True, **kw).engine.compiled_decode.key
+
+    kimi = key(SHIPPED_KIMI)
+    assert key(SHIPPED_KIMI) == kimi
+    assert (
+        len(
+            {
+                kimi,
+                key(SHIPPED_GLM),
+                key(SHIPPED_KIMI, weights="int4"),
+                key(SHIPPED_KIMI, kv_cache_dtype="int8"),
+            }
+        )
+        == 4
+    )
 
 
 def test_buckets_are_bounded():
