@@ -6,8 +6,8 @@ bytes of its active weights).
     python bench/make_random_checkpoint.py --arch glm  --out bench/out/mid-glm
 
 transformers writes it (DeepseekV3ForCausalLM / Glm4MoeForCausalLM, `save_pretrained` in bf16), so
-the names and config.json are the hub's; the shipped miniatures' tokenizer is copied beside it (a
-vocabulary of 4,096). About 0.9B parameters each, 1.8 GB; write it into an ignored folder (bench/out/),
+the names and config.json are the hub's; the shipped miniature of the same layout gives its tokenizer
+and its vocabulary size (4,128, its chat markers included). About 0.9B parameters each, 1.8 GB; write it into an ignored folder (bench/out/),
 never commit it. Unsigned: load it with `allow_unsigned=True`. Random weights give nearly flat
 logits, so compare speed on it, and agreement only as top-1 agreement.
 
@@ -23,6 +23,7 @@ The shapes (stated so a run can be repeated):
 from __future__ import annotations
 
 import argparse
+import json
 import shutil
 import time
 from pathlib import Path
@@ -30,10 +31,11 @@ from pathlib import Path
 import torch
 
 REPO = Path(__file__).resolve().parents[1]
-TOKENIZER = REPO / "models" / "kimi-k2-mini"
+# each layout takes its own miniature's tokenizer (GLM's markers for GLM: llama.cpp's converter looks
+# them up) and that miniature's vocabulary size, ids of its special tokens included
+MINIATURE = {"kimi": REPO / "models" / "kimi-k2-mini", "glm": REPO / "models" / "glm-4.5-mini"}
 
 COMMON = dict(
-    vocab_size=4096,
     hidden_size=1024,
     intermediate_size=2816,
     moe_intermediate_size=512,
@@ -46,8 +48,6 @@ COMMON = dict(
     routed_scaling_factor=2.5,
     norm_topk_prob=True,
     max_position_embeddings=4096,
-    eos_token_id=5,
-    bos_token_id=0,
     rope_theta=10000.0,
     tie_word_embeddings=False,
 )
@@ -83,13 +83,15 @@ def make(arch: str, out: Path, seed: int) -> int:
         from transformers import Glm4MoeConfig as Config
         from transformers import Glm4MoeForCausalLM as Model
     torch.manual_seed(seed)
-    config = Config(**COMMON, **ARCHS[arch])
+    shipped = json.loads((MINIATURE[arch] / "config.json").read_text())
+    tokens = {k: shipped[k] for k in ("vocab_size", "eos_token_id", "bos_token_id") if k in shipped}
+    config = Config(**COMMON, **ARCHS[arch], **tokens)
     config.scoring_func, config.topk_method = "sigmoid", "noaux_tc"  # as the published configs say
     model = Model(config).eval().to(torch.bfloat16)
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out)
     for name in ("tokenizer.json", "tokenizer_config.json"):
-        shutil.copy(TOKENIZER / name, out / name)
+        shutil.copy(MINIATURE[arch] / name, out / name)
     return sum(p.numel() for p in model.parameters())
 
 
