@@ -7,7 +7,8 @@ bytes of its active weights).
 
 transformers writes it (DeepseekV3ForCausalLM / Glm4MoeForCausalLM, `save_pretrained` in bf16), so
 the names and config.json are the hub's; the shipped miniature of the same layout gives its tokenizer
-and its vocabulary size (4,128, its chat markers included). About 0.9B parameters each, 1.8 GB; write it into an ignored folder (bench/out/),
+and its vocabulary size (4,128, its chat markers included). About 0.9B parameters each, 1.8 GB; write
+it into an ignored folder (bench/out/),
 never commit it. Unsigned: load it with `allow_unsigned=True`. Random weights give nearly flat
 logits, so compare speed on it, and agreement only as top-1 agreement.
 

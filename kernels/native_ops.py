@@ -4,8 +4,8 @@ C++ op each (no Python, no host read, no thread-local lookup of the model's obje
     edge_cpu::fused_moe   the routed experts of a MoE layer (kernels/csrc/moe.c): top-k weights and
                           ids as tensors in, tokens counted per expert inside, only the active
                           experts' weights read, in any stored format (f32, bf16, int8, int4)
-    edge_cpu::linear      x W^T (+ b) for an int8 / int4 weight read as stored (kernels/csrc/qlinear.c),
-                          the weight's tensors as arguments
+    edge_cpu::linear      x W^T (+ b) for a weight read as stored (kernels/csrc/qlinear.c): int8, int4,
+                          or dense f32 / bf16 [out, in]; the weight's tensors as arguments
 
 The schemas and CPU kernels are C++ (kernels/csrc/ops.cpp, the one file with torch's headers) over
 plain C (kernels/csrc/qlinear.c, moe.c); the fake implementations, which give torch.compile the
@@ -179,6 +179,13 @@ def fused_moe(
     return torch.ops.edge_cpu.fused_moe(
         x, topk_weights, topk_ids, w13, s13, w2, s2, FORMAT_CODES[fmt], inter, real_rows, load
     )
+
+
+def linear_dense(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """x @ W^T (+ b) for a dense float32 or bfloat16 W [out, in] (contiguous), in x's dtype (computed
+    in float32)."""
+    code = FORMAT_CODES["bf16" if w.dtype == torch.bfloat16 else "f32"]
+    return torch.ops.edge_cpu.linear(x, w, None, bias, code, w.shape[0])
 
 
 def takes(w: QuantizedWeight) -> bool:

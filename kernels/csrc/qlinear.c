@@ -515,7 +515,10 @@ void edge_linear(const float *x, int64_t m, int64_t k, int64_t n, float *y, int 
     int isa = level();
     /* a fork and join (a few us) costs more than a product this small */
     if (threads < 1 || n * k * (m < 8 ? 1 : m / 4) < 128 * 1024 || n < 2 * ROWS) threads = 1;
-    if (m == 1) {
+    /* one row of x against int8 / int4: each weight row decoded in registers straight into its dot
+       product. Dense rows take the tile path at every m, so a row's result is the same bits whatever
+       the batch (int8 / int4 sum one row in another order than several: the last bits may differ) */
+    if (m == 1 && (fmt == EDGE_INT8 || fmt == EDGE_INT4)) {
 #ifdef _OPENMP
 #pragma omp parallel for schedule(static) num_threads(threads)
 #endif

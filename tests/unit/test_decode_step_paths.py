@@ -14,16 +14,25 @@ import torch
 
 from engine import LLM, SamplingParams
 from engine.models import layers
-from kernels import paged_kv, paged_kv_flat
+from kernels import native_ops, paged_kv, paged_kv_flat
 from kernels.moe import fused_moe_ref
 from kernels.rmsnorm import rms_norm_ref
 from tests.conftest import REPO
 
 
 def reference_ops(monkeypatch) -> None:
-    """The per-op torch references the decode step ran before its fast paths."""
+    """The per-op torch references the decode step ran before its fast paths (the fused C++ ops of
+    kernels.native_ops included: the routed experts' and the dense products')."""
     monkeypatch.setattr(layers.RMSNorm, "__call__", lambda self, x: rms_norm_ref(x, self.weight, self.eps))
     monkeypatch.setattr(layers.RoutedExperts, "__call__", experts_ref)
+    monkeypatch.setattr(
+        layers.RoutedExperts,
+        "run_native",
+        lambda self, x, weights, ids, load, rows: experts_ref(self, x, weights, ids),
+    )
+    monkeypatch.setattr(
+        native_ops, "linear_dense", lambda x, w, bias=None: torch.nn.functional.linear(x, w, bias)
+    )
     monkeypatch.setattr(
         paged_kv_flat,
         "write",
