@@ -43,7 +43,7 @@ class Linear:
     """y = x W^T (+ b) for a checkpoint weight W [out, in], dense or compressed.
 
     A dense float32 weight on a CPU with the fused ops built stays [out, in] and every product goes
-    through the C kernel (edge_cpu::linear): 2.3-3.8x MKL's here with the weights streamed from memory
+    through the C kernel (edge_cpu::linear): 1.0-3.8x MKL's here with the weights streamed from memory
     as a step streams them, 1.6x at 512 rows (bench/dense_linear.py), and a row's result is the same
     bits at every batch size and in prefill and decode alike (MKL's are not), so a sequence decoded
     beside others, alone, or recomputed after a preemption computes the same keys and values.
