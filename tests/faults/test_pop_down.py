@@ -13,7 +13,8 @@ from tests.faults.project import outcome, token, write_project
 from tests.integration.dev_server import DevServer
 
 REQUESTS = 20
-PROMPT = "def parse(text):\n    " + "value = text.strip().split(',')\n    " * 30  # ~400 tokens: queues
+# ~800 tokens each: a queue outlasts the first byte even when prefill is fast
+PROMPT = "def parse(text):\n    " + "value = text.strip().split(',')\n    " * 60
 
 
 async def drive(url: str, on_first_byte: asyncio.Event) -> dict[int, tuple[str, str]]:
