@@ -30,6 +30,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -69,24 +70,31 @@ def _compile(target: Path) -> None:
         os.replace(out, target)  # atomic: a concurrent loader sees the whole library or none
 
 
-def build() -> Path:
-    """The compiled library for the current source (compiled now if missing); RuntimeError why not."""
-    digest = hashlib.sha256(SOURCE.read_bytes() + HEADER.read_bytes()).hexdigest()[:16]
+def cached_build(name: str, compile_to: Callable[[Path], None]) -> Path:
+    """The library file `name` (its sources' hash in it) in the first build folder that has it or
+    can make it with `compile_to(target)`, one compiler at a time per folder (pytest-xdist's
+    workers load at once); RuntimeError saying why in every folder."""
     problems = []
     for folder in build_dirs():
-        target = folder / f"qlinear-{digest}.so"
+        target = folder / name
         if target.exists():
             return target
         try:
             folder.mkdir(parents=True, exist_ok=True)
-            with open(folder / "qlinear.lock", "w") as lock:  # one compiler at a time (pytest-xdist)
+            with open(folder / f"{name.split('-')[0]}.lock", "w") as lock:
                 fcntl.flock(lock, fcntl.LOCK_EX)
                 if not target.exists():
-                    _compile(target)
+                    compile_to(target)
             return target
         except (OSError, RuntimeError, subprocess.TimeoutExpired) as exc:
             problems.append(f"{folder}: {exc}")
     raise RuntimeError("; ".join(problems))
+
+
+def build() -> Path:
+    """The compiled library for the current source (compiled now if missing); RuntimeError why not."""
+    digest = hashlib.sha256(SOURCE.read_bytes() + HEADER.read_bytes()).hexdigest()[:16]
+    return cached_build(f"qlinear-{digest}.so", _compile)
 
 
 def _fallback(why: str) -> None:

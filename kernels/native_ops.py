@@ -19,7 +19,6 @@ reference), and why is said once on stderr.
 from __future__ import annotations
 
 import ctypes
-import fcntl
 import hashlib
 import logging
 import os
@@ -84,22 +83,7 @@ def _run(cmd: list[str]) -> None:
 def build() -> Path:
     """The compiled library for the current sources and torch (built now if missing); RuntimeError
     why not."""
-    problems = []
-    target_name = f"edge_ops-{_digest()}.so"
-    for folder in cpu_qlinear.build_dirs():
-        target = folder / target_name
-        if target.exists():
-            return target
-        try:
-            folder.mkdir(parents=True, exist_ok=True)
-            with open(folder / "edge_ops.lock", "w") as lock:  # one build at a time (pytest-xdist)
-                fcntl.flock(lock, fcntl.LOCK_EX)
-                if not target.exists():
-                    _compile(target)
-            return target
-        except (OSError, RuntimeError, subprocess.TimeoutExpired) as exc:
-            problems.append(f"{folder}: {exc}")
-    raise RuntimeError("; ".join(problems))
+    return cpu_qlinear.cached_build(f"edge_ops-{_digest()}.so", _compile)
 
 
 def _load() -> ctypes.CDLL | None:

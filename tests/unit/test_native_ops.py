@@ -136,8 +136,9 @@ def test_the_op_runs_inside_a_full_compiled_graph():
 
 @pytest.mark.parametrize("weights", ["auto", "int4"])
 def test_a_shipped_model_decodes_the_same_tokens_as_its_eager_expert_loop(weights, monkeypatch):
-    """The fused op is the MoE's default on a CPU; the per-expert loop it replaced stays the
-    reference (and the path without a compiler): greedy tokens of both agree."""
+    """The fused ops are the model's default on a CPU (the MoE's experts, and every dense and int4
+    product); without the build the per-expert loop and torch's products run, the reference and the
+    path without a compiler: greedy tokens and expert loads of both agree."""
     params = SamplingParams(max_tokens=24, temperature=0, ignore_eos=True)
     fused = LLM(SHIPPED_KIMI, device="cpu", compile=False, weights=weights)
     assert all(layer.experts.native is not None for layer in fused.engine.model.moe_layers())
