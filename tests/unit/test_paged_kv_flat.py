@@ -70,7 +70,8 @@ def test_gqa_attention_matches_the_reference(kv):
     k, v = cache.store(0, 0), cache.store(0, 1)
     want = paged_kv.gqa_decode_ref(q, k, v, meta.tables, meta.lengths, meta.slots, 0.125)
     got = paged_kv_flat.gqa_decode(q, k, v, meta.index, 0.125)
-    assert (got - want).abs().max().item() < 1e-5, f"seed {seed}"
+    # float32 rounding relative to the outputs' size (they reach |7| or so): a wrong op is off by O(1)
+    assert (got - want).abs().max().item() < 1e-5 * max(1.0, want.abs().max().item()), f"seed {seed}"
 
 
 @pytest.mark.parametrize("kv", KV_DTYPES)
@@ -83,7 +84,8 @@ def test_mla_attention_matches_the_reference(kv):
     lat, rope = cache.store(0, 0), cache.store(0, 1)
     want = paged_kv.mla_decode_ref(q_lat, q_rot, lat, rope, meta.tables, meta.lengths, meta.slots, 0.13)
     got = paged_kv_flat.mla_decode(q_lat, q_rot, lat, rope, meta.index, 0.13)
-    assert (got - want).abs().max().item() < 1e-5, f"seed {seed}"
+    # float32 rounding relative to the outputs' size (they reach |7| or so): a wrong op is off by O(1)
+    assert (got - want).abs().max().item() < 1e-5 * max(1.0, want.abs().max().item()), f"seed {seed}"
 
 
 def test_the_index_is_one_set_of_tensors_per_step():
