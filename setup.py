@@ -11,7 +11,7 @@ Only the design's code packages are top-level names (README, "What an install ad
 
 from setuptools import find_namespace_packages, setup
 
-TOP_LEVEL = ("workers", "runtime", "capacity", "edge_sim", "engine", "kernels")
+TOP_LEVEL = ("workers", "runtime", "capacity", "quality", "edge_sim", "engine", "kernels")
 SHIPPED_MODELS = "runtime.shipped_models"
 
 setup(

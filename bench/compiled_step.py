@@ -27,9 +27,9 @@ sys.path.insert(0, str(REPO))
 
 import torch  # noqa: E402
 
-from engine.compiled_step import row_bucket  # noqa: E402
 from engine.llm import LLM  # noqa: E402
 from engine.sampling import SamplingParams  # noqa: E402
+from engine.step.compiled_step import row_bucket  # noqa: E402
 
 
 def prompts(llm: LLM, batch: int) -> list[list[int]]:

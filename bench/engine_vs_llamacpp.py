@@ -259,8 +259,8 @@ def machine(threads: int) -> str:
 
 
 def warm_compiled(llm, sequences: list[int]) -> str:
-    """Compile the decode-step buckets the rows use (engine.compiled_step); says which path runs."""
-    from engine.compiled_step import row_bucket
+    """Compile the decode-step buckets the rows use (engine.step.compiled_step); says which path runs."""
+    from engine.step.compiled_step import row_bucket
 
     decoder = llm.engine.compiled_decode
     if decoder is None:

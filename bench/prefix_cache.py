@@ -115,8 +115,8 @@ def simulated(live: dict, cost: FittedSteps, system: int, caching: bool) -> dict
     from capacity.workload import TopologySetup, Workload, WorkloadSample, resolve_clients
     from edge_sim.network import NetworkModel
     from edge_sim.topology import Topology
-    from engine.block_counts import BlockIds
-    from engine.policy_types import BLOCK_TOKENS
+    from engine.sched.block_counts import BlockIds
+    from engine.sched.policy_types import BLOCK_TOKENS
 
     trace = live["trace"]
     topology = Topology.default().with_overrides(gpu_pops={"ICN": {"H200": 1}})

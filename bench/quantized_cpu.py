@@ -79,7 +79,7 @@ def matmul_table(rounds: int) -> None:
 
 def engine_table(rounds: int, tokens: int, seqs: int, model: Path, parts: str, compiled: bool) -> None:
     from engine import LLM
-    from engine.compiled_step import row_bucket
+    from engine.step.compiled_step import row_bucket
 
     shipped = model.resolve().parent == (REPO / "models").resolve()
     llms = {

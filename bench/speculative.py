@@ -9,7 +9,7 @@ draft tokens accepted, the speed-up bound they imply, and whether every run prod
 Prompts: "code" repeats its context (what n-gram drafts are for); "heldout" are four windows of
 the held-out text (models/eval/heldout.txt, Python's asyncio sources, never trained on); "guided"
 (not in the default set) decodes under a grammar: a JSON schema whose rows the prompt already shows,
-and a tool call in the model's own format (drafts checked against the mask, engine.guided).
+and a tool call in the model's own format (drafts checked against the mask, engine.structured.guided).
 
 The bound: a speculating decode step emits `tokens/step` tokens (1 + accepted drafts) and costs
 `step cost` times a plain step (its verify over k + 1 positions plus, for MTP, the draft layer's
@@ -22,7 +22,7 @@ decoding sequences no step speculates). With --temperature > 0 both runs sample 
 seed: the tokens must still be the same.
 
 Interleaved rounds, medians; each engine is built once. Compiled decode steps on both sides
-(engine.compiled_step: a plain step's rows, a verify step's rows and the MTP layer's rows each
+(engine.step.compiled_step: a plain step's rows, a verify step's rows and the MTP layer's rows each
 run through their bucket's graph; prefill runs eagerly); --eager runs every step eagerly.
 """
 
@@ -39,13 +39,13 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from engine.compiled_step import DEFAULT_MAX_ROWS, ROW_BUCKETS, row_bucket  # noqa: E402
-from engine.guide import Guide  # noqa: E402
 from engine.llm import LLM  # noqa: E402
 from engine.sampling import SamplingParams  # noqa: E402
 from engine.speculation import SpeculativeConfig  # noqa: E402
-from engine.tool_calls import format_for, guide_for, render_messages  # noqa: E402
-from engine.tool_types import ToolFunction  # noqa: E402
+from engine.step.compiled_step import DEFAULT_MAX_ROWS, ROW_BUCKETS, row_bucket  # noqa: E402
+from engine.structured.guide import Guide  # noqa: E402
+from engine.structured.tool_calls import format_for, guide_for, render_messages  # noqa: E402
+from engine.structured.tool_types import ToolFunction  # noqa: E402
 
 CODE_PROMPTS = {
     "repeating code": "def parse(text):\n    " + "value = text.strip().split(',')\n    " * 6,

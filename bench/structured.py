@@ -53,7 +53,7 @@ def decode_rate(llm, prompts: list[list[int]], params: list) -> tuple[float, lis
 
 def measure(model: str, batch: int, reps: int, max_tokens: int) -> dict:
     from engine import LLM, SamplingParams
-    from engine.guide import Guide
+    from engine.structured.guide import Guide
 
     llm = LLM(REPO / "models" / model, device="cpu")
     compile_started = time.perf_counter()

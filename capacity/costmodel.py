@@ -38,11 +38,11 @@ from edge_sim.roofline import (
 )
 from edge_sim.speculation_cost import SpeculationSpec, SpeculativeStepTimes
 from edge_sim.target_models import target_model
-from engine.architecture import Architecture
+from engine.arch.architecture import Architecture
 
 __all__ = ["CostModel", "ReplicaPlan", "RooflineCostModel"]
 
-BLOCK_TOKENS = 16  # engine.kv_cache.BLOCK_SIZE (checked in the tests)
+BLOCK_TOKENS = 16  # engine.kv.kv_cache.BLOCK_SIZE (checked in the tests)
 
 
 class ReplicaPlan:

@@ -17,8 +17,8 @@ import msgspec
 from capacity.planner import min_layout
 from edge_sim.roofline import RooflineModel, gpu_type
 from edge_sim.target_models import target_model
-from engine.architecture import Architecture, describe
-from engine.config import parse_config
+from engine.arch.architecture import Architecture, describe
+from engine.arch.config import parse_config
 
 __all__ = ["DEEPSEEK_V3", "POINTS", "CrossCheck", "cross_check"]
 

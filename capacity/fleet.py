@@ -26,7 +26,7 @@ from capacity.report import summarize
 from capacity.simulator import simulate
 from capacity.workload import TopologySetup, Workload, load_workload
 from edge_sim.roofline import Efficiency, RooflineModel, SimulationError
-from engine.architecture import Architecture
+from engine.arch.architecture import Architecture
 
 __all__ = ["FleetCostModel", "FleetReport", "FleetRow", "PopKnee", "knees", "parse_models", "run_fleet"]
 

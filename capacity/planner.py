@@ -26,7 +26,7 @@ from edge_sim.roofline import (
     gpu_type,
 )
 from edge_sim.target_models import target_model
-from engine.architecture import Architecture
+from engine.arch.architecture import Architecture
 
 __all__ = ["LayoutOption", "Plan", "SimulationError", "layout_sizes", "min_layout", "plan"]
 
@@ -43,7 +43,7 @@ def layout_sizes(limit: int = MAX_GPUS) -> list[int]:
 
 
 def _blocks_per_seq(tokens: int, staging: int) -> int:
-    from engine.kv_cache import BLOCK_SIZE
+    from engine.kv.kv_cache import BLOCK_SIZE
 
     return -(-tokens // BLOCK_SIZE) + staging
 

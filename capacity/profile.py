@@ -146,7 +146,7 @@ class ProfiledCostModel:
         each batch size at each context (batch x context capped at `max_prefill_tokens` so that
         profiling stays quick), then fit the models of ProfileFit. `serving`: deliver each step's
         events to an event loop in another thread, as a PoP does (see _ServingLoop). `compiled`:
-        compile the engine's decode buckets first (engine.compiled_step), as a PoP does before it
+        compile the engine's decode buckets first (engine.step.compiled_step), as a PoP does before it
         serves, so that decode steps are measured as they are served (unwarmed, every step ran
         eagerly: on a CPU the compiled graph's cost per added row differs); False measures eager
         steps, quicker where nothing is compiled yet."""

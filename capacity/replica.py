@@ -1,6 +1,6 @@
 """One simulated engine replica: the engine's own scheduling policy with modelled step times.
 
-The replica holds an `engine.policy.SchedulingPolicy` over `BlockCounts` (the engine's block
+The replica holds an `engine.sched.policy.SchedulingPolicy` over `BlockCounts` (the engine's block
 accounting without tensors) and plays the executor's part: where the engine would run the model on
 the policy's plan, the replica charges the cost model's step time and advances the sequences'
 token counts. Because the decisions are the policy's, the simulator admits, preempts and finishes
@@ -29,9 +29,9 @@ from collections.abc import Callable
 
 from capacity.costmodel import BLOCK_TOKENS, ReplicaPlan
 from edge_sim.load import FinishRate, PopLoad, pop_load
-from engine.block_counts import BlockCounts, BlockIds, CountHandle
-from engine.policy import Plan, SchedulerConfig, SchedulingPolicy, SeqStatus, SteadyRun
-from engine.policy_types import preemption_from_env
+from engine.sched.block_counts import BlockCounts, BlockIds, CountHandle
+from engine.sched.policy import Plan, SchedulerConfig, SchedulingPolicy, SeqStatus, SteadyRun
+from engine.sched.policy_types import preemption_from_env
 
 IDLE, STEP, RUN = 0, 1, 2
 MERGE_RUNS = True  # advance steady runs as one event (tests compare with step by step)
@@ -60,7 +60,7 @@ class SimSeq:
         self.at = at  # reached the PoP
         self.ts = self.tf = self.td = -1.0  # first scheduled, first token, done
         self.tenant = tenant  # whose request (the policy's fair shares)
-        self.priority = 0  # within its tenant: lower is admitted first (engine.fair_queue)
+        self.priority = 0  # within its tenant: lower is admitted first (engine.sched.fair_queue)
         self.cached = 0  # prompt tokens the prefix cache held at its first admission
 
     @property

@@ -15,7 +15,7 @@ import msgspec
 
 from edge_sim.roofline import Efficiency, RooflineModel, gpu_type
 from edge_sim.speculation_cost import SpeculationSpec, SpeculativeStepTimes, mtp_note
-from engine.architecture import Architecture
+from engine.arch.architecture import Architecture
 
 __all__ = ["SpeculationRow", "format_comparison", "format_roofline_rows", "roofline_rows"]
 

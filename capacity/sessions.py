@@ -8,7 +8,7 @@ user message (`prompt` lengths); its reply is `output` long; it is sent an expon
 (mean `think_s`) after turn k - 1 was sent. A session ends at the arrival window's end or before a
 turn whose prompt and reply would not fit its `window`.
 
-Block identities (engine.block_counts.BlockIds) stand for whole prefixes, as the engine's chained
+Block identities (engine.sched.block_counts.BlockIds) stand for whole prefixes, as the engine's chained
 hashes do: block i < system_prompt // 16 of any request of tenant T is (T, "system", i), and every
 later block is ((T, session), i), the conversation's own, so a turn hits its tenant's system prompt
 and its session's earlier turns, replies included, and never another tenant's blocks.
@@ -28,8 +28,8 @@ from capacity.workload import (
     resolve_clients,
 )
 from edge_sim.topology import Topology
-from engine.block_counts import BlockIds
-from engine.policy_types import BLOCK_TOKENS
+from engine.sched.block_counts import BlockIds
+from engine.sched.policy_types import BLOCK_TOKENS
 
 
 def sample_sessions(

@@ -3,7 +3,7 @@
 Clients around the world send requests (capacity.workload); each enters at its nearest PoP
 (anycast ingress), is routed over the backbone to a GPU PoP replica, waits in that replica's
 queue, and is served by continuous batching by the engine's own scheduling policy
-(engine.policy, driven by capacity.replica with modelled step times instead of model steps).
+(engine.sched.policy, driven by capacity.replica with modelled step times instead of model steps).
 KV capacity is the replica's number of 16-token blocks (GPU memory left after the weights, divided
 by the block size of the KV dtype), counted per sequence as the engine's block pool counts them.
 
@@ -40,7 +40,7 @@ from capacity.workload import SLO, TopologySetup, Workload, WorkloadSample, samp
 from edge_sim.network import NetworkModel
 from edge_sim.roofline import SimulationError, check_kv
 from edge_sim.topology import Topology
-from engine.fair_queue import TenantShare
+from engine.sched.fair_queue import TenantShare
 
 __all__ = [
     "REJECTED_CAPACITY",

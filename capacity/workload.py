@@ -353,7 +353,7 @@ def load_workload(spec: str | Path) -> Workload:
 class WorkloadSample(msgspec.Struct):
     """Requests in arrival order: send time (s), prompt and output tokens, client index; with
     sessions, per request its session and turn and its prompt's block identities (the prefix
-    cache's engine.block_counts.BlockIds; None: not cached)."""
+    cache's engine.sched.block_counts.BlockIds; None: not cached)."""
 
     times: list[float]
     prompts: list[int]

@@ -8,18 +8,19 @@ from collections.abc import AsyncIterator
 
 from edge_sim.accounting import LatencyAccount
 from edge_sim.affinity import SessionAffinity
-from edge_sim.choices import ChoiceAssembler
 from edge_sim.errors import EdgeError, PopDown
 from edge_sim.network import NetworkModel
 from edge_sim.node import PopNodeLike
 from edge_sim.pop import ModelSpec, PopNode
 from edge_sim.remote import RemotePopNode
-from edge_sim.request import Delta, GenerateRequest, GenerateResult
+from edge_sim.request import GenerateRequest, GenerateResult
 from edge_sim.router import Router
 from edge_sim.target import TargetSpec, modeled_times
 from edge_sim.topology import Location, PoP, Topology
 from edge_sim.upstream import UpstreamPopNode
 from engine import SeqEvent
+from engine.errors import GenerationError
+from engine.structured.answer import Delta
 
 log = logging.getLogger("edge.edge")
 
@@ -115,14 +116,17 @@ class Edge:
             if self.emulate:  # the request travels ingress -> PoP for real
                 await asyncio.sleep(backbone_ms / 2000)
             formats = node.formats(req.model)
-            choices = ChoiceAssembler(req, formats.tool_format, formats.reasoning_format)
+            choices = req.assembler(formats)
             last = None
             batch = 1
             try:
                 async for event in node.stream(req):
                     if last is None:  # the request is in flight: how many decode beside it
                         batch = max(1, node.in_flight)
-                    delta = choices.push(event)
+                    try:
+                        delta = choices.push(event)
+                    except GenerationError as exc:  # an event this request did not ask for
+                        raise EdgeError("invalid_input", str(exc)) from None
                     if delta is not None:
                         yield delta
                     last = event
@@ -137,7 +141,7 @@ class Edge:
             await asyncio.sleep(backbone_ms / 2000)
         if not choices.done:
             raise EdgeError("no_capacity", f"PoP {node.code} ended the answer before every choice ended")
-        result = choices.result(node.code, req.model, node.formats(req.model))
+        result = GenerateResult.assembled(choices, node.code, req.model, node.formats(req.model))
         result.timing = self._account(
             req.model, node.pop, ingress, client_rtt_ms, backbone_ms, choices.last, batch
         )

@@ -8,10 +8,11 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
-from edge_sim.choices import collect
+from edge_sim.errors import EdgeError
 from edge_sim.load import PopLoad
 from edge_sim.request import Formats, GenerateRequest, GenerateResult
 from engine import SeqEvent
+from engine.errors import GenerationError
 
 if TYPE_CHECKING:
     from edge_sim.status import PopStatus
@@ -93,4 +94,11 @@ class NodeBase:
         return model in self.models()
 
     async def generate(self, req: GenerateRequest) -> GenerateResult:
-        return await collect(self.stream(req), req, self.code, self.formats(req.model))
+        formats = self.formats(req.model)
+        choices = req.assembler(formats)
+        try:
+            async for event in self.stream(req):
+                choices.push(event)
+        except GenerationError as exc:  # an event this request did not ask for
+            raise EdgeError("invalid_input", str(exc)) from None
+        return GenerateResult.assembled(choices, self.code, req.model, formats)

@@ -22,7 +22,7 @@ from edge_sim.status import ModelStatus, PopStatus
 from edge_sim.topology import PoP
 from engine import LLM, InvalidRequestError, ModelLoadError, SamplingParams, SeqEvent
 from engine.serving import EngineLoop
-from engine.tool_calls import check_tools, format_for, guide_for, render_messages
+from engine.structured.tool_calls import check_tools, format_for, guide_for, render_messages
 
 log = logging.getLogger("edge.pop")
 
@@ -41,7 +41,7 @@ class ModelSpec(msgspec.Struct, frozen=True):
     kv_cache_bytes: int | None = None
     trusted_keys: list[str] | None = None  # None: the engine's default trust store
     allow_unsigned: bool = False
-    prefix_caching: bool = True  # reuse a tenant's cached prompt prefixes (engine.prefix_hash)
+    prefix_caching: bool = True  # reuse a tenant's cached prompt prefixes (engine.kv.prefix_hash)
     # 'env' ($EDGE_SPECULATIVE), 'off', 'ngram' or 'ngram:K': the catalog entry's default wins
     speculative: str = "env"
 
@@ -180,7 +180,7 @@ class PopNode(NodeBase):
     def _prompt_ids(self, engine: LLM, req: GenerateRequest) -> list[int]:
         """The request's prompt tokens: the one place on the path that renders and tokenizes it.
         Chat messages (a tool round trip too) and the declared tools are written in the model's
-        own tool-call format (engine.tool_calls), then through its chat template."""
+        own tool-call format (engine.structured.tool_calls), then through its chat template."""
         tools = req.tools if req.tools and req.tool_choice != "none" else None
         if req.messages is None:
             if tools:

@@ -14,12 +14,15 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import msgspec
 
 from edge_sim.accounting import LatencyAccount
-from edge_sim.reasoning_parser import thinks
+from edge_sim.errors import EdgeError
 from engine import SamplingParams
-from engine.fair_queue import TenantShare
-from engine.sequence import Logprobs
-from engine.tool_calls import format_for
-from engine.tool_types import ToolCall, ToolChoice, ToolFunction
+from engine.errors import GenerationError
+from engine.sched.fair_queue import TenantShare
+from engine.structured.answer import Choice
+from engine.structured.choices import ChoiceAssembler
+from engine.structured.reasoning_parser import thinks
+from engine.structured.tool_calls import format_for
+from engine.structured.tool_types import ToolChoice, ToolFunction
 
 if TYPE_CHECKING:
     from engine import LLM
@@ -30,7 +33,7 @@ TOKENS_PER_MESSAGE = 4  # a chat template's role markers around each message
 
 class Formats(NamedTuple):
     """The formats an engine serves a model in: weights (one label), KV cache, weights per part,
-    and its tool-call format (engine.tool_calls; "" for none), which the edge parses replies by."""
+    and its tool-call format (engine.structured.tool_calls; "" for none), which the edge parses replies by."""
 
     weights: str
     kv_cache: str
@@ -63,12 +66,13 @@ class GenerateRequest(msgspec.Struct, kw_only=True):
     share: TenantShare = TenantShare()  # the account's fair-share weight and KV share
     session: str | None = None  # x-session-affinity: back to the PoP that served it (edge_sim.affinity)
     # tools the model may call: the PoP renders them (and a tool round trip's messages) in the
-    # model's own tool-call format and constrains the output to it (engine.tool_calls)
+    # model's own tool-call format and constrains the output to it (engine.structured.tool_calls)
     tools: list[ToolFunction] | None = None
     tool_choice: ToolChoice = "auto"
     parallel_tool_calls: bool = True
     # thinking (chat_template_kwargs.enable_thinking, reasoning_effort): None is the model's default
-    # (on, for a model that thinks); rendered by its chat template, parsed by edge_sim.reasoning_parser
+    # (on, for a model that thinks); rendered by its chat template, parsed by
+    # engine.structured.reasoning_parser
     thinking: bool | None = None
 
     def estimated_tokens(self) -> int:
@@ -79,40 +83,18 @@ class GenerateRequest(msgspec.Struct, kw_only=True):
         chars = sum(len(str(m.get("content", ""))) for m in self.messages)
         return -(-chars // CHARS_PER_TOKEN) + TOKENS_PER_MESSAGE * len(self.messages)
 
-
-class ToolCallDelta(msgspec.Struct, kw_only=True):
-    """A piece of a streamed tool call, as OpenAI streams it: the first piece of call `index`
-    carries its id and name, the rest pieces of its arguments' text."""
-
-    index: int
-    id: str | None = None
-    name: str | None = None
-    arguments: str = ""
-
-
-class Delta(msgspec.Struct, kw_only=True):
-    """A piece of a streamed answer for choice `index`: text, its tokens' logprobs (when asked
-    for), and pieces of tool calls parsed from the model's tool-call format."""
-
-    text: str = ""
-    index: int = 0
-    logprobs: list[Logprobs] | None = None
-    tool_calls: list[ToolCallDelta] | None = None
-    reasoning: str = ""  # a piece of the model's reasoning (edge_sim.reasoning_parser)
-
-
-class Choice(msgspec.Struct, kw_only=True):
-    """One of a request's n answers: its text (tool-call markup removed), how it ended, its tokens,
-    their logprobs when asked for, and the tool calls it made (finish_reason "tool_calls")."""
-
-    index: int = 0
-    text: str
-    finish_reason: str
-    completion_tokens: int
-    logprobs: list[Logprobs] | None = None
-    tool_calls: list[ToolCall] | None = None
-    reasoning: str = ""  # what it thought before answering ("" when it did not, or cannot)
-    reasoning_tokens: int = 0  # of completion_tokens, those spent thinking
+    def assembler(self, formats: Formats) -> ChoiceAssembler:
+        """What turns this request's engine events into its choices, for the family `formats` names."""
+        return ChoiceAssembler(
+            self.params.n,
+            logprobs=self.params.logprobs is not None,
+            tools=self.tools,
+            tool_choice=self.tool_choice,
+            parallel_tool_calls=self.parallel_tool_calls,
+            tool_format=formats.tool_format,
+            reasoning_format=formats.reasoning_format,
+            thinking=self.thinking,
+        )
 
 
 class GenerateResult(msgspec.Struct, kw_only=True):
@@ -137,3 +119,26 @@ class GenerateResult(msgspec.Struct, kw_only=True):
     @property
     def total_tokens(self) -> int:
         return self.prompt_tokens + self.completion_tokens
+
+    @classmethod
+    def assembled(cls, choices: ChoiceAssembler, pop: str, model: str, formats: Formats) -> GenerateResult:
+        """The whole answer once every choice has ended (the last event carries the metrics); a
+        request whose every choice failed is an invalid_input error."""
+        try:
+            made, m = choices.choices()
+        except GenerationError as exc:
+            raise EdgeError("invalid_input", str(exc)) from None
+        return cls(
+            text=made[0].text,
+            finish_reason=made[0].finish_reason,
+            prompt_tokens=m.prompt_tokens,
+            completion_tokens=sum(c.completion_tokens for c in made),
+            queue_ms=m.queue_ms,
+            prefill_ms=m.prefill_ms,
+            decode_ms=m.decode_ms,
+            pop=pop,
+            model=model,
+            formats=formats,
+            cached_tokens=m.cached_tokens,
+            choices=made,
+        )

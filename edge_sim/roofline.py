@@ -1,6 +1,6 @@
 """A roofline cost model of serving a full-size model on a PoP's GPUs.
 
-The model is an engine.architecture.Architecture, the description the engine builds its models
+The model is an engine.arch.architecture.Architecture, the description the engine builds its models
 from (the built-in full-size ones are in edge_sim.target_models). Parameter counts are computed
 from it (every linear layer, with its shape), so weight bytes in each format include the
 format's scales exactly as our engine stores them. KV bytes per token come from the engine's own
@@ -43,7 +43,7 @@ import msgspec
 
 from edge_sim.step_cost import RooflineStepTimes
 from edge_sim.topology import GPU_TYPES, GPUType
-from engine.architecture import Architecture
+from engine.arch.architecture import Architecture
 
 __all__ = [
     "WEIGHT_FORMATS",  # noqa: F822 (module __getattr__, from the format table)
@@ -145,7 +145,7 @@ def linear_shapes(m: Architecture) -> dict[str, list[Matrix]]:
 
 def matrix_bytes(fmt: str, n_in: int, n_out: int) -> float:
     """Bytes of one linear weight stored in `fmt`, scales included: kernels.formats' entry, the
-    same count the checkpoint tools report (engine.checkpoint.format_nbytes)."""
+    same count the checkpoint tools report (engine.load.checkpoint.format_nbytes)."""
     from kernels.formats import WEIGHT
 
     check_weights(fmt)
@@ -206,11 +206,11 @@ def active_params(m: Architecture) -> int:
 @functools.lru_cache(maxsize=64)
 def kv_layout(m: Architecture, kv: str) -> tuple[int, int]:
     """(bytes of one 16-token block over all layers, bytes of one sequence's staging slot), with
-    bf16 as the dense dtype: exactly what engine.kv_cache.PagedKVCache allocates."""
+    bf16 as the dense dtype: exactly what engine.kv.kv_cache.PagedKVCache allocates."""
     import torch
 
     from engine.errors import InvalidRequestError
-    from engine.kv_cache import PagedKVCache
+    from engine.kv.kv_cache import PagedKVCache
 
     check_kv(kv)
     try:
@@ -220,7 +220,7 @@ def kv_layout(m: Architecture, kv: str) -> tuple[int, int]:
 
 
 def kv_bytes_per_token(m: Architecture, kv: str) -> float:
-    from engine.kv_cache import BLOCK_SIZE
+    from engine.kv.kv_cache import BLOCK_SIZE
 
     return kv_layout(m, kv)[0] / BLOCK_SIZE
 
@@ -353,6 +353,6 @@ class RooflineModel:
         free = self.gpu.memory_gib * GIB * usable_fraction - self.weight_bytes_per_gpu
         if free <= 0:
             return 0
-        from engine.kv_cache import BLOCK_SIZE
+        from engine.kv.kv_cache import BLOCK_SIZE
 
         return int(free * self.gpus // self.kv_block_bytes) * BLOCK_SIZE

@@ -9,7 +9,7 @@ from edge_sim.load import PopLoad, pop_load
 from edge_sim.request import Formats
 from engine import StepStats
 from engine.engine import AccountStats
-from engine.verified_load import VerificationRecord
+from engine.load.verified_load import VerificationRecord
 
 
 class ModelStatus(msgspec.Struct, kw_only=True):
@@ -38,11 +38,11 @@ class ModelStatus(msgspec.Struct, kw_only=True):
     finish_per_s: float = 0.0  # recent rate of finished requests
     recent_steps: list[StepStats] = []
     expert_load: list[list[int]] = []
-    tool_format: str = ""  # engine.tool_calls' format of the model ("" for none)
-    reasoning_format: str = ""  # the family whose reasoning it writes (edge_sim.reasoning_parser)
+    tool_format: str = ""  # engine.structured.tool_calls' format of the model ("" for none)
+    reasoning_format: str = ""  # the family whose reasoning it writes (engine.structured.reasoning_parser)
     upstream_model: str | None = None  # an upstream PoP's: the name its server serves the model under
     accounts: dict[str, AccountStats] = {}  # by account: seats and blocks held, waiting, preemptions
-    compiled_buckets: list[int] = []  # decode batch buckets compiled (engine.compiled_step); [] eager
+    compiled_buckets: list[int] = []  # decode batch buckets compiled (engine.step.compiled_step); [] eager
     compiled_steps: int = 0  # decode steps run compiled since start
 
     def formats(self) -> Formats:

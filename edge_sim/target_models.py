@@ -1,7 +1,7 @@
 """The full-size models the planner and the PoPs' modeled times stand for, by name or directory.
 
 Each built-in is an excerpt of its published config.json (target_models.json, with its source),
-read by the engine's own parser into the one engine.architecture.Architecture that the engine,
+read by the engine's own parser into the one engine.arch.architecture.Architecture that the engine,
 the roofline and the planner share, exactly as a model directory's config.json is.
 """
 
@@ -11,8 +11,8 @@ import json
 from pathlib import Path
 
 from edge_sim.roofline import SimulationError
-from engine.architecture import Architecture, describe, load_architecture
-from engine.config import parse_config
+from engine.arch.architecture import Architecture, describe, load_architecture
+from engine.arch.config import parse_config
 from engine.errors import ModelLoadError
 
 

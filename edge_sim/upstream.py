@@ -42,9 +42,9 @@ from edge_sim.upstream_wire import (
     sse_data,
 )
 from engine import SeqEvent
-from engine.prefix_hash import new_salt_key, tenant_salt
-from engine.sequence import RequestMetrics
-from engine.verified_load import VerificationRecord
+from engine.kv.prefix_hash import new_salt_key, tenant_salt
+from engine.load.verified_load import VerificationRecord
+from engine.outputs import RequestMetrics
 
 log = logging.getLogger("edge.upstream")
 

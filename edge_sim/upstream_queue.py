@@ -1,7 +1,7 @@
 """Per-tenant fairness at a PoP whose engine is an upstream server: the upstream sees one client
 (this PoP), so tenants are scheduled here, before forwarding. A request waits for one of the PoP's
 forwarding slots; when one frees, the oldest request of the tenant with the least service goes,
-by engine.fair_queue's virtual token counters (prompt tokens when it is forwarded, OUTPUT_COST per
+by engine.sched.fair_queue's virtual token counters (prompt tokens when it is forwarded, OUTPUT_COST per
 generated token as they stream back), so one tenant's burst cannot starve another."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import asyncio
 import itertools
 from collections.abc import Callable
 
-from engine.fair_queue import OUTPUT_COST, FairQueue, TenantShare
+from engine.sched.fair_queue import OUTPUT_COST, FairQueue, TenantShare
 
 CLOCK = 0  # no decode clock here: service is charged as tokens are forwarded and streamed back
 

@@ -5,7 +5,7 @@ HTTP errors as the edge's error kinds (which the runtime maps to Workers AI code
 Tool calls come back parsed by the upstream, and are not trusted: each is held until it ends and
 kept only if its arguments parse as a JSON object (ChunkReader); it is then written again in Kimi
 K2's tool-call markup (CARRIER_FORMAT), which the edge's own parser reads and checks against the
-declared tools (edge_sim.tool_parser), so the edge streams an upstream's calls exactly as it
+declared tools (engine.structured.tool_parser), so the edge streams an upstream's calls exactly as it
 streams our engine's. Call ids are the edge's, not the upstream's.
 """
 
@@ -16,11 +16,11 @@ import logging
 from typing import Any, NamedTuple
 
 from edge_sim.errors import EdgeError
-from edge_sim.reasoning_parser import MARKERS
 from edge_sim.request import GenerateRequest
 from edge_sim.upstream_config import UpstreamModel
-from engine import tool_calls as fmts
-from engine.sequence import Logprobs, TokenLogprob
+from engine.outputs import Logprobs, TokenLogprob
+from engine.structured import tool_calls as fmts
+from engine.structured.reasoning_parser import MARKERS
 
 log = logging.getLogger(__name__)
 CARRIER_FORMAT = fmts.KIMI_K2  # the markup upstream tool calls are re-written in for the edge's parser

@@ -1,6 +1,6 @@
 """The inference engine: MoE models (MLA), KV cache, sampling, tokenizer. Knows nothing of PoPs.
 
-The names below load on first use, so that engine.config and engine.architecture (torch-free)
+The names below load on first use, so that engine.arch.config and engine.arch.architecture (torch-free)
 can be read by the planner and the roofline without bringing torch in.
 """
 
@@ -23,8 +23,8 @@ _EXPORTS = {
     "ModelLoadError": "engine.errors",
     "RequestTooLargeError": "engine.errors",
     "SamplingParams": "engine.sampling",
-    "RequestMetrics": "engine.sequence",
-    "SeqEvent": "engine.sequence",
+    "RequestMetrics": "engine.outputs",
+    "SeqEvent": "engine.outputs",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -1,6 +1,6 @@
 """LLMEngine: requests in, token events out, one `step()` at a time (synchronous, single thread).
 
-The executor half of serving: a step asks the scheduling policy (engine.policy, shared with the
+The executor half of serving: a step asks the scheduling policy (engine.sched.policy, shared with the
 capacity simulator) what to run, runs one forward pass over the flat token batch (decodes
 batched together, prefill chunks alongside), samples where a sequence has consumed all its known
 tokens, and reports per-request events and per-step statistics.
@@ -19,20 +19,28 @@ from dataclasses import dataclass
 import msgspec
 import torch
 
-from engine.batch import SeqSlice
-from engine.compiled_step import CompiledDecode
 from engine.errors import InvalidRequestError, RequestTooLargeError
-from engine.fair_queue import TenantShare
-from engine.guided import GuideBatch, GuideCompiler, GuidedDraft, GuideState, mask_logits, overlap_masks
-from engine.kv_cache import BLOCK_SIZE, PagedKVCache
+from engine.kv.batch import SeqSlice
+from engine.kv.kv_cache import BLOCK_SIZE, PagedKVCache
+from engine.kv.prefix_hash import new_salt_key, tenant_salt
 from engine.logprobs import TokenSpeller, attach_logprobs
-from engine.mtp_drafts import MTPDrafter, MTPRows, draft_room
-from engine.policy import SchedulerConfig, SchedulingPolicy
-from engine.prefix_hash import new_salt_key, tenant_salt
-from engine.runner import ModelRunner, StepOutput
+from engine.outputs import SeqEvent
 from engine.sampling import Sampler, SamplingError, SamplingParams, apply_logit_bias, choice_seed
-from engine.sequence import SeqEvent, SeqStatus, Sequence
+from engine.sched.fair_queue import TenantShare
+from engine.sched.policy import SchedulerConfig, SchedulingPolicy
+from engine.sequence import SeqStatus, Sequence
 from engine.speculation import AcceptanceBackoff, NgramDrafter, SpeculativeConfig, accepted_prefix
+from engine.step.compiled_step import CompiledDecode
+from engine.step.mtp_drafts import MTPDrafter, MTPRows, draft_room
+from engine.step.runner import ModelRunner, StepOutput
+from engine.structured.guided import (
+    GuideBatch,
+    GuideCompiler,
+    GuidedDraft,
+    GuideState,
+    mask_logits,
+    overlap_masks,
+)
 from engine.tokenizer import IncrementalDetokenizer, TextTokenizer
 
 log = logging.getLogger(__name__)
@@ -59,7 +67,7 @@ class StepStats(msgspec.Struct):
     forward_ms: float = 0.0
     sample_ms: float = 0.0
     emit_ms: float = 0.0
-    forward_path: str = ""  # engine.runner: "eager", "compiled" or "greedy-graph"
+    forward_path: str = ""  # engine.step.runner: "eager", "compiled" or "greedy-graph"
 
 
 @dataclass
@@ -101,7 +109,7 @@ class EngineStats(msgspec.Struct):
     draft_tokens: int = 0  # speculative draft tokens verified since start
     accepted_tokens: int = 0  # of those, kept
     pauses: int = 0  # of the preemptions, sequences paused with their KV blocks kept (not recomputed)
-    compiled_steps: int = 0  # decode steps run as a compiled graph (engine.compiled_step)
+    compiled_steps: int = 0  # decode steps run as a compiled graph (engine.step.compiled_step)
     compiled_buckets: list[int] = []  # its batch buckets compiled so far (rows)
 
 
@@ -120,10 +128,10 @@ class LLMEngine:
         compiled: bool = False,
     ):
         """`speculative`: n-gram or MTP drafts verified in the decode step (engine.speculation,
-        engine.mtp_drafts; MTP needs `model.mtp`), for every sequence (greedy or sampled, penalties,
+        engine.step.mtp_drafts; MTP needs `model.mtp`), for every sequence (greedy or sampled, penalties,
         biases, logprobs and grammars included: a guided draft is checked against its mask); None
         decodes one token a step.
-        `compiled`: decode-only steps run as a compiled graph (engine.compiled_step) once their
+        `compiled`: decode-only steps run as a compiled graph (engine.step.compiled_step) once their
         batch bucket is compiled; `compiled_decode.warm_up()` compiles them."""
         self.model = model
         self.cache = cache
@@ -140,7 +148,7 @@ class LLMEngine:
         self.steps: deque[StepStats] = deque(maxlen=1024)
         self.total_prompt_tokens = 0
         self.total_generated_tokens = 0
-        # the prefix cache: salts are keyed by a secret of this process (engine.prefix_hash)
+        # the prefix cache: salts are keyed by a secret of this process (engine.kv.prefix_hash)
         self.prefix_caching = prefix_caching
         self._salt_key = new_salt_key()
         self.prefix_cache_queries = 0
@@ -230,7 +238,7 @@ class LLMEngine:
     ) -> str:
         """Queue a request; `arrival` (time.perf_counter()) is when it reached this engine's host,
         if earlier than now (it waited for the step in progress): its queue time starts there.
-        `share`: the tenant's fair-share weight and KV share (engine.fair_queue), as of now."""
+        `share`: the tenant's fair-share weight and KV share (engine.sched.fair_queue), as of now."""
         self.check_request(prompt_ids, params)
         if share is not None:
             self.scheduler.configure_tenant(tenant, share.weight, share.kv_share)
@@ -428,7 +436,7 @@ class LLMEngine:
         draft stays inside the block the real token is written to and never fills its last slot:
         no block is allocated for a guess, and a quantized format's staged block is never sealed
         with a token that may be rejected. A guided sequence's draft is checked against its
-        grammar (engine.guided.GuidedDraft: cut at the first token its mask refuses), which also
+        grammar (engine.structured.guided.GuidedDraft: cut at the first token its mask refuses), which also
         gives each of its verify rows the mask a one-token step would apply there."""
         config = self.speculative
         assert config is not None

@@ -20,3 +20,8 @@ class InvalidRequestError(EngineError, ValueError):
 class RequestTooLargeError(InvalidRequestError):
     """The request does not fit: its prompt (plus max_tokens) exceeds the context window or the KV
     cache. A distinct type so callers tell "too large" from "malformed" without reading the message."""
+
+
+class GenerationError(EngineError):
+    """A request's generation failed as a whole (every one of its choices ended in error, or the
+    events do not belong to it); the message names the first failure."""

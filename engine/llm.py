@@ -13,23 +13,29 @@ from pathlib import Path
 import msgspec
 import torch
 
-from engine.batch import SeqSlice, StepBatch
-from engine.compiled_step import compile_from_env
-from engine.config import ModelConfig, load_config
+from engine.arch.config import ModelConfig, load_config
 from engine.engine import EngineStats, LLMEngine, StepStats, default_kv_budget
 from engine.errors import EngineError, InvalidRequestError, ModelLoadError, RequestTooLargeError
-from engine.kv_cache import BLOCK_SIZE, KV_CACHE_DTYPES, PagedKVCache
+from engine.kv.batch import SeqSlice, StepBatch
+from engine.kv.kv_cache import BLOCK_SIZE, KV_CACHE_DTYPES, PagedKVCache
+from engine.load.verified_load import load_verified
+from engine.load.weight_parts import (
+    apply_weight_format,
+    check_format,
+    formats_by_part,
+    parse_parts,
+    weights_label,
+)
+from engine.load.weights import Checkpoint, load_tensors
 from engine.models import causal_lm, expected_tensors, float32_tensors
 from engine.models.mtp import mtp_layers, mtp_prefix
-from engine.policy import SchedulerConfig
-from engine.policy_types import preemption_from_env
+from engine.outputs import Logprobs, RequestMetrics, SeqEvent
 from engine.sampling import SamplingParams
-from engine.sequence import Logprobs, RequestMetrics, SeqEvent
+from engine.sched.policy import SchedulerConfig
+from engine.sched.policy_types import preemption_from_env
 from engine.speculation import SpeculativeConfig, parse_speculative, speculative_from_env
+from engine.step.compiled_step import compile_from_env
 from engine.tokenizer import TextTokenizer
-from engine.verified_load import load_verified
-from engine.weight_parts import apply_weight_format, check_format, formats_by_part, parse_parts, weights_label
-from engine.weights import Checkpoint, load_tensors
 
 
 class Generation(msgspec.Struct):
@@ -98,10 +104,10 @@ class LLM:
         loads only with `allow_unsigned=True`, with a warning. `fair_share`: tenants share the
         engine by virtual token counters (default: $EDGE_SCHEDULING, else fair). `preemption`: how a
         sequence preempted for another tenant's seat gives it up, "pause" (its KV blocks kept while
-        it waits) or "recompute" (default: $EDGE_PREEMPTION, else engine.policy_types's default).
+        it waits) or "recompute" (default: $EDGE_PREEMPTION, else engine.sched.policy_types's default).
 
         `prefix_caching`: full KV blocks of a tenant's earlier requests are reused by its later ones
-        that start with the same tokens (salted per tenant; see engine.prefix_hash).
+        that start with the same tokens (salted per tenant; see engine.kv.prefix_hash).
 
         `speculative`: drafts verified in the decode step (engine.speculation), a
         SpeculativeConfig, None (one token a step), "env" ($EDGE_SPECULATIVE, off by default) or
@@ -109,7 +115,7 @@ class LLM:
         it. 'mtp' loads the checkpoint's MTP layer (and caches its keys and values as one more
         layer); a checkpoint without one is refused.
 
-        `compile`: decode steps as a compiled graph per batch bucket (engine.compiled_step), True,
+        `compile`: decode steps as a compiled graph per batch bucket (engine.step.compiled_step), True,
         False or "env" ($EDGE_COMPILE; unset: on a CPU). Buckets compile on first use of
         `engine.compiled_decode.warm_up()`; until then steps run eagerly."""
         self.path = Path(model)

@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 import torch
 
-from engine.sequence import Logprobs, SeqEvent, TokenLogprob
+from engine.outputs import Logprobs, SeqEvent, TokenLogprob
 
 
 class TokenSpeller:

@@ -17,7 +17,7 @@ import msgspec
 import torch
 
 from engine.errors import InvalidRequestError
-from engine.guide import Guide
+from engine.structured.guide import Guide
 
 MAX_STOP_STRINGS = 4  # as OpenAI
 MAX_STOP_CHARS = 256  # per stop string: matching a new token costs O(this), not O(output)
@@ -53,7 +53,7 @@ class SamplingParams(msgspec.Struct, kw_only=True):
     stop: list[str] = msgspec.field(default_factory=list)  # never part of the returned text
     stop_token_ids: list[int] = msgspec.field(default_factory=list)
     ignore_eos: bool = False
-    guide: Guide | None = None  # a grammar the output must follow (engine.guide)
+    guide: Guide | None = None  # a grammar the output must follow (engine.structured.guide)
     logprobs: int | None = None  # None: none; k: each token's log-probability and the k likeliest
     n: int = 1  # sequences sampled from the one prompt (its KV computed once)
     # token id -> what is added to its logit before sampling (OpenAI's logit_bias); the row's own

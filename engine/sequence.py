@@ -4,59 +4,13 @@ from __future__ import annotations
 
 import time
 
-import msgspec
-
-from engine.block_pool import SeqBlocks
-from engine.guided import GuideState
-from engine.policy import SeqStatus
+from engine.kv.block_pool import SeqBlocks
+from engine.outputs import RequestMetrics
 from engine.sampling import Sampler, SamplingParams
+from engine.sched.policy import SeqStatus
 from engine.speculation import AcceptanceBackoff, MTPDraft, NgramDrafter
+from engine.structured.guided import GuideState
 from engine.tokenizer import IncrementalDetokenizer
-
-
-class RequestMetrics(msgspec.Struct):
-    prompt_tokens: int
-    completion_tokens: int
-    queue_ms: float  # arrival -> first scheduled
-    prefill_ms: float  # first scheduled -> first token
-    decode_ms: float  # first token -> finished
-    ttft_ms: float  # arrival -> first token
-    tpot_ms: float  # mean time per output token after the first
-    finish_reason: str | None
-    preemptions: int
-    cached_tokens: int = 0  # prompt tokens found in the prefix cache at admission (not run again)
-    draft_tokens: int = 0  # speculative draft tokens verified for it
-    accepted_tokens: int = 0  # of those, kept (each one a token that took no step of its own)
-
-
-class TokenLogprob(msgspec.Struct, array_like=True):
-    """One token as OpenAI's logprobs show it: its text, log-probability and UTF-8 bytes."""
-
-    token: str
-    logprob: float
-    bytes: list[int]
-
-
-class Logprobs(msgspec.Struct):
-    """The sampled token's log-probability and the `k` likeliest tokens at that step (k of
-    SamplingParams.logprobs), from the model's distribution before any penalty or filter."""
-
-    chosen: TokenLogprob
-    top: list[TokenLogprob]
-
-
-class SeqEvent(msgspec.Struct):
-    """What a step produced for one request: a token and its text delta, or the end. A request
-    with n > 1 has n sequences; `index` says which one (each ends with its own last event)."""
-
-    request_id: str
-    token_id: int | None
-    text: str
-    finish_reason: str | None = None  # "stop" | "length" | "abort" | "error"
-    error: str | None = None
-    metrics: RequestMetrics | None = None  # on the last event
-    index: int = 0  # which of the request's n sequences
-    logprobs: Logprobs | None = None  # when asked for (SamplingParams.logprobs)
 
 
 class Sequence:
@@ -87,7 +41,8 @@ class Sequence:
         self.detok = detok
         self.eos_ids = frozenset() if params.ignore_eos else eos_ids | frozenset(params.stop_token_ids)
         self.tenant = tenant
-        self.priority = params.priority  # within its tenant: lower is admitted first (engine.fair_queue)
+        # within its tenant: lower is admitted first (engine.sched.fair_queue)
+        self.priority = params.priority
         self.status = SeqStatus.WAITING
         self.num_computed = 0  # tokens whose KV is in the cache
         self.preemptions = 0
@@ -122,7 +77,8 @@ class Sequence:
 
     def append(self, token: int, consumed: bool = False) -> str:
         """Record a sampled token; returns the text that may now be shown (stop strings withheld).
-        `consumed`: the guide took the token already (a draft checked against it, engine.guided)."""
+        `consumed`: the guide took the token already (a draft checked against it,
+        engine.structured.guided)."""
         now = time.perf_counter()
         if self.first_token is None:
             self.first_token = now

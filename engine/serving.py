@@ -16,9 +16,9 @@ import msgspec
 import torch
 
 from engine.engine import LLMEngine
-from engine.fair_queue import TenantShare
+from engine.outputs import SeqEvent
 from engine.sampling import SamplingParams
-from engine.sequence import SeqEvent
+from engine.sched.fair_queue import TenantShare
 
 log = logging.getLogger("edge.engine")
 

@@ -148,7 +148,7 @@ class NgramDrafter:
 
 
 class MTPDraft:
-    """One sequence's latest MTP draft (engine.mtp_drafts makes it), made when its tokens
+    """One sequence's latest MTP draft (engine.step.mtp_drafts makes it), made when its tokens
     numbered `made_for`."""
 
     __slots__ = ("made_for", "tokens")

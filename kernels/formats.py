@@ -1,6 +1,6 @@
 """The format table: one entry per weight format and per KV-cache format, read by every layer.
 
-Checkpoint loading and sizing (engine.weights, engine.checkpoint), the KV cache (engine.kv_cache,
+Checkpoint loading and sizing (engine.load.weights, engine.load.checkpoint), the KV cache (engine.kv.kv_cache,
 kernels.paged_kv), the planner's roofline (edge_sim.roofline) and both families of Triton kernels
 (weights: kernels._triton_dequant via dequant_matmul / moe; KV: kernels._triton_kv_format via
 paged_kv_triton) take names, byte counts, scale shapes, reference functions, checkpoint
@@ -32,7 +32,7 @@ from kernels.weight_quant import FP8_BLOCK, INT4_GROUP, QuantizationError
 # The one integer coding of formats that every Triton kernel branches on (tl.constexpr arguments).
 FMT_DENSE, FMT_INT8, FMT_INT4, FMT_FP8 = 0, 1, 2, 3
 
-KV_BLOCK = 16  # tokens per paged-KV block (kernels.paged_kv.BLOCK, engine.kv_cache.BLOCK_SIZE)
+KV_BLOCK = 16  # tokens per paged-KV block (kernels.paged_kv.BLOCK, engine.kv.kv_cache.BLOCK_SIZE)
 
 
 def _ceil_div(a: int, b: int) -> int:
@@ -83,7 +83,7 @@ class WeightFormat:
     # torch references (kernels.weight_quant) on plain tensors; None for the dense format
     encode: Encode | None = None
     decode: Decode | None = None
-    # what a checkpoint's config.json says about this format (engine.checkpoint), parts aside
+    # what a checkpoint's config.json says about this format (engine.load.checkpoint), parts aside
     checkpoint_config: Mapping[str, Any] = field(default_factory=dict, hash=False)
 
     @property

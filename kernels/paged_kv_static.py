@@ -1,5 +1,5 @@
 """Paged decode on the CPU with every shape fixed by a (batch, blocks) bucket: the KV side of a
-compiled decode step (engine.compiled_step).
+compiled decode step (engine.step.compiled_step).
 
 kernels.paged_kv_flat builds its index from the step's sequences, so its shapes and even which
 tensors exist (sequences whose block fills up this step, sequences with a partial tail) change
@@ -7,7 +7,7 @@ from step to step. A compiled graph is specialised on shapes and on which inputs
 here every field is a tensor of a shape the bucket fixes:
 
 - the batch is padded to `rows` with rows that write to a scratch block and staging slot the
-  block pool never hands out (engine.kv_cache), and read that block: their output is discarded;
+  block pool never hands out (engine.kv.kv_cache), and read that block: their output is discarded;
 - block tables are padded to `blocks` with that scratch block, hidden by the mask;
 - a staged format quantizes every row's staging slot each step and keeps the result only where
   the row's block filled up (a `where` against the stored block), and every row's tail block is

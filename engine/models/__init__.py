@@ -3,8 +3,8 @@ the config's architecture names (MLA: engine.models.deepseek_v3, GQA: engine.mod
 
 from __future__ import annotations
 
-from engine.architecture import describe
-from engine.config import ModelConfig
+from engine.arch.architecture import describe
+from engine.arch.config import ModelConfig
 from engine.models import decoder, mtp
 from engine.models.attention import PagedAttention
 from engine.models.layers import Tensors

@@ -12,9 +12,9 @@ from collections.abc import Callable
 
 import torch
 
-from engine.batch import StepBatch
-from engine.config import ModelConfig
-from engine.kv_store import LayerKV
+from engine.arch.config import ModelConfig
+from engine.kv.batch import StepBatch
+from engine.kv.kv_store import LayerKV
 
 Parts = tuple[torch.Tensor, ...]
 

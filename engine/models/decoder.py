@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import torch
 
-from engine.architecture import Architecture, KVComponent, describe
-from engine.batch import StepBatch
-from engine.config import ModelConfig
+from engine.arch.architecture import Architecture, KVComponent, describe
+from engine.arch.config import ModelConfig
+from engine.kv.batch import StepBatch
 from engine.models import eager_ops
 from engine.models.attention import PagedAttention
 from engine.models.layers import MLP, MoE, RMSNorm, Rotary, Tensors, mlp_tensors, moe_tensors

@@ -1,6 +1,6 @@
 """The parts of a compiled decode step that stay eager, as opaque torch ops.
 
-A compiled graph (engine.compiled_step) cannot hold a host read or a C call through ctypes:
+A compiled graph (engine.step.compiled_step) cannot hold a host read or a C call through ctypes:
 
 - the routed experts read which experts have tokens (a host sync) and run only those, so a
   batch-1 token touches 2 of 8 experts' weights instead of all of them;

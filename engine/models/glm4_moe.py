@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import torch
 
-from engine.batch import StepBatch
-from engine.config import ModelConfig
+from engine.arch.config import ModelConfig
+from engine.kv.batch import StepBatch
 from engine.models.attention import PagedAttention
 from engine.models.layers import Linear, RMSNorm, RopeTables, Rotary, Tensors, linear
 from kernels import paged_kv

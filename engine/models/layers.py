@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 
 import kernels
-from engine.config import ModelConfig, RopeSpec
+from engine.arch.config import ModelConfig, RopeSpec
 from engine.models import eager_ops
 from kernels import native_ops
 from kernels.quant import QuantizedWeight, concat_out, rows_of, stack

@@ -19,9 +19,9 @@ from __future__ import annotations
 
 import torch
 
-from engine.architecture import describe
-from engine.batch import StepBatch
-from engine.config import ModelConfig
+from engine.arch.architecture import describe
+from engine.arch.config import ModelConfig
+from engine.kv.batch import StepBatch
 from engine.models.attention import PagedAttention
 from engine.models.layers import Linear, RMSNorm, Rotary, Tensors, mlp_tensors, moe_tensors
 

@@ -1,5 +1,5 @@
 """The chat corpus: synthetic conversations (chat_examples.py) rendered exactly as the engine renders
-a request (engine.tool_calls.render_messages, then the family's chat template), tokenized piece by
+a request (engine.structured.tool_calls.render_messages, then the family's chat template), tokenized piece by
 piece so that the prompt's tokens are the ones the engine will see and only the assistant's turns
 are trained on; plus English prose (the standard library's `pydoc_data/topics.py`) beside the code.
 
@@ -20,8 +20,8 @@ from typing import Any
 import torch
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-from engine.tool_calls import GLM45, KIMI_K2, render_messages
-from engine.tool_types import ToolFunction
+from engine.structured.tool_calls import GLM45, KIMI_K2, render_messages
+from engine.structured.tool_types import ToolFunction
 from models.recipe import chat_examples as ex
 from models.recipe.tokenizer import CHAT_TEMPLATES
 

@@ -6,7 +6,7 @@ Each generator draws from a seeded `random.Random` and a split: "train", or the 
 ("heldout": entities never seen in training, where the answer is in the prompt or the rate is only
 recorded; "phrasing": question templates never seen in training). Examples are OpenAI-shaped
 messages (tool calls as `tool_calls`, results as `tool` turns) so the serving path
-(engine.tool_calls.render_messages, then the family's chat template) renders them, and `expect`
+(engine.structured.tool_calls.render_messages, then the family's chat template) renders them, and `expect`
 says what a right answer holds (models/eval/chat/, `edge models eval --chat`).
 """
 

@@ -68,7 +68,7 @@ VOCAB_MULTIPLE = 32  # the embedding is padded to a multiple of this beyond the 
 CHAT_TEMPLATES = {
     # Kimi K2's layout: role markers, <|im_middle|> between role and content, <|im_end|> after each
     # turn; the tools declared in a `tool_declare` system turn and a result in a `tool` one
-    # (engine.tool_calls.render_messages writes both, and the calls into an assistant's content).
+    # (engine.structured.tool_calls.render_messages writes both, and the calls into an assistant's content).
     "kimi": (
         "{%- for message in messages -%}"
         "{%- if message['role'] == 'user' -%}<|im_user|>user<|im_middle|>"

@@ -1,6 +1,6 @@
 """From a decoded request (runtime.ai.inputs) to the one typed request that flows down to the PoP
 (edge_sim.request.GenerateRequest): messages in OpenAI's shape, tools, the grammar the output
-follows (engine.guide.Guide) and the sampling parameters. Each refusal names its parameter.
+follows (engine.structured.guide.Guide) and the sampling parameters. Each refusal names its parameter.
 
 `generate_request` is the one mapping every API uses (Workers AI, OpenAI, and the Responses and
 batch APIs that build these structs); `chat_request` decodes a Workers AI inputs dict first.
@@ -15,10 +15,10 @@ import msgspec
 
 from edge_sim.request import GenerateRequest
 from engine import InvalidRequestError, SamplingParams
-from engine.fair_queue import TenantShare
-from engine.guide import MAX_GUIDE_CHARS, Guide
 from engine.sampling import MAX_LOGIT_BIAS, MAX_LOGPROBS
-from engine.tool_types import ToolFunction
+from engine.sched.fair_queue import TenantShare
+from engine.structured.guide import MAX_GUIDE_CHARS, Guide
+from engine.structured.tool_types import ToolFunction
 from runtime.ai.inputs import (
     MAX_MESSAGES,
     MAX_METADATA_KEY,
@@ -300,7 +300,7 @@ def tool_functions(tools: list[Tool]) -> list[ToolFunction]:
 
 
 def tool_choice(choice: Any, tools: list[ToolFunction] | None) -> str:
-    """ "auto", "none", "required" or the one function's name (engine.tool_types.ToolChoice)."""
+    """ "auto", "none", "required" or the one function's name (engine.structured.tool_types.ToolChoice)."""
     if choice is None:
         return "auto"
     if isinstance(choice, str):

@@ -10,9 +10,10 @@ import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
-from edge_sim.request import Delta, GenerateResult
-from engine.sequence import Logprobs
-from engine.tool_types import ToolCall
+from edge_sim.request import GenerateResult
+from engine.outputs import Logprobs
+from engine.structured.answer import Delta
+from engine.structured.tool_types import ToolCall
 from runtime.ai.responses_inputs import ResponsesRequest
 from runtime.ai.shape_parts import chat_logprobs
 from runtime.ai.shapes import quantization, served_by, timing

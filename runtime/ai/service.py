@@ -32,9 +32,10 @@ from edge_sim.accounting import LatencyAccount
 from edge_sim.affinity import check_key
 from edge_sim.edge import Edge
 from edge_sim.errors import EdgeError
-from edge_sim.request import Delta, GenerateRequest, GenerateResult
+from edge_sim.request import GenerateRequest, GenerateResult
 from edge_sim.topology import PoP
-from engine.fair_queue import TenantShare
+from engine.sched.fair_queue import TenantShare
+from engine.structured.answer import Delta
 from runtime.ai.embeddings import (
     EMBEDDING_MODELS,
     Embeddings,

@@ -7,9 +7,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from edge_sim.request import Choice, GenerateResult, ToolCallDelta
-from engine.sequence import Logprobs, TokenLogprob
-from engine.tool_types import ToolCall
+from edge_sim.request import GenerateResult
+from engine.outputs import Logprobs, TokenLogprob
+from engine.structured.answer import Choice, ToolCallDelta
+from engine.structured.tool_types import ToolCall
 
 
 def choices_of(result: GenerateResult) -> list[Choice]:
@@ -28,7 +29,7 @@ def choices_of(result: GenerateResult) -> list[Choice]:
 
 def finish_reason(choice: Choice) -> str:
     """OpenAI's finish_reason, as the choice ended: "tool_calls" when it ended by calling tools
-    (edge_sim.choices decides that: a choice cut off by max_tokens ends "length" even when calls
+    (engine.structured.choices decides that: a choice cut off by max_tokens ends "length" even when calls
     it finished came before the cut)."""
     return choice.finish_reason
 

@@ -13,7 +13,8 @@ from typing import Any, Literal
 
 import msgspec
 
-from edge_sim.request import Choice, Delta, GenerateResult
+from edge_sim.request import GenerateResult
+from engine.structured.answer import Choice, Delta
 from runtime.ai.shape_parts import (
     chat_logprobs,
     choices_of,

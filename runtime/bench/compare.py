@@ -11,7 +11,7 @@ sequences running at once, from the PoP view (GET /cdn-cgi/edge/pops, sampled); 
 the run; cost per request and per million output tokens from the modeled target times: each
 request holds the PoP's GPUs for its modeled time shared with the batch it decoded in, priced at
 the GPUs' hourly price (edge_sim.topology); and the perplexity change of the setting at the
-workload's context lengths (engine.quality.evaluate, as `edge models eval`)."""
+workload's context lengths (quality.perplexity.evaluate, as `edge models eval`)."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ import msgspec
 from edge_sim.roofline import gpu_type
 from edge_sim.target import TargetSpec, modeled_times, pop_layout
 from edge_sim.topology import Topology
-from engine.kv_cache import BLOCK_SIZE
+from engine.kv.kv_cache import BLOCK_SIZE
 from runtime.ai.catalog import CatalogEntry
 from runtime.bench.clients import RequestOutput
 from runtime.bench.metrics import BenchmarkMetrics

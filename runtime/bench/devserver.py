@@ -65,10 +65,10 @@ def write_project(
 
 def wait_compiled(url: str, folder: Path, timeout: float = 900.0) -> str:
     """Wait until every GPU PoP's engine of the `edge dev` at `url` (its project in `folder`) has
-    compiled the decode buckets it serves compiled (engine.compiled_step: 1..16 rows), or has
+    compiled the decode buckets it serves compiled (engine.step.compiled_step: 1..16 rows), or has
     stopped compiling (a failed compile leaves the rest eager); what it waited for, in a line.
     Returns at once where compiling is off (EDGE_COMPILE=0: no bucket is ever ready)."""
-    from engine.compiled_step import DEFAULT_MAX_ROWS, ROW_BUCKETS
+    from engine.step.compiled_step import DEFAULT_MAX_ROWS, ROW_BUCKETS
     from runtime.control.admin import find_admin_token
 
     want = [b for b in ROW_BUCKETS if b <= DEFAULT_MAX_ROWS]

@@ -28,7 +28,7 @@ def _catalog_entry(config, model: str):
 
 def quality_changes(folder: Path, settings, entry, contexts: list[int], windows: int) -> dict[str, dict]:
     """Perplexity change of each setting against the uncompressed model, by context (label -> {ctx: %})."""
-    from engine.quality import evaluate
+    from quality.perplexity import evaluate
 
     if not contexts:
         return {}

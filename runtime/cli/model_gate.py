@@ -1,6 +1,6 @@
 """The quality gate `edge models promote` and `edge models rollout` share: NEW verified against
 the trusted keys, then compared with the baseline on held-out text at each context length
-(engine.quality.compare), failing past a perplexity increase or under a greedy agreement."""
+(quality.perplexity.compare), failing past a perplexity increase or under a greedy agreement."""
 
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ def quality_gate(
     import time
 
     from engine import LLM
-    from engine.quality import compare, heldout_text_path
+    from quality.perplexity import compare, heldout_text_path
 
     started = time.perf_counter()
     candidate = LLM(new, device="cpu", trusted_keys=keys)  # refuses anything that fails verification

@@ -17,8 +17,8 @@ def _mib(n: int) -> str:
 def cmd_models_info(args: argparse.Namespace) -> int:
     import msgspec
 
-    from engine.checkpoint import checkpoint_info
     from engine.errors import ModelLoadError
+    from engine.load.checkpoint import checkpoint_info
 
     try:
         rows = checkpoint_info(args.dir, args.weights, args.parts)
@@ -62,8 +62,8 @@ def cmd_models_info(args: argparse.Namespace) -> int:
 
 
 def cmd_models_quantize(args: argparse.Namespace) -> int:
-    from engine.checkpoint import quantize_checkpoint
     from engine.errors import ModelLoadError
+    from engine.load.checkpoint import quantize_checkpoint
 
     try:
         sizes = quantize_checkpoint(args.src, args.dst, args.weights, args.parts)
@@ -83,7 +83,7 @@ def cmd_models_eval(args: argparse.Namespace) -> int:
         return cmd_models_eval_chat(args)
 
     from engine.errors import EngineError
-    from engine.quality import evaluate, format_table
+    from quality.perplexity import evaluate, format_table
 
     given = args.contexts or "256,1024,2048"
     try:
@@ -126,9 +126,9 @@ def _report(args: argparse.Namespace, rows, format_table, record_path) -> None:
 def cmd_models_eval_chat(args: argparse.Namespace) -> int:
     """`edge models eval MODEL --chat`: chat, tool-call and JSON scores per weights x KV setting."""
 
-    from edge_sim.chat_eval import Budget, Perplexity, evaluate_chat, format_table
-    from edge_sim.chat_prompts import load_prompts
     from engine.errors import EngineError
+    from quality.chat_eval import Budget, Perplexity, evaluate_chat, format_table
+    from quality.chat_prompts import load_prompts
 
     try:
         model_dir = _model_dir(args.model, args.config)
@@ -194,7 +194,7 @@ def _model_dir(model: str, config_path: str | None):
 def cmd_models_keygen(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from engine.integrity import keygen
+    from engine.load.integrity import keygen
 
     keyfile = Path(args.keyfile)
     if keyfile.exists() and not args.force:
@@ -208,7 +208,7 @@ def cmd_models_sign(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from engine.errors import ModelLoadError
-    from engine.integrity import sign
+    from engine.load.integrity import sign
 
     try:
         out = sign(Path(args.dir), Path(args.key), Path(args.source) if args.source else None)
@@ -222,8 +222,8 @@ def cmd_models_verify(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from engine.errors import ModelLoadError
-    from engine.integrity import MANIFEST, load_public_key, verify
-    from engine.verified_load import default_trusted_keys
+    from engine.load.integrity import MANIFEST, load_public_key, verify
+    from engine.load.verified_load import default_trusted_keys
 
     model_dir = Path(args.dir)
     try:
@@ -296,8 +296,8 @@ def cmd_models_list(args: argparse.Namespace) -> int:
     import json
 
     from engine.errors import ModelLoadError
-    from engine.integrity import MANIFEST, load_public_key, verify
-    from engine.verified_load import default_trusted_keys
+    from engine.load.integrity import MANIFEST, load_public_key, verify
+    from engine.load.verified_load import default_trusted_keys
     from runtime.ai.catalog import load_catalog
 
     try:

@@ -247,7 +247,7 @@ class WorkerConfig(msgspec.Struct, kw_only=True):
         $EDGE_TRUSTED_KEYS, else the models folder's keys/*.pub; None: the engine's default store."""
         if self.models.trusted_keys:
             return [str((Path(self.base_dir) / k).resolve()) for k in self.models.trusted_keys]
-        if os.environ.get("EDGE_TRUSTED_KEYS"):  # engine.verified_load.TRUSTED_KEYS_ENV reads it
+        if os.environ.get("EDGE_TRUSTED_KEYS"):  # engine.load.verified_load.TRUSTED_KEYS_ENV reads it
             return None
         keys = self.models_dir / "keys"
         return [str(k) for k in sorted(keys.glob("*.pub"))] if keys.is_dir() else None

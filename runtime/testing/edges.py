@@ -16,7 +16,7 @@ from typing import Any
 from runtime.control.config import ConfigError, WorkerConfig
 from runtime.testing.project import load_project
 
-COMPILE_ENV = "EDGE_COMPILE"  # engine.compiled_step reads it when an engine is built
+COMPILE_ENV = "EDGE_COMPILE"  # engine.step.compiled_step reads it when an engine is built
 
 
 class EdgeStartError(Exception):

@@ -5,9 +5,10 @@ import asyncio
 import json
 
 from edge_sim.accounting import LatencyAccount
-from edge_sim.request import Choice, Delta, Formats, GenerateResult, ToolCallDelta
-from engine.sequence import Logprobs, TokenLogprob
-from engine.tool_types import ToolCall
+from edge_sim.request import Formats, GenerateResult
+from engine.outputs import Logprobs, TokenLogprob
+from engine.structured.answer import Choice, Delta, ToolCallDelta
+from engine.structured.tool_types import ToolCall
 from runtime.ai.shapes import openai_events, shape_result, text_completion, workers_ai_events
 
 MODEL = "@edge/test/tiny"

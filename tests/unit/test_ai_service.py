@@ -7,8 +7,8 @@ import pytest
 from edge_sim.edge import Edge
 from edge_sim.network import NetworkModel
 from edge_sim.pop import ModelSpec
-from edge_sim.request import Delta
 from edge_sim.topology import Topology
+from engine.structured.answer import Delta
 from runtime.ai.service import AIService
 from workers import AIError
 
@@ -152,7 +152,7 @@ def test_sampling_parameters_are_checked_where_the_call_enters(service):
 
 
 def test_the_session_key_and_the_accounts_share_travel_with_the_request(service):
-    from engine.fair_queue import TenantShare
+    from engine.sched.fair_queue import TenantShare
     from runtime.ai.run_options import parse_run_options
 
     req, _ = service.prepare(MODEL, {"prompt": "a"}, "acct", session="conv-7")

@@ -8,7 +8,7 @@ import textwrap
 import pytest
 from starlette.testclient import TestClient
 
-from engine.guide import Guide
+from engine.structured.guide import Guide
 from runtime.ai.catalog import accepted_inputs
 from runtime.ai.params import json_mode_failure
 from runtime.ai.refusals import REFUSED, InputError

@@ -5,9 +5,9 @@ step."""
 
 import random
 
-from engine.block_counts import BlockCounts, BlockIds
-from engine.block_pool import BlockPool
-from engine.prefix_hash import extend_hashes
+from engine.kv.block_pool import BlockPool
+from engine.kv.prefix_hash import extend_hashes
+from engine.sched.block_counts import BlockCounts, BlockIds
 
 SALT = b"tenant"
 

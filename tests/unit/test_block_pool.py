@@ -5,7 +5,7 @@ import random
 
 import pytest
 
-from engine.block_pool import BLOCK_SIZE, BlockPool
+from engine.kv.block_pool import BLOCK_SIZE, BlockPool
 
 
 def test_allocate_share_free_count_references():

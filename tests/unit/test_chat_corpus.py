@@ -11,8 +11,8 @@ from argparse import Namespace
 import pytest
 import torch
 
+from engine.structured.tool_calls import GLM45, KIMI_K2, render_messages
 from engine.tokenizer import TextTokenizer
-from engine.tool_calls import GLM45, KIMI_K2, render_messages
 from models.recipe import chat_corpus as cc
 from models.recipe import chat_examples as ex
 from models.recipe.mixture import IGNORE, PAD, ChatRows, Mixture

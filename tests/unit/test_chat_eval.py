@@ -7,10 +7,10 @@ import json
 
 import pytest
 
-from edge_sim import chat_score as score
-from edge_sim.chat_eval import Budget, Perplexity, evaluate_chat, format_table
-from edge_sim.chat_prompts import guide_of, load_prompts, request_for
 from engine import SamplingParams
+from quality import chat_score as score
+from quality.chat_eval import Budget, Perplexity, evaluate_chat, format_table
+from quality.chat_prompts import guide_of, load_prompts, request_for
 from runtime.cli import main as edge
 from tests.conftest import REPO
 

@@ -1,4 +1,4 @@
-"""The compiled decode step (engine.compiled_step) against the eager step, its reference.
+"""The compiled decode step (engine.step.compiled_step) against the eager step, its reference.
 
 - kernels.paged_kv_static writes the same bytes and reads the same values as kernels.paged_kv_flat
   for every KV format, with padding rows and blocks, over steps that fill and seal blocks;
@@ -19,10 +19,10 @@ import copy
 import pytest
 import torch
 
-from engine.batch import SeqSlice, StepBatch
-from engine.compiled_step import CompiledDecode, row_bucket
+from engine.kv.batch import SeqSlice, StepBatch
 from engine.llm import LLM
 from engine.sampling import SamplingParams
+from engine.step.compiled_step import CompiledDecode, row_bucket
 from kernels import paged_kv_flat, paged_kv_static
 from tests.unit.test_paged_kv_flat import GQA, KV_DTYPES, MLA, filled, step_meta
 from tests.unit.test_simulator import SHIPPED_KIMI
@@ -182,7 +182,7 @@ def test_a_compile_failure_serves_eagerly_and_says_why(monkeypatch):
 
 
 def test_the_structure_key_tells_apart_what_a_guard_would():
-    """Graphs run guard-free (engine.graph_key): two loads of one model share a key (and graphs); a
+    """Graphs run guard-free (engine.step.graph_key): two loads of one model share a key (and graphs); a
     different model, weight format or KV format gets its own."""
 
     def key(model, **kw):

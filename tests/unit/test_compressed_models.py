@@ -8,7 +8,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from engine import LLM, ModelLoadError, SamplingParams
-from engine.checkpoint import checkpoint_info, quantize_checkpoint
+from engine.load.checkpoint import checkpoint_info, quantize_checkpoint
 from kernels.quant import QuantizedWeight
 from runtime.cli import main as edge
 from tests.conftest import SHIPPED_KIMI

@@ -1,4 +1,4 @@
-"""Step time under contention in the one scheduling policy (engine.policy): beside another tenant's
+"""Step time under contention in the one scheduling policy (engine.sched.policy): beside another tenant's
 full batch, a light tenant's new prompt runs in a step without the decoders (never two such steps in
 a row), and a tenant over its seat share prefills at most CONTENDED_PREFILL_TOKENS a step, so the
 step a light request waits for stays short. A tenant alone is never held back. Counted in plans and
@@ -6,9 +6,9 @@ tokens, never timed."""
 
 from __future__ import annotations
 
-from engine.block_counts import BlockCounts
-from engine.policy import SchedulerConfig, SchedulingPolicy, SeqStatus
-from engine.policy_types import CONTENDED_PREFILL_TOKENS, PRESENCE_STEPS
+from engine.sched.block_counts import BlockCounts
+from engine.sched.policy import SchedulerConfig, SchedulingPolicy, SeqStatus
+from engine.sched.policy_types import CONTENDED_PREFILL_TOKENS, PRESENCE_STEPS
 from tests.unit.test_fair_share import Seq, complete, step
 
 

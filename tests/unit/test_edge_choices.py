@@ -15,12 +15,13 @@ from edge_sim.errors import EdgeError
 from edge_sim.load import pop_load
 from edge_sim.network import NetworkModel
 from edge_sim.node import NodeBase
-from edge_sim.request import Delta, Formats, GenerateRequest, GenerateResult
+from edge_sim.request import Formats, GenerateRequest, GenerateResult
 from edge_sim.topology import Topology
 from engine import SamplingParams, SeqEvent
-from engine.sequence import Logprobs, RequestMetrics, TokenLogprob
-from engine.tool_calls import KIMI_K2
-from engine.tool_types import ToolFunction
+from engine.outputs import Logprobs, RequestMetrics, TokenLogprob
+from engine.structured.answer import Delta
+from engine.structured.tool_calls import KIMI_K2
+from engine.structured.tool_types import ToolFunction
 
 MODEL = "@edge/test/fake"
 WEATHER = ToolFunction(

@@ -1,4 +1,4 @@
-"""Preemption by pause in the one scheduling policy (engine.policy, SchedulerConfig.preemption =
+"""Preemption by pause in the one scheduling policy (engine.sched.policy, SchedulerConfig.preemption =
 "pause"): a sequence preempted for another tenant's seat keeps its KV blocks and staging slot while
 it waits, is charged nothing more for them, and rejoins the decoders where it stopped (no token run
 again); when blocks or staging slots run short, a paused sequence's go before any running one's
@@ -6,8 +6,8 @@ again); when blocks or staging slots run short, a paused sequence's go before an
 
 from __future__ import annotations
 
-from engine.block_counts import BlockCounts
-from engine.policy import SchedulerConfig, SchedulingPolicy, SeqStatus
+from engine.sched.block_counts import BlockCounts
+from engine.sched.policy import SchedulerConfig, SchedulingPolicy, SeqStatus
 from tests.unit.test_fair_share import Seq, complete, run
 
 

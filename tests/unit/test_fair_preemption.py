@@ -1,4 +1,4 @@
-"""Shares under contention in the one scheduling policy (engine.policy): while another tenant waits,
+"""Shares under contention in the one scheduling policy (engine.sched.policy): while another tenant waits,
 a tenant holds at most its weighted share of the decode seats and of the KV blocks (a tenant alone
 uses everything), and a tenant under its share takes room back by preempting (recompute) the
 sequences of the tenant furthest over its own, charged to that tenant, bounded so that two tenants
@@ -12,8 +12,8 @@ import random
 
 import pytest
 
-from engine.block_counts import BlockCounts
-from engine.policy import PREEMPT_COOLDOWN_STEPS, SchedulerConfig, SchedulingPolicy, SeqStatus
+from engine.sched.block_counts import BlockCounts
+from engine.sched.policy import PREEMPT_COOLDOWN_STEPS, SchedulerConfig, SchedulingPolicy, SeqStatus
 from tests.unit.test_fair_share import Seq, run, step
 
 PREEMPTED = ("preempt", "pause")  # the events of a preemption, by recompute and by pause

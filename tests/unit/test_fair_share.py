@@ -1,4 +1,4 @@
-"""Fair shares between tenants in the one scheduling policy (engine.fair_queue): virtual token
+"""Fair shares between tenants in the one scheduling policy (engine.sched.fair_queue): virtual token
 counters decide who is admitted, idleness banks no credit, weights buy proportional service, and a
 tenant over its KV share is the first preempted. Counted in admissions, never timed."""
 
@@ -8,9 +8,9 @@ import itertools
 
 import pytest
 
-from engine.block_counts import BlockCounts
-from engine.policy import SchedulerConfig, SchedulingPolicy, SeqStatus
-from engine.policy_types import CONTENDED_PREFILL_TOKENS
+from engine.sched.block_counts import BlockCounts
+from engine.sched.policy import SchedulerConfig, SchedulingPolicy, SeqStatus
+from engine.sched.policy_types import CONTENDED_PREFILL_TOKENS
 
 
 class Seq:

@@ -4,8 +4,8 @@ import pytest
 import torch
 
 from edge_sim.roofline import matrix_bytes
-from engine.checkpoint import format_nbytes
-from engine.kv_cache import KVComponent, PagedKVCache
+from engine.kv.kv_cache import KVComponent, PagedKVCache
+from engine.load.checkpoint import format_nbytes
 from kernels import formats, paged_kv_triton
 from kernels.dequant_matmul import _FORMATS
 from kernels.formats import KV, WEIGHT
@@ -62,7 +62,7 @@ def test_triton_codes_are_unique_and_shared_by_both_kernel_families():
 
 def test_old_names_are_aliases_of_the_table():
     from edge_sim import roofline
-    from engine import kv_cache
+    from engine.kv import kv_cache
     from kernels import quant
 
     assert quant.WEIGHT_FORMATS == roofline.WEIGHT_FORMATS == tuple(WEIGHT)

@@ -1,4 +1,4 @@
-"""Grammar-constrained decoding (engine.guided) on the shipped miniatures: outputs follow their
+"""Grammar-constrained decoding (engine.structured.guided) on the shipped miniatures: outputs follow their
 guide, the mask is exact, and a guide that cannot go on ends its own sequence only."""
 
 import json
@@ -11,14 +11,14 @@ import llguidance.torch as llg_torch
 import pytest
 import torch
 
-from edge_sim.tool_parser import ToolCallParser
 from engine.errors import InvalidRequestError
-from engine.guide import Guide
-from engine.guided import DEAD_GRAMMAR
 from engine.llm import LLM
 from engine.sampling import SamplingParams
-from engine.tool_calls import arguments_schema, format_for, guide_for, render_messages
-from engine.tool_types import ToolFunction
+from engine.structured.guide import Guide
+from engine.structured.guided import DEAD_GRAMMAR
+from engine.structured.tool_calls import arguments_schema, format_for, guide_for, render_messages
+from engine.structured.tool_parser import ToolCallParser
+from engine.structured.tool_types import ToolFunction
 
 REPO = Path(__file__).resolve().parents[2]
 MODELS = ["kimi-k2-mini", "glm-4.5-mini"]
@@ -180,7 +180,7 @@ def test_a_guide_that_does_not_compile_is_refused_before_queueing(llm, guide):
 
 
 def test_compiled_grammars_are_cached_and_bounded(llm, monkeypatch):
-    import engine.guided as guided
+    import engine.structured.guided as guided
 
     monkeypatch.setattr(guided, "MAX_COMPILED", 3)
     compiler = llm.engine.guide_compiler()
@@ -190,7 +190,7 @@ def test_compiled_grammars_are_cached_and_bounded(llm, monkeypatch):
 
 
 def test_masks_overlap_the_forward_pass_only_where_a_core_is_free(monkeypatch):
-    from engine.guided import overlap_masks
+    from engine.structured.guided import overlap_masks
 
     monkeypatch.setattr("os.cpu_count", lambda: 2)
     monkeypatch.setattr(torch, "get_num_threads", lambda: 2)
@@ -201,7 +201,7 @@ def test_masks_overlap_the_forward_pass_only_where_a_core_is_free(monkeypatch):
 
 
 def test_tool_calls_close_within_the_budget_or_end_length_with_no_call(llm):
-    # the engine's own tool-call guide (engine.tool_calls) on the model's rendered prompt: each of
+    # the engine's own tool-call guide (engine.structured.tool_calls) on the model's rendered prompt: each of
     # 16 sampled trials at temperature 1 is a whole call whose arguments validate, or (a budget no
     # call fits in) finish_reason "length" and no call; with room, a call every time
     weather = ToolFunction(

@@ -1,4 +1,5 @@
-"""Speculation under a grammar (engine.guided.GuidedDraft): a guided sequence's drafts are cut at the
+"""Speculation under a grammar (engine.structured.guided.GuidedDraft): a guided sequence's drafts are
+cut at the
 first token its grammar refuses, each verify row is masked as a one-token step would mask it (the
 budget's forced closing tokens included), and the output is token for token what decoding without
 speculation gives: JSON schema, any-JSON mode cut by small budgets, regex and tool calls, greedy and
@@ -10,13 +11,13 @@ import json
 
 import pytest
 
-from engine.guide import Guide
-from engine.guided import GuidedDraft, GuideState
 from engine.llm import LLM
 from engine.sampling import SamplingParams
 from engine.speculation import SpeculativeConfig
-from engine.tool_calls import format_for, guide_for, render_messages
-from engine.tool_types import ToolFunction
+from engine.structured.guide import Guide
+from engine.structured.guided import GuidedDraft, GuideState
+from engine.structured.tool_calls import format_for, guide_for, render_messages
+from engine.structured.tool_types import ToolFunction
 from tests.unit.test_simulator import SHIPPED_KIMI
 
 SHIPPED_GLM = SHIPPED_KIMI.parent / "glm-4.5-mini"

@@ -13,9 +13,9 @@ from edge_sim.pop import ModelSpec, PopNode
 from edge_sim.request import GenerateRequest
 from edge_sim.topology import Topology
 from engine import LLM, SamplingParams
-from engine.checkpoint import quantize_checkpoint
-from engine.integrity import MANIFEST, IntegrityError, keygen, manifest_digest, sign
-from engine.safetensors_io import CheckpointIntegrityError, SafetensorsFile
+from engine.load.checkpoint import quantize_checkpoint
+from engine.load.integrity import MANIFEST, IntegrityError, keygen, manifest_digest, sign
+from engine.load.safetensors_io import CheckpointIntegrityError, SafetensorsFile
 from runtime.cli import main as edge
 from tests.conftest import SHIPPED_VOCAB
 from tests.hf_reference import tiny_deepseek_v3

@@ -1,4 +1,4 @@
-"""engine.json_close: cut a compact JSON object anywhere (any byte, mid-escape, mid-UTF-8
+"""engine.structured.json_close: cut a compact JSON object anywhere (any byte, mid-escape, mid-UTF-8
 character, mid-number, mid-literal) and the closer's suffix makes it a JSON object again."""
 
 import json
@@ -7,9 +7,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine.json_close import JsonCloser
+from engine.structured.json_close import JsonCloser
 
-SEPARATORS = (", ", ": ")  # what engine.guide.JSON_OPTIONS has llguidance generate
+SEPARATORS = (", ", ": ")  # what engine.structured.guide.JSON_OPTIONS has llguidance generate
 
 scalars = st.one_of(
     st.text(max_size=12),  # escapes, control characters, astral and multi-byte characters

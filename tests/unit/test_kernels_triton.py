@@ -10,8 +10,8 @@ import copy
 import pytest
 import torch
 
-from engine.batch import SeqSlice, StepBatch
-from engine.kv_cache import KVComponent, PagedKVCache
+from engine.kv.batch import SeqSlice, StepBatch
+from engine.kv.kv_cache import KVComponent, PagedKVCache
 from kernels import paged_kv
 from kernels.dequant_matmul import dequant_matmul_ref, dequant_matmul_triton
 from kernels.dispatch import KernelShapeError

@@ -4,9 +4,9 @@ values whether written in chunks, one token at a time or in a batched decode."""
 import pytest
 import torch
 
-from engine.batch import SeqSlice, StepBatch
 from engine.errors import InvalidRequestError
-from engine.kv_cache import BLOCK_SIZE, KVComponent, PagedKVCache
+from engine.kv.batch import SeqSlice, StepBatch
+from engine.kv.kv_cache import BLOCK_SIZE, KVComponent, PagedKVCache
 from kernels import paged_kv
 
 MLA = [KVComponent("latent", 1, 64, "value"), KVComponent("rope", 1, 32, "key")]

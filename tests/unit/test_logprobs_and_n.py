@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from engine.errors import InvalidRequestError
-from engine.kv_cache import BLOCK_SIZE
+from engine.kv.kv_cache import BLOCK_SIZE
 from engine.llm import LLM
 from engine.sampling import SamplingParams
 from engine.serving import EngineLoop

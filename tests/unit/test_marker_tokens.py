@@ -9,8 +9,8 @@ import json
 import llguidance
 import pytest
 
-from engine.guide_tokenizer import markers_as_text
-from engine.guided import GuideCompiler
+from engine.structured.guide_tokenizer import markers_as_text
+from engine.structured.guided import GuideCompiler
 from engine.tokenizer import TextTokenizer
 from models.recipe.tokenizer import extend_tokenizer
 from tests.conftest import REPO

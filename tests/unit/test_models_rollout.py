@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from engine.integrity import MANIFEST, keygen, sign
+from engine.load.integrity import MANIFEST, keygen, sign
 from runtime.bench.devserver import start_dev, write_project
 from runtime.control.rollout import Rollouts, in_canary
 

@@ -14,9 +14,9 @@ import msgspec
 import pytest
 import torch
 
-import engine.mtp_drafts as mtp_drafts
-from engine.batch import SeqSlice, StepBatch
+import engine.step.mtp_drafts as mtp_drafts
 from engine.errors import ModelLoadError
+from engine.kv.batch import SeqSlice, StepBatch
 from engine.llm import LLM
 from engine.sampling import SamplingParams
 from engine.speculation import SpeculativeConfig, parse_speculative

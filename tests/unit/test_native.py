@@ -22,7 +22,7 @@ from capacity.costmodel import RooflineCostModel
 from capacity.simulator import simulate
 from capacity.workload import PROFILES
 from engine import native
-from engine.fair_queue import TenantShare
+from engine.sched.fair_queue import TenantShare
 cost = RooflineCostModel("kimi-k2", "fp8")
 out = {"status": native.status()}
 for name, kv, load in (("chat", "auto", 4.0), ("rag", "int4", 1.0), ("agent", "auto", 2.0)):
@@ -49,9 +49,9 @@ def test_the_hot_paths_run_compiled():
         return
     assert native.status().startswith("compiled"), native.status()
     import capacity.event_loop
-    import engine.policy
+    import engine.sched.policy
 
-    for module in (engine.policy, capacity.event_loop):
+    for module in (engine.sched.policy, capacity.event_loop):
         assert module.__file__.startswith(str(native.BUILD_DIR)), module.__file__
 
 
@@ -78,10 +78,10 @@ def test_a_build_is_refused_when_a_source_changed(tmp_path):
     build, manifest = _copy_build(tmp_path)
     files, why = native._current_build(build)
     assert files is not None and set(native.MODULES) <= set(files), why
-    manifest["sources"]["engine.policy"] = "0" * 64  # as if policy.py was edited after the build
+    manifest["sources"]["engine.sched.policy"] = "0" * 64  # as if policy.py was edited after the build
     (build / native.MANIFEST).write_text(json.dumps(manifest))
     files, why = native._current_build(build)
-    assert files is None and "sources changed since the build: engine.policy" in why
+    assert files is None and "sources changed since the build: engine.sched.policy" in why
 
 
 def test_a_build_is_refused_for_another_interpreter_or_when_incomplete(tmp_path):
@@ -104,3 +104,32 @@ def test_the_manifest_names_every_module_and_its_source_hash():
     for module in native.MODULES:
         assert native.source_file(module).is_file()
         assert len(manifest["sources"][module]) == 64
+
+
+def test_a_listed_module_without_its_source_stops_the_build(tmp_path, monkeypatch, capsys):
+    """A module that moved without its new name here would run interpreted, 3x slower, with no
+    error: the build refuses (exit 2, which `make native` does not swallow) and names it."""
+    monkeypatch.setattr(native, "MODULES", (*native.MODULES, "engine.policy"))
+    assert native.missing_sources() == ["engine.policy"]
+    try:
+        native.build(tmp_path / "build", quiet=True)
+    except native.MissingSourceError as e:
+        assert "engine.policy" in str(e) and "new name" in str(e)
+    else:
+        raise AssertionError("the build went on without engine.policy's source")
+    assert not (tmp_path / "build").exists()
+    monkeypatch.setattr(native, "BUILD_DIR", tmp_path / "build")
+    assert native.main() == 2
+    assert "engine.policy" in capsys.readouterr().err
+
+
+def test_make_native_reports_every_listed_module_as_compiled():
+    done = subprocess.run(
+        [sys.executable, "-c", "import sys, engine.native as n; sys.exit(n.main())"],
+        cwd=REPO, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    if os.environ.get("EDGE_NATIVE") == "0":
+        return
+    for module in native.MODULES:
+        assert f"  {module}: compiled" in done.stdout, done.stdout

@@ -22,9 +22,9 @@ from capacity.workload import Arrivals, Lengths, TopologySetup, Workload, Worklo
 from edge_sim.network import NetworkModel
 from edge_sim.topology import Topology
 from engine import LLM, SamplingParams
-from engine.block_counts import BlockIds
-from engine.kv_cache import PagedKVCache
-from engine.prefix_hash import extend_hashes
+from engine.kv.kv_cache import PagedKVCache
+from engine.kv.prefix_hash import extend_hashes
+from engine.sched.block_counts import BlockIds
 
 STEP_FIXED_MS, PREFILL_MS_PER_TOKEN, DECODE_MS_PER_SEQ = 1.5, 0.02, 0.25
 

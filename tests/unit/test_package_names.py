@@ -30,7 +30,7 @@ def test_transformers_imports_and_runs_beside_our_kernels_package():
     assert result.returncode == 0, result.stderr[-2000:]
 
 
-DESIGN_PACKAGES = {"workers", "runtime", "capacity", "edge_sim", "engine", "kernels"}
+DESIGN_PACKAGES = {"workers", "runtime", "capacity", "quality", "edge_sim", "engine", "kernels"}
 
 
 def test_an_install_adds_only_the_design_packages_at_top_level(monkeypatch):
@@ -51,11 +51,13 @@ def test_an_install_adds_only_the_design_packages_at_top_level(monkeypatch):
         assert not (root / stray).exists(), f"{stray}/ at the top of the checkout is importable from there"
 
 
-def _runtime_import_graph(root: Path, package: str = "runtime") -> dict[str, set[str]]:
-    """module -> the modules of `package` it imports, from the AST: module level, inside functions
-    and under TYPE_CHECKING alike (a cycle through any of them is still a cycle to a reader)."""
+def _runtime_import_graph(root: Path, package: str | tuple[str, ...] = "runtime") -> dict[str, set[str]]:
+    """module -> the modules of `package` (or of several) it imports, from the AST: module level,
+    inside functions and under TYPE_CHECKING alike (a cycle through any of them is still a cycle to
+    a reader)."""
     modules = {}
-    for path in sorted((root / package).rglob("*.py")):
+    packages = (package,) if isinstance(package, str) else package
+    for path in sorted(p for package in packages for p in (root / package).rglob("*.py")):
         parts = list(path.relative_to(root).with_suffix("").parts)
         modules[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
     graph: dict[str, set[str]] = {}

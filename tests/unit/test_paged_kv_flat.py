@@ -7,8 +7,8 @@ import copy
 import pytest
 import torch
 
-from engine.batch import SeqSlice, StepBatch
-from engine.kv_cache import KVComponent, PagedKVCache
+from engine.kv.batch import SeqSlice, StepBatch
+from engine.kv.kv_cache import KVComponent, PagedKVCache
 from kernels import paged_kv, paged_kv_flat
 
 GQA = [KVComponent("k", 2, 64, "key"), KVComponent("v", 2, 64, "value")]

@@ -17,10 +17,10 @@ from edge_sim.remote import RemotePopNode, create_pop_app
 from edge_sim.request import GenerateRequest
 from edge_sim.topology import Topology
 from engine import SamplingParams, SeqEvent
-from engine.guide import Guide
-from engine.sequence import Logprobs, TokenLogprob
-from engine.tool_calls import KIMI_K2
-from engine.tool_types import ToolFunction
+from engine.outputs import Logprobs, TokenLogprob
+from engine.structured.guide import Guide
+from engine.structured.tool_calls import KIMI_K2
+from engine.structured.tool_types import ToolFunction
 from tests.unit.test_tool_calls import ROUND_TRIP, WEATHER
 
 MODEL = "@edge/test/tiny"

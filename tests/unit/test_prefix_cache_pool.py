@@ -5,8 +5,8 @@ import random
 
 import pytest
 
-from engine.block_pool import BLOCK_SIZE, BlockPool
-from engine.prefix_hash import extend_hashes, new_salt_key, tenant_salt
+from engine.kv.block_pool import BLOCK_SIZE, BlockPool
+from engine.kv.prefix_hash import extend_hashes, new_salt_key, tenant_salt
 
 KEY = new_salt_key()
 A, B = tenant_salt(KEY, "alice"), tenant_salt(KEY, "bob")

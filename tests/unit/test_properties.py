@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 
 from edge_sim import remote
 from edge_sim.request import GenerateRequest
+from engine.outputs import SeqEvent
 from engine.sampling import SamplingParams
-from engine.sequence import SeqEvent
 from runtime.ai.shapes import sse
 from runtime.control.config import parse_config
 from runtime.control.config_schema import ConfigError

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from engine.quality import evaluate
+from quality.perplexity import evaluate
 from runtime.cli import main as edge
 from tests.conftest import REPO
 

@@ -13,12 +13,13 @@ import pytest
 
 from edge_sim.edge import Edge
 from edge_sim.network import NetworkModel
-from edge_sim.reasoning_parser import MARKERS, ReasoningParser, thinks
-from edge_sim.request import Delta, Formats, GenerateRequest, GenerateResult
+from edge_sim.request import Formats, GenerateRequest, GenerateResult
 from edge_sim.topology import Topology
 from engine import SamplingParams
-from engine.tool_calls import GLM45, KIMI_K2
-from engine.tool_types import ToolFunction
+from engine.structured.answer import Delta
+from engine.structured.reasoning_parser import MARKERS, ReasoningParser, thinks
+from engine.structured.tool_calls import GLM45, KIMI_K2
+from engine.structured.tool_types import ToolFunction
 from runtime.ai.shapes import openai_events, shape_result, workers_ai_events
 from tests.unit.test_edge_choices import MODEL, FakeNode, end, token
 

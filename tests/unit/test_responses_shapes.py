@@ -6,8 +6,9 @@ import json
 
 import pytest
 
-from edge_sim.request import Choice, Delta, Formats, GenerateResult, ToolCallDelta
-from engine.tool_types import ToolCall
+from edge_sim.request import Formats, GenerateResult
+from engine.structured.answer import Choice, Delta, ToolCallDelta
+from engine.structured.tool_types import ToolCall
 from runtime.ai.responses_inputs import decode_request
 from runtime.ai.responses_shapes import response_events, response_object
 

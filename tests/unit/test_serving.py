@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from engine import LLM, SamplingParams
-from engine.kv_cache import BLOCK_SIZE, PagedKVCache
+from engine.kv.kv_cache import BLOCK_SIZE, PagedKVCache
 
 
 @pytest.fixture(scope="module")

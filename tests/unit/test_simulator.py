@@ -33,7 +33,7 @@ KIMI_NETWORK = load_topology(None).network
 
 
 def test_block_size_matches_the_engine():
-    from engine.kv_cache import BLOCK_SIZE
+    from engine.kv.kv_cache import BLOCK_SIZE
 
     assert BLOCK_TOKENS == BLOCK_SIZE
 

@@ -15,7 +15,7 @@ import pytest
 
 import engine.engine as engine_module
 from engine.errors import ModelLoadError
-from engine.kv_cache import BLOCK_SIZE
+from engine.kv.kv_cache import BLOCK_SIZE
 from engine.llm import LLM
 from engine.sampling import SamplingParams
 from engine.speculation import NgramDrafter, SpeculativeConfig, accepted_prefix, speculative_from_env

@@ -11,12 +11,10 @@ import llguidance
 import pytest
 from tokenizers import Tokenizer
 
-from edge_sim.request import Choice
-from edge_sim.tool_parser import ToolCallParser
 from engine.errors import InvalidRequestError
-from engine.guided import GuideCompiler, grammar_text
-from engine.tokenizer import TextTokenizer
-from engine.tool_calls import (
+from engine.structured.answer import Choice
+from engine.structured.guided import GuideCompiler, grammar_text
+from engine.structured.tool_calls import (
     GLM45,
     KIMI_K2,
     check_tools,
@@ -25,7 +23,9 @@ from engine.tool_calls import (
     guide_for,
     render_messages,
 )
-from engine.tool_types import ToolCall, ToolFunction
+from engine.structured.tool_parser import ToolCallParser
+from engine.structured.tool_types import ToolCall, ToolFunction
+from engine.tokenizer import TextTokenizer
 from runtime.ai.shape_parts import finish_reason
 
 MODELS = Path(__file__).resolve().parents[2] / "models"

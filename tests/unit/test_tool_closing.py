@@ -1,8 +1,9 @@
-"""Tool calls closed within the token budget (engine.tool_close, GuideState in engine.guided): cut a
+"""Tool calls closed within the token budget (engine.structured.tool_close, GuideState in
+engine.structured.guided): cut a
 well-formed reply anywhere and the plan closes it into calls that parse and follow their schemas;
 a sampler that wanders (random logits under the grammar's mask) ends every trial with whole,
 valid calls or with no call at all, never one cut off. Also the schema the arguments are held to
-(engine.tool_schema: no keys the schema never named) and its check. No server, no model weights:
+(engine.structured.tool_schema: no keys the schema never named) and its check. No server, no model weights:
 llguidance against the miniatures' own tokenizers."""
 
 from __future__ import annotations
@@ -15,13 +16,13 @@ import llguidance.torch as llg_torch
 import pytest
 import torch
 
-from edge_sim.tool_parser import ToolCallParser
-from engine.guided import GuideBatch, GuideCompiler, GuideState
+from engine.structured.guided import GuideBatch, GuideCompiler, GuideState
+from engine.structured.tool_calls import GLM45, KIMI_K2, arguments_schema, guide_for
+from engine.structured.tool_close import CallTracker
+from engine.structured.tool_parser import ToolCallParser
+from engine.structured.tool_schema import check, closed
+from engine.structured.tool_types import ToolFunction
 from engine.tokenizer import TextTokenizer
-from engine.tool_calls import GLM45, KIMI_K2, arguments_schema, guide_for
-from engine.tool_close import CallTracker
-from engine.tool_schema import check, closed
-from engine.tool_types import ToolFunction
 
 MODELS = Path(__file__).resolve().parents[2] / "models"
 MODEL_OF = {KIMI_K2: "kimi-k2-mini", GLM45: "glm-4.5-mini"}

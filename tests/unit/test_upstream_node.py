@@ -9,14 +9,13 @@ import httpx
 import msgspec
 import pytest
 
-from edge_sim.choices import ChoiceAssembler
 from edge_sim.errors import EdgeError, PopDown
-from edge_sim.request import GenerateRequest
+from edge_sim.request import GenerateRequest, GenerateResult
 from edge_sim.topology import PoP, Topology, TopologyError
 from edge_sim.upstream import UpstreamPopNode
 from edge_sim.upstream_config import UpstreamConfig, UpstreamModel
 from engine import SamplingParams
-from engine.tool_types import ToolFunction
+from engine.structured.tool_types import ToolFunction
 
 MODEL = "@edge/moonshotai/kimi-k2-mini"
 
@@ -69,9 +68,9 @@ def chat(tenant="local", **kw) -> GenerateRequest:
 
 async def run(node: UpstreamPopNode, req: GenerateRequest):
     formats = node.formats(req.model)
-    choices = ChoiceAssembler(req, formats.tool_format, formats.reasoning_format)
+    choices = req.assembler(formats)
     deltas = [d async for e in node.stream(req) if (d := choices.push(e)) is not None]
-    return deltas, choices.result(node.code, req.model, node.formats(req.model))
+    return deltas, GenerateResult.assembled(choices, node.code, req.model, node.formats(req.model))
 
 
 def test_the_body_carries_our_parameters_and_the_answer_comes_back_with_usage():

@@ -14,7 +14,7 @@ import pytest
 
 from edge_sim.upstream_wire import ChunkReader
 from engine import SamplingParams
-from engine.tool_types import ToolFunction
+from engine.structured.tool_types import ToolFunction
 from tests.unit.test_upstream_node import USAGE, chat, chat_chunk, node_with, run, sse
 
 WEATHER = ToolFunction(

@@ -20,7 +20,8 @@ import pytest
 pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[2]
-TOP_LEVEL = {"workers", "runtime", "capacity", "edge_sim", "engine", "kernels"}  # DESIGN.md's rooms
+# DESIGN.md's rooms
+TOP_LEVEL = {"workers", "runtime", "capacity", "quality", "edge_sim", "engine", "kernels"}
 KIMI = "@edge/moonshotai/kimi-k2-mini"
 # what a build does not read: version control, environments, caches, earlier builds, run state
 SKIP_AT_ROOT = {".git", ".venv", "build", "dist", ".mypy_cache", ".hypothesis", "sim-out", "bench"}
@@ -135,9 +136,9 @@ assert not any(found.values()), found
 import runtime
 from runtime.ai.catalog import load_catalog, quality_view
 from runtime.control.config import INSTALLED_MODELS_DIR
-from engine.integrity import load_public_key, verify
-from engine.quality import heldout_text_path
-from engine.verified_load import default_trusted_keys
+from engine.load.integrity import load_public_key, verify
+from quality.perplexity import heldout_text_path
+from engine.load.verified_load import default_trusted_keys
 assert Path(runtime.__file__).parent == site / "runtime", runtime.__file__
 assert not [m for m in sys.modules if m.startswith("__editable__")], "this checkout's editable finder ran"
 assert INSTALLED_MODELS_DIR == site / "runtime" / "shipped_models", INSTALLED_MODELS_DIR
