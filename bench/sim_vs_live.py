@@ -52,6 +52,7 @@ sys.path.insert(0, str(REPO))
 from bench.dev_project import MODEL, start_dev, wait_compiled, write_project  # noqa: E402
 from capacity.profile import ProfiledCostModel  # noqa: E402
 from capacity.report import percentile  # noqa: E402
+from capacity.sampling import sample_requests  # noqa: E402
 from capacity.serving_fit import charged_ms, describe_fit, fit_serving_steps, load_step_log  # noqa: E402
 from capacity.simulator import SERVED, refusals, simulate  # noqa: E402
 from capacity.workload import (  # noqa: E402
@@ -59,7 +60,6 @@ from capacity.workload import (  # noqa: E402
     WorkloadSample,
     check_workload,
     load_workload,
-    sample_requests,
     two_tenant_workload,
 )
 from edge_sim.network import NetworkModel  # noqa: E402

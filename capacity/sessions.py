@@ -22,8 +22,8 @@ from capacity.workload import (
     Lengths,
     Workload,
     WorkloadSample,
-    _lengths,
     arrival_times,
+    draw_lengths,
     pick_clients,
     resolve_clients,
 )
@@ -43,7 +43,7 @@ def sample_sessions(
     mean_turns = _mean_turns(x.turns, seed)
     starts = arrival_times(rng, w.arrivals, w.arrivals.rate * rate_multiplier / mean_turns, duration_s)
     n = len(starts)
-    turns = _lengths(rng, x.turns, n)
+    turns = draw_lengths(rng, x.turns, n)
     clients = pick_clients(rng, weights, n)
     tenant_ids = [f"tenant-{k}" for k in range(x.tenants)]
     system_ids = [[(t, "system", i) for i in range(x.system_prompt // BLOCK_TOKENS)] for t in tenant_ids]
@@ -51,8 +51,8 @@ def sample_sessions(
     for s, start in enumerate(starts):
         k = rng.randrange(x.tenants)
         ids = BlockIds(system_ids[k], (tenant_ids[k], s))
-        users = _lengths(rng, w.prompt, turns[s])
-        replies = _lengths(rng, w.output, turns[s])
+        users = draw_lengths(rng, w.prompt, turns[s])
+        replies = draw_lengths(rng, w.output, turns[s])
         context, t = x.system_prompt, start
         for turn in range(turns[s]):
             if turn:
@@ -72,5 +72,5 @@ def sample_sessions(
 
 def _mean_turns(turns: Lengths, seed: int) -> float:
     """Turns per session on average, clipping included (estimated from draws of its own)."""
-    draws = _lengths(random.Random(seed + 1), turns, 1 if turns.dist == "fixed" else 4000)
+    draws = draw_lengths(random.Random(seed + 1), turns, 1 if turns.dist == "fixed" else 4000)
     return sum(draws) / len(draws)

@@ -36,7 +36,8 @@ import msgspec
 from capacity.costmodel import CostModel, ReplicaPlan
 from capacity.event_loop import REJECTED_CAPACITY, REJECTED_TOO_LONG, SERVED, Route, Trace, run_events
 from capacity.replica import Replica
-from capacity.workload import SLO, TopologySetup, Workload, WorkloadSample, sample_requests
+from capacity.sampling import sample_requests
+from capacity.workload import SLO, TopologySetup, Workload, WorkloadSample
 from edge_sim.network import NetworkModel
 from edge_sim.roofline import SimulationError, check_kv
 from edge_sim.topology import Topology

@@ -1,5 +1,6 @@
 """Workloads for the capacity simulator: named profiles, a TOML/JSON workload file format, and
-the sampling of requests from a workload (the topology file lives in capacity.topology_file).
+the draws a workload's requests are sampled with (capacity.sampling.sample_requests samples them;
+the topology file lives in capacity.topology_file).
 
 A workload file has the profile's fields (every one optional; a file can start from a profile
 with `profile = "chat"`):
@@ -86,7 +87,6 @@ __all__ = [
     "WorkloadSample",
     "load_topology",
     "load_workload",
-    "sample_requests",
     "two_tenant_workload",
 ]
 
@@ -347,7 +347,7 @@ def load_workload(spec: str | Path) -> Workload:
     return check_workload(convert_spec(data, Workload, str(path)), str(path))
 
 
-# --- sampling ---------------------------------------------------------------------------------
+# --- sampling: what capacity.sampling (independent requests) and capacity.sessions draw with -----
 
 
 class WorkloadSample(msgspec.Struct):
@@ -378,7 +378,7 @@ def resolve_clients(w: Workload, topology: Topology) -> tuple[list[Location], li
     return locations, weights
 
 
-def _lengths(rng: random.Random, x: Lengths, n: int) -> list[int]:
+def draw_lengths(rng: random.Random, x: Lengths, n: int) -> list[int]:
     lo, hi = x.min, x.max
     if x.dist == "fixed":
         v = min(hi, max(lo, int(round(x.mean))))
@@ -387,32 +387,6 @@ def _lengths(rng: random.Random, x: Lengths, n: int) -> list[int]:
         return [rng.randint(lo, hi) for _ in range(n)]
     mu = math.log(x.mean) - x.sigma * x.sigma / 2  # so that the mean before clipping is `mean`
     return lognormal_lengths(rng, mu, x.sigma, lo, hi, n)
-
-
-def sample_requests(
-    w: Workload, topology: Topology, duration_s: float, seed: int, rate_multiplier: float = 1.0
-) -> WorkloadSample:
-    """Arrivals over [0, duration_s) with their lengths and clients, deterministic for a seed."""
-    if not (duration_s > 0 and math.isfinite(duration_s)):
-        raise SimulationError(f"duration must be a positive number of seconds, got {duration_s!r}")
-    if not rate_multiplier > 0:
-        raise SimulationError(f"rate multiplier must be > 0, got {rate_multiplier!r}")
-    if w.sessions is not None:
-        from capacity.sessions import sample_sessions  # it builds on this module
-
-        return sample_sessions(w, topology, duration_s, seed, rate_multiplier)
-    locations, weights = resolve_clients(w, topology)
-    rng = random.Random(seed)
-    times = arrival_times(rng, w.arrivals, w.arrivals.rate * rate_multiplier, duration_s)
-    n = len(times)
-    prompts = _lengths(rng, w.prompt, n)
-    outputs = _lengths(rng, w.output, n)
-    clients = pick_clients(rng, weights, n)
-    tenants = None
-    if w.tenants:  # drawn after everything else, so a sample's other draws do not depend on them
-        names = list(w.tenants)
-        tenants = [names[k] for k in pick_clients(rng, list(w.tenants.values()), n)]
-    return WorkloadSample(times, prompts, outputs, clients, locations, tenants=tenants)
 
 
 def pick_clients(rng: random.Random, weights: list[float], n: int) -> list[int]:

@@ -72,6 +72,21 @@ def icn_edge(tiny_model_dir):
     edge.close()
 
 
+@pytest.fixture(scope="module")
+def fra_node(tiny_model_dir):
+    """A PoP node alone (no edge around it) at FRA, serving the tiny model as TINY_MODEL on the CPU."""
+    from edge_sim.pop import ModelSpec, PopNode
+    from edge_sim.topology import Topology
+
+    node = PopNode.load(
+        Topology.default().pop("FRA"),
+        [ModelSpec(TINY_MODEL, str(tiny_model_dir), allow_unsigned=True)],
+        "cpu",
+    )
+    yield node
+    node.close()
+
+
 def _skip_reason(report: pytest.CollectReport | pytest.TestReport) -> str:
     longrepr = report.longrepr
     reason = longrepr[2] if isinstance(longrepr, tuple) and len(longrepr) == 3 else str(longrepr)

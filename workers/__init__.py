@@ -13,7 +13,6 @@ from workers.abort import AbortError
 from workers.blob import Blob, BlobEnding, BlobValue, File
 from workers.context import (
     env,
-    import_from_javascript,
     patch_env,
     python_from_rpc,
     python_to_rpc,
@@ -25,6 +24,7 @@ from workers.errors import AIError, InferenceUpstreamError
 from workers.fetch import fetch
 from workers.formdata import FormData, FormDataValue
 from workers.http import Headers, Request, Response
+from workers.javascript import import_from_javascript
 from workers.objects import DurableObject, WorkflowEntrypoint, handler
 from workers.types import Body, Context, FetchKwargs, FetchResponse, JSBody, RequestInitCfProperties
 

@@ -1,6 +1,6 @@
 """The worker's own surroundings as module-level names, as Cloudflare's `workers` has them:
-`env` (the bindings), `wait_until(awaitable)` (the current request's ctx.waitUntil),
-`patch_env(...)` and `import_from_javascript("cloudflare:workers")`.
+`env` (the bindings), `wait_until(awaitable)` (the current request's ctx.waitUntil) and
+`patch_env(...)`; `import_from_javascript("cloudflare:workers")` is workers.javascript's.
 
 The isolate tells this module where the env and the current request's ctx are with `_install`
 (as it does for fetch). Until it does, both are learnt from the worker itself: a WorkerEntrypoint
@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-import types
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import Any
 
@@ -101,26 +100,6 @@ def patch_env(d: dict[str, Any] | Sequence[tuple[str, Any]] | None = None, **kwd
         yield
     finally:
         _patches.reset(token)
-
-
-def import_from_javascript(module_name: str) -> Any:
-    """Cloudflare imports a JavaScript module. Here only `cloudflare:workers` exists (its env,
-    waitUntil and entry-point classes); there is no JavaScript to import anything else from."""
-    if module_name != "cloudflare:workers":
-        raise ImportError(
-            f"Failed to import {module_name!r}: the edge runtime runs no JavaScript; "
-            "only 'cloudflare:workers' is simulated"
-        )
-    from workers.entrypoint import WorkerEntrypoint
-    from workers.objects import DurableObject, WorkflowEntrypoint
-
-    return types.SimpleNamespace(
-        env=env,
-        waitUntil=wait_until,
-        WorkerEntrypoint=WorkerEntrypoint,
-        DurableObject=DurableObject,
-        WorkflowEntrypoint=WorkflowEntrypoint,
-    )
 
 
 def python_to_rpc(value: Any) -> Any:

@@ -27,9 +27,11 @@ import secrets
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from workers.rpc_values import check_rpc_value
+from workers.websocket import accept_hibernatable, forwarded, hibernatable
+
 ID_CHARS = 64
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
-RPC_DEPTH = 32  # nesting of lists and dicts in an argument or a result
 
 # (binding, id, method, args, kwargs) -> result: carried to the runtime as ipc.ObjectCall
 ObjectTransport = Callable[[str, str, str, list, dict], Awaitable[Any]]
@@ -56,31 +58,6 @@ def remote_error(error_type: str, message: str) -> Exception:
         return ValueError(message)
     cls = _REMOTE_ERRORS.get(error_type)
     return cls(message) if cls is not None else DurableObjectError(message)
-
-
-def check_rpc_value(value: Any, what: str, depth: int = 0) -> None:
-    """An RPC argument or result must be JSON-like: None, bool, int, float, str, bytes, lists
-    and dicts with string keys (tuples pass as lists); TypeError names what is not."""
-    if depth > RPC_DEPTH:
-        raise TypeError(f"{what}: nested more than {RPC_DEPTH} levels deep")
-    if value is None or isinstance(value, (bool, int, float, str, bytes)):
-        if isinstance(value, int) and not isinstance(value, bool) and not -(2**63) <= value < 2**64:
-            raise TypeError(f"{what}: the integer {value} does not fit 64 bits")
-        return
-    if isinstance(value, (list, tuple)):
-        for item in value:
-            check_rpc_value(item, what, depth + 1)
-        return
-    if isinstance(value, dict):
-        for key, item in value.items():
-            if not isinstance(key, str):
-                raise TypeError(f"{what}: dict keys must be strings, got {type(key).__name__}")
-            check_rpc_value(item, what, depth + 1)
-        return
-    raise TypeError(
-        f"{what}: {type(value).__name__} cannot cross to a Durable Object; use None, bool, int, "
-        "float, str, bytes, lists and dicts with string keys"
-    )
 
 
 # --- ids -------------------------------------------------------------------------------------------
@@ -193,8 +170,6 @@ class DurableObjectStub:
             ns._binding, str(self.id), "fetch", [verb, url, [list(h) for h in hdrs], data], {}
         )
         if status == 101 and socket:  # the object accepted a WebSocket: the worker may return it
-            from workers.websocket import forwarded
-
             return Response(None, 101, [tuple(h) for h in out_headers], web_socket=forwarded(socket[0]))
         return Response(out_body, status=status, headers=[tuple(h) for h in out_headers])
 
@@ -402,13 +377,9 @@ class DurableObjectState:
         isolate stopped) while the runtime holds the connection; each message wakes it for
         `webSocketMessage(self, ws, message)`, a close for `webSocketClose(ws, code, reason,
         wasClean)`."""
-        from workers.websocket import accept_hibernatable
-
         accept_hibernatable(ws, tags)
 
     def getWebSockets(self, tag: str | None = None) -> list:  # noqa: N802 - Cloudflare's name
-        from workers.websocket import hibernatable
-
         return hibernatable(tag)
 
     def getTags(self, ws: Any) -> list[str]:  # noqa: N802 - Cloudflare's name

@@ -21,6 +21,8 @@ import itertools
 from collections.abc import Callable
 from typing import Any
 
+from workers.rpc_values import check_rpc_value
+
 MESSAGE_BYTES = 1024 * 1024  # Cloudflare's limit on one WebSocket message
 ATTACHMENT_BYTES = 2048  # serializeAttachment: Cloudflare's limit (the runtime checks it encoded)
 TAGS, TAG_CHARS = 10, 256  # acceptWebSocket: at most 10 tags of at most 256 characters
@@ -142,8 +144,6 @@ class WebSocket:
     def serializeAttachment(self, value: Any) -> None:  # noqa: N802 - Cloudflare's name
         """Keep a JSON-like value with the socket (at most ATTACHMENT_BYTES): it survives the
         object's hibernation, as the socket does."""
-        from workers.durable_objects import check_rpc_value
-
         check_rpc_value(value, "serializeAttachment")
         self._attachment = value
         if self._live and _transport is not None:

@@ -21,6 +21,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from models.recipe.common import BIAS_UPDATE_RATE, encode_corpus, lr_at, write_published_config
 from models.recipe.mtp import MTPLayer, mtp_logits, mtp_rows
 
 EVAL_WINDOWS = 64
@@ -97,15 +98,11 @@ def write_checkpoint(out: Path, mtp: MTPLayer) -> int:
 
 
 def set_nextn_layers(out: Path, family: str, layers: int) -> None:
-    from models.recipe.train import write_published_config
-
     eos = json.loads((out / "config.json").read_text())["eos_token_id"]
     write_published_config(out, family, eos, nextn_predict_layers=layers)
 
 
 def train_mtp(args) -> None:
-    from models.recipe.train import BIAS_UPDATE_RATE, encode_corpus, lr_at
-
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     out: Path = args.out

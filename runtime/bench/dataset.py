@@ -1,7 +1,7 @@
 """What each benchmark request asks: a prompt of about N tokens and `max_tokens`.
 
 `--dataset chat|rag|code|agent` (or a TOML/JSON workload file) draws prompt and output lengths
-exactly as the capacity simulator does (capacity.workload.sample_requests, with the same seed), so
+exactly as the capacity simulator does (capacity.sampling.sample_requests, with the same seed), so
 `--compare-sim` can replay the very same requests; a `.jsonl` file gives them literally, one
 {"prompt": ..., "max_tokens": ...} a line.
 
@@ -24,7 +24,8 @@ from typing import NamedTuple
 
 import msgspec
 
-from capacity.workload import Workload, WorkloadSample, load_workload, sample_requests
+from capacity.sampling import sample_requests
+from capacity.workload import Workload, WorkloadSample, load_workload
 from edge_sim.topology import Topology
 
 PROFILE_NAMES = ("chat", "rag", "code", "agent")

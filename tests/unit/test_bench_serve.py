@@ -9,7 +9,8 @@ import statistics
 import httpx
 import pytest
 
-from capacity.workload import PROFILES, sample_requests
+from capacity.sampling import sample_requests
+from capacity.workload import PROFILES
 from edge_sim.topology import Topology
 from runtime.bench import clients
 from runtime.bench.clients import RequestOutput, Target, Tenant

@@ -11,7 +11,7 @@ from datetime import date
 import httpx
 import pytest
 
-from runtime.cli.templates import TEMPLATES, InitError, worker_name, write_project
+from runtime.cli.templates import RAG_WORKER, READER, TEMPLATES, InitError, worker_name, write_project
 from runtime.control.config import parse_config
 from runtime.isolate import ipc
 from runtime.isolate.host import QuietHost
@@ -185,6 +185,8 @@ def test_an_ai_chat_project_answers_its_readmes_questions_in_english(tmp_path):
 
 def test_the_rag_example_is_the_rag_template():
     example = REPO / "examples" / "rag"
-    assert (example / "worker.py").read_text() == TEMPLATES["rag"].worker
+    # one file: the template reads the example's worker (a wheel installs it beside the CLI)
+    assert RAG_WORKER == example / "worker.py" and TEMPLATES["rag"].worker == RAG_WORKER.read_text()
+    assert f'CHAT_MODEL = "{READER}"' in TEMPLATES["rag"].worker  # the rag and agent templates' reader
     config = parse_config((example / "wrangler.jsonc").read_text(), source="wrangler.jsonc", base_dir=example)
     assert config.bindings["vectorize"][0].binding == "VECTORIZE" and config.ai is not None

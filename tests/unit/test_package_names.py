@@ -45,7 +45,11 @@ def test_an_install_adds_only_the_design_packages_at_top_level(monkeypatch):
     assert {p.split(".")[0] for p in packages} == DESIGN_PACKAGES, packages
     # the stand-ins for Pyodide's modules only inside workers; models/ as runtime's data, not a package
     assert {"workers._pyodide.js", "workers._pyodide.asgi", "workers._pyodide.pyodide"} <= set(packages)
-    assert given["package_dir"] == {"runtime.shipped_models": "models"}
+    # data folders installed under runtime: the models, and the rag template's worker (examples/rag)
+    assert given["package_dir"] == {
+        "runtime.shipped_models": "models",
+        "runtime.cli.rag_example": "examples/rag",
+    }
     assert not [p for p in packages if p.startswith("runtime.shipped_models.")], packages
     for stray in ("js", "asgi", "pyodide"):
         assert not (root / stray).exists(), f"{stray}/ at the top of the checkout is importable from there"

@@ -9,24 +9,15 @@ import msgspec
 import pytest
 
 from edge_sim.node import PopNodeLike
-from edge_sim.pop import ModelSpec, PopNode
+from edge_sim.pop import PopNode
 from edge_sim.remote import RemotePopNode, create_pop_app
 from edge_sim.request import GenerateRequest
 from edge_sim.status import PopStatus
-from edge_sim.topology import Topology
 from engine import SamplingParams
+from tests.conftest import TINY_MODEL
 
-MODEL = "@edge/test/tiny"
+MODEL = TINY_MODEL  # what the fra_node fixture serves
 TOKEN = "node-token"
-
-
-@pytest.fixture(scope="module")
-def node(tiny_model_dir):
-    n = PopNode.load(
-        Topology.default().pop("FRA"), [ModelSpec(MODEL, str(tiny_model_dir), allow_unsigned=True)], "cpu"
-    )
-    yield n
-    n.close()
 
 
 def remote_for(node: PopNode) -> RemotePopNode:
@@ -65,19 +56,18 @@ def test_both_node_kinds_declare_every_member_with_the_same_shape(cls):
         )
 
 
-def test_instances_satisfy_the_runtime_checkable_protocol(node):
-    remote = RemotePopNode(node.pop, "http://nowhere.invalid", token=TOKEN)
-    assert isinstance(node, PopNodeLike) and isinstance(remote, PopNodeLike)  # every member present
-    for n in (node, remote):
+def test_instances_satisfy_the_runtime_checkable_protocol(fra_node):
+    remote = RemotePopNode(fra_node.pop, "http://nowhere.invalid", token=TOKEN)
+    assert isinstance(fra_node, PopNodeLike) and isinstance(remote, PopNodeLike)  # every member present
+    for n in (fra_node, remote):
         assert isinstance(n.up, bool) and isinstance(n.in_flight, int) and isinstance(n.code, str)
     assert not isinstance(object(), PopNodeLike)
 
 
-def test_status_is_a_typed_struct_with_the_keys_pops_shows(node):
-    asyncio.run(
-        node.generate(GenerateRequest(model=MODEL, prompt="def f(x):", params=SamplingParams(max_tokens=2)))
-    )
-    status = node.status()
+def test_status_is_a_typed_struct_with_the_keys_pops_shows(fra_node):
+    req = GenerateRequest(model=MODEL, prompt="def f(x):", params=SamplingParams(max_tokens=2))
+    asyncio.run(fra_node.generate(req))
+    status = fra_node.status()
     assert isinstance(status, PopStatus) and status.code == "FRA" and status.up
     m = status.models[MODEL]
     assert m.kv_blocks_total > 0 and m.kv_blocks_used == 0 and m.generated_tokens >= 2 and m.recent_steps
@@ -90,21 +80,25 @@ def test_status_is_a_typed_struct_with_the_keys_pops_shows(node):
     assert msgspec.msgpack.decode(msgspec.msgpack.encode(status), type=PopStatus) == status
 
 
-def test_a_remote_node_serves_and_parses_the_same_status(node):
+def test_a_remote_node_serves_and_parses_the_same_status(fra_node):
     async def scenario():
-        remote = remote_for(node)
+        remote = remote_for(fra_node)
         try:
             assert await remote.refresh() is True
             status = remote.status()
             assert status.remote == "http://fra.node" and status.reachable
             assert msgspec.structs.replace(status, remote=None, reachable=None).models.keys() == {MODEL}
-            assert remote.serves(MODEL) and remote.has_room() and remote.formats(MODEL) == node.formats(MODEL)
+            assert (
+                remote.serves(MODEL)
+                and remote.has_room()
+                and remote.formats(MODEL) == fra_node.formats(MODEL)
+            )
             assert remote.route_load(MODEL).as_tuple() == pytest.approx(
-                node.route_load(MODEL).as_tuple()
+                fra_node.route_load(MODEL).as_tuple()
             )  # the router ranks both alike
-            assert await remote.take_down() == 0 and not node.up and not remote.up
+            assert await remote.take_down() == 0 and not fra_node.up and not remote.up
             await remote.bring_up()
-            assert node.up and remote.up
+            assert fra_node.up and remote.up
         finally:
             await remote._client.aclose()
 

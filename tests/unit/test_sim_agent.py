@@ -10,8 +10,9 @@ import pytest
 
 from capacity.costmodel import RooflineCostModel
 from capacity.report import format_table, summarize
+from capacity.sampling import sample_requests
 from capacity.simulator import SERVED, simulate
-from capacity.workload import PROFILES, TopologySetup, load_topology, load_workload, sample_requests
+from capacity.workload import PROFILES, TopologySetup, load_topology, load_workload
 from edge_sim.roofline import SimulationError
 from edge_sim.topology import Topology
 

@@ -13,6 +13,7 @@ from capacity import cli as capacity_cli
 from capacity.costmodel import BLOCK_TOKENS, RooflineCostModel
 from capacity.profile import ProfiledCostModel
 from capacity.report import build_report, summarize
+from capacity.sampling import sample_requests
 from capacity.simulator import REJECTED_CAPACITY, SERVED, simulate
 from capacity.workload import (
     PROFILES,
@@ -22,7 +23,6 @@ from capacity.workload import (
     Workload,
     load_topology,
     load_workload,
-    sample_requests,
 )
 from edge_sim.roofline import SimulationError
 from edge_sim.topology import Topology

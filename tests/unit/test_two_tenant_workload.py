@@ -10,8 +10,9 @@ import pytest
 from capacity.costmodel import RooflineCostModel
 from capacity.report import summarize
 from capacity.report_table import format_table
+from capacity.sampling import sample_requests
 from capacity.simulator import refusals, simulate
-from capacity.workload import PROFILES, load_workload, sample_requests, two_tenant_workload
+from capacity.workload import PROFILES, load_workload, two_tenant_workload
 from edge_sim.roofline import SimulationError
 from edge_sim.topology import Topology
 

@@ -121,6 +121,8 @@ def test_the_wheel_holds_the_design_packages_the_shims_inside_workers_and_the_mo
     assert not [n for n in names if n.startswith(shipped + "recipe/")], "the training recipe stays behind"
     for page in ("dashboard.html", "dashboard.css", "dashboard.js"):  # the live dashboard's, served from here
         assert f"runtime/routes/dashboard_static/{page}" in names
+    # the rag template's worker, examples/rag/worker.py itself (runtime.cli.templates reads it)
+    assert "runtime/cli/rag_example/worker.py" in names
 
 
 INSTALLED = """
@@ -172,6 +174,10 @@ def test_the_installed_edge_command_runs_and_lists_the_shipped_models(venv, tmp_
     shipped = next((venv / "lib").glob("python3*/site-packages")) / "runtime" / "shipped_models"
     assert f"{KIMI}\n" in listed and str(shipped / "kimi-k2-mini") in listed, listed
     assert listed.count("integrity: verified, signed by") == 2, listed
+    # `edge init` outside the checkout still finds the rag template's worker: the example's own file
+    _run([edge, "init", "asker", "--template", "rag"], cwd=tmp_path)
+    example = (REPO / "examples" / "rag" / "worker.py").read_text()
+    assert (tmp_path / "asker" / "worker.py").read_text() == example
 
 
 ISOLATE = """
