@@ -60,7 +60,7 @@ class WorkerCalls:
             self._console = WorkerConsole(self.spec.name)
         return self._console
 
-    async def ai(self, call: ipc.AICall):
+    async def ai(self, call: ipc.AIRun):
         """env.AI.run: its options checked (runtime.ai.run_options), then through the AI service's
         one door (runtime.ai.service.AIService.answer), or through an AI Gateway (`gateway`
         option: runtime.ai.gateway). Every answer carries its request id (cf-ai-req-id: the

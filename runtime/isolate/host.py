@@ -17,7 +17,7 @@ SocketMessage = ipc.SocketSend | ipc.SocketClose | ipc.SocketAttach
 
 
 class IsolateHost(Protocol):
-    async def ai(self, call: ipc.AICall) -> AIAnswer: ...
+    async def ai(self, call: ipc.AIRun) -> AIAnswer: ...
 
     async def ai_query(self, call: ipc.AIQuery) -> ipc.BindingReply:
         """env.AI's other methods (models())."""
@@ -59,7 +59,7 @@ class QuietHost:
 
     def __init__(
         self,
-        ai: Callable[[ipc.AICall], Awaitable[AIAnswer]] | None = None,
+        ai: Callable[[ipc.AIRun], Awaitable[AIAnswer]] | None = None,
         log: Callable[[ipc.Log], None] | None = None,
         fetch: Callable[[ipc.FetchCall], Awaitable[ipc.FetchReply]] | None = None,
         name: str = "worker",
@@ -68,7 +68,7 @@ class QuietHost:
         self._console = None
         self.name = name  # its pipes' lines show under it in the terminal
 
-    async def ai(self, call: ipc.AICall) -> AIAnswer:
+    async def ai(self, call: ipc.AIRun) -> AIAnswer:
         if self._ai is None:
             return ipc.AIReply(call.call, error_code=5007, error_message="AI is not available here")
         return await self._ai(call)
