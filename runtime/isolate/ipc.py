@@ -255,7 +255,7 @@ class FetchReply(msgspec.Struct, tag=True):
 
 class AIRun(msgspec.Struct, tag=True):
     """From an isolate: env.AI.run(model, inputs, options), answered by AIReply (or AIChunks then an
-    AIReply). Not the AI service's call object (runtime.ai.service.AICall), which the runtime makes of it."""
+    AIReply). Not the AI service's call object (runtime.ai.call.AICall), which the runtime makes of it."""
 
     call: int
     request: int  # the Invoke this call belongs to

@@ -25,8 +25,8 @@ class RecordingGateways(Gateways):
         self.seen: list[tuple] = []
         self.logs = {"log-1": {"id": "log-1", "model": "m"}}
 
-    async def universal(self, call, gateway_id, steps, *, request_id=""):
-        self.seen.append(("universal", call.account, gateway_id, steps, request_id))
+    async def universal(self, call, gateway_id, steps):
+        self.seen.append(("universal", call.account, gateway_id, steps, call.request_id))
         if steps[0].get("endpoint") == "fail":
             raise AIError(2003, "Rate limited")
         return GatewayAnswer(Answer(body={"result": {"response": "hi"}}), "log-2", step=len(steps) - 1)
