@@ -233,7 +233,7 @@ class AIService:
                 why = f"names {named!r}, but the call is to {call.model!r}; leave it out or make them one"
                 raise bad("model", why)
             inputs, priority = chat_inputs(call.responses), None
-        call.request = self._checked(call.model, inputs, call.account, call.session, call.mode, priority)
+        call.request = self._checked(call, inputs, priority)
         return call.request
 
     def prepare(
@@ -249,13 +249,13 @@ class AIService:
         call = AICall(model, inputs, account, session, priority=priority, shape=_run_shape(inputs))
         return self.check(call), call
 
-    def _checked(
-        self, model: str, inputs: Any, account: str, session: str | None, mode: str, priority: str | None
-    ) -> GenerateRequest:
-        """The checks, in the order a call meets them: the model served, the account's rate limit
-        (before the inputs are even read: a limited call costs nothing), the inputs, the priority
-        header, the session key, a rollout's canary, the answer's schema."""
-        asked, model = model, self.resolve(model)  # an alias is served by its stand-in
+    def _checked(self, call: AICall, inputs: Any, priority: str | None) -> GenerateRequest:
+        """The checks of `call` on `inputs` (its own, or what a Responses body translates to), in
+        the order a call meets them: the model served, the account's rate limit (before the inputs
+        are even read: a limited call costs nothing), the inputs, the priority header, the session
+        key, a rollout's canary, the answer's schema."""
+        account = call.account
+        asked, model = call.model, self.resolve(call.model)  # an alias is served by its stand-in
         if model not in self.served():
             refusal = self.edge.refusal(model)
             name = repr(asked) if model == asked else f"{asked!r} (served here by {model!r})"
@@ -283,7 +283,7 @@ class AIService:
         if self.default_seed is not None and parsed.seed is None:  # pytest's plugin: answers repeat
             parsed = msgspec.structs.replace(parsed, seed=self.default_seed)
         try:
-            session = check_key(session)
+            session = check_key(call.session)
         except ValueError as exc:
             raise AIError(5004, str(exc)) from None
         if self.rollouts is not None:  # a session in a canary's share is served by the new version
@@ -295,7 +295,7 @@ class AIService:
             share=TenantShare(terms.weight, terms.kv_share) if terms else TenantShare(),
             session=session,
         )
-        if mode != RESPONSES:  # the Responses shape carries logprobs, whatever the model's own schema
+        if call.mode != RESPONSES:  # the Responses shape carries logprobs, whatever the model's own schema
             self._fits_schema(parsed, self.schema(asked))
         if isinstance(parsed, TextGenerationInputs) and parsed.model not in (None, asked):
             raise InputError("model", f"names {parsed.model!r}, but this call is to {asked!r}; leave it out")
