@@ -50,7 +50,9 @@ class AICall:
     shape: str = WORKERS_AI
     # decided once, as the call is made
     mode: str = field(init=False)
-    embedding: bool = field(init=False)  # an embedding model's stand-in answers it (runtime.ai.embeddings)
+    # an embedding model's stand-in answers it (runtime.ai.embeddings): a Workers AI call naming one
+    # (read off the names, as the mode is), or OpenAI's embeddings door's (which calls AIService.embed)
+    embedding: bool = field(init=False)
     record: AIRecord = field(init=False)
     # set once checked (AIService.check): the typed request, and a Responses call's decoded body
     request: GenerateRequest | None = field(default=None, init=False, repr=False)
