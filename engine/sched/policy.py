@@ -15,7 +15,7 @@ so no request starves and the oldest always make progress. A prompt prefix the c
 (`cached_prefix`) is attached at admission instead of being run again.
 
 Shares under contention (once a second tenant is seen): while another tenant has work waiting, a
-tenant is admitted only up to its weighted share (engine.fair_queue.share) of the decode seats and
+tenant is admitted only up to its weighted share (engine.sched.fair_queue.share) of the decode seats and
 of the KV blocks; a tenant alone uses everything (work-conserving), and if every waiting tenant is
 at its share the fair head is admitted anyway. When the fair head (the waiting tenant with the
 least service) is under its share and there is no seat or no blocks for it, running sequences of

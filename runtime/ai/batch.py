@@ -27,7 +27,6 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from edge_sim.topology import PoP
-from runtime.ai.responses_run import is_responses, prepare_responses, run_responses
 from runtime.control.rate_limit import AccountLimited
 from workers import AIError
 
@@ -146,10 +145,7 @@ class BatchQueue:
             )
         service = self.service if i == 0 else _unlimited(self.service)
         try:
-            if is_responses(item):
-                prepare_responses(service, model, item, account, None)
-            else:
-                service.prepare(model, item, account)
+            service.prepare(model, item, account)  # a Responses-shaped one checked as the Responses API
         except AccountLimited:
             raise
         except AIError as exc:
@@ -269,10 +265,6 @@ class BatchQueue:
     async def _generate(
         self, model: str, item: dict, account: str, ingress: PoP, rtt: float
     ) -> dict[str, Any]:
-        if is_responses(item):
-            prepared, req = prepare_responses(self.service, model, item, account, None)
-            shaped, _ = await run_responses(self.service, model, prepared, req, ingress, rtt)
-            return shaped
         shaped, _ = await self.service.run(model, item, ingress=ingress, client_rtt_ms=rtt, account=account)
         return shaped
 

@@ -38,6 +38,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
+from runtime.ai.call import RUN, STREAM, AICall
 from runtime.ai.gateway_options import (
     GATEWAY_ID,
     GatewayOptions,
@@ -48,7 +51,8 @@ from runtime.ai.gateway_options import (
 from runtime.ai.gateway_store import CACHE_ENTRY_BYTES, GatewayStore
 from runtime.ai.gateway_streams import StreamOutcome, opened, recorded, replay
 from runtime.ai.gateway_universal import MAX_STEPS, PROVIDER, read_step
-from runtime.ai.service import AICall, AIService, Answer, mode_of
+from runtime.ai.service import AIService, Answer
+from runtime.control.ai_record import AIRecord
 from runtime.control.fair_pool import FairPool
 from workers import AIError
 
@@ -74,13 +78,15 @@ class GatewayAnswer:
     """An answer through a gateway: the AI service's answer (a body or an event stream), the log
     id (env.AI.aiGatewayLogId, `cf-aig-log-id`), the cache's verdict ("HIT", "MISS", or None where
     the call was not cacheable) and, for a universal run, the step that answered (0 first).
-    `headers`: the `cf-aig-*` headers a raw response and the REST door carry."""
+    `headers`: the `cf-aig-*` headers a raw response and the REST door carry; `record`: the record
+    of the call that answered (a universal run's: its step's)."""
 
     answer: Answer
     log_id: str
     cache_status: str | None = None
     step: int = 0
     headers: list[tuple[str, str]] = field(default_factory=list)
+    record: AIRecord | None = None
 
 
 class Gateways:
@@ -111,21 +117,13 @@ class Gateways:
         return await self.pool.run(account, fn, *args, lane="ai-gateway")
 
     async def run(
-        self,
-        call: AICall,
-        options: GatewayOptions,
-        *,
-        tags: tuple[str, ...] = (),
-        request_id: str = "",
-        answer_with: Callable[[AICall], Awaitable[Answer]] | None = None,
-        shape: str = PROVIDER,
-        step: int = 0,
+        self, call: AICall, options: GatewayOptions, *, shape: str = PROVIDER, step: int = 0
     ) -> GatewayAnswer:
-        """`call` through gateway `options.id` of `call.account`: its rate limit, cache, retries and
-        a log row (unless `collect_log` is false). `tags` (at most 5) and the Workers AI
-        `request_id` are logged. `answer_with`: what answers the call (default the AI service's
-        door; the OpenAI-compatible door gives its own), `shape` the shape its answers take (a
-        cache entry of one shape never answers a call of another); `step`: the universal run's."""
+        """`call` through gateway `options.id` of `call.account`, answered by the AI service's one
+        door: its rate limit, cache, retries and a log row (unless `collect_log` is false) with the
+        call's tags (at most 5) and Workers AI request id; the call's record names the gateway, its
+        log and its cache's verdict. `shape`: the shape its answers take, as its cache keys name it
+        (a cache entry of one shape never answers a call of another); `step`: the universal run's."""
         started = time.monotonic()
         log_id = uuid.uuid4().hex
         settings = self.settings.get(options.id, GatewaySettings())
@@ -136,7 +134,7 @@ class Gateways:
         status, answer, error = None, None, None
         try:
             self._admit(call.account, options.id, settings)
-            answer, status = await self._answer(call, options, answer_with or self.ai.answer, shape, attempts)
+            answer, status = await self._answer(call, options, shape, attempts)
         except AIError as exc:
             error = exc
         row = {
@@ -156,10 +154,10 @@ class Gateways:
             "stream": answer is not None and answer.stream is not None,
             "tokens_in": None,
             "tokens_out": None,
-            "tags": [str(t)[:64] for t in tags[:MAX_TAGS]],
+            "tags": [str(t)[:64] for t in call.tags[:MAX_TAGS]],
             "metadata": options.metadata or {},
             "event_id": options.event_id,
-            "request_id": request_id,
+            "request_id": call.request_id,
             "score": None,
             "feedback": None,
         }
@@ -173,7 +171,8 @@ class Gateways:
         if answer.stream is not None and collect:
             answer = Answer(stream=self._logged(answer.stream, call.account, options.id, log_id, started))
         headers = [("cf-aig-log-id", log_id)] + ([("cf-aig-cache-status", status)] if status else [])
-        return GatewayAnswer(answer, log_id, status, step, headers)
+        call.record.through_gateway(options.id, log_id, status)
+        return GatewayAnswer(answer, log_id, status, step, headers, call.record)
 
     def _admit(self, account: str, gateway: str, settings: GatewaySettings) -> None:
         """The gateway's own rate limit, per account, as AI Gateway answers it: 429 "Rate limited",
@@ -199,16 +198,11 @@ class Gateways:
         window.append(now)
 
     async def _answer(
-        self,
-        call: AICall,
-        options: GatewayOptions,
-        answer_with: Callable[[AICall], Awaitable[Answer]],
-        shape: str,
-        attempts: list[int],
+        self, call: AICall, options: GatewayOptions, shape: str, attempts: list[int]
     ) -> tuple[Answer, str | None]:
         """The answer from the cache or the model (retried as asked); the cache's verdict."""
         ttl = options.cache_ttl or 0
-        cacheable = ttl > 0 and mode_of(call) in ("run", "stream")
+        cacheable = ttl > 0 and call.mode in (RUN, STREAM)
         key = _cache_key(call, options, shape) if cacheable else ""
         if cacheable and not options.skip_cache:
             hit = await self._db(call.account, self.store.cached, call.account, options.id, key)
@@ -217,7 +211,7 @@ class Gateways:
                 return (
                     Answer(stream=replay(body)) if kind == "sse" else Answer(body=json.loads(body))
                 ), "HIT"
-        answer = await self._attempts(call, options, answer_with, attempts)
+        answer = await self._attempts(call, options, attempts)
         if not cacheable:
             return answer, None
         if options.skip_cache:  # neither read nor written: the call asked for a fresh answer
@@ -251,30 +245,22 @@ class Gateways:
 
         return recorded(stream, CACHE_ENTRY_BYTES, ended)
 
-    async def _attempts(
-        self,
-        call: AICall,
-        options: GatewayOptions,
-        answer_with: Callable[[AICall], Awaitable[Answer]],
-        attempts: list[int],
-    ) -> Answer:
+    async def _attempts(self, call: AICall, options: GatewayOptions, attempts: list[int]) -> Answer:
         retries = options.retries or RetryOptions()
         timeout = None if options.request_timeout_ms is None else options.request_timeout_ms / 1000
         for attempt in range(1, retries.max_attempts + 1):
             attempts[0] = attempt
             try:
-                return await self._attempt(call, timeout, answer_with)
+                return await self._attempt(call, timeout)
             except AIError as exc:
                 if attempt == retries.max_attempts or exc.code not in RETRYABLE:
                     raise
             await self.sleep(retries.delay_ms(attempt) / 1000)
         raise AssertionError("unreachable")
 
-    async def _attempt(
-        self, call: AICall, timeout: float | None, answer_with: Callable[[AICall], Awaitable[Answer]]
-    ) -> Answer:
+    async def _attempt(self, call: AICall, timeout: float | None) -> Answer:
         try:
-            answer = await asyncio.wait_for(answer_with(call), timeout)
+            answer = await asyncio.wait_for(self.ai.answer(call), timeout)
             if answer.stream is not None:
                 return Answer(stream=await opened(answer.stream, timeout))
             return answer
@@ -286,12 +272,12 @@ class Gateways:
                 "answered; raise it, or retry with retries.maxAttempts",
             ) from None
 
-    async def universal(
-        self, call: AICall, gateway_id: str, steps: list[Any], *, request_id: str = ""
-    ) -> GatewayAnswer:
-        """`env.AI.gateway(id).run([...])`: each step in turn until one answers; `call` gives the
-        account and where the call came from (its model and inputs are unused). Every step tried
-        is logged (its row's `step`); all failing, AIError 3040 listing each step's failure."""
+    async def universal(self, call: AICall, gateway_id: str, steps: list[Any]) -> GatewayAnswer:
+        """`env.AI.gateway(id).run([...])`: each step in turn until one answers, a call of its own;
+        `call` gives the account, where the call came from and its request id (its model and inputs
+        are unused), and its record names the gateway, the answering step's log and cache verdict.
+        Every step tried is logged (its row's `step`); all failing, AIError 3040 listing each
+        step's failure."""
         if not GATEWAY_ID.fullmatch(gateway_id or ""):
             raise AIError(5004, "env.AI.gateway(id): name the gateway: 1 to 64 letters, digits, '-' or '_'")
         if isinstance(steps, dict):
@@ -304,13 +290,20 @@ class Gateways:
                 step = read_step(request, gateway_id)
                 ingress = self._pop(step.model, step.pop) if step.pop else call.ingress
                 stepped = AICall(
-                    step.model, step.inputs, call.account, call.session, ingress, call.client_rtt_ms
+                    step.model,
+                    step.inputs,
+                    call.account,
+                    call.session,
+                    ingress,
+                    call.client_rtt_ms,
+                    request_id=call.request_id,
                 )
-                through = await self.run(stepped, step.options, request_id=request_id, step=index)
+                through = await self.run(stepped, step.options, step=index)
             except AIError as exc:
                 failures.append(f"step {index}: {exc}")
                 continue
             through.headers.append(("cf-aig-step", str(index)))
+            call.record.through_gateway(gateway_id, through.log_id, through.cache_status)
             return through
         raise AIError(3040, "every step of the universal run failed: " + "; ".join(failures))
 
@@ -364,9 +357,11 @@ class Gateways:
 def _cache_key(call: AICall, options: GatewayOptions, shape: str) -> str:
     """The entry's key: the shape and mode of the answer, then the model and inputs as canonical
     JSON, or `cacheKey` in their place (as cf-aig-cache-key replaces AI Gateway's own key)."""
-    mode = mode_of(call)
-    basis: list[Any] = [shape, mode]
-    basis += [options.cache_key] if options.cache_key is not None else [call.model, call.inputs]
+    inputs = call.inputs  # OpenAI's door hands its decoded body: keyed as the JSON it came as
+    if isinstance(inputs, msgspec.Struct):
+        inputs = msgspec.to_builtins(inputs)
+    basis: list[Any] = [shape, call.mode]
+    basis += [options.cache_key] if options.cache_key is not None else [call.model, inputs]
     return hashlib.sha256(json.dumps(basis, sort_keys=True, default=str).encode()).hexdigest()
 
 

@@ -1,5 +1,5 @@
 """OpenAI's Responses request (POST /v1/responses, and Cloudflare's `{"instructions", "input"}` shape
-through /ai/run and env.AI.run) turned into the chat inputs dict that AIService.prepare validates:
+through /ai/run and env.AI.run) turned into the chat inputs dict that AIService.check validates:
 the one place a Responses parameter is read, accepted or refused.
 
 Refused, each with the reason in its message: a stored conversation (`previous_response_id`,
@@ -315,7 +315,7 @@ _NEEDS = {
 
 
 def chat_inputs(req: ResponsesRequest) -> dict[str, Any]:
-    """The chat inputs dict for AIService.prepare. A parameter the chat inputs cannot carry yet
+    """The chat inputs dict for AIService.check. A parameter the chat inputs cannot carry yet
     (TextGenerationInputs lacks it) is refused rather than dropped."""
     inputs: dict[str, Any] = {"messages": messages(req)}
     for name, value in (

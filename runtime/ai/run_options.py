@@ -56,33 +56,24 @@ class RunOptions(msgspec.Struct, frozen=True):
     tags: tuple[str, ...] = ()
     prefix: str | None = None
     gateway: GatewayOptions | None = None
-
-    def model_id(self, model: str) -> str:
-        """The model called: `prefix:model` with a prefix, as workerd's binding names it."""
-        return f"{self.prefix}:{model}" if self.prefix else model
+    # read as the options are parsed, once: what the call carries
+    model: str = ""  # the model called: `prefix:model` with a prefix, as workerd's binding names it
+    session: str | None = None  # extraHeaders' x-session-affinity (edge_sim.affinity)
+    priority: str | None = None  # extraHeaders' x-edge-priority (runtime.ai.service.priority_of checks it)
 
     def header(self, name: str) -> str | None:
         return self.extra_headers.get(name)
-
-    @property
-    def session(self) -> str | None:
-        """The x-session-affinity key (edge_sim.affinity)."""
-        return self.header("x-session-affinity")
-
-    @property
-    def priority(self) -> str | None:
-        """The x-edge-priority header as given (runtime.ai.service.priority_of checks it)."""
-        return self.header("x-edge-priority")
 
 
 def _bad(key: str, why: str) -> AIError:
     return AIError(5004, f"env.AI.run options: {key}: {why}", param=key)
 
 
-def parse_run_options(value: Any) -> RunOptions:
-    """The checked options of an env.AI.run call (None or {} for none); raises AIError(5004)."""
+def parse_run_options(value: Any, model: str = "") -> RunOptions:
+    """The checked options of an env.AI.run call (None or {} for none) to `model`; raises
+    AIError(5004)."""
     if value is None:
-        return RunOptions()
+        return RunOptions(model=model)
     if not isinstance(value, dict):
         raise AIError(5004, f"env.AI.run options must be a dict (or None), got {type(value).__name__}")
     for key in value:
@@ -97,14 +88,18 @@ def parse_run_options(value: Any) -> RunOptions:
     if not isinstance(raw, bool):
         raise _bad("returnRawResponse", "expected true or false")
     gateway = value.get("gateway")
+    headers = _session_headers(value) | _headers(value.get("extraHeaders", value.get("extra_headers")))
+    prefix = _prefix(value.get("prefix"))
     return RunOptions(
         queue=queue,
-        extra_headers=_session_headers(value)
-        | _headers(value.get("extraHeaders", value.get("extra_headers"))),
+        extra_headers=headers,
         raw_response=raw,
         tags=_tags(value),
-        prefix=_prefix(value.get("prefix")),
+        prefix=prefix,
         gateway=None if gateway is None else GatewayOptions.parse(gateway),
+        model=f"{prefix}:{model}" if prefix else model,
+        session=headers.get("x-session-affinity"),
+        priority=headers.get("x-edge-priority"),
     )
 
 

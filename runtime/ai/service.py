@@ -1,11 +1,18 @@
-"""The AI service behind `env.AI.run` and the AI REST APIs: validates inputs once into the typed
-request (edge_sim.request.GenerateRequest), routes it through the edge and hands the typed result
-to runtime.ai.shapes, the only place that shapes it as Workers AI or OpenAI JSON.
+"""The AI service behind every AI door: env.AI.run, POST /ai/run, the OpenAI-compatible and
+Responses APIs, AI Gateway's doors and the batch queue. Each door makes one call object
+(runtime.ai.call.AICall: its mode and answer shape decided as it is made) and hands it to `answer`,
+the one way in:
 
-`answer` is the one door both Workers AI entrances (env.AI.run and POST /ai/run) go through: it
-decides a call's mode once (a plain run, a stream, a queued batch, a batch poll, the Responses
-shape), and counts its tokens in the metrics from the typed result. An engine failure that is not
-an AIError becomes 3007 here, the one place that answers it.
+- `check` validates it once, before any work is queued, into the typed request
+  (edge_sim.request.GenerateRequest) that flows down to the PoP: the model served, the account's
+  settings read once (its rate limits, its fair-share weight and KV share at the PoPs), its rate
+  limit, the inputs, the priority header, the session key, a rollout's canary;
+- the edge runs it; its result completes the call's record once (runtime.control.ai_record), and
+  the rate limiter, the metrics and the dashboard feed each read that one record (the request's
+  tail reads it too: runtime.host.invocation);
+- its answer is shaped once from the typed result, in its door's shape (runtime.ai.shapes,
+  runtime.ai.responses_shapes). An engine failure that is not an AIError becomes 3007 here, the one
+  place that answers it.
 
 An embedding model's call (runtime.ai.embeddings) is answered here too, by its stand-in, computed
 in the runtime's own threads (no PoP serves it); its inputs refused with 5006.
@@ -36,20 +43,22 @@ from edge_sim.request import GenerateRequest, GenerateResult
 from edge_sim.topology import PoP
 from engine.sched.fair_queue import TenantShare
 from engine.structured.answer import Delta
+from runtime.ai.call import BATCH, CHAT, COMPLETION, POLL, RESPONSES, STREAM, WORKERS_AI, AICall, is_responses
 from runtime.ai.embeddings import (
     EMBEDDING_MODELS,
     Embeddings,
     embed_slices,
-    is_embedding_model,
     workers_ai_answer,
     workers_ai_inputs,
 )
 from runtime.ai.inputs import SamplingFields, TextGenerationInputs
 from runtime.ai.params import Inputs, generate_request, json_mode_failure
 from runtime.ai.refusals import InputError, decode_inputs
-from runtime.ai.responses_run import is_responses, prepare_responses, run_responses, stream_responses
-from runtime.ai.shapes import Schema, shape_result, workers_ai_events
+from runtime.ai.responses_inputs import bad, chat_inputs, decode_request
+from runtime.ai.responses_shapes import response_events, response_object
+from runtime.ai.shapes import Schema, openai_events, shape_result, text_completion, workers_ai_events
 from runtime.control.accounts import AccountSettings
+from runtime.control.ai_record import AIRecord
 from runtime.control.dashboard_feed import DashboardFeed
 from runtime.control.fair_pool import FairPool
 from runtime.control.rate_limit import AccountRateLimits
@@ -78,6 +87,12 @@ def _ai_error(exc: EdgeError) -> AIError:
     return AIError(ERROR_CODES[exc.kind], exc.message, exc.param)
 
 
+def _run_shape(inputs: Any) -> str:
+    """The shape of a call run or checked whole, never polled or queued (a batch's items): the
+    Responses shape when its inputs take it, whatever else they hold, else Workers AI's."""
+    return RESPONSES if is_responses(inputs) else WORKERS_AI
+
+
 class Batches(Protocol):
     """The batch queue as the door uses it (runtime.ai.batch.Batches; named by shape, since
     the queue runs its requests through this service)."""
@@ -85,21 +100,6 @@ class Batches(Protocol):
     def submit(self, model: str, inputs: Any, account: str, ingress: PoP, client_rtt_ms: float) -> dict: ...
 
     def poll(self, model: str, inputs: Any, account: str) -> dict: ...
-
-
-@dataclass
-class AICall:
-    """One Workers AI call as a door received it: env.AI.run's (model, inputs, options) or
-    POST /ai/run's path, body and `queueRequest` query, with where it came from."""
-
-    model: str
-    inputs: Any
-    account: str
-    session: str | None  # the x-session-affinity key (edge_sim.affinity)
-    ingress: PoP
-    client_rtt_ms: float
-    queue: bool = False  # queueRequest: a batch to queue, not to run now
-    priority: str | None = None  # the x-edge-priority header as given (priority_of checks it)
 
 
 def priority_of(header: str | None) -> int | None:
@@ -121,18 +121,6 @@ class Answer:
     body: dict[str, Any] | None = None
     result: GenerateResult | None = None
     stream: AsyncIterator[bytes] | None = None
-
-
-def mode_of(call: AICall) -> str:
-    """ "batch", "poll", "responses", "stream" or "run", told apart by the inputs and options once."""
-    inputs = call.inputs if isinstance(call.inputs, dict) else {}
-    if call.queue or "requests" in inputs:
-        return "batch"
-    if "request_id" in inputs:
-        return "poll"
-    if is_responses(inputs):  # OpenAI's Responses shape: {"input": ..., "instructions": ...}
-        return "responses"
-    return "stream" if inputs.get("stream") is True else "run"
 
 
 class AIService:
@@ -193,21 +181,82 @@ class AIService:
         aliases = [a for a, (target, _) in self.aliases.items() if target in served]
         return [*served, *aliases, *(EMBEDDING_MODELS if self.serve_embeddings else ())]
 
+    # --- the one way in ---------------------------------------------------------------------------
+
+    async def answer(self, call: AICall) -> Answer:
+        """An AI call through any door, by the mode decided when it was made; raises AIError."""
+        if call.embedding:
+            texts, pooling = workers_ai_inputs(call.model, call.inputs)
+            return Answer(body=workers_ai_answer(await self.embed(call, texts, pooling)))
+        if call.mode == BATCH:
+            if not call.queue:
+                raise AIError(5004, "requests: a batch is queued: send it with queueRequest (true)")
+            return Answer(
+                body=self._batches("queueRequest").submit(
+                    call.model, call.inputs, call.account, call.ingress, call.client_rtt_ms
+                )
+            )
+        if call.mode == POLL:
+            return Answer(body=self._batches("request_id").poll(call.model, call.inputs, call.account))
+        self.check(call)
+        if call.mode == STREAM or (call.responses is not None and call.responses.stream):
+            return Answer(stream=self._events(call))
+        return await self._whole(call)
+
+    async def run(
+        self,
+        model: str,
+        inputs: Any,
+        *,
+        ingress: PoP,
+        client_rtt_ms: float,
+        account: str = "local",
+        session: str | None = None,
+    ) -> tuple[dict[str, Any], LatencyAccount]:
+        """Run `model` on `inputs` now, whole, whatever else the inputs hold (a batch's items run
+        this way: an item never polls, queues or streams; one in the Responses shape is answered
+        in it), with its latency account; raises AIError."""
+        call = AICall(model, inputs, account, session, ingress, client_rtt_ms, shape=_run_shape(inputs))
+        self.check(call)
+        answer = await self._whole(call)
+        assert answer.body is not None and answer.result is not None
+        return answer.body, answer.result.timing
+
+    def check(self, call: AICall) -> GenerateRequest:
+        """Validate a call before any work is queued, once, into the typed request that flows down
+        to the PoP (which only checks that it fits); the call carries it from here. Raises AIError
+        with the Workers AI code (a Responses body's refusals: ResponsesInputError)."""
+        inputs, priority = call.inputs, call.priority
+        if call.mode == RESPONSES:  # translated into the chat inputs every chat call meets
+            call.responses = decode_request(call.inputs)
+            named = call.responses.model
+            if named is not None and named != call.model:
+                why = f"names {named!r}, but the call is to {call.model!r}; leave it out or make them one"
+                raise bad("model", why)
+            inputs, priority = chat_inputs(call.responses), None
+        call.request = self._checked(call, inputs, priority)
+        return call.request
+
     def prepare(
         self,
         model: str,
         inputs: Any,
         account: str,
         session: str | None = None,
-        responses: bool = False,
         priority: str | None = None,
-    ) -> tuple[GenerateRequest, Inputs]:
-        """Validate a call before any work is queued, once, into the typed request that flows down
-        to the PoP (which only checks that it fits); raises AIError with the Workers AI code.
-        `session`: the client's x-session-affinity key (edge_sim.affinity); `responses`: the answer
-        takes the Responses shape (which carries logprobs), whatever the model's own schema;
-        `priority`: the x-edge-priority header, over the inputs' own `priority`."""
-        asked, model = model, self.resolve(model)  # an alias is served by its stand-in
+    ) -> tuple[GenerateRequest, AICall]:
+        """The checks of a call to `model` on `inputs` made here, without running it (a batch's
+        requests as they are queued, a test): its typed request, and the call; raises AIError."""
+        call = AICall(model, inputs, account, session, priority=priority, shape=_run_shape(inputs))
+        return self.check(call), call
+
+    def _checked(self, call: AICall, inputs: Any, priority: str | None) -> GenerateRequest:
+        """The checks of `call` on `inputs` (its own, or what a Responses body translates to), in
+        the order a call meets them: the model served, the account's rate limit (before the inputs
+        are even read: a limited call costs nothing), the inputs, the priority header, the session
+        key, a rollout's canary, the answer's schema."""
+        account = call.account
+        asked, model = call.model, self.resolve(call.model)  # an alias is served by its stand-in
         if model not in self.served():
             refusal = self.edge.refusal(model)
             name = repr(asked) if model == asked else f"{asked!r} (served here by {model!r})"
@@ -223,8 +272,8 @@ class AIService:
                 "[edge] strict_models = true refuses such names)", asked, model,
             )  # fmt: skip
         terms = self.settings_of(account) if self.settings_of is not None else None
-        if self.rate_limits is not None:  # before the inputs are even read: a limited call costs nothing
-            self.rate_limits.check(account, model, asked, terms.limits() if terms else None)
+        if self.rate_limits is not None:
+            self.rate_limits.check(account, model, asked, terms)  # the settings hold its rpm and tpm
         if isinstance(inputs, SamplingFields):  # decoded already, by an API of its own (OpenAI's)
             parsed = inputs
         else:
@@ -235,7 +284,7 @@ class AIService:
         if self.default_seed is not None and parsed.seed is None:  # pytest's plugin: answers repeat
             parsed = msgspec.structs.replace(parsed, seed=self.default_seed)
         try:
-            session = check_key(session)
+            session = check_key(call.session)
         except ValueError as exc:
             raise AIError(5004, str(exc)) from None
         if self.rollouts is not None:  # a session in a canary's share is served by the new version
@@ -247,11 +296,11 @@ class AIService:
             share=TenantShare(terms.weight, terms.kv_share) if terms else TenantShare(),
             session=session,
         )
-        if not responses:
+        if call.mode != RESPONSES:  # the Responses shape carries logprobs, whatever the model's own schema
             self._fits_schema(parsed, self.schema(asked))
         if isinstance(parsed, TextGenerationInputs) and parsed.model not in (None, asked):
             raise InputError("model", f"names {parsed.model!r}, but this call is to {asked!r}; leave it out")
-        return req, parsed
+        return req
 
     def _nearest(self, asked: str) -> str:
         """What a 5007 for an unknown name suggests: the nearest names, or all when they are few."""
@@ -278,99 +327,19 @@ class AIService:
                 "logprobs", f"Workers AI's text-generation shape carries no logprobs; {elsewhere}"
             )
 
-    async def answer(self, call: AICall) -> Answer:
-        """A Workers AI call through either door, its mode decided here once; raises AIError."""
-        if is_embedding_model(call.model):
-            texts, pooling = workers_ai_inputs(call.model, call.inputs)
-            return Answer(body=workers_ai_answer(await self.embed(call.model, texts, call.account, pooling)))
-        mode, model = mode_of(call), call.model
-        if mode == "batch":
-            if not call.queue:
-                raise AIError(5004, "requests: a batch is queued: send it with queueRequest (true)")
-            return Answer(
-                body=self._batches("queueRequest").submit(
-                    model, call.inputs, call.account, call.ingress, call.client_rtt_ms
-                )
-            )
-        if mode == "poll":
-            return Answer(body=self._batches("request_id").poll(model, call.inputs, call.account))
-        where = {"ingress": call.ingress, "rtt": call.client_rtt_ms}
-        if mode == "responses":
-            prepared, req = prepare_responses(self, model, call.inputs, call.account, call.session)
-            if req.stream:
-                return Answer(stream=stream_responses(self, model, prepared, req, **where))
-            body, result = await run_responses(self, model, prepared, req, **where)
-            return Answer(body=body, result=result)
-        if mode == "stream":
-            req, _ = self.prepare(model, call.inputs, call.account, call.session, priority=call.priority)
-            return Answer(
-                stream=workers_ai_sse(
-                    self, req, model, ingress=call.ingress, client_rtt_ms=call.client_rtt_ms
-                )
-            )
-        return await self._run_now(call)
-
-    async def embed(self, model: str, texts: list[str], account: str, pooling: str = "mean") -> Embeddings:
-        """Checked `texts` (runtime.ai.embeddings.texts_of) embedded by `model`'s stand-in, in a
-        thread of its own; counted against the account's requests and tokens per minute and in the
-        metrics, as every AI call is."""
-        if not self.serve_embeddings:
-            raise AIError(
-                5007,
-                f"{model} is not shipped here and [edge] strict_models = true refuses its stand-in "
-                "(a hashed n-gram embedding); set strict_models = false to embed with it",
-            )
-        terms = self.settings_of(account) if self.settings_of is not None else None
-        if self.rate_limits is not None:
-            self.rate_limits.check(account, model, model, terms.limits() if terms else None)
-        result = await self.embed_pool.run(account, embed_slices, model, texts, pooling)
-        if self.rate_limits is not None:
-            self.rate_limits.used(account, model, result.tokens)
-        if self.metrics is not None:
-            self.metrics.ai_tokens(model, result.tokens, 0)
-        return result
-
-    async def _run_now(self, call: AICall) -> Answer:
-        """A plain run: validated, generated, shaped in the model's schema."""
-        req, _ = self.prepare(call.model, call.inputs, call.account, call.session, priority=call.priority)
-        try:
-            result = await self.generate(
-                req, ingress=call.ingress, client_rtt_ms=call.client_rtt_ms, count_as=call.model
-            )
-        except AIError as exc:
-            raise json_mode_failure(req, exc) from None
-        return Answer(body=shape_result(self.schema(call.model), call.model, result), result=result)
-
     def _batches(self, field: str) -> Batches:
         if self.batches is None:
             raise AIError(5004, f"{field}: this runtime has no batch queue")
         return self.batches
 
-    async def run(
-        self,
-        model: str,
-        inputs: Any,
-        *,
-        ingress: PoP,
-        client_rtt_ms: float,
-        account: str = "local",
-        session: str | None = None,
-    ) -> tuple[dict[str, Any], LatencyAccount]:
-        """Run `model` on `inputs` now, as a plain call whatever the inputs hold (a batch's items
-        run this way: an item never polls or queues), shaped in the model's schema, with its latency
-        account; raises AIError."""
-        answer = await self._run_now(AICall(model, inputs, account, session, ingress, client_rtt_ms))
-        assert answer.body is not None and answer.result is not None
-        return answer.body, answer.result.timing
+    # --- running a checked call -------------------------------------------------------------------
 
-    async def generate(
-        self, req: GenerateRequest, *, ingress: PoP, client_rtt_ms: float, count_as: str | None = None
-    ) -> GenerateResult:
-        """The whole answer to a prepared request, its timing set; errors raise AIError (an engine
-        bug as 3007, so that no door has to catch it). `count_as`: the model name the caller used,
-        under which its tokens are counted in the metrics."""
+    async def generate(self, call: AICall) -> GenerateResult:
+        """The whole answer to a checked call, its timing set, its record completed; errors raise
+        AIError (an engine bug as 3007, so that no door has to catch it)."""
+        assert call.request is not None, "a call is checked before it runs"
         try:
-            result = await self.edge.run(req, ingress, client_rtt_ms)
+            result = await self.edge.run(call.request, call.ingress, call.client_rtt_ms)
         except EdgeError as exc:
             raise _ai_error(exc) from None
         except AIError:
@@ -378,19 +347,19 @@ class AIService:
         except Exception as exc:  # an engine bug must not take the runtime down with it
             log.exception("AI call failed")
             raise AIError(3007, f"internal error: {type(exc).__name__}: {exc}") from None
-        self._used(req, result, count_as)
+        self._record(call.answered(result))
         return result
 
-    async def stream(
-        self, req: GenerateRequest, *, ingress: PoP, client_rtt_ms: float, count_as: str | None = None
-    ) -> AsyncIterator[Delta | GenerateResult]:
+    async def stream(self, call: AICall) -> AsyncIterator[Delta | GenerateResult]:
         """Deltas (edge_sim.request.Delta: text, choice index, logprobs, tool-call pieces), then the
-        whole result; errors raise AIError (a prepared request)."""
+        whole result, which completes the call's record; errors raise AIError (a checked call)."""
+        req = call.request
+        assert req is not None, "a call is checked before it streams"
         deltas, counted = 0, False
         try:
-            async for item in self.edge.stream(req, ingress, client_rtt_ms):
+            async for item in self.edge.stream(req, call.ingress, call.client_rtt_ms):
                 if isinstance(item, GenerateResult):
-                    self._used(req, item, count_as)
+                    self._record(call.answered(item))
                     counted = True
                 else:
                     deltas += 1
@@ -400,35 +369,74 @@ class AIService:
         except (GeneratorExit, asyncio.CancelledError):
             # a client that drops the stream before its end still spent what ran: the prompt (as
             # estimated) and a token per delta, so dropping streams cannot lift tokens per minute
-            if not counted and self.rate_limits is not None:
-                self.rate_limits.used(req.tenant, req.model, req.estimated_tokens() + deltas)
+            if not counted:
+                self._record(call.cut(req.estimated_tokens() + deltas), whole=False)
             raise
 
-    def _used(self, req: GenerateRequest, result: GenerateResult, count_as: str | None = None) -> None:
-        """The result's tokens, counted against its account's tokens per minute, and in the
-        metrics under the name the caller used (`count_as`, when given)."""
-        if self.rate_limits is not None:
-            self.rate_limits.used(req.tenant, req.model, result.total_tokens)
-        if count_as is not None and self.metrics is not None:
-            self.metrics.ai_tokens(count_as, result.prompt_tokens, result.completion_tokens)
-            if result.timing is not None:
-                self.metrics.ai_speculation(
-                    count_as, result.timing.draft_tokens, result.timing.accepted_tokens
-                )
-        if self.metrics is not None:
-            timing = result.timing
-            self.metrics.ai_ttft(req.tenant, (timing.queue_ms + timing.prefill_ms) / 1000.0)
-        if self.feed is not None and result.timing is not None:
-            t = result.timing
-            self.feed.ai_call(
-                req.tenant,
-                req.model,
-                result.prompt_tokens,
-                result.completion_tokens,
-                t.ttft_ms,
-                t.tpot_ms,
-                t.total_ms,
+    async def embed(self, call: AICall, texts: list[str] | None = None, pooling: str = "mean") -> Embeddings:
+        """Checked `texts` (runtime.ai.embeddings.texts_of; by default the call's inputs) embedded by
+        the call's model's stand-in, in a thread of its own; counted against the account's requests
+        and tokens per minute and in the metrics, as every AI call is."""
+        model, account = call.model, call.account
+        if not self.serve_embeddings:
+            raise AIError(
+                5007,
+                f"{model} is not shipped here and [edge] strict_models = true refuses its stand-in "
+                "(a hashed n-gram embedding); set strict_models = false to embed with it",
             )
+        terms = self.settings_of(account) if self.settings_of is not None else None
+        if self.rate_limits is not None:
+            self.rate_limits.check(account, model, model, terms)
+        texts = call.inputs if texts is None else texts
+        result = await self.embed_pool.run(account, embed_slices, model, texts, pooling)
+        self._record(call.embedded(result.tokens))
+        return result
+
+    def _record(self, record: AIRecord, whole: bool = True) -> None:
+        """A call's one record, read by each counter: the rate limiter's tokens per minute, the
+        metrics and the dashboard feed (what a generation answered; a stream cut short counts
+        only against tokens per minute)."""
+        if self.rate_limits is not None:
+            tokens = record.prompt_tokens + record.completion_tokens
+            self.rate_limits.used(record.account, record.served, tokens)
+        if not whole:
+            return
+        if self.metrics is not None:
+            self.metrics.ai_record(record)
+        if self.feed is not None:
+            self.feed.ai_record(record)
+
+    # --- its answer, shaped once in its door's shape ----------------------------------------------
+
+    async def _whole(self, call: AICall) -> Answer:
+        try:
+            result = await self.generate(call)
+        except AIError as exc:
+            if call.mode == RESPONSES:
+                raise
+            assert call.request is not None
+            raise json_mode_failure(call.request, exc) from None
+        return Answer(body=self._shaped(call, result), result=result)
+
+    def _shaped(self, call: AICall, result: GenerateResult) -> dict[str, Any]:
+        if call.mode == RESPONSES:
+            return response_object(call.model, call.responses, result)
+        if call.shape == CHAT:
+            return shape_result("chat-completions", call.model, result)
+        if call.shape == COMPLETION:
+            return text_completion(call.model, result)
+        return shape_result(self.schema(call.model), call.model, result)
+
+    def _events(self, call: AICall) -> AsyncIterator[bytes]:
+        items, model = self.stream(call), call.model
+        if call.mode == RESPONSES:
+            return response_events(items, model, call.responses)
+        if call.shape in (CHAT, COMPLETION):
+            assert call.request is not None
+            options, n = call.inputs.stream_options, call.request.params.n
+            usage_chunk = options is not None and options.include_usage
+            return openai_events(items, model, call.shape == CHAT, include_usage=usage_chunk, n=n)
+        return workers_ai_events(items, model, chat=self.schema(model) == "chat-completions")
 
 
 def account_rows(edge: Edge) -> list[tuple[str, str, str, int, int, int, int]]:
@@ -444,12 +452,3 @@ def account_rows(edge: Edge) -> list[tuple[str, str, str, int, int, int, int]]:
             for account, a in m.accounts.items():
                 rows.append((code, model, account, a.running, a.kv_blocks, a.waiting, a.preemptions))
     return rows
-
-
-async def workers_ai_sse(
-    service: AIService, req: GenerateRequest, model: str, *, ingress: PoP, client_rtt_ms: float
-) -> AsyncIterator[bytes]:
-    """Workers AI streaming of a prepared request (ai_shapes.workers_ai_events)."""
-    items = service.stream(req, ingress=ingress, client_rtt_ms=client_rtt_ms, count_as=model)
-    async for data in workers_ai_events(items, model, chat=service.schema(model) == "chat-completions"):
-        yield data

@@ -19,6 +19,8 @@ from collections import OrderedDict, deque
 from collections.abc import Callable
 from typing import Any
 
+from runtime.control.ai_record import AIRecord
+
 WINDOW_REQUESTS = 200
 CLIENT_EVENTS = 64
 MAX_CLIENTS = 16
@@ -161,7 +163,7 @@ class AccountFigures:
 
 
 class DashboardFeed:
-    """The windows and the browsers. The runtime calls request(), ai_call() and rate_limited() as
+    """The windows and the browsers. The runtime calls request(), ai_record() and rate_limited() as
     things happen (cheap, never waiting) and publish_snapshot() a few times a second while a browser
     is open."""
 
@@ -194,6 +196,22 @@ class DashboardFeed:
                 client.offer_event(data)
             self.work_s += time.perf_counter() - started
 
+    def ai_record(self, record: AIRecord) -> None:
+        """An AI call a generation answered, from its record (runtime.control.ai_record), under the
+        model that served it (a rollout's canary apart from the model)."""
+        t = record.timing
+        if t is None:
+            return
+        self.ai_call(
+            record.account,
+            record.served,
+            record.prompt_tokens,
+            record.completion_tokens,
+            t.ttft_ms,
+            t.tpot_ms,
+            t.total_ms,
+        )
+
     def ai_call(
         self,
         account: str,
@@ -204,7 +222,7 @@ class DashboardFeed:
         tpot_ms: float,
         total_ms: float,
     ) -> None:
-        """An AI call finished (runtime.ai.service, from its result and latency account)."""
+        """An AI call finished: its tokens and latency."""
         figures = self._account(account)
         figures.requests += 1
         figures.prompt_tokens += prompt_tokens

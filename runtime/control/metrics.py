@@ -15,6 +15,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.registry import Collector
 
+from runtime.control.ai_record import AIRecord
+
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 
 # (pop, model, account, seats held, KV blocks held, waiting, preemptions since start): one account
@@ -127,8 +129,18 @@ class Metrics:
         self.total_requests.labels(outcome).inc()
         self.total_latency.observe(seconds)
 
+    def ai_record(self, record: AIRecord) -> None:
+        """One AI call, from its record (runtime.control.ai_record): its tokens under the name it
+        was called by and, when a generation answered it, its draft tokens and its time to first
+        token at its PoP."""
+        self.ai_tokens(record.model, record.prompt_tokens, record.completion_tokens)
+        timing = record.timing
+        if timing is not None:
+            self.ai_speculation(record.model, timing.draft_tokens, timing.accepted_tokens)
+            self.ai_ttft(record.account, (timing.queue_ms + timing.prefill_ms) / 1000.0)
+
     def ai_tokens(self, model: str, prompt: int, completion: int) -> None:
-        """One AI call's tokens (runtime.ai.service counts each call's, from its typed result)."""
+        """One AI call's tokens."""
         self.tokens.labels(model, "prompt").inc(prompt)
         self.tokens.labels(model, "completion").inc(completion)
 
@@ -138,7 +150,7 @@ class Metrics:
         self.speculative.labels(model, "accepted").inc(accepted)
 
     def ai_ttft(self, account: str, seconds: float) -> None:
-        """One AI call's time to first token at its PoP (runtime.ai.service, from its latency account)."""
+        """One AI call's time to first token at its PoP (from its latency account)."""
         self.account_ttft.labels(account).observe(seconds)
 
     def watch_accounts(self, source: Callable[[], Iterable[AccountRow]]) -> None:

@@ -15,7 +15,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, Protocol
 
 from workers import AIError
 
@@ -31,6 +31,17 @@ _WHAT = {"rpm": "requests per minute", "tpm": "tokens per minute"}
 class Limits:
     rpm: int | None = None  # None: no limit
     tpm: int | None = None
+
+
+class PerMinute(Protocol):
+    """What the limiter reads of a key's limits: Limits, or an account's settings themselves
+    (runtime.control.accounts.AccountSettings, which a call has read once already)."""
+
+    @property
+    def rpm(self) -> int | None: ...
+
+    @property
+    def tpm(self) -> int | None: ...
 
 
 @dataclass(frozen=True)
@@ -88,7 +99,7 @@ class RateLimiter:
             w.token_sum -= w.tokens.popleft()[1]
         return w
 
-    def admit(self, account: str, model: str, limits: Limits) -> Refusal | None:
+    def admit(self, account: str, model: str, limits: PerMinute) -> Refusal | None:
         """None (and the request counted) if the key is under its limits now, else why not."""
         now = self.clock()
         w = self._window(account, model, now)
@@ -131,7 +142,9 @@ class AccountRateLimits:
         self.limits_of, self.on_refused = limits_of, on_refused
         self.limiter = limiter or RateLimiter()
 
-    def check(self, account: str, model: str, asked: str | None = None, limits: Limits | None = None) -> None:
+    def check(
+        self, account: str, model: str, asked: str | None = None, limits: PerMinute | None = None
+    ) -> None:
         """Count a call of `model` (the serving name; `asked`: the name the caller used, for the
         message) or raise AccountLimited. `limits`: the account's, when the caller has read them."""
         refusal = self.limiter.admit(account, model, limits or self.limits_of(account))

@@ -3,10 +3,11 @@ queue batch, an alarm, a socket event, a workflow run): the one object that owns
 is and spends, instead of a bag of fields that several modules write and others read later.
 
 It owns where its client is (the origin of its AI calls' latency), its budgets (subrequests, binding
-calls, log lines and bytes kept for the tail), its AI calls' latency accounts and formats (and so
-the headers that report them), its console lines and its tail event, and the Durable Objects it is
-nested in. Its time and CPU are the isolate's watchdog's (runtime.isolate.watchdog), and the calls
-it has in flight end with it at the isolate (runtime.isolate.calls), both keyed by the same id.
+calls, log lines and bytes kept for the tail), its AI calls' records (runtime.control.ai_record: the
+one record each call makes of itself, which its tail event and the headers that report its latency
+and formats read), its console lines and its tail event, and the Durable Objects it is nested in.
+Its time and CPU are the isolate's watchdog's (runtime.isolate.watchdog), and the calls it has in
+flight end with it at the isolate (runtime.isolate.calls), both keyed by the same id.
 """
 
 from __future__ import annotations
@@ -15,10 +16,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from edge_sim.accounting import LatencyAccount
-from edge_sim.request import GenerateResult
 from edge_sim.topology import Location, PoP
-from runtime.ai.shapes import quantization_label
+from runtime.control.ai_record import AIRecord
 from runtime.host.spec import WorkerSpec
 from runtime.isolate.console import WorkerConsole
 
@@ -36,11 +35,12 @@ class Invocation:
     method: str = "GET"
     url: str = ""
     origin: str = ""  # scheme://host:port the runtime was reached at (fetches back to it are refused)
-    accounts: list[LatencyAccount] = field(default_factory=list)  # per AI call
-    quantization: list[str] = field(default_factory=list)  # per AI call, for x-edge-quantization
-    models: list[str] = field(default_factory=list)  # per AI call, the model that served it (dashboard)
-    # per env.AI.run call: {"model", "requestId", "tags"} for the tail event (AI_CALLS_KEPT of them)
-    ai_calls: list[dict[str, Any]] = field(default_factory=list)
+    # the records of the AI calls it made (env.AI.run, env.AI.gateway(id).run), as each call was
+    # made: its tail event lists the first AI_CALLS_KEPT
+    ai_calls: list[AIRecord] = field(default_factory=list)
+    # the records of the calls a generation answered whole, in the order answered (a universal
+    # gateway run's: the step's): their latency and formats are reported in its headers
+    ai_answers: list[AIRecord] = field(default_factory=list)
     logs: list[dict[str, Any]] = field(default_factory=list)
     subrequests: int = 0
     binding_calls: int = 0
@@ -98,33 +98,13 @@ class Invocation:
 
     # --- its AI calls --------------------------------------------------------------------------------
 
-    def ai_called(self, model: str, request_id: str, tags: tuple[str, ...]) -> None:
-        """An env.AI.run call it made: its model, request id (cf-ai-req-id) and tags, kept for the
-        tail event (the first AI_CALLS_KEPT; a request's calls are bounded by its budgets anyway)."""
-        if len(self.ai_calls) < AI_CALLS_KEPT:
-            self.ai_calls.append({"model": model[:256], "requestId": request_id, "tags": list(tags)})
-
-    def ai_through_gateway(self, request_id: str, gateway: str, log_id: str, cache: str | None) -> None:
-        """The call `request_id` went through AI Gateway `gateway`: its log id and cache verdict join
-        its entry in the tail event (so `edge tail` leads to `edge gateway logs`)."""
-        for entry in self.ai_calls:
-            if entry["requestId"] == request_id:
-                entry.update(gateway=gateway, gatewayLogId=log_id, cacheStatus=cache)
-
-    def ai_answered(self, result: GenerateResult) -> None:
-        """An AI call it made was answered (a run now, not a batch): its latency and formats."""
-        self.accounts.append(result.timing)
-        self.quantization.append(quantization_label(result))
-        self.models.append(result.model)
-
     def timing_headers(self, headers: dict[str, str]) -> dict[str, str]:
         """`headers` and what its AI calls report: server-timing, and the compression that served
         them (never hidden)."""
         out = dict(headers)
-        if self.accounts:
-            out["server-timing"] = ", ".join(a.server_timing() for a in self.accounts)
-        if self.quantization:
-            out["x-edge-quantization"] = "; ".join(self.quantization)
+        if self.ai_answers:
+            out["server-timing"] = ", ".join(r.server_timing for r in self.ai_answers)
+            out["x-edge-quantization"] = "; ".join(r.quantization for r in self.ai_answers)
         return out
 
     # --- its end -------------------------------------------------------------------------------------
@@ -136,6 +116,7 @@ class Invocation:
         note for the log lines it was not allowed to keep; its console lines end here."""
         if self.console is not None:
             self.console.end()
+        calls = [r.tail_entry() for r in self.ai_calls[:AI_CALLS_KEPT]]
         if self.logs_dropped:
             self.logs.append(
                 {
@@ -154,5 +135,5 @@ class Invocation:
             "logs": self.logs,
             "exceptions": [exception] if exception else [],
             "wallTimeMs": round(seconds * 1000, 3),
-            **({"ai": self.ai_calls} if self.ai_calls else {}),
+            **({"ai": calls} if calls else {}),
         }

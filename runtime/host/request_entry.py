@@ -9,7 +9,7 @@ from urllib.parse import urlsplit
 
 import msgspec
 
-from runtime.host.invocation import Invocation
+from runtime.host.invocation import AI_CALLS_KEPT, Invocation
 from runtime.host.spec import WorkerSpec
 
 LOG_LINES = 20  # the last ones; the whole log is `edge tail`'s
@@ -26,10 +26,9 @@ def request_entry(
     path = urlsplit(ctx.url).path if ctx.url else ""
     where = ctx.location  # None for an event no client sent (some Durable Object calls)
     calls = []
-    for i, account in enumerate(ctx.accounts[:AI_CALLS]):
-        call = msgspec.to_builtins(account)
-        call["model"] = ctx.models[i] if i < len(ctx.models) else ""
-        call["quantization"] = ctx.quantization[i] if i < len(ctx.quantization) else ""
+    for record in ctx.ai_answers[:AI_CALLS]:  # each answered call's record, as the headers report it
+        call = msgspec.to_builtins(record.timing)
+        call["model"], call["quantization"] = record.served, record.quantization
         calls.append(call)
     return {
         "t": ctx.started,
@@ -44,12 +43,12 @@ def request_entry(
         "client": None if where is None else {"name": where.name[:80], "lat": where.lat, "lon": where.lon},
         "ingress": ctx.ingress.code if ctx.ingress is not None else "",
         "ai": calls,
-        "ai_calls": len(ctx.accounts),
+        "ai_calls": len(ctx.ai_answers),
         # the calls that went through an AI Gateway: which, its log (`edge gateway logs`), its cache
         "gateway": [
-            {"gateway": c["gateway"][:64], "log": str(c["gatewayLogId"])[:64], "cache": c.get("cacheStatus")}
-            for c in ctx.ai_calls
-            if "gateway" in c
+            {"gateway": r.gateway[:64], "log": str(r.gateway_log_id)[:64], "cache": r.cache_status}
+            for r in ctx.ai_calls[:AI_CALLS_KEPT]
+            if r.gateway is not None
         ][:AI_CALLS],
         "logs": [
             {"level": str(e.get("level", ""))[:8], "message": str(e.get("message", ""))[:LOG_CHARS]}

@@ -10,12 +10,14 @@ import logging
 import time
 import uuid
 
+from runtime.ai.call import AICall
 from runtime.ai.catalog import models_matching
 from runtime.ai.gateway import GatewayAnswer, Gateways
 from runtime.ai.run_options import parse_run_options
-from runtime.ai.service import AICall, Answer
+from runtime.ai.service import Answer
 from runtime.bindings import BindingError, BindingRef
 from runtime.bindings.workflows import WORKFLOW_STEP
+from runtime.control.ai_record import AIRecord
 from runtime.control.tail import LogBudget, log_event
 from runtime.host.fetch_guard import FetchError
 from runtime.host.invocation import Invocation
@@ -60,51 +62,60 @@ class WorkerCalls:
             self._console = WorkerConsole(self.spec.name)
         return self._console
 
-    async def ai(self, call: ipc.AICall):
-        """env.AI.run: its options checked (runtime.ai.run_options), then through the AI service's
-        one door (runtime.ai.service.AIService.answer), or through an AI Gateway (`gateway`
-        option: runtime.ai.gateway). Every answer carries its request id (cf-ai-req-id: the
-        worker's env.AI.lastRequestId) and, through a gateway, its cf-aig-* headers (cf-aig-log-id:
-        env.AI.aiGatewayLogId), whole or streamed."""
-        ctx = self.requests.get(call.request)
+    async def ai(self, msg: ipc.AIRun):
+        """env.AI.run: its options checked (runtime.ai.run_options), the one call object made of it
+        (runtime.ai.call.AICall), then through the AI service's one door (AIService.answer), or
+        through an AI Gateway (`gateway` option: runtime.ai.gateway). The request keeps the call's
+        record for its tail event and timing headers. Every answer carries its request id
+        (cf-ai-req-id: the worker's env.AI.lastRequestId) and, through a gateway, its cf-aig-*
+        headers (cf-aig-log-id: env.AI.aiGatewayLogId), whole or streamed."""
+        ctx = self.requests.get(msg.request)
         if ctx is None:
-            return ipc.AIReply(call.call, error_code=5004, error_message=ENDED)
+            return ipc.AIReply(msg.call, error_code=5004, error_message=ENDED)
         request_id = str(uuid.uuid4())
         headers = [("cf-ai-req-id", request_id)]
         try:
-            options = parse_run_options(call.options)
-            ctx.ai_called(call.model, request_id, options.tags)
-            ai_call = AICall(
-                options.model_id(call.model),
-                call.inputs,
+            options = parse_run_options(msg.options, msg.model)
+            call = AICall(
+                options.model,
+                msg.inputs,
                 self.spec.account,
                 options.session,
                 ctx.ingress,
                 ctx.client_rtt_ms,
                 queue=options.queue,
                 priority=options.priority,
+                request_id=request_id,
+                tags=options.tags,
             )
+            call.record.listed_as = msg.model  # the tail lists it as the worker wrote it
+            ctx.ai_calls.append(call.record)
             if options.gateway is None:
-                answer = await self.services.ai.answer(ai_call)
+                answer = await self.services.ai.answer(call)
             else:
-                through = await self._gateways().run(
-                    ai_call, options.gateway, tags=options.tags, request_id=request_id
-                )
+                through = await self._gateways().run(call, options.gateway)
                 answer, headers = through.answer, [*headers, *_gateway_headers(through)]
-                ctx.ai_through_gateway(request_id, options.gateway.id, through.log_id, through.cache_status)
         except AIError as exc:
-            return ipc.AIReply(call.call, error_code=exc.code, error_message=exc.detail, headers=headers)
-        return self._reply(call.call, ctx, answer, headers)
+            return ipc.AIReply(msg.call, error_code=exc.code, error_message=exc.detail, headers=headers)
+        return self._reply(msg.call, ctx, answer, headers, call.record)
 
-    def _reply(self, call: int, ctx: Invocation, answer: Answer, headers: list[tuple[str, str]]):
+    def _reply(
+        self,
+        call: int,
+        ctx: Invocation,
+        answer: Answer,
+        headers: list[tuple[str, str]],
+        record: AIRecord | None,
+    ):
         """An answer as the isolate reads it: an AIReply, or AIChunks (the first with the headers)
-        and the AIReply that ends them."""
+        and the AIReply that ends them. A run answered now (not a batch, not a cache hit) reports
+        its latency and formats, from `record`, the record of the call that answered."""
         if answer.stream is not None:
             return self._chunks(call, answer.stream, headers)
-        if answer.result is not None:  # a run now (not a batch): its latency and formats on the answer
-            ctx.ai_answered(answer.result)
-            if answer.result.timing is not None:
-                headers.append(("server-timing", answer.result.timing.server_timing()))
+        if answer.result is not None and record is not None:
+            ctx.ai_answers.append(record)
+            if record.server_timing:
+                headers.append(("server-timing", record.server_timing))
         return ipc.AIReply(call, result=answer.body, headers=headers)
 
     def _gateways(self) -> Gateways:
@@ -162,15 +173,17 @@ class WorkerCalls:
                 "non-empty list of them (each tried in turn until one answers)"
             )
             return ipc.AIReply(call.call, error_code=5004, error_message=why, headers=headers)
-        ctx.ai_called(f"gateway:{call.gateway[:64]}", request_id, ())
-        # the universal run names no model of its own: the call gives the account and the origin
-        ai_call = AICall("", None, self.spec.account, None, ctx.ingress, ctx.client_rtt_ms)
+        # the universal run names no model of its own: the call gives the account, the origin and
+        # the request id; each step is a call of its own (runtime.ai.gateway.Gateways.universal)
+        run = AICall("", None, self.spec.account, None, ctx.ingress, ctx.client_rtt_ms, request_id=request_id)
+        run.record.listed_as = f"gateway:{call.gateway[:64]}"
+        ctx.ai_calls.append(run.record)
         try:
-            through = await self._gateways().universal(ai_call, call.gateway, steps, request_id=request_id)
+            through = await self._gateways().universal(run, call.gateway, steps)
         except AIError as exc:
             return ipc.AIReply(call.call, error_code=exc.code, error_message=exc.detail, headers=headers)
-        ctx.ai_through_gateway(request_id, call.gateway, through.log_id, through.cache_status)
-        return self._reply(call.call, ctx, through.answer, [*headers, *_gateway_headers(through, True)])
+        headers = [*headers, *_gateway_headers(through, True)]
+        return self._reply(call.call, ctx, through.answer, headers, through.record)
 
     async def ai_query(self, call: ipc.AIQuery) -> ipc.BindingReply:
         """env.AI.models(params): the models this edge serves, filtered as the REST API's

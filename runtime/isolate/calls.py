@@ -25,7 +25,7 @@ log = logging.getLogger("edge.isolate")
 
 BindingHandler = Callable[[ipc.BindingCall], Awaitable[ipc.BindingReply]]
 Call = (
-    ipc.AICall
+    ipc.AIRun
     | ipc.AIQuery
     | ipc.AIGatewayCall
     | ipc.AIGatewayRun
@@ -65,7 +65,7 @@ class CallKind:
 # The isolate's calls, by message type: what answers each and how it is refused (too many at
 # once, its request ended). An AI call's error is Workers AI's out-of-capacity code (3040).
 CALLS: dict[type, CallKind] = {
-    ipc.AICall: CallKind(
+    ipc.AIRun: CallKind(
         lambda host, call: host.ai(call),
         lambda call, why: ipc.AIReply(call, error_code=3040, error_message=why),
     ),

@@ -12,12 +12,12 @@ from typing import Protocol
 from runtime.isolate import ipc
 
 # An AI call is answered with an AIReply, or (stream: true) with AIChunks ending in an AIReply.
-AIAnswer = ipc.AIReply | AsyncIterator[ipc.AIChunk | ipc.AIReply]
+AIReplies = ipc.AIReply | AsyncIterator[ipc.AIChunk | ipc.AIReply]
 SocketMessage = ipc.SocketSend | ipc.SocketClose | ipc.SocketAttach
 
 
 class IsolateHost(Protocol):
-    async def ai(self, call: ipc.AICall) -> AIAnswer: ...
+    async def ai(self, call: ipc.AIRun) -> AIReplies: ...
 
     async def ai_query(self, call: ipc.AIQuery) -> ipc.BindingReply:
         """env.AI's other methods (models())."""
@@ -25,7 +25,7 @@ class IsolateHost(Protocol):
     async def ai_gateway(self, call: ipc.AIGatewayCall) -> ipc.BindingReply:
         """env.AI.gateway(id).getUrl / getLog / patchLog."""
 
-    async def ai_gateway_run(self, call: ipc.AIGatewayRun) -> AIAnswer:
+    async def ai_gateway_run(self, call: ipc.AIGatewayRun) -> AIReplies:
         """env.AI.gateway(id).run(data): answered as an AI call is."""
 
     async def fetch(self, call: ipc.FetchCall) -> ipc.FetchReply: ...
@@ -59,7 +59,7 @@ class QuietHost:
 
     def __init__(
         self,
-        ai: Callable[[ipc.AICall], Awaitable[AIAnswer]] | None = None,
+        ai: Callable[[ipc.AIRun], Awaitable[AIReplies]] | None = None,
         log: Callable[[ipc.Log], None] | None = None,
         fetch: Callable[[ipc.FetchCall], Awaitable[ipc.FetchReply]] | None = None,
         name: str = "worker",
@@ -68,7 +68,7 @@ class QuietHost:
         self._console = None
         self.name = name  # its pipes' lines show under it in the terminal
 
-    async def ai(self, call: ipc.AICall) -> AIAnswer:
+    async def ai(self, call: ipc.AIRun) -> AIReplies:
         if self._ai is None:
             return ipc.AIReply(call.call, error_code=5007, error_message="AI is not available here")
         return await self._ai(call)
@@ -80,7 +80,7 @@ class QuietHost:
         why = "AI Gateway is not available here"
         return ipc.BindingReply(call.call, error_type="Error", error_message=why)
 
-    async def ai_gateway_run(self, call: ipc.AIGatewayRun) -> AIAnswer:
+    async def ai_gateway_run(self, call: ipc.AIGatewayRun) -> AIReplies:
         return ipc.AIReply(call.call, error_code=5007, error_message="AI Gateway is not available here")
 
     async def fetch(self, call: ipc.FetchCall) -> ipc.FetchReply:

@@ -1,7 +1,7 @@
 """Messages between the runtime and an isolate process: msgspec structs, msgpack, length-prefixed.
 
 The runtime sends Init and Invoke; the isolate answers Ready/LoadFailed and InvokeResult/InvokeError,
-and calls back into the runtime with AICall (answered by AIReply) because the runtime owns the
+and calls back into the runtime with AIRun (answered by AIReply) because the runtime owns the
 AI service. Frames are a 4-byte big-endian length followed by the msgpack body.
 
 Every pipe is bounded. Bodies larger than CHUNK travel as chunks in both directions, each side
@@ -253,7 +253,10 @@ class FetchReply(msgspec.Struct, tag=True):
     error: str | None = None
 
 
-class AICall(msgspec.Struct, tag=True):
+class AIRun(msgspec.Struct, tag=True):
+    """From an isolate: env.AI.run(model, inputs, options), answered by AIReply (or AIChunks then an
+    AIReply). Not the AI service's call object (runtime.ai.call.AICall), which the runtime makes of it."""
+
     call: int
     request: int  # the Invoke this call belongs to
     model: str
@@ -376,7 +379,7 @@ class AIGatewayCall(msgspec.Struct, tag=True):
 
 class AIGatewayRun(msgspec.Struct, tag=True):
     """From an isolate: env.AI.gateway(id).run(data), AI Gateway's universal endpoint (one
-    request or a fallback list); answered as an AICall is (AIChunks, then an AIReply; the first
+    request or a fallback list); answered as an AIRun is (AIChunks, then an AIReply; the first
     carries the cf-aig-step and cf-aig-log-id headers)."""
 
     call: int
@@ -405,7 +408,7 @@ Message = (
     | InvokeStart
     | BodyChunk
     | BodyEnd
-    | AICall
+    | AIRun
     | AIChunk
     | AIReply
     | AICancel

@@ -8,8 +8,10 @@
     GET  /client/v4/accounts/{account}/ai/v1/models/{model}    OpenAI model (404 in OpenAI's shape)
     POST /client/v4/accounts/{account}/ai/v1/embeddings        OpenAI embeddings (the BGE names' stand-in)
 
-Request bodies: runtime.ai.inputs (the structs), runtime.ai.refusals (what is refused and why),
-runtime.ai.params (the mapping to the typed request).
+Each call is one AI call object (runtime.ai.call.AICall) made here and answered by the AI service's
+one door (runtime.ai.service.AIService.answer), in this door's shape. Request bodies:
+runtime.ai.inputs (the structs), runtime.ai.refusals (what is refused and why), runtime.ai.params
+(the mapping to the typed request).
 
 Every call carries `Authorization: Bearer <token>`; a token works only for its own account.
 """
@@ -19,24 +21,20 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any, Protocol
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from edge_sim.request import GenerateRequest
 from edge_sim.topology import PoP, TopologyError
 from runtime.ai.batch import BatchNotFound
+from runtime.ai.call import CHAT, COMPLETION, EMBEDDINGS, AICall
 from runtime.ai.catalog import search_models
 from runtime.ai.embeddings import openai_answer as openai_embeddings
 from runtime.ai.embeddings import openai_request as embedding_request
 from runtime.ai.inputs import ChatCompletionRequest, CompletionRequest
-from runtime.ai.params import json_mode_failure
 from runtime.ai.refusals import InputError, decode_inputs
-from runtime.ai.service import AICall
-from runtime.ai.shapes import openai_events, shape_result, text_completion
 from runtime.control.rate_limit import AccountLimited
 from runtime.http.errors import BAD_LOCATION
 from runtime.http.headers import LOCATION_HEADER
@@ -192,11 +190,12 @@ class AIApi:
 
     async def run(self, request: Request) -> Response:
         """POST /ai/run/{model}; every answer names its request (cf-ai-req-id), as Cloudflare's."""
-        response = await self._run(request)
-        response.headers["cf-ai-req-id"] = str(uuid.uuid4())
+        request_id = str(uuid.uuid4())
+        response = await self._run(request, request_id)
+        response.headers["cf-ai-req-id"] = request_id
         return response
 
-    async def _run(self, request: Request) -> Response:
+    async def _run(self, request: Request, request_id: str) -> Response:
         try:
             account = self.authenticate(request)
         except AuthError as exc:
@@ -208,10 +207,16 @@ class AIApi:
             return cf_error(5004, f"{exc}; send the model inputs as a JSON object")
         try:
             ingress, rtt = self._where(request)
-            queue = request.query_params.get("queueRequest", "").lower() == "true"
-            priority = request.headers.get("x-edge-priority")
             call = AICall(
-                model, inputs, account, session_key(request), ingress, rtt, queue=queue, priority=priority
+                model,
+                inputs,
+                account,
+                session_key(request),
+                ingress,
+                rtt,
+                queue=request.query_params.get("queueRequest", "").lower() == "true",
+                priority=request.headers.get("x-edge-priority"),
+                request_id=request_id,
             )
             answer = await self.runtime.ai.answer(call)
         except BatchNotFound as exc:
@@ -222,7 +227,7 @@ class AIApi:
             return StreamingResponse(answer.stream, media_type="text/event-stream")
         response = envelope(answer.body)
         if answer.result is not None:
-            response.headers["server-timing"] = answer.result.timing.server_timing()
+            response.headers["server-timing"] = call.record.server_timing
         return response
 
     async def search(self, request: Request) -> Response:
@@ -277,41 +282,23 @@ class AIApi:
         return await self._openai(request, CompletionRequest, chat=False)
 
     async def _openai(self, request: Request, kind: type, chat: bool) -> Response:
-        call = await self._openai_call(request, kind)
-        if isinstance(call, Response):
-            return call
-        account, body = call
+        decoded = await self._openai_call(request, kind)
+        if isinstance(decoded, Response):
+            return decoded
+        account, body = decoded
+        call = None
         try:
             ingress, rtt = self._where(request)
-            req, _ = self.runtime.ai.prepare(body.model, body, account, session_key(request))
-        except AIError as exc:
-            return openai_ai_error(exc, 400)
-        if body.stream:
-            usage_chunk = body.stream_options is not None and body.stream_options.include_usage
-            return StreamingResponse(
-                self._openai_stream(req, body.model, chat, ingress, rtt, usage_chunk),
-                media_type="text/event-stream",
-            )
-        try:
-            result = await self.runtime.ai.generate(
-                req, ingress=ingress, client_rtt_ms=rtt, count_as=body.model
-            )
-        except AIError as exc:
-            return openai_ai_error(json_mode_failure(req, exc), 500)
-        shaped = (
-            shape_result("chat-completions", body.model, result)
-            if chat
-            else text_completion(body.model, result)
-        )
-        response = JSONResponse(shaped)
-        response.headers["server-timing"] = result.timing.server_timing()
+            shape = CHAT if chat else COMPLETION
+            call = AICall(body.model, body, account, session_key(request), ingress, rtt, shape=shape)
+            answer = await self.runtime.ai.answer(call)
+        except AIError as exc:  # a refusal before it ran is a 400, a failure while it ran a 500
+            return openai_ai_error(exc, 400 if call is None or call.request is None else 500)
+        if answer.stream is not None:
+            return StreamingResponse(answer.stream, media_type="text/event-stream")
+        response = JSONResponse(answer.body)
+        response.headers["server-timing"] = call.record.server_timing
         return response
-
-    def _openai_stream(
-        self, req: GenerateRequest, model: str, chat: bool, ingress: PoP, rtt: float, usage_chunk: bool
-    ) -> AsyncIterator[bytes]:
-        items = self.runtime.ai.stream(req, ingress=ingress, client_rtt_ms=rtt, count_as=model)
-        return openai_events(items, model, chat, include_usage=usage_chunk, n=req.params.n)
 
     async def openai_models(self, request: Request) -> Response:
         try:
@@ -354,7 +341,7 @@ class AIApi:
             return openai_error(400, str(exc))
         try:
             model, texts = embedding_request(body, self.runtime.ai.names())
-            result = await self.runtime.ai.embed(model, texts, account)
+            result = await self.runtime.ai.embed(AICall(model, texts, account, shape=EMBEDDINGS))
         except AIError as exc:
             if exc.code == 5007:  # OpenAI's answer for a model that cannot serve the call
                 return openai_error(404, exc.detail, "model_not_found", "model")

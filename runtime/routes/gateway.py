@@ -28,11 +28,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from runtime.ai.call import CHAT, AICall
 from runtime.ai.gateway import GatewayOptions, Gateways
 from runtime.ai.gateway_universal import options_from_headers
 from runtime.ai.inputs import ChatCompletionRequest
-from runtime.ai.service import AICall, Answer
-from runtime.ai.shapes import openai_events, shape_result
 from runtime.http.json_body import BadJSON, decode_json
 from runtime.routes.ai_rest import (
     AIApi,
@@ -78,8 +77,9 @@ class GatewayApi:
             options = GatewayOptions.parse({"id": request.path_params["gateway"], **_header_options(request)})
             ingress, rtt = self.api._where(request)
             session = session_key(request)
-            call = AICall(request.path_params["model"], inputs, account, session, ingress, rtt)
-            through = await self.gateways.run(call, options, request_id=request_id)
+            model = request.path_params["model"]
+            call = AICall(model, inputs, account, session, ingress, rtt, request_id=request_id)
+            through = await self.gateways.run(call, options)
         except AIError as exc:
             response = ai_error(exc)
             response.headers["cf-ai-req-id"] = request_id
@@ -107,30 +107,11 @@ class GatewayApi:
             return openai_error(400, why, 5007, "model")
         model = body.model.removeprefix("workers-ai/")
         body = msgspec.structs.replace(body, model=model)
-        ai = self.api.runtime.ai
-
-        async def answer(call: AICall) -> Answer:
-            req, _ = ai.prepare(model, body, account)
-            ingress, rtt = call.ingress, call.client_rtt_ms
-            if body.stream:
-                usage_chunk = body.stream_options is not None and body.stream_options.include_usage
-                items = ai.stream(req, ingress=ingress, client_rtt_ms=rtt, count_as=model)
-                return Answer(
-                    stream=openai_events(items, model, True, include_usage=usage_chunk, n=req.params.n)
-                )
-            result = await ai.generate(req, ingress=ingress, client_rtt_ms=rtt, count_as=model)
-            return Answer(body=shape_result("chat-completions", model, result), result=result)
-
         try:
             options = GatewayOptions.parse({"id": request.path_params["gateway"], **_header_options(request)})
             ingress, rtt = self.api._where(request)
-            inputs = msgspec.to_builtins(body)  # what the cache keys the call by
-            through = await self.gateways.run(
-                AICall(model, inputs, account, None, ingress, rtt),
-                options,
-                answer_with=answer,
-                shape="openai",
-            )
+            call = AICall(model, body, account, None, ingress, rtt, shape=CHAT)
+            through = await self.gateways.run(call, options, shape="openai")
         except AIError as exc:
             return openai_ai_error(exc, 400)
         if through.answer.stream is not None:

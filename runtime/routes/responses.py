@@ -2,9 +2,9 @@
 errors OpenAI's), and the same inputs through /ai/run and env.AI.run (Cloudflare's gpt-oss
 examples call `{"instructions": ..., "input": ...}` and read `output`).
 
-A Responses request is translated into the chat inputs AIService.prepare validates
-(runtime.ai.responses_inputs), so it meets every bound and refusal a chat call meets; the answer is
-shaped from the one typed result (runtime.ai.responses_shapes).
+A Responses request is one AI call (runtime.ai.call.AICall, in the Responses shape), translated into
+the chat inputs AIService.check validates (runtime.ai.responses_inputs), so it meets every bound and
+refusal a chat call meets; the answer is shaped from the one typed result (runtime.ai.responses_shapes).
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from runtime.ai.call import RESPONSES, AICall
 from runtime.ai.responses_inputs import ResponsesInputError
-from runtime.ai.responses_run import prepare_responses, run_responses, stream_responses
 from runtime.http.json_body import BadJSON, decode_json
 from runtime.routes.ai_rest import (
     AUTH_ERROR,
@@ -56,20 +56,17 @@ class ResponsesApi:
             return openai_error(
                 400, "model: give the model to run, such as a name from /v1/models", param="model"
             )
+        call = None
         try:
             ingress, rtt = self.api._where(request)
-            prepared, req = prepare_responses(runtime.ai, model, body, account, session_key(request))
+            call = AICall(model, body, account, session_key(request), ingress, rtt, shape=RESPONSES)
+            answer = await runtime.ai.answer(call)
         except ResponsesInputError as exc:
             return openai_error(400, exc.detail, "invalid_request_error", param=exc.param)
-        except AIError as exc:
-            return openai_ai_error(exc, 400)
-        if req.stream:
-            events = stream_responses(runtime.ai, model, prepared, req, ingress, rtt)
-            return StreamingResponse(events, media_type="text/event-stream")
-        try:
-            shaped, result = await run_responses(runtime.ai, model, prepared, req, ingress, rtt)
-        except AIError as exc:
-            return openai_ai_error(exc, 500)
-        response = JSONResponse(shaped)
-        response.headers["server-timing"] = result.timing.server_timing()
+        except AIError as exc:  # a refusal before it ran is a 400, a failure while it ran a 500
+            return openai_ai_error(exc, 400 if call is None or call.request is None else 500)
+        if answer.stream is not None:
+            return StreamingResponse(answer.stream, media_type="text/event-stream")
+        response = JSONResponse(answer.body)
+        response.headers["server-timing"] = call.record.server_timing
         return response

@@ -8,8 +8,9 @@ import asyncio
 import json
 
 from edge_sim.topology import Topology
+from runtime.ai.call import AICall
 from runtime.ai.gateway import GatewayOptions, Gateways
-from runtime.ai.service import AICall, Answer
+from runtime.ai.service import Answer
 from runtime.control.fair_pool import FairPool
 from workers import AIError
 
@@ -82,8 +83,9 @@ def close_gateways(gw: Gateways) -> None:
     gw.pool.close()
 
 
-def call(account="acct", inputs=None, model=MODEL) -> AICall:
-    return AICall(model, inputs or {"prompt": "hi"}, account, None, POP, 5.0)
+def call(account="acct", inputs=None, model=MODEL, **made) -> AICall:
+    """A Workers AI call as a door makes it; `made`: its request_id, tags, ..."""
+    return AICall(model, inputs or {"prompt": "hi"}, account, None, POP, 5.0, **made)
 
 
 def opts(**kw) -> GatewayOptions:

@@ -109,10 +109,10 @@ def test_env_ai_run_raises_3036_for_a_limited_account(runtime, icn_edge):
     ctx = Invocation(location, icn_edge.ingress(location)[0], 0.0)
     services = types.SimpleNamespace(ai=runtime.ai, metrics=runtime.metrics, batches=None)
     calls = WorkerCalls(types.SimpleNamespace(account="small"), {1: ctx}, services)
-    replies = [asyncio.run(calls.ai(ipc.AICall(i, 1, MODEL, dict(ASK)))) for i in range(4)]
+    replies = [asyncio.run(calls.ai(ipc.AIRun(i, 1, MODEL, dict(ASK)))) for i in range(4)]
     assert [r.error_code for r in replies] == [None, None, None, 3036]
     assert "Account limited: account 'small'" in replies[3].error_message
-    stream = asyncio.run(calls.ai(ipc.AICall(9, 1, MODEL, {**ASK, "stream": True})))
+    stream = asyncio.run(calls.ai(ipc.AIRun(9, 1, MODEL, {**ASK, "stream": True})))
     assert stream.error_code == 3036  # refused before any stream starts
 
 

@@ -25,8 +25,8 @@ class RecordingGateways(Gateways):
         self.seen: list[tuple] = []
         self.logs = {"log-1": {"id": "log-1", "model": "m"}}
 
-    async def universal(self, call, gateway_id, steps, *, request_id=""):
-        self.seen.append(("universal", call.account, gateway_id, steps, request_id))
+    async def universal(self, call, gateway_id, steps):
+        self.seen.append(("universal", call.account, gateway_id, steps, call.request_id))
         if steps[0].get("endpoint") == "fail":
             raise AIError(2003, "Rate limited")
         return GatewayAnswer(Answer(body={"result": {"response": "hi"}}), "log-2", step=len(steps) - 1)
@@ -130,7 +130,7 @@ def test_a_runs_tags_and_request_id_are_kept_for_the_tail_and_its_prefix_names_t
     ctx = Invocation(None, None, 0.0)
     calls = WorkerCalls(types.SimpleNamespace(account="acct"), {1: ctx}, types.SimpleNamespace(ai=ai))
     options = {"tags": ["checkout", "eu"], "prefix": "my-org"}
-    reply = asyncio.run(calls.ai(ipc.AICall(1, 1, "@cf/meta/m", {"prompt": "x"}, options)))
+    reply = asyncio.run(calls.ai(ipc.AIRun(1, 1, "@cf/meta/m", {"prompt": "x"}, options)))
     request_id = dict(reply.headers)["cf-ai-req-id"]
     assert reply.result == {"result": {"response": "ok"}} and ai.models == ["my-org:@cf/meta/m"]
     spec = types.SimpleNamespace(name="w", version=None)

@@ -62,8 +62,9 @@ def test_a_wrong_value_is_refused_saying_what_to_send(options, fragment):
 
 
 def test_a_prefix_names_the_model_as_workerd_does():
-    assert parse_run_options({"prefix": "my-org"}).model_id("@cf/meta/m") == "my-org:@cf/meta/m"
-    assert parse_run_options({"prefix": ""}).model_id("@cf/meta/m") == "@cf/meta/m"
+    assert parse_run_options({"prefix": "my-org"}, "@cf/meta/m").model == "my-org:@cf/meta/m"
+    assert parse_run_options({"prefix": ""}, "@cf/meta/m").model == "@cf/meta/m"
+    assert parse_run_options(None, "@cf/meta/m").model == "@cf/meta/m"
 
 
 def test_the_deprecated_session_options_headers_are_read_beneath_extra_headers():

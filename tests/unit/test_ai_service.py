@@ -182,11 +182,11 @@ def test_a_stream_dropped_before_its_end_still_counts_against_tokens_per_minute(
 
     limits = AccountRateLimits(lambda account: Limits(rpm=None, tpm=1_000_000))
     limited = AIService(service.edge, rate_limits=limits)
-    req, _ = limited.prepare(MODEL, {"prompt": "def f(x):", "max_tokens": 32, "temperature": 0}, "dropper")
-    ingress, rtt = service.edge.ingress(service.edge.locate("Seoul"))
+    dropped = _call(service, {"prompt": "def f(x):", "max_tokens": 32, "temperature": 0}, account="dropper")
+    req = limited.check(dropped)
 
     async def take_one_then_drop():
-        stream = limited.stream(req, ingress=ingress, client_rtt_ms=rtt)
+        stream = limited.stream(dropped)
         first = await stream.__anext__()
         await stream.aclose()  # the client went away after one delta
         return first
@@ -202,18 +202,17 @@ def test_a_stream_that_fails_at_the_pop_is_not_charged_and_a_finished_one_once(s
 
     limits = AccountRateLimits(lambda account: Limits(rpm=None, tpm=1_000_000))
     limited = AIService(service.edge, rate_limits=limits)
-    ingress, rtt = service.edge.ingress(service.edge.locate("Seoul"))
 
-    async def drain(req):
-        return [item async for item in limited.stream(req, ingress=ingress, client_rtt_ms=rtt)]
+    async def drain(inputs, account):
+        checked = _call(service, inputs, account=account)
+        limited.check(checked)
+        return [item async for item in limited.stream(checked)]
 
-    too_long, _ = limited.prepare(MODEL, {"prompt": "word " * 5000, "max_tokens": 4}, "refused")
     with pytest.raises(AIError, match="^3006"):
-        asyncio.run(drain(too_long))
+        asyncio.run(drain({"prompt": "word " * 5000, "max_tokens": 4}, "refused"))
     refused = limits.limiter._windows.get(("refused", MODEL))
     assert refused is None or refused.token_sum == 0  # nothing ran: nothing counted
-    req, _ = limited.prepare(MODEL, {"prompt": "def f(x):", "max_tokens": 3, "temperature": 0}, "whole")
-    *_, result = asyncio.run(drain(req))
+    *_, result = asyncio.run(drain({"prompt": "def f(x):", "max_tokens": 3, "temperature": 0}, "whole"))
     assert limits.limiter._windows[("whole", MODEL)].token_sum == result.total_tokens
 
 
@@ -252,40 +251,34 @@ def test_a_rollouts_canary_is_reached_only_by_its_session_share_and_charged_as_t
 # --- the one door: a call's mode decided once, its tokens counted once, engine bugs answered once ---
 
 
-def _call(service, inputs, queue=False):
-    from runtime.ai.service import AICall
+def _call(service, inputs, queue=False, account="local"):
+    from runtime.ai.call import AICall
 
     ingress, rtt = service.edge.ingress(service.edge.locate("Seoul"))
-    return AICall(MODEL, inputs, "local", None, ingress, rtt, queue=queue)
+    return AICall(MODEL, inputs, account, None, ingress, rtt, queue=queue)
 
 
 def test_a_call_s_mode_is_told_from_its_inputs_and_options(service):
-    from runtime.ai.service import mode_of
-
-    assert mode_of(_call(service, {"prompt": "x"})) == "run"
-    assert mode_of(_call(service, {"prompt": "x", "stream": True})) == "stream"
-    assert mode_of(_call(service, {"prompt": "x", "stream": "yes"})) == "run"  # only true streams
-    assert mode_of(_call(service, {"input": "hi", "instructions": "be brief"})) == "responses"
-    assert mode_of(_call(service, {"requests": []})) == "batch"
-    assert mode_of(_call(service, {"prompt": "x"}, queue=True)) == "batch"
-    assert mode_of(_call(service, {"request_id": "abc"})) == "poll"
-    assert mode_of(_call(service, ["not", "a", "dict"])) == "run"  # refused by the run's validation
+    assert _call(service, {"prompt": "x"}).mode == "run"
+    assert _call(service, {"prompt": "x", "stream": True}).mode == "stream"
+    assert _call(service, {"prompt": "x", "stream": "yes"}).mode == "run"  # only true streams
+    assert _call(service, {"input": "hi", "instructions": "be brief"}).mode == "responses"
+    assert _call(service, {"requests": []}).mode == "batch"
+    assert _call(service, {"prompt": "x"}, queue=True).mode == "batch"
+    assert _call(service, {"request_id": "abc"}).mode == "poll"
+    assert _call(service, ["not", "a", "dict"]).mode == "run"  # refused by the run's validation
 
 
 class _Tokens:
+    """The metrics as the service tells them: one record per call."""
+
     def __init__(self):
         self.counted = []
         self.speculated = []
-        self.ttft = []
 
-    def ai_tokens(self, model, prompt, completion):
-        self.counted.append((model, prompt, completion))
-
-    def ai_ttft(self, account, seconds):
-        self.ttft.append(account)
-
-    def ai_speculation(self, model, drafted, accepted):
-        self.speculated.append((model, drafted, accepted))
+    def ai_record(self, record):
+        self.counted.append((record.model, record.prompt_tokens, record.completion_tokens))
+        self.speculated.append((record.model, record.timing.draft_tokens, record.timing.accepted_tokens))
 
 
 def test_plain_and_streamed_calls_count_their_tokens_once_under_the_name_called(service, monkeypatch):

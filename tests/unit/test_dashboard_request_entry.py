@@ -6,6 +6,7 @@ import json
 
 from edge_sim.accounting import LatencyAccount
 from edge_sim.topology import Location, Topology
+from runtime.control.ai_record import AIRecord
 from runtime.control.limits import IsolateLimits
 from runtime.host.invocation import Invocation
 from runtime.host.request_entry import AI_CALLS, LOG_CHARS, LOG_LINES, PATH_CHARS, request_entry
@@ -21,11 +22,12 @@ def test_an_entry_is_bounded_whatever_the_worker_logged_called_or_was_asked():
     call = LatencyAccount(
         client_rtt_ms=2, backbone_rtt_ms=0, ingress="ICN", pop="ICN", queue_ms=1, prefill_ms=3, decode_ms=5
     )
-    ctx.accounts = [call] * 100
-    ctx.models, ctx.quantization = ["@edge/m"] * 100, ["weights=bf16"] * 100
-    for i in range(100):  # each through an AI Gateway the worker named at will
-        ctx.ai_called("@edge/m", f"req-{i}", ())
-        ctx.ai_through_gateway(f"req-{i}", "g" * 1000, "log" * 100, "HIT")
+    for i in range(100):  # each through an AI Gateway the worker named at will, each answered
+        record = AIRecord("@edge/m", "acct", f"req-{i}", served="@edge/m", timing=call)
+        record.quantization = "weights=bf16"
+        record.through_gateway("g" * 1000, "log" * 100, "HIT")
+        ctx.ai_calls.append(record)
+        ctx.ai_answers.append(record)
     entry = request_entry(spec, ctx, "ok", {"request": {}, "response": {"status": 201}}, 0.25)
     assert entry["status"] == 201 and entry["account"] == "acct" and entry["worker"] == "loud"
     assert len(entry["path"]) == PATH_CHARS and entry["path"].startswith("/aaa")

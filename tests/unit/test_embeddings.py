@@ -88,12 +88,13 @@ def test_openai_base64_vectors_are_the_float32_bytes():
 def test_strict_models_refuses_the_stand_in_and_a_served_call_counts_its_tokens():
     import asyncio
 
+    from runtime.ai.call import EMBEDDINGS, AICall
     from runtime.ai.service import AIService
 
     service = AIService(edge=None)
-    result = asyncio.run(service.embed(BASE, ["two words"], "acct"))
+    result = asyncio.run(service.embed(AICall(BASE, ["two words"], "acct", shape=EMBEDDINGS)))
     assert result.vectors.shape == (1, 768) and result.tokens == 2
     service.serve_embeddings = False
     with pytest.raises(AIError, match="strict_models") as err:
-        asyncio.run(service.embed(BASE, ["x"], "acct"))
+        asyncio.run(service.embed(AICall(BASE, ["x"], "acct", shape=EMBEDDINGS)))
     assert err.value.code == 5007

@@ -22,7 +22,7 @@ def gw(tmp_path):
 
 def test_a_call_is_logged_with_what_cloudflares_log_holds(gw):
     out = run(
-        gw.run(call(), opts(metadata={"user": "ada"}, eventId="e-1"), tags=("checkout",), request_id="r-1")
+        gw.run(call(tags=("checkout",), request_id="r-1"), opts(metadata={"user": "ada"}, eventId="e-1"))
     )
     row = run(gw.get_log("acct", "gw", out.log_id))
     assert row["id"] == out.log_id and row["model"] == MODEL and row["provider"] == "workers-ai"

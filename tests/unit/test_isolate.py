@@ -17,7 +17,7 @@ def write(tmp_path, source: str):
     return path
 
 
-async def echo_ai(call: ipc.AICall) -> ipc.AIReply:
+async def echo_ai(call: ipc.AIRun) -> ipc.AIReply:
     if call.model == "missing":
         return ipc.AIReply(call.call, error_code=5007, error_message="no such model 'missing'")
     return ipc.AIReply(

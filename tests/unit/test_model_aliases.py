@@ -12,8 +12,9 @@ from edge_sim.edge import Edge
 from edge_sim.network import NetworkModel
 from edge_sim.pop import ModelSpec
 from edge_sim.topology import Topology
+from runtime.ai.call import AICall
 from runtime.ai.catalog import alias_map, load_catalog, search_models
-from runtime.ai.service import AIService, workers_ai_sse
+from runtime.ai.service import AIService
 from runtime.control.config import ConfigError
 from workers import AIError
 
@@ -121,9 +122,10 @@ def test_an_alias_whose_stand_in_is_not_served_says_which():
 
 def test_a_streamed_answer_under_the_alias_ends_with_served_by(service):
     async def collect():
-        req, _ = service.prepare(ALIAS, {"prompt": "def f():", "max_tokens": 2, "stream": True}, "local")
         ingress, rtt = service.edge.ingress(service.edge.locate("Seoul"))
-        return [e async for e in workers_ai_sse(service, req, ALIAS, ingress=ingress, client_rtt_ms=rtt)]
+        inputs = {"prompt": "def f():", "max_tokens": 2, "stream": True}
+        answer = await service.answer(AICall(ALIAS, inputs, "local", None, ingress, rtt))
+        return [e async for e in answer.stream]
 
     events = asyncio.run(collect())
     final = json.loads(events[-2].decode().removeprefix("data: "))

@@ -124,7 +124,7 @@ class Default(WorkerEntrypoint):
 """
 
 
-async def echo_ai(call: ipc.AICall) -> ipc.AIReply:
+async def echo_ai(call: ipc.AIRun) -> ipc.AIReply:
     return ipc.AIReply(call.call, result={"response": f"{call.model}:{call.inputs['prompt']}"})
 
 

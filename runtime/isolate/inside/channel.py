@@ -103,7 +103,7 @@ class Channel:
         headers the runtime sent with it. `signal` (an AbortSignal): when it aborts, the runtime
         is told to cancel the call (at the PoP too) and the waiting code raises its AbortError."""
         return await self.ai_exchange(
-            "env.AI.run", lambda call, request: ipc.AICall(call, request, model, inputs, options), signal
+            "env.AI.run", lambda call, request: ipc.AIRun(call, request, model, inputs, options), signal
         )
 
     async def ai_exchange(
