@@ -176,16 +176,13 @@ def build(build_dir: Path = BUILD_DIR, quiet: bool = False) -> Path:
 def main() -> int:
     """`make native`: build (or keep) and say what the next interpreter will load; 1 when the build
     failed (the reason on stderr)."""
-    from kernels import cpu_qlinear, native_ops
+    from kernels import native_ops
 
-    try:  # the CPU kernels of compressed weights: C, compiled once per source (kernels.cpu_qlinear)
-        print(f"compressed-weight CPU kernels: {cpu_qlinear.build()} ({cpu_qlinear.isa()})")
+    try:  # the CPU ops (edge_cpu:: over the C kernels): one library, once per source and torch version
+        print(f"CPU ops: {native_ops.build()} ({native_ops.isa()})")
     except RuntimeError as e:
-        print(f"{e}\ncompressed weights are dequantized before each matmul on this CPU", file=sys.stderr)
-    try:  # the fused torch ops (edge_cpu::), C++ over the same C, once per source and torch version
-        print(f"fused CPU ops: {native_ops.build()}")
-    except RuntimeError as e:
-        print(f"{e}\nMoE layers run their per-expert loop on this CPU", file=sys.stderr)
+        why = "compressed weights are dequantized before each matmul, MoE layers run their per-expert loop"
+        print(f"{e}\n{why} on this CPU", file=sys.stderr)
     try:
         build()
     except RuntimeError as e:
