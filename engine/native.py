@@ -178,15 +178,18 @@ def main() -> int:
     failed (the reason on stderr)."""
     from kernels import native_ops
 
+    failed = False
+    try:  # first: a new build replaces the whole folder, where the CPU ops' library lives too
+        build()
+    except RuntimeError as e:
+        print(f"{e}\nthe hot paths stay interpreted (correct, about 3x slower)", file=sys.stderr)
+        failed = True
     try:  # the CPU ops (edge_cpu:: over the C kernels): one library, once per source and torch version
         print(f"CPU ops: {native_ops.build()} ({native_ops.isa()})")
     except RuntimeError as e:
         why = "compressed weights are dequantized before each matmul, MoE layers run their per-expert loop"
         print(f"{e}\n{why} on this CPU", file=sys.stderr)
-    try:
-        build()
-    except RuntimeError as e:
-        print(f"{e}\nthe hot paths stay interpreted (correct, about 3x slower)", file=sys.stderr)
+    if failed:
         return 1
     print(_current_build()[1])
     return 0
