@@ -2,8 +2,9 @@
 #   make dev    create .venv if needed, install, run `edge dev` on the repository's wrangler-like.toml
 #   make test   the same set-up, then the whole suite
 # Both are idempotent: the install step re-runs only when pyproject.toml changes, and the native
-# step (the simulator's and the policy's hot paths compiled by mypyc: engine/native.py) only when
-# their sources change; if it fails they run interpreted, correct and about 3x slower.
+# step (the CPU ops' one library, kernels/native_build.py; the simulator's and the policy's hot paths
+# compiled by mypyc: engine/native.py) only when their sources change; if it fails the model takes
+# its reference paths and the hot paths run interpreted, correct and slower.
 
 PYTHON ?= $(shell command -v python3.11 2>/dev/null || command -v python3)
 VENV ?= .venv

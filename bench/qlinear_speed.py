@@ -14,7 +14,7 @@ and with the reference path, all from one run (interleaved rounds, medians).
 2. kimi-k2-mini's decode tok/s at batch 1 and over `--seqs` sequences with experts in bf16, int8 and
    int4, each compressed format with our kernels ("ours") and with the reference path ("ref",
    dequantize then multiply: what EDGE_CPU_KERNELS=0 runs), ratios against bf16 of the same rounds.
-It prints the path the kernels run on this CPU (kernels.cpu_qlinear.isa()).
+It prints the path the kernels run on this CPU (kernels.native_ops.isa()).
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from kernels import cpu_qlinear  # noqa: E402
+from kernels import native_ops  # noqa: E402
 from kernels.packing import unpack_int4  # noqa: E402
 from kernels.quant import linear_ref, quantize  # noqa: E402
 
@@ -81,8 +81,8 @@ def matmul_table(rounds: int) -> None:
             x = torch.randn(m, k, generator=gen)
             runs = {
                 "f32": (torch.matmul, (x, wt)),
-                "int8": (cpu_qlinear.qlinear, (x, q8)),
-                "int4": (cpu_qlinear.qlinear, (x, q4)),
+                "int8": (native_ops.qlinear, (x, q8)),
+                "int4": (native_ops.qlinear, (x, q4)),
                 "deq8": (linear_ref, (x, q8)),
                 "deq4": (linear_ref, (x, q4)),
                 "tp8": (torch.ops.aten._weight_int8pack_mm, (x, q8.data, q8.scale)),
@@ -113,17 +113,17 @@ def engine_table(rounds: int, tokens: int, seqs: int, model: Path) -> None:
                 ("int4", "int4 ref", False), ("int4", "int4 ours", True)]  # fmt: skip
     one: dict[str, list[float]] = {v[1]: [] for v in variants}
     many: dict[str, list[float]] = {v[1]: [] for v in variants}
-    real_supports = cpu_qlinear.supports
+    real_supports = native_ops.supports
     try:
         for _ in range(rounds):
             for fmt, label, ours in variants:
-                cpu_qlinear.supports = (
+                native_ops.supports = (
                     real_supports if ours else (lambda x, w: False)
                 )  # ref: dequantize, multiply
                 one[label].append(decode_tok_s(llms[fmt], prompt, tokens))
                 many[label].append(concurrent_tok_s(llms[fmt], prompts, tokens))
     finally:
-        cpu_qlinear.supports = real_supports
+        native_ops.supports = real_supports
     print(f"\n## {model.name} decode tok/s, experts by format (median of {rounds}; x: against bf16)\n")
     print(f"| experts | matmul path | batch 1 | x bf16 | {seqs} sequences | x bf16 |")
     print("|---|---|---:|---:|---:|---:|")
@@ -144,18 +144,18 @@ def main() -> None:
     parser.add_argument("--model", type=Path, default=REPO / "models" / "kimi-k2-mini")
     parser.add_argument(
         "--max-isa",
-        choices=cpu_qlinear.ISAS,
+        choices=native_ops.ISAS,
         help="cap our kernels' path (avx2: what an AVX2-only host runs)",
     )
     args = parser.parse_args()
     if args.max_isa:
-        cpu_qlinear.set_max_isa(args.max_isa)
+        native_ops.set_max_isa(args.max_isa)
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     print(
         f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, torch {torch.__version__} "
         f"with {torch.get_num_threads()} threads, load average {load:.2f} at start; our kernels: "
-        f"{cpu_qlinear.isa()} "
-        f"(paths here: {', '.join(cpu_qlinear.isas()) or 'none'}; {cpu_qlinear.problem() or 'built'})"
+        f"{native_ops.isa()} "
+        f"(paths here: {', '.join(native_ops.isas()) or 'none'}; {native_ops.problem() or 'built'})"
     )
     if not args.no_matmuls:
         matmul_table(args.rounds)

@@ -6,12 +6,12 @@ the engine's decode, measured in one run (interleaved rounds, medians).
 
 1. Matmuls x [m, k] @ W^T at the miniatures' and a mid-size model's shapes: float32 and bfloat16
    dense (torch, MKL / oneDNN), the reference path for a compressed W (dequantize, then multiply:
-   what every call paid before kernels.cpu_qlinear), and ours (int8, int4 read as stored).
+   what every call paid before the C kernels of kernels.native_ops), and ours (int8, int4 read as stored).
 2. A model's decode with its experts in bf16, int8 and int4 (engine.LLM's `weights`): tokens/s
    at batch 1 and over `--seqs` concurrent sequences (bench/engine_runs.py), each ratio against
    bf16 from the same rounds. `--model` (default kimi-k2-mini, as shipped) may name a mid-size
    random checkpoint (bench/make_random_checkpoint.py), where bandwidth rules.
-It prints the kernels' path on this CPU (kernels.cpu_qlinear.isa()).
+It prints the kernels' path on this CPU (kernels.native_ops.isa()).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from bench.engine_runs import concurrent_tok_s, decode_tok_s  # noqa: E402
-from kernels import cpu_qlinear  # noqa: E402
+from kernels import native_ops  # noqa: E402
 from kernels.quant import linear_ref, quantize  # noqa: E402
 
 SHAPES = [(256, 512, "miniature expert up"), (512, 256, "miniature expert down"),
@@ -62,8 +62,8 @@ def matmul_table(rounds: int) -> None:
                 "f32": (torch.matmul, x, wt),
                 "bf16": (torch.matmul, xb, wb),
                 "deq": (linear_ref, x, q4),
-                "int8": (cpu_qlinear.qlinear, x, q8),
-                "int4": (cpu_qlinear.qlinear, x, q4),
+                "int8": (native_ops.qlinear, x, q8),
+                "int4": (native_ops.qlinear, x, q4),
             }
             repeat = max(3, int(2e6 / (n * k * max(m, 4))))
             times = {key: [] for key in runs}
@@ -129,7 +129,7 @@ def main() -> None:
     )
     args = parser.parse_args()
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; compressed-weight kernels: "
-          f"{cpu_qlinear.isa()} ({cpu_qlinear.problem() or 'built'})")  # fmt: skip
+          f"{native_ops.isa()} ({native_ops.problem() or 'built'})")  # fmt: skip
     if not args.no_matmuls:
         matmul_table(args.rounds)
     if not args.no_engine:

@@ -195,23 +195,23 @@ def main() -> int:
     """`make native`: build (or keep) and say what the next interpreter will load, module by module;
     1 when the build failed (the reason on stderr; the Makefile warns and goes on), 2 when a listed
     module has no source (the Makefile stops: that is a mistake in this list, not a missing compiler)."""
-    from kernels import cpu_qlinear, native_ops
+    from kernels import native_ops
 
-    try:  # the CPU kernels of compressed weights: C, compiled once per source (kernels.cpu_qlinear)
-        print(f"compressed-weight CPU kernels: {cpu_qlinear.build()} ({cpu_qlinear.isa()})")
-    except RuntimeError as e:
-        print(f"{e}\ncompressed weights are dequantized before each matmul on this CPU", file=sys.stderr)
-    try:  # the fused torch ops (edge_cpu::), C++ over the same C, once per source and torch version
-        print(f"fused CPU ops: {native_ops.build()}")
-    except RuntimeError as e:
-        print(f"{e}\nMoE layers run their per-expert loop on this CPU", file=sys.stderr)
-    try:
+    failed = False
+    try:  # first: a new build replaces the whole folder, where the CPU ops' library lives too
         build()
     except MissingSourceError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     except RuntimeError as e:
         print(f"{e}\nthe hot paths stay interpreted (correct, about 3x slower)", file=sys.stderr)
+        failed = True
+    try:  # the CPU ops (edge_cpu:: over the C kernels): one library, once per source and torch version
+        print(f"CPU ops: {native_ops.build()} ({native_ops.isa()})")
+    except RuntimeError as e:
+        why = "compressed weights are dequantized before each matmul, MoE layers run their per-expert loop"
+        print(f"{e}\n{why} on this CPU", file=sys.stderr)
+    if failed:
         return 1
     files, why = _current_build()
     print(why)

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import torch
 
-from kernels import cpu_qlinear
-from kernels.dispatch import KernelShapeError, backend, use_triton
+from kernels import native_ops
+from kernels.dispatch import QLINEAR, TRITON, KernelShapeError, backend, linear_impl, use_triton
 from kernels.quant import QuantizedWeight, linear_ref
 from kernels.rmsnorm import rms_norm_cpu, rms_norm_triton
 
@@ -29,15 +29,17 @@ def linear(
     x: torch.Tensor, w: torch.Tensor | QuantizedWeight, bias: torch.Tensor | None = None
 ) -> torch.Tensor:
     """x @ W^T (+ b) for a dense or compressed weight: compressed weights are read as stored, decoded
-    in registers on a GPU (Triton) and in an L1 tile on a CPU (kernels.cpu_qlinear, int8 and int4);
-    only where neither applies (fp8 on a CPU, no C compiler) dequantized first (the reference)."""
+    in registers on a GPU (Triton) and in an L1 tile on a CPU (kernels.native_ops.qlinear, int8 and
+    int4); only where neither applies (fp8 on a CPU, no build) dequantized first (the reference).
+    kernels.dispatch.linear_impl says which."""
     if isinstance(w, QuantizedWeight):
-        if use_triton(x):
+        impl = linear_impl(x, w)
+        if impl == TRITON:
             from kernels.dequant_matmul import dequant_matmul_triton
 
             return dequant_matmul_triton(x, w, bias)
-        if cpu_qlinear.supports(x, w):
-            return cpu_qlinear.qlinear_unchecked(x, w, bias)
+        if impl == QLINEAR:
+            return native_ops.qlinear_unchecked(x, w, bias)
     return linear_ref(x, w, bias)
 
 

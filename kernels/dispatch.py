@@ -1,8 +1,20 @@
 """The single place that decides which implementation of a kernel runs.
 
-`EDGE_KERNELS=auto` (default): Triton on CUDA tensors, the torch reference on CPU.
-`EDGE_KERNELS=torch` or `triton` forces one (tests run Triton on the CPU under TRITON_INTERPRET=1).
-There is no silent fallback on a GPU: a kernel that cannot take a shape raises, naming it.
+Triton or torch, per call (`use_triton`): `EDGE_KERNELS=auto` (default): Triton on CUDA tensors, the
+torch reference on CPU. `EDGE_KERNELS=torch` or `triton` forces one (tests run Triton on the CPU
+under TRITON_INTERPRET=1). There is no silent fallback on a GPU: a kernel that cannot take a shape
+raises, naming it.
+
+Which op a model's weight product runs, chosen once when the layer is built (the engine's layers ask
+here and never decide it themselves): from the weight's format (dense float32 / bfloat16, int8,
+int4, fp8), its device, whether the CPU ops of kernels.native_ops are built, and whether the call is
+eager or inside a compiled step's graph:
+
+- `linear_op(w, compiled)`: a projection x W^T (+ b): NATIVE_LINEAR, KERNELS_LINEAR, EAGER_LINEAR or MATMUL;
+- `experts_op(w13, w2, inter, compiled)`: a MoE layer's routed experts: NATIVE_MOE, EXPERT_LOOP or EAGER_MOE;
+
+and, per call, what the eager kernels.linear runs for a compressed weight: `linear_impl(x, w)`
+(TRITON, QLINEAR or REFERENCE). The names are the ops' own, so they also say which path ran.
 """
 
 from __future__ import annotations
@@ -11,8 +23,30 @@ import os
 
 import torch
 
+from kernels import native_ops
+from kernels.formats import QuantizedWeight
+
 BACKEND_ENV = "EDGE_KERNELS"
 _BACKENDS = ("auto", "torch", "triton")
+
+# the ops a model's product can run as
+NATIVE_LINEAR = "edge_cpu::linear"  # C++ op (kernels.native_ops): int8 / int4 as stored, or dense float32
+NATIVE_MOE = "edge_cpu::fused_moe"  # C++ op (kernels.native_ops): the routed experts in one call
+KERNELS_LINEAR = "kernels.linear"  # eager: per call Triton, the C kernel (qlinear) or the reference
+EAGER_LINEAR = (
+    "edge::quantized_linear"  # kernels.linear as an opaque op of a compiled step (engine.models.eager_ops)
+)
+EXPERT_LOOP = (
+    "expert loop"  # eager: per call Triton's grouped GEMM (kernels.fused_moe) or the per-expert loop
+)
+EAGER_MOE = (
+    "edge::routed_experts"  # the expert loop as an opaque op of a compiled step (engine.models.eager_ops)
+)
+MATMUL = "torch.matmul"  # a dense weight kept [in, out]: x @ W^T, torch's matmul
+# what kernels.linear runs for a compressed weight, per call
+TRITON = "triton"  # kernels.dequant_matmul's Triton kernel, decoded in registers
+QLINEAR = "qlinear"  # the C kernel through its ctypes entry (kernels.native_ops.qlinear)
+REFERENCE = "torch"  # dequantize, then multiply (kernels.quant.linear_ref)
 
 
 class KernelShapeError(ValueError):
@@ -39,3 +73,53 @@ def use_triton(t: torch.Tensor) -> bool:
     if choice == "auto":
         return t.is_cuda
     return choice == "triton"
+
+
+def linear_op(w: torch.Tensor | QuantizedWeight, compiled: bool = False) -> str:
+    """The op a model's projection x W^T (+ b) runs for its checkpoint weight W [out, in]:
+
+    NATIVE_LINEAR   int8 / int4 that edge_cpu::linear reads as stored (native_ops.takes), or dense
+                    float32 kept [out, in], on a CPU with the ops built; eager and compiled alike
+    KERNELS_LINEAR  any other compressed weight (fp8, a GPU, no build), eagerly: kernels.linear
+    EAGER_LINEAR    the same inside a compiled step (`compiled`): kernels.linear as an opaque op
+    MATMUL          any other dense weight (bfloat16, a GPU, no build): x @ W^T on W kept [in, out]
+    """
+    if isinstance(w, QuantizedWeight):
+        if native_ops.takes(w):
+            return NATIVE_LINEAR
+        return EAGER_LINEAR if compiled else KERNELS_LINEAR
+    if w.dtype == torch.float32 and w.device.type == "cpu" and native_ops.available():
+        return NATIVE_LINEAR
+    return MATMUL
+
+
+def experts_op(
+    w13: torch.Tensor | QuantizedWeight | None,
+    w2: torch.Tensor | QuantizedWeight | None,
+    inter: int,
+    compiled: bool = False,
+) -> str:
+    """The op a MoE layer's routed experts run, for their stacked weights w13 [E, 2I, H] (gate rows,
+    then up rows) and w2 [E, H, I] (None: the layer could not stack them so, e.g. fp8 gate and up):
+
+    NATIVE_MOE   dense float32 / bfloat16, or int8 / int4 in one format, that edge_cpu::fused_moe
+                 reads as stored (native_ops.experts_format), on a CPU with the ops built; eager and
+                 compiled alike
+    EXPERT_LOOP  otherwise, eagerly: per call Triton's grouped GEMM where use_triton(x), else the
+                 per-expert loop (torch's matmuls, or kernels.linear for compressed experts)
+    EAGER_MOE    the same inside a compiled step (`compiled`): the loop as an opaque op
+    """
+    if w13 is not None and w2 is not None and native_ops.experts_format(w13, w2, inter) is not None:
+        return NATIVE_MOE
+    return EAGER_MOE if compiled else EXPERT_LOOP
+
+
+def linear_impl(x: torch.Tensor, w: QuantizedWeight) -> str:
+    """What kernels.linear runs for x and a compressed W, per call: TRITON where use_triton(x), else
+    QLINEAR where the C kernel reads W as stored (int8 / int4 on a CPU with the ops built:
+    native_ops.supports), else REFERENCE (dequantize, then multiply: fp8 on a CPU, no build)."""
+    if use_triton(x):
+        return TRITON
+    if native_ops.supports(x, w):
+        return QLINEAR
+    return REFERENCE

@@ -1,5 +1,9 @@
-"""Fused CPU ops registered with torch.library: the `edge_cpu::` ops a compiled step calls as one
-C++ op each (no Python, no host read, no thread-local lookup of the model's objects).
+"""The CPU ops of kernels/csrc, one library (kernels.native_build) and this one wrapper: whether they
+are there (`available`, `problem`), which instruction-set path they run (`isa`, `isas`,
+`set_max_isa`), and the calls.
+
+Registered with torch.library, the `edge_cpu::` ops a model calls as one C++ op each, eager or
+inside a compiled step (no Python, no host read, no thread-local lookup of the model's objects):
 
     edge_cpu::fused_moe   the routed experts of a MoE layer (kernels/csrc/moe.c): top-k weights and
                           ids as tensors in, tokens counted per expert inside, only the active
@@ -7,109 +11,96 @@ C++ op each (no Python, no host read, no thread-local lookup of the model's obje
     edge_cpu::linear      x W^T (+ b) for a weight read as stored (kernels/csrc/qlinear.c): int8, int4,
                           or dense f32 / bf16 [out, in]; the weight's tensors as arguments
 
-The schemas and CPU kernels are C++ (kernels/csrc/ops.cpp, the one file with torch's headers) over
-plain C (kernels/csrc/qlinear.c, moe.c); the fake implementations, which give torch.compile the
-output's shape, are registered here. The library is built once per source hash with the system's
-C and C++ compilers against this torch's headers (about 5 s; `make native` does it ahead of time)
-into the same build folders as kernels.cpu_qlinear, and loaded with torch.ops.load_library. Without
-a compiler, or with EDGE_CPU_KERNELS=0, `available()` is False, the model keeps its eager path (the
-reference), and why is said once on stderr.
+The same library's C entry points, called with ctypes (a few microseconds a call, less than the op
+dispatcher plus its Python wrapper; the GIL released for the call):
+
+    qlinear               x W^T (+ b) for an int8 or int4 W [out, in] (the same C as edge_cpu::linear):
+                          kernels.linear's CPU path for a compressed weight a model layer did not
+                          hand to edge_cpu::linear (kernels.dispatch decides which runs)
+
+The layout is the format table's own (kernels/formats.py: int8 [out, in] with a float32 scale per
+row; int4 two codes a byte, low nibble first, a bfloat16 scale per 32 along the input), read as
+stored: no repack at load, so a checkpoint, the Triton kernels and these share one layout. The
+path is chosen at run time by CPUID: AVX-512 (F, BW, VL) where the CPU has it, else AVX2 + FMA, else
+a portable scalar path of the same loops; `set_max_isa` caps it (the tests run every path).
+
+The fake implementations, which give torch.compile the ops' output shapes, are registered here.
+Without compilers, or with EDGE_CPU_KERNELS=0, `available()` is False: compressed weights run
+dequantize-then-multiply (the reference), MoE layers their eager loop, dense products torch's
+matmul, and why is said once on stderr.
 """
 
 from __future__ import annotations
 
 import ctypes
-import hashlib
+import functools
 import logging
 import os
-import shutil
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import torch
 
-from kernels import cpu_qlinear
-from kernels.formats import QuantizedWeight
+from kernels import native_build
+from kernels.formats import WEIGHT, QuantizedWeight
 
 log = logging.getLogger(__name__)
-CSRC = Path(__file__).resolve().parent / "csrc"
-C_SOURCES = ("qlinear.c", "moe.c")
-SOURCES = (*C_SOURCES, "ops.cpp", "edge_kernels.h")
+ENV = "EDGE_CPU_KERNELS"  # "0": never build or use them (the reference paths)
+ISAS = ("scalar", "avx2", "avx512")  # the C code's paths, lowest first
+FORMATS = ("int8", "int4")  # the compressed formats the C kernels read as stored
+DENSE_FORMATS = {torch.float32: "f32", torch.bfloat16: "bf16"}  # the dense ones (by dtype)
 # stored weight formats and their code in the C kernels (edge_kernels.h: the bits per weight)
 FORMAT_CODES = {"f32": 32, "bf16": 16, "int8": 8, "int4": 4}
-_lib: ctypes.CDLL | None = None  # the loaded library (its C symbols: the ISA cap the tests set)
-_problem: str | None = None
-
-
-def _digest() -> str:
-    h = hashlib.sha256(torch.__version__.encode())
-    for name in SOURCES:
-        h.update((CSRC / name).read_bytes())
-    return h.hexdigest()[:16]
-
-
-def _compile(target: Path) -> None:
-    cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
-    cxx = os.environ.get("CXX") or shutil.which("c++") or shutil.which("g++")
-    if cc is None or cxx is None:
-        raise RuntimeError("no C and C++ compilers (cc, c++) found")
-    from torch.utils.cpp_extension import include_paths, library_paths
-
-    includes = [f"-I{p}" for p in include_paths()]
-    libs = library_paths()
-    with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
-        objects = []
-        for name in C_SOURCES:
-            obj = Path(tmp) / f"{name}.o"
-            _run([cc, "-O3", "-fPIC", "-fopenmp", "-c", str(CSRC / name), "-o", str(obj)])
-            objects.append(str(obj))
-        out = Path(tmp) / target.name
-        _run(
-            [cxx, "-O2", "-fPIC", "-std=c++17", "-shared", "-fopenmp", *includes, str(CSRC / "ops.cpp")]
-            + [*objects, "-o", str(out), *(f"-L{p}" for p in libs), "-ltorch_cpu", "-lc10"]
-            + [f"-Wl,-rpath,{p}" for p in libs]
-        )
-        os.replace(out, target)  # atomic: a concurrent loader sees the whole library or none
-
-
-def _run(cmd: list[str]) -> None:
-    made = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-    if made.returncode != 0:
-        raise RuntimeError(f"{cmd[0]} failed: {made.stderr.strip()[-800:]}")
+_lib: ctypes.CDLL | None = None  # the loaded library, its C symbols (the same mapping as the ops')
+_problem: str | None = None  # why the ops are not available, once known
 
 
 def build() -> Path:
     """The compiled library for the current sources and torch (built now if missing); RuntimeError
     why not."""
-    return cpu_qlinear.cached_build(f"edge_ops-{_digest()}.so", _compile)
+    return native_build.build()
 
 
 def _load() -> ctypes.CDLL | None:
     global _lib, _problem
     if _lib is not None or _problem is not None:
         return _lib
-    if os.environ.get(cpu_qlinear.ENV, "1").strip() == "0":
-        _problem = f"{cpu_qlinear.ENV}=0"
+    if os.environ.get(ENV, "1").strip() == "0":
+        _problem = f"{ENV}=0"
     else:
         try:
             path = build()
             torch.ops.load_library(str(path))
-            _lib = ctypes.CDLL(str(path))  # the same mapping: its ISA cap is the ops' own
-            _lib.qlinear_set_max_isa.argtypes = [ctypes.c_int]
-            _lib.qlinear_isa.restype = ctypes.c_char_p
+            lib = ctypes.CDLL(str(path))  # the same mapping: its ISA cap is the ops' own
+            p, i64, i32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int
+            for name in ("qlinear_int8", "qlinear_int4"):
+                getattr(lib, name).argtypes = [p, i64, i64, p, p, i64, p, i32]
+                getattr(lib, name).restype = None
+            lib.qlinear_isa.restype = ctypes.c_char_p
+            lib.qlinear_cpu_isa.restype = ctypes.c_char_p
+            lib.qlinear_set_max_isa.argtypes = [i32]
             _register_fakes()
+            _lib = lib
         except (RuntimeError, OSError) as exc:
             _problem = str(exc)
     if _problem is not None:
-        message = f"the fused CPU ops are not built; MoE layers run their eager loop: {_problem}"
+        message = (
+            "the CPU ops are not built: compressed weights run dequantize-then-multiply on this CPU "
+            f"(the reference path), MoE layers their eager loop: {_problem}"
+        )
         log.info(message)
         print(f"edge: {message}", file=sys.stderr)
     return _lib
 
 
+_faked = False
+
+
 def _register_fakes() -> None:
+    global _faked
+    if _faked:  # a second load after _reset: the library stays mapped, its fakes registered
+        return
+
     @torch.library.register_fake("edge_cpu::fused_moe")
     def _(x, topk_weights, topk_ids, w13, s13, w2, s2, fmt, inter, real_rows, load):
         return torch.empty_like(x)
@@ -117,6 +108,14 @@ def _register_fakes() -> None:
     @torch.library.register_fake("edge_cpu::linear")
     def _(x, w, scale, bias, fmt, out_features):
         return x.new_empty(*x.shape[:-1], out_features)
+
+    _faked = True
+
+
+def _reset() -> None:
+    """Forget what _load decided (the tests of the fallback; the library itself stays mapped)."""
+    global _lib, _problem
+    _lib, _problem = None, None
 
 
 def available() -> bool:
@@ -135,11 +134,98 @@ def isa() -> str:
     return lib.qlinear_isa().decode() if lib is not None else "none"
 
 
+def isas() -> tuple[str, ...]:
+    """Every path this CPU can run, lowest first (empty when not built): what the tests cover."""
+    lib = _load()
+    return ISAS[: ISAS.index(lib.qlinear_cpu_isa().decode()) + 1] if lib is not None else ()
+
+
 def set_max_isa(name: str) -> None:
     """Cap the ops' path ("scalar", "avx2", "avx512"; the CPU's best still bounds it): the tests."""
     lib = _load()
     if lib is not None:
-        lib.qlinear_set_max_isa(cpu_qlinear.ISAS.index(name))
+        lib.qlinear_set_max_isa(ISAS.index(name))
+
+
+def force_scalar(on: bool) -> None:
+    """Run the portable path even where AVX2 or AVX-512 is there (the tests check both)."""
+    set_max_isa("scalar" if on else "avx512")
+
+
+# --- what the ops take ----------------------------------------------------------------------------
+
+
+@functools.lru_cache(maxsize=1024)
+def stored_as(fmt: str, shape: tuple[int, ...]) -> tuple:
+    """What the format table says a `fmt` weight of `shape` stores (dtypes and shapes), computed
+    once per shape: `supports` runs on every matmul."""
+    spec = WEIGHT[fmt]
+    return (
+        spec.storage,
+        torch.Size(spec.data_shape(shape)),
+        spec.scale_dtype,
+        torch.Size(spec.full_scale_shape(shape)),
+    )
+
+
+def _readable(w: QuantizedWeight) -> bool:
+    """An int8 or int4 W [out, in] on the CPU (int4's input a multiple of its 32-wide scale group)
+    whose stored tensors are exactly what the format table says of the shape: the C code trusts the
+    sizes it is given."""
+    if w.format not in FORMATS or w.data.device.type != "cpu" or len(w.shape) != 2:
+        return False
+    if w.format == "int4" and w.shape[1] % 32:
+        return False
+    return (w.data.dtype, w.data.shape, w.scale.dtype, w.scale.shape) == stored_as(w.format, w.shape)
+
+
+def supports(x: torch.Tensor, w: QuantizedWeight) -> bool:
+    """Whether qlinear takes this product (else the reference does): x on the CPU, as wide as W's
+    input, and a W the C code reads as stored (any strides: qlinear makes them contiguous)."""
+    return x.device.type == "cpu" and x.shape[-1] == w.shape[-1] and _readable(w) and available()
+
+
+def takes(w: QuantizedWeight) -> bool:
+    """Whether edge_cpu::linear reads this weight as stored: int8 or int4 [out, in] on the CPU (int4's
+    input a multiple of its 32-wide scale group), its tensors exactly what the format table says of
+    the shape, contiguous; and the ops are built."""
+    return _readable(w) and w.data.is_contiguous() and w.scale.is_contiguous() and available()
+
+
+def experts_format(
+    w13: torch.Tensor | QuantizedWeight, w2: torch.Tensor | QuantizedWeight, inter: int
+) -> str | None:
+    """The format edge_cpu::fused_moe reads a layer's stacked experts in (w13 [E, 2I, H]: gate rows,
+    then up rows; w2 [E, H, I]), or None where it cannot: dense float32 or bfloat16, or int8 / int4
+    with both in one format (int4: H and I multiples of 32), every stored tensor contiguous, on the
+    CPU, and the ops built."""
+    if isinstance(w13, QuantizedWeight):
+        if not isinstance(w2, QuantizedWeight) or w13.format not in FORMATS or w2.format != w13.format:
+            return None
+        if w13.format == "int4" and (w13.shape[-1] % 32 or inter % 32):
+            return None
+        fmt, stored = w13.format, (w13.data, w13.scale, w2.data, w2.scale)
+    else:
+        fmt, stored = DENSE_FORMATS.get(w13.dtype), (w13, w2)
+        if fmt is None or isinstance(w2, QuantizedWeight) or w2.dtype != w13.dtype:
+            return None
+    if not all(t.is_contiguous() for t in stored) or stored[0].device.type != "cpu":
+        return None
+    return fmt if available() else None
+
+
+def experts_args(
+    w13: torch.Tensor | QuantizedWeight, w2: torch.Tensor | QuantizedWeight, inter: int
+) -> tuple:
+    """fused_moe's weight arguments (w13, s13, w2, s2, fmt, inter) for experts `experts_format` takes."""
+    fmt = experts_format(w13, w2, inter)
+    assert fmt is not None, "edge_cpu::fused_moe does not read these experts as stored"
+    if isinstance(w13, QuantizedWeight) and isinstance(w2, QuantizedWeight):
+        return w13.data, w13.scale, w2.data, w2.scale, fmt, inter
+    return w13, None, w2, None, fmt, inter
+
+
+# --- the calls ------------------------------------------------------------------------------------
 
 
 def fused_moe(
@@ -172,21 +258,49 @@ def linear_dense(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = N
     return torch.ops.edge_cpu.linear(x, w, None, bias, code, w.shape[0])
 
 
-def takes(w: QuantizedWeight) -> bool:
-    """Whether edge_cpu::linear reads this weight as stored: int8 or int4 [out, in] on the CPU (int4's
-    input a multiple of its 32-wide scale group), its tensors exactly what the format table says of
-    the shape, contiguous; and the ops are built."""
-    if w.format not in cpu_qlinear.FORMATS or w.data.device.type != "cpu" or len(w.shape) != 2:
-        return False
-    if w.format == "int4" and w.shape[1] % 32:
-        return False
-    stored = (w.data.dtype, w.data.shape, w.scale.dtype, w.scale.shape)
-    if stored != cpu_qlinear.stored_as(w.format, w.shape):
-        return False
-    return w.data.is_contiguous() and w.scale.is_contiguous() and available()
-
-
 def linear(x: torch.Tensor, w: QuantizedWeight, bias: torch.Tensor | None = None) -> torch.Tensor:
     """x @ W^T (+ b) for an int8 or int4 W [out, in] read as stored, in x's dtype (computed in float32);
     only for a weight `takes` accepts."""
     return torch.ops.edge_cpu.linear(x, w.data, w.scale, bias, FORMAT_CODES[w.format], w.shape[0])
+
+
+def qlinear(x: torch.Tensor, w: QuantizedWeight, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """x @ W^T (+ b) for an int8 or int4 W [out, in], in x's dtype (computed in float32), through the
+    C entry point; only for what `supports` takes."""
+    if not supports(x, w):
+        raise ValueError(f"qlinear does not take x {tuple(x.shape)} with a {w.format} W {w.shape}")
+    return qlinear_unchecked(x, w, bias)
+
+
+def qlinear_unchecked(x: torch.Tensor, w: QuantizedWeight, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """qlinear for a caller that has just asked `supports` (kernels.linear)."""
+    lib = _lib if _lib is not None else _load()
+    n, k = w.shape
+    lead = x.shape[:-1]
+    xf = x if x.dim() == 2 else x.reshape(-1, k)
+    if xf.dtype != torch.float32:
+        xf = xf.to(torch.float32)
+    if not xf.is_contiguous():
+        xf = xf.contiguous()
+    data, scale = w.data, w.scale
+    if not data.is_contiguous():
+        data = data.contiguous()
+    if not scale.is_contiguous():
+        scale = scale.contiguous()
+    y = torch.empty((xf.shape[0], n), dtype=torch.float32)
+    fn = lib.qlinear_int8 if w.format == "int8" else lib.qlinear_int4
+    fn(
+        xf.data_ptr(),
+        xf.shape[0],
+        k,
+        data.data_ptr(),
+        scale.data_ptr(),
+        n,
+        y.data_ptr(),
+        torch.get_num_threads(),
+    )
+    if bias is not None:
+        y += bias
+    if len(lead) != 1:
+        y = y.reshape(*lead, n)
+    return y if x.dtype == torch.float32 else y.to(x.dtype)

@@ -1,42 +1,23 @@
 """Paged KV-cache operations on raw tensors: read, write, and batched decode attention.
 
-A store is one component (keys, values, or MLA's latent / rope part) of one layer: `data` of
-shape [num_blocks, BLOCK, heads, dim] (int4: dim/2 bytes), its `scale` (layout per format, see
-kernels.kv_quant), and for formats that quantize whole blocks a `staging` tensor
-[slots, BLOCK, heads, dim] in the dense dtype holding each sequence's block being filled.
+A store (kernels.paged_kv_store.KVStore, re-exported here) is one component (keys, values, or MLA's
+latent / rope part) of one layer.
 
 The torch functions here are the references; kernels.paged_kv_triton holds the Triton twins,
 kernels.paged_kv_flat the CPU path of a decode step (flat indices built once per step), and the
-public functions pick one through kernels.dispatch.
+public functions pick one through kernels.dispatch. The Triton twins import only the store's module,
+never this one: the import goes one way (here, when a GPU runs them).
 """
 
 from __future__ import annotations
-
-from dataclasses import dataclass
 
 import torch
 
 from kernels import paged_kv_flat
 from kernels.dispatch import use_triton
-from kernels.formats import KV, KV_BLOCK
+from kernels.formats import KV
 from kernels.paged_kv_flat import DecodeIndex
-
-BLOCK = KV_BLOCK
-
-
-@dataclass
-class KVStore:
-    fmt: str  # "auto" | "bf16" | "fp8" | "int8" | "int4"
-    style: str  # "key" (int4: per channel per block) | "value" (int4: per token, groups of 32)
-    dense: torch.dtype  # dtype attention computes in
-    data: torch.Tensor
-    scale: torch.Tensor | None
-    staging: torch.Tensor | None  # set when the format stages the block being filled
-
-    @property
-    def staged(self) -> bool:
-        return self.staging is not None
-
+from kernels.paged_kv_store import BLOCK, KVStore
 
 # --- references ------------------------------------------------------------------------------------
 

@@ -19,7 +19,7 @@ import triton
 from kernels._triton_paged_decode import decode_write_kernel, gqa_decode_kernel, mla_decode_kernel
 from kernels.dispatch import KernelShapeError
 from kernels.formats import KV
-from kernels.paged_kv import BLOCK, KVStore
+from kernels.paged_kv_store import BLOCK, KVStore
 
 FMT = {name: f.triton_code for name, f in KV.items()}  # the format table's codes
 

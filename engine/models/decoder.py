@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import torch
 
-from engine.arch.architecture import Architecture, KVComponent, describe
+from engine.arch.architecture import KVComponent, describe
 from engine.arch.config import ModelConfig
 from engine.kv.batch import StepBatch
 from engine.models import eager_ops
 from engine.models.attention import PagedAttention
-from engine.models.layers import MLP, MoE, RMSNorm, Rotary, Tensors, mlp_tensors, moe_tensors
+from engine.models.decoder_layer import DecoderLayer
+from engine.models.layers import MoE, RMSNorm, Rotary, Tensors, mlp_tensors, moe_tensors
 from engine.models.mtp import MTPLayer
 
 
@@ -44,27 +45,6 @@ def float32_tensors(c: ModelConfig) -> set[str]:
         if arch.is_moe_layer(i)
         for name in ("weight", "e_score_correction_bias")
     }
-
-
-class DecoderLayer:
-    def __init__(
-        self,
-        t: Tensors,
-        c: ModelConfig,
-        arch: Architecture,
-        i: int,
-        attention: type[PagedAttention],
-        rotary: Rotary,
-    ):
-        p = f"model.layers.{i}"
-        self.input_norm = RMSNorm(t[f"{p}.input_layernorm.weight"], c.rms_norm_eps)
-        self.post_attn_norm = RMSNorm(t[f"{p}.post_attention_layernorm.weight"], c.rms_norm_eps)
-        self.attn = attention(t, f"{p}.self_attn", c, i, rotary)
-        self.mlp = MoE(t, f"{p}.mlp", c) if arch.is_moe_layer(i) else MLP(t, f"{p}.mlp")
-
-    def __call__(self, x, rope, batch):
-        x = x + self.attn(self.input_norm(x), rope, batch)
-        return x + self.mlp(self.post_attn_norm(x), batch)
 
 
 class DecoderLM:

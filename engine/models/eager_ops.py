@@ -4,7 +4,11 @@ A compiled graph (engine.step.compiled_step) cannot hold a host read or a C call
 
 - the routed experts read which experts have tokens (a host sync) and run only those, so a
   batch-1 token touches 2 of 8 experts' weights instead of all of them;
-- a compressed-weight matmul calls kernels.cpu_qlinear, which reads the stored bytes in C.
+- a compressed-weight matmul that no native op takes (fp8, or no build of kernels.native_ops) calls
+  kernels.linear, which picks its implementation per call (kernels.dispatch.linear_impl).
+
+kernels.dispatch decides where these run (EAGER_LINEAR, EAGER_MOE: the ops below); the model's
+layers call them.
 
 Each becomes a custom op whose implementation is the eager code itself, looked up by an integer
 handle (torch.library ops take tensors and scalars, not Python objects) in the parts of the model

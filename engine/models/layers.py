@@ -15,7 +15,7 @@ import torch.nn.functional as F
 import kernels
 from engine.arch.config import ModelConfig, RopeSpec
 from engine.models import eager_ops
-from kernels import native_ops
+from kernels import dispatch, native_ops
 from kernels.quant import QuantizedWeight, concat_out, rows_of, stack
 
 Tensors = Mapping[str, "torch.Tensor | QuantizedWeight"]
@@ -49,22 +49,25 @@ class Linear:
     beside others, alone, or recomputed after a preemption computes the same keys and values.
     Otherwise (no build) a dense weight is kept transposed ([in, out], contiguous): for the few rows of
     a decode step a plain x @ W^T on that layout is faster on CPUs than linear() on [out, in].
+
+    Which op runs is kernels.dispatch.linear_op's choice (eager, and inside a compiled step); this
+    layer keeps the weight in the layout that op reads and calls it.
     """
 
     def __init__(self, weight: torch.Tensor | QuantizedWeight, bias: torch.Tensor | None = None):
         self.bias = bias
         self.out_features = weight.shape[-2]
         self.handle = -1  # numbered by the model (eager_ops.number_parts) when it is an eager part
+        self.op = dispatch.linear_op(weight)  # eager
+        self.graph_op = dispatch.linear_op(weight, compiled=True)  # inside a compiled step
         self.rows_f32: torch.Tensor | None = None  # a dense float32 W [out, in] the C kernel reads
         if isinstance(weight, QuantizedWeight):
             self.quantized, self.weight_t = weight, None
-        elif weight.dtype == torch.float32 and weight.device.type == "cpu" and native_ops.available():
+        elif self.op == dispatch.NATIVE_LINEAR:
             self.rows_f32 = weight.contiguous()
             self.quantized, self.weight_t = None, None
         else:
             self.quantized, self.weight_t = None, weight.t().contiguous()
-        # int8 / int4 on a CPU: one C++ op (kernels.native_ops.linear), eager or inside a compiled graph
-        self.native = self.quantized is not None and native_ops.takes(self.quantized)
 
     @property
     def weight(self) -> torch.Tensor | QuantizedWeight:
@@ -76,19 +79,22 @@ class Linear:
     def eager_part(self) -> bool:
         """A compiled step calls a compressed weight's matmul that no native op takes (fp8, or no
         build) as an opaque Python op (eager_ops)."""
-        return self.quantized is not None and not self.native
+        return self.graph_op == dispatch.EAGER_LINEAR
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        if self.rows_f32 is not None:
-            return native_ops.linear_dense(x, self.rows_f32, self.bias)
-        if self.weight_t is None:
-            if self.native:
-                return native_ops.linear(x, self.quantized, self.bias)
-            if eager_ops.in_compiled_step():
-                return eager_ops.quantized_linear(x, self.handle)
-            return self.eager(x)
-        y = torch.matmul(x, self.weight_t)
-        return y if self.bias is None else y + self.bias
+        op = self.op
+        if op == dispatch.NATIVE_LINEAR:  # one C++ op, eager or inside a compiled graph
+            if self.rows_f32 is not None:
+                return native_ops.linear_dense(x, self.rows_f32, self.bias)
+            return native_ops.linear(x, self.quantized, self.bias)
+        if op == dispatch.MATMUL:
+            y = torch.matmul(x, self.weight_t)
+            return y if self.bias is None else y + self.bias
+        if eager_ops.in_compiled_step():
+            op = self.graph_op
+        if op == dispatch.EAGER_LINEAR:
+            return eager_ops.quantized_linear(x, self.handle)
+        return self.eager(x)
 
     def eager(self, x: torch.Tensor) -> torch.Tensor:
         return kernels.linear(x, self.quantized, self.bias)
@@ -278,8 +284,11 @@ class RoutedExperts:
 
         gate, up, down = stacked("gate_proj"), stacked("up_proj"), stacked("down_proj")
         self.fused = isinstance(gate, torch.Tensor) and isinstance(up, torch.Tensor)
-        # the fused op's arguments (kernels.native_ops.fused_moe) when this CPU runs it, else None
-        self.native: tuple | None = None
+        inter = gate.shape[-2]
+        # the experts stacked as a fused op would read them (w13 [E, 2I, H]: gate rows, then up rows;
+        # w2 [E, H, I]), where they can be stacked so; kernels.dispatch says whether one runs
+        w13: torch.Tensor | QuantizedWeight | None = None
+        w2: torch.Tensor | QuantizedWeight | None = None
         if self.fused:  # dense: w13 [E, 2I, in] (gate rows, then up rows) and w2 [E, in, I], stored once
             self.w13 = torch.cat([gate, up], dim=1).contiguous()
             self.w2 = down.contiguous()
@@ -287,9 +296,7 @@ class RoutedExperts:
             # per-expert [in, out] views for the eager loop, indexed in Python: no select op per call
             self._gate_up = list(self.w_gate_up_t.unbind(0))
             self._down = list(self.w_down_t.unbind(0))
-            fmt = {torch.float32: "f32", torch.bfloat16: "bf16"}.get(self.w13.dtype)
-            if fmt is not None:
-                self.native = (self.w13, None, self.w2, None, fmt, gate.shape[1])
+            w13, w2 = self.w13, self.w2
         else:
             self.w_gate, self.w_up, self.w_down = gate, up, down
         # int8 / int4 on a CPU: gate and up rows of each expert stored as one weight (w_gate and w_up
@@ -304,13 +311,14 @@ class RoutedExperts:
             self.w_gate, self.w_up = rows_of(joined, 0, i), rows_of(joined, i, 2 * i)
             self._q_gate_up = [joined[e] for e in range(num_experts)]
             self._q_down = [down[e] for e in range(num_experts)]
-            fits = joined.format == "int8" or (joined.format == "int4" and gate.shape[-1] % 32 == 0 == i % 32)
-            if fits and down.format == joined.format:
-                stored = (joined.data, joined.scale, down.data, down.scale)
-                if all(t.is_contiguous() for t in stored):
-                    self.native = (*stored, joined.format, i)
-        if self.native is not None and not (self.native[0].device.type == "cpu" and native_ops.available()):
-            self.native = None
+            w13, w2 = joined, down
+        self.op = dispatch.experts_op(w13, w2, inter)  # eager
+        self.graph_op = dispatch.experts_op(w13, w2, inter, compiled=True)  # inside a compiled step
+        # the fused op's arguments (kernels.native_ops.fused_moe) where it runs, else None
+        self.native: tuple | None = None
+        if self.op == dispatch.NATIVE_MOE:
+            assert w13 is not None and w2 is not None
+            self.native = native_ops.experts_args(w13, w2, inter)
         self.num_experts = num_experts
 
     def _expert(self, e: int, h: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
@@ -379,7 +387,7 @@ class MoE:
     def eager_part(self) -> bool:
         """A compiled step runs `routed` as an opaque Python op only where no native op takes the
         experts (fp8, a GPU, or no build)."""
-        return self.experts.native is None
+        return self.experts.graph_op == dispatch.EAGER_MOE
 
     @property
     def expert_load(self) -> torch.Tensor:
@@ -400,12 +408,16 @@ class MoE:
     def __call__(self, x: torch.Tensor, batch=None) -> torch.Tensor:
         """`batch`: the step's; a compiled step's names its real rows (padding rows are not routed)."""
         weights, ids = self.router(x)
-        if self.experts.native is not None:  # one C++ op, eager or inside a compiled graph
+        op = self.experts.op  # kernels.dispatch.experts_op's choice
+        if op == dispatch.NATIVE_MOE:  # one C++ op, eager or inside a compiled graph
             out = self.experts.run_native(x, weights, ids, self._load, getattr(batch, "real_rows", None))
-        elif eager_ops.in_compiled_step():
-            out = eager_ops.routed_experts(x, weights, ids, self.handle)
         else:
-            out = self.routed(x, weights, ids)
+            if eager_ops.in_compiled_step():
+                op = self.experts.graph_op
+            if op == dispatch.EAGER_MOE:
+                out = eager_ops.routed_experts(x, weights, ids, self.handle)
+            else:
+                out = self.routed(x, weights, ids)
         if self.shared is not None:
             out = out + self.shared(x)
         return out

@@ -23,6 +23,7 @@ from engine.arch.architecture import describe
 from engine.arch.config import ModelConfig
 from engine.kv.batch import StepBatch
 from engine.models.attention import PagedAttention
+from engine.models.decoder_layer import DecoderLayer
 from engine.models.layers import Linear, RMSNorm, Rotary, Tensors, mlp_tensors, moe_tensors
 
 # the copies a hub checkpoint stores in the MTP layer: used only when they differ from the main model's
@@ -77,8 +78,6 @@ class MTPLayer:
         embed: torch.Tensor,
         lm_head_t: torch.Tensor,
     ):
-        from engine.models.decoder import DecoderLayer  # the decoder holds this layer: import late
-
         p = mtp_prefix(c)
         self.layer_index = c.num_hidden_layers  # its index in the paged cache
         self.enorm = RMSNorm(t[f"{p}.enorm.weight"], c.rms_norm_eps)

@@ -1,4 +1,4 @@
-"""The CPU kernels of compressed weights (kernels.cpu_qlinear) against the reference
+"""The CPU kernels of compressed weights (kernels.native_ops) against the reference
 (dequantize, then multiply in float64) on fresh random inputs, on every path this CPU has (AVX-512,
 AVX2 + FMA, the portable one), at 1, 7 and 32 rows and widths off every vector, tile and
 micro-kernel size; and the reference path they fall back to (EDGE_CPU_KERNELS=0, no compiler).
@@ -15,10 +15,10 @@ import pytest
 import torch
 
 import kernels
-from kernels import cpu_qlinear
+from kernels import native_ops
 from kernels.quant import dequantize, quantize
 
-pytestmark = pytest.mark.skipif(not cpu_qlinear.available(), reason=f"not built: {cpu_qlinear.problem()}")
+pytestmark = pytest.mark.skipif(not native_ops.available(), reason=f"not built: {native_ops.problem()}")
 
 
 def _check(fmt: str, m: int, k: int, n: int, seed: int) -> None:
@@ -29,7 +29,7 @@ def _check(fmt: str, m: int, k: int, n: int, seed: int) -> None:
     dense = dequantize(qw, torch.float64)
     exact = x.double() @ dense.T
     bound = 2 * k * 2.0**-24 * (x.double().abs() @ dense.abs().T) + 1e-30
-    got = cpu_qlinear.qlinear(x, qw)
+    got = native_ops.qlinear(x, qw)
     assert got.dtype == torch.float32 and got.shape == (m, n)
     assert ((got.double() - exact).abs() <= bound).all(), (got.double() - exact).abs().max()
 
@@ -37,16 +37,16 @@ def _check(fmt: str, m: int, k: int, n: int, seed: int) -> None:
 SHAPES = [(1, 256, 512), (2, 96, 7), (5, 512, 1001), (33, 64, 130), (1, 4096, 64)]
 
 
-ISAS = cpu_qlinear.isas() or ("none",)
+ISAS = native_ops.isas() or ("none",)
 
 
 @pytest.fixture(params=ISAS)
 def isa(request):
     """Each path the CPU has, capped for the test (a CI host with AVX2 only runs two of three)."""
-    cpu_qlinear.set_max_isa(request.param)
-    assert cpu_qlinear.isa() == request.param
+    native_ops.set_max_isa(request.param)
+    assert native_ops.isa() == request.param
     yield request.param
-    cpu_qlinear.set_max_isa("avx512")
+    native_ops.set_max_isa("avx512")
 
 
 @pytest.mark.parametrize("fmt", ["int8", "int4"])
@@ -72,8 +72,8 @@ def test_rows_1_7_32_at_sizes_off_the_simd_width_and_group(fmt, m, k, n, isa):
 
 
 def test_every_path_this_cpu_has_is_the_one_it_runs_by_default():
-    assert cpu_qlinear.isa() == cpu_qlinear.isas()[-1]
-    assert cpu_qlinear.isas()[0] == "scalar"
+    assert native_ops.isa() == native_ops.isas()[-1]
+    assert native_ops.isas()[0] == "scalar"
 
 
 def test_an_int8_width_off_the_vector_width_is_served_too():
@@ -97,10 +97,10 @@ def test_kernels_linear_uses_it_on_the_cpu_keeping_dtype_leading_dims_and_bias(m
 
 
 def test_fp8_and_gpu_shapes_keep_the_reference():
-    assert not cpu_qlinear.supports(torch.randn(1, 64), quantize(torch.randn(8, 64), "fp8"))
+    assert not native_ops.supports(torch.randn(1, 64), quantize(torch.randn(8, 64), "fp8"))
     stacked = quantize(torch.randn(2, 8, 64), "int4")  # [E, out, in]: one expert at a time
-    assert not cpu_qlinear.supports(torch.randn(1, 64), stacked)
-    assert cpu_qlinear.supports(torch.randn(1, 64), stacked[1])
+    assert not native_ops.supports(torch.randn(1, 64), stacked)
+    assert native_ops.supports(torch.randn(1, 64), stacked[1])
 
 
 def test_stored_tensors_off_their_shape_never_reach_the_c_code():
@@ -113,10 +113,10 @@ def test_stored_tensors_off_their_shape_never_reach_the_c_code():
     wrong_scale = QuantizedWeight("int4", good.data, good.scale.float(), good.shape)
     x = torch.randn(1, 64)
     for bad in (short, wrong_scale):
-        assert not cpu_qlinear.supports(x, bad)
+        assert not native_ops.supports(x, bad)
         with pytest.raises(ValueError, match="does not take"):
-            cpu_qlinear.qlinear(x, bad)
-    assert not cpu_qlinear.supports(torch.randn(1, 32), good)  # x's width is not W's
+            native_ops.qlinear(x, bad)
+    assert not native_ops.supports(torch.randn(1, 32), good)  # x's width is not W's
 
 
 def test_many_threads_and_one_give_the_same_sums():
@@ -127,9 +127,9 @@ def test_many_threads_and_one_give_the_same_sums():
     threads = torch.get_num_threads()
     try:
         torch.set_num_threads(1)
-        one = cpu_qlinear.qlinear(x, qw)
+        one = native_ops.qlinear(x, qw)
         torch.set_num_threads(max(2, threads))
-        many = cpu_qlinear.qlinear(x, qw)
+        many = native_ops.qlinear(x, qw)
     finally:
         torch.set_num_threads(threads)
     assert torch.equal(one, many)
@@ -137,15 +137,15 @@ def test_many_threads_and_one_give_the_same_sums():
 
 FALLBACK = """
 import sys, torch, kernels
-from kernels import cpu_qlinear
+from kernels import native_ops
 from kernels.quant import dequantize, quantize
 qw = quantize(torch.randn(48, 64), "{fmt}")
 x = torch.randn(3, 64)
 for _ in range(3):
     y = kernels.linear(x, qw)
-assert not cpu_qlinear.available() and cpu_qlinear.isa() == "none" and not cpu_qlinear.isas()
+assert not native_ops.available() and native_ops.isa() == "none" and not native_ops.isas()
 assert torch.equal(y, x @ dequantize(qw).T), "the fallback is the reference itself"
-print(cpu_qlinear.problem())
+print(native_ops.problem())
 """
 
 
@@ -199,15 +199,15 @@ def test_without_a_compiler_it_falls_back_saying_why(tmp_path):
 def test_reset_and_reload_serves_the_kernels_again(monkeypatch):
     """_reset forgets a decision: a process that set EDGE_CPU_KERNELS=0 and cleared it gets them back."""
     monkeypatch.setenv("EDGE_CPU_KERNELS", "0")
-    cpu_qlinear._reset()
+    native_ops._reset()
     try:
-        assert not cpu_qlinear.available() and cpu_qlinear.problem() == "EDGE_CPU_KERNELS=0"
+        assert not native_ops.available() and native_ops.problem() == "EDGE_CPU_KERNELS=0"
         qw = quantize(torch.randn(8, 64), "int8")
-        assert not cpu_qlinear.supports(torch.randn(1, 64), qw)
+        assert not native_ops.supports(torch.randn(1, 64), qw)
     finally:
         monkeypatch.delenv("EDGE_CPU_KERNELS")
-        cpu_qlinear._reset()
-    assert cpu_qlinear.available()
+        native_ops._reset()
+    assert native_ops.available()
 
 
 @pytest.mark.parametrize("fmt", ["int8", "int4"])
@@ -250,5 +250,5 @@ def test_greedy_tokens_are_the_reference_paths(fmt, monkeypatch):
         ]
 
     ours = tokens()
-    monkeypatch.setattr(cpu_qlinear, "supports", lambda x, w: False)
+    monkeypatch.setattr(native_ops, "supports", lambda x, w: False)
     assert ours == tokens()

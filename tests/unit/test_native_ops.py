@@ -16,14 +16,14 @@ import torch.nn.functional as F
 
 from engine.llm import LLM
 from engine.sampling import SamplingParams
-from kernels import cpu_qlinear, native_ops
+from kernels import native_ops
 from kernels.quant import QuantizedWeight, concat_out, dequantize, quantize, stack
 from tests.conftest import SHIPPED_KIMI
 
 pytestmark = pytest.mark.skipif(not native_ops.available(), reason=f"not built: {native_ops.problem()}")
 
 FORMATS = ("f32", "bf16", "int8", "int4")
-ISAS = cpu_qlinear.isas() or ("none",)
+ISAS = native_ops.isas() or ("none",)
 
 
 @pytest.fixture(params=ISAS)
