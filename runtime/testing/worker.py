@@ -30,7 +30,7 @@ from runtime.bindings import BindingError, BindingRef, kinds
 from runtime.host.invocation import Invocation
 from runtime.host.objects import namespace_key
 from runtime.isolate import ipc
-from workers.binding_values import binding_error
+from workers.binding_values import binding_error, no_such_binding
 from workers.durable_objects import DurableObjectNamespace, id_from_name, remote_error
 
 T = TypeVar("T")
@@ -239,12 +239,9 @@ class EdgeWorker:
     def _ref(self, binding: str, kind: str | None = None) -> BindingRef:
         refs = self.runtime.dev.spec.bindings
         ref = refs.get(binding)
-        if ref is None:
-            known = ", ".join(f"{n} ({r.kind})" for n, r in sorted(refs.items())) or "none"
-            raise LookupError(
-                f"the worker has no binding named {binding!r} (its bindings: {known}); declare it in "
-                f"{self.config_path}"
-            )
+        if ref is None:  # the same words as env.MISSING in the worker (workers.binding_values)
+            kinds_by_name = {n: r.kind for n, r in refs.items()}
+            raise LookupError(no_such_binding(binding, kinds_by_name, declare_in=self.config_path))
         if kind is not None and ref.kind != kind:
             wanted = kinds.kind(kind)
             raise TypeError(
