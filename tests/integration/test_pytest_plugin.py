@@ -11,6 +11,7 @@ import re
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -23,7 +24,7 @@ async def test_a_wrong_expectation_fails(worker):
 
 
 @pytest.mark.parametrize(
-    ("template", "passing", "root_status"), [("d1", 5, 200), ("rag", 2, 400), ("agent", 2, 400)]
+    ("template", "passing", "root_status"), [("d1", 6, 200), ("rag", 2, 400), ("agent", 2, 400)]
 )
 def test_an_edge_init_project_passes_its_own_tests_with_the_plugin(tmp_path, template, passing, root_status):
     subprocess.run(
@@ -53,3 +54,45 @@ def test_an_edge_init_project_passes_its_own_tests_with_the_plugin(tmp_path, tem
     assert re.search(rf"\b1 failed, {passing} passed\b", out), out[-4000:]
     assert "test_a_wrong_expectation_fails" in out and f"assert {root_status} == 418" in out, out[-4000:]
     assert not (project / ".edge").exists()  # the tests' state lives in pytest's tmp folders
+
+
+def _project(tmp_path: Path, tests: dict[str, str], ini: str = "") -> Path:
+    """A hello project from `edge init` (no AI binding: no model to load) with `tests` beside its own."""
+    subprocess.run(
+        [sys.executable, "-m", "runtime.cli", "init", "hello"], cwd=tmp_path, check=True, capture_output=True
+    )
+    project = tmp_path / "hello"
+    (project / "tests" / "test_worker.py").unlink(missing_ok=True)
+    for name, text in tests.items():
+        (project / "tests" / name).write_text(text)
+    if ini:
+        (project / "pytest.ini").write_text("[pytest]\n" + ini)
+    return project
+
+
+def _pytest(project, *args, timeout=120):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args],
+        cwd=project,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=timeout,
+    )
+    return done, done.stdout + done.stderr
+
+
+def test_a_worker_projects_pytest_run_prints_no_torch_deprecation_warnings(tmp_path):
+    # issue 57, item 8: every run printed 14 `torch.jit.script_method` DeprecationWarnings, raised
+    # where the runtime imports torch's compiler (llguidance.torch), none of them the user's
+    project = _project(tmp_path, {"test_ok.py": OK})
+    done, out = _pytest(project)
+    assert done.returncode == 0 and "1 passed" in out, out[-4000:]
+    assert "DeprecationWarning" not in out and "warning" not in out, out[-4000:]
+
+
+OK = """
+async def test_ok(worker):
+    assert (await worker.fetch("/")).text == "Hello World!"
+"""
