@@ -96,3 +96,47 @@ OK = """
 async def test_ok(worker):
     assert (await worker.fetch("/")).text == "Hello World!"
 """
+
+STYLES = """
+import asyncio
+
+import pytest
+
+
+@pytest.mark.anyio
+async def test_marked_for_anyio(worker):
+    assert (await worker.fetch("/")).text == "Hello World!"
+
+
+def test_sync_through_worker_run(worker):
+    assert worker.run(worker.fetch("/")).status == 200
+
+
+def test_sync_through_asyncio_run(worker):
+    asyncio.run(worker.fetch("/"))
+
+
+async def test_that_never_ends(worker):
+    await asyncio.Event().wait()
+
+
+def test_sync_that_never_ends(worker):
+    worker.run(asyncio.Event().wait())
+"""
+
+
+def test_no_style_of_async_test_hangs_each_is_served_or_fails_at_once_saying_why(tmp_path):
+    # issue 57, item 12: `@pytest.mark.anyio` (anyio's pytest plugin is installed beside this one)
+    # and `asyncio.run(worker.fetch(...))` in a def test both waited forever, without a word
+    project = _project(tmp_path, {"test_styles.py": STYLES}, ini="edge_test_timeout = 3\n")
+    started = time.perf_counter()
+    done, out = _pytest(project, "-rA", "-vvv")  # with -q, verbosity 2: the summary lines whole
+    took = time.perf_counter() - started
+    assert re.search(r"\b3 failed, 2 passed\b", out), out[-6000:]
+    passed = re.findall(r"^PASSED tests/test_styles.py::(\w+)", out, re.M)
+    assert sorted(passed) == ["test_marked_for_anyio", "test_sync_through_worker_run"], out[-6000:]
+    said = dict(re.findall(r"^FAILED tests/test_styles.py::(\w+) - (.*)$", out, re.M))
+    assert "worker.run(worker.fetch(...))" in said["test_sync_through_asyncio_run"], said
+    for name in ("test_that_never_ends", "test_sync_that_never_ends"):
+        assert "ran past 3 s (edge_test_timeout" in said[name], said
+    assert took < 90, took
