@@ -15,6 +15,7 @@ from edge_sim.topology import PoP, Topology, TopologyError
 from runtime.cli.client import bootstrap_token
 from runtime.cli.common import CONFIG_HELP, _fail
 from runtime.cli.control import cmd_pop
+from runtime.cli.ports import port_problem
 from runtime.control.config import ConfigError, WorkerConfig, load_config
 from runtime.control.validation import describe
 
@@ -80,6 +81,9 @@ def build_edge(config: WorkerConfig):
 
 
 def cmd_dev(args: argparse.Namespace) -> int:
+    # the port first, in a second: before the runtime's imports (torch) and the models' load
+    if problem := port_problem(args.host, args.port):
+        return _fail(problem)
     import uvicorn
 
     from runtime.app import Runtime, create_app
@@ -179,7 +183,12 @@ def cmd_dev(args: argparse.Namespace) -> int:
         on_signal(sig, frame)
 
     server.handle_exit = handle_exit  # type: ignore[method-assign]
-    server.run()
+    try:
+        server.run()
+    except SystemExit as exc:  # uvicorn's bind failed (taken since the check): it stopped the runtime
+        if exc.code in (0, None):
+            raise
+        return _fail(port_problem(args.host, args.port) or f"cannot listen on {args.host}:{args.port}")
     return 0
 
 
@@ -199,6 +208,8 @@ def cmd_pop_serve(args: argparse.Namespace) -> int:
     logging.basicConfig(
         level=getattr(logging, args.log_level.upper()), format="%(levelname)s %(name)s: %(message)s"
     )
+    if problem := port_problem(args.host, args.port):  # before the models load, as edge dev does
+        return _fail(problem)
     try:
         config = load_config(args.config)
         topology = load_topology(config)
