@@ -32,11 +32,13 @@ def _bind(host: str, port: int) -> OSError | None:
     return None
 
 
-def port_problem(host: str, port: int) -> str | None:
+def port_problem(host: str, port: int, busy_only: bool = False) -> str | None:
     """Why `edge dev --host host --port port` cannot listen there (what holds it, what to do), or
-    None when it can."""
+    None when it can. `busy_only`: only a port another process holds is a problem (the check made
+    before anything else, which must not stand in for the config's own errors: a port the user may
+    not bind is left to the bind itself, as before)."""
     error = _bind(host, port)
-    if error is None:
+    if error is None or (busy_only and error.errno != errno.EADDRINUSE):
         return None
     if error.errno == errno.EADDRINUSE:
         holder = port_holder(port)

@@ -81,8 +81,9 @@ def build_edge(config: WorkerConfig):
 
 
 def cmd_dev(args: argparse.Namespace) -> int:
-    # the port first, in a second: before the runtime's imports (torch) and the models' load
-    if problem := port_problem(args.host, args.port):
+    # a port another process holds, first, in a second: before the runtime's imports (torch) and
+    # the models' load
+    if problem := port_problem(args.host, args.port, busy_only=True):
         return _fail(problem)
     import uvicorn
 
@@ -185,10 +186,12 @@ def cmd_dev(args: argparse.Namespace) -> int:
     server.handle_exit = handle_exit  # type: ignore[method-assign]
     try:
         server.run()
-    except SystemExit as exc:  # uvicorn's bind failed (taken since the check): it stopped the runtime
-        if exc.code in (0, None):
+    except SystemExit as exc:  # uvicorn did not start (and stopped the runtime): the port, say,
+        if exc.code in (0, None):  # taken since the check; one line and exit 2, not a crash
             raise
-        return _fail(port_problem(args.host, args.port) or f"cannot listen on {args.host}:{args.port}")
+        return _fail(
+            port_problem(args.host, args.port) or "the server did not start (uvicorn's reason above)"
+        )
     return 0
 
 
@@ -208,8 +211,6 @@ def cmd_pop_serve(args: argparse.Namespace) -> int:
     logging.basicConfig(
         level=getattr(logging, args.log_level.upper()), format="%(levelname)s %(name)s: %(message)s"
     )
-    if problem := port_problem(args.host, args.port):  # before the models load, as edge dev does
-        return _fail(problem)
     try:
         config = load_config(args.config)
         topology = load_topology(config)
@@ -224,6 +225,8 @@ def cmd_pop_serve(args: argparse.Namespace) -> int:
                 f"same {NODE_TOKEN_ENV} (or {NODE_TOKEN_ENV}_<CODE>) for edge dev; make one with "
                 '`python -c "import secrets; print(secrets.token_urlsafe(32))"`'
             )
+        if problem := port_problem(args.host, args.port, busy_only=True):  # before the models load
+            return _fail(problem)
         node = PopNode.load(pop, [model_spec(config, n, catalog) for n in names])
     except (ConfigError, TopologyError) as exc:
         return _fail(str(exc))

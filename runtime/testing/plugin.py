@@ -92,7 +92,7 @@ def _seed(value: object, where: str) -> int | None:
         raise pytest.UsageError(f"{where}: expected an integer or none, got {value!r}") from None
 
 
-def test_timeout(config: pytest.Config) -> float | None:
+def timeout_of(config: pytest.Config) -> float | None:
     """--edge-test-timeout, else the ini's edge_test_timeout, else the default; None: no limit."""
     given, where = config.getoption("edge_test_timeout"), "--edge-test-timeout"
     if given is None:
@@ -185,7 +185,7 @@ def worker(request: pytest.FixtureRequest, edge_session, edge_config: Path, tmp_
         admin_token=admin_token,
     )
     client = EdgeWorker(
-        runtime, loop, str(edge_config), ai_seed=ai_seed_for(request), timeout=test_timeout(request.config)
+        runtime, loop, str(edge_config), ai_seed=ai_seed_for(request), timeout=timeout_of(request.config)
     )
     client.admin_token = admin_token
     try:
@@ -218,5 +218,5 @@ class AsyncTestRunner:
             return None  # `worker` is a fixture of the test's own, not ours
         names = pyfuncitem._fixtureinfo.argnames
         test = pyfuncitem.obj(**{name: pyfuncitem.funcargs[name] for name in names})
-        run_within(session.loop, test, test_timeout(pyfuncitem.config), f"{pyfuncitem.name}")
+        run_within(session.loop, test, timeout_of(pyfuncitem.config), pyfuncitem.name)
         return True
