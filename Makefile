@@ -1,5 +1,6 @@
 # Two commands do all the set-up on a fresh machine:
 #   make dev    create .venv if needed, install, run `edge dev` on the repository's wrangler-like.toml
+#   (`make install` alone, then `source .venv/bin/activate`, puts `edge` on the shell's PATH)
 #   make test   the same set-up, then the whole suite
 # Both are idempotent: the install step re-runs only when pyproject.toml changes, and the native
 # step (the CPU ops' one library, kernels/native_build.py; the simulator's and the policy's hot paths
@@ -24,7 +25,10 @@ $(STAMP): pyproject.toml | $(BIN)/python
 	$(PIP) install -e '.[test,native]'
 	@touch $(STAMP)
 
+# edge lands in $(BIN), on no shell's PATH until the venv is activated: say so, unless it is
 install: $(STAMP) native
+	@if [ "$$VIRTUAL_ENV" != "$(abspath $(VENV))" ]; then \
+		echo "edge-workers is installed in $(VENV)/: run 'source $(VENV)/bin/activate' to use edge, python and pytest from it (or call $(BIN)/edge)"; fi
 
 # exit 1: no build (no compiler, a type error): warn and run interpreted; exit 2: a module listed in
 # engine.native.MODULES has no source (it moved): stop, since it would run 3x slower unnoticed

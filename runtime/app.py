@@ -240,12 +240,9 @@ class Runtime:
         if remotes:  # know their state before the first request, then keep checking
             await asyncio.gather(*(node.refresh() for node in remotes))
             self._tasks.append(asyncio.create_task(health_checks(remotes)))
-        try:
-            await self.dev.isolate.start()
-        except Exception as exc:  # keep serving: requests get a 503 naming the error until it is fixed
-            log.error("%s\n%s", exc, getattr(exc, "traceback", ""))
+        await self.workers.load_dev()  # a script that does not load is reported, and served 503s
         if self.watch:
-            watch = watch_source(self.config.main_path.parent, self.workers.reload_dev)
+            watch = watch_source(self.config.main_path.parent, self.workers.source_changed)
             self._tasks.append(asyncio.create_task(watch))
         if self.assets is not None and not self.assets.root.is_dir():
             log.warning("assets.directory: %s is not a folder; no assets are served", self.assets.root)

@@ -4,7 +4,8 @@ JsProxy reads), and Cloudflare's options-dict-or-keywords arguments."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+import difflib
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
 Transport = Callable[[str, list, dict], Awaitable[Any]]
@@ -27,6 +28,31 @@ def binding_error(error_type: str, message: str) -> Exception:
     if error_type == "RangeError":
         return ValueError(message)
     return BindingError(error_type, message)
+
+
+def close_name(name: str, names: Iterable[str]) -> str | None:
+    """The one of `names` that `name` most likely misspells, or None: the same name in another case
+    (`ai` for `AI`), the same letters in another order (`ia` for `ai`: difflib's ratio for two
+    swapped letters of a short name is too low to find it), else difflib's closest."""
+    by_lower = {n.lower(): n for n in names}
+    lower = name.lower()
+    if lower in by_lower:
+        return by_lower[lower]
+    swapped = [n for low, n in by_lower.items() if sorted(low) == sorted(lower)]
+    if swapped:
+        return swapped[0]
+    found = difflib.get_close_matches(lower, list(by_lower), n=1)
+    return by_lower[found[0]] if found else None
+
+
+def no_such_binding(name: str, bindings: Mapping[str, str], declare_in: str = "the worker's config") -> str:
+    """What `env.NAME` (in the isolate) and `worker.binding(NAME)` (the pytest plugin) say when the
+    worker has no such binding: the bindings it has, each with its kind, and the closest name, so a
+    misspelling is seen where it is made rather than guessed at from a bare AttributeError."""
+    listed = ", ".join(f"{n} ({kind})" for n, kind in sorted(bindings.items())) or "none"
+    message = f"the worker has no binding named {name!r} (its bindings: {listed})"
+    close = close_name(name, bindings)
+    return message + (f"; did you mean {close!r}?" if close else "") + f"; declare it in {declare_in}"
 
 
 class JsObject(dict):

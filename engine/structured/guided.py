@@ -31,14 +31,24 @@ import copy
 import logging
 import os
 import threading
+import warnings
 from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 
 import llguidance
-import llguidance.torch as llg_torch
 import msgspec
 import torch
+
+# llguidance.torch decorates a function with torch.compile when imported, which imports inductor and
+# with it torch.utils.mkldnn, whose 14 torch.jit.script_method uses each warn that the API is
+# deprecated: noise in every worker project's pytest run, none of it ours or the user's to act on.
+# Only that warning, only during this import (the filter a pytest run sets per test is left alone).
+with warnings.catch_warnings():
+    warnings.filterwarnings(
+        "ignore", message=r"`torch\.jit\.script_method` is deprecated", category=DeprecationWarning
+    )
+    import llguidance.torch as llg_torch
 
 from engine.errors import InvalidRequestError
 from engine.structured.guide import JSON_OPTIONS, CallFormat, Guide

@@ -18,7 +18,9 @@ def cmd_init(args: argparse.Namespace) -> int:
         files = write_project(Path(args.name), args.template)
     except (InitError, OSError) as exc:
         return _fail(str(exc))
-    print(f"created {args.name}/ ({args.template}): {', '.join(f.name for f in files)}")
+    # each file as a path under the folder (tests/test_worker.py, not test_worker.py): where it is
+    shown = ", ".join(f.relative_to(Path(args.name)).as_posix() for f in files)
+    print(f"created {args.name}/ ({args.template}): {shown}")
     print(f"next: cd {args.name} && edge dev")
     return 0
 

@@ -15,6 +15,7 @@ from edge_sim.topology import PoP, Topology, TopologyError
 from runtime.cli.client import bootstrap_token
 from runtime.cli.common import CONFIG_HELP, _fail
 from runtime.cli.control import cmd_pop
+from runtime.cli.ports import port_problem
 from runtime.control.config import ConfigError, WorkerConfig, load_config
 from runtime.control.validation import describe
 
@@ -80,6 +81,10 @@ def build_edge(config: WorkerConfig):
 
 
 def cmd_dev(args: argparse.Namespace) -> int:
+    # a port another process holds, first, in a second: before the runtime's imports (torch) and
+    # the models' load
+    if problem := port_problem(args.host, args.port, busy_only=True):
+        return _fail(problem)
     import uvicorn
 
     from runtime.app import Runtime, create_app
@@ -179,7 +184,14 @@ def cmd_dev(args: argparse.Namespace) -> int:
         on_signal(sig, frame)
 
     server.handle_exit = handle_exit  # type: ignore[method-assign]
-    server.run()
+    try:
+        server.run()
+    except SystemExit as exc:  # uvicorn did not start (and stopped the runtime): the port, say,
+        if exc.code in (0, None):  # taken since the check; one line and exit 2, not a crash
+            raise
+        return _fail(
+            port_problem(args.host, args.port) or "the server did not start (uvicorn's reason above)"
+        )
     return 0
 
 
@@ -213,6 +225,8 @@ def cmd_pop_serve(args: argparse.Namespace) -> int:
                 f"same {NODE_TOKEN_ENV} (or {NODE_TOKEN_ENV}_<CODE>) for edge dev; make one with "
                 '`python -c "import secrets; print(secrets.token_urlsafe(32))"`'
             )
+        if problem := port_problem(args.host, args.port, busy_only=True):  # before the models load
+            return _fail(problem)
         node = PopNode.load(pop, [model_spec(config, n, catalog) for n in names])
     except (ConfigError, TopologyError) as exc:
         return _fail(str(exc))

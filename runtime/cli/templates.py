@@ -151,14 +151,22 @@ class Default(WorkerEntrypoint):
                 status=501,
             )
         db = self.env.DB
+        if request.method == "POST":  # the body is checked before the database is touched
+            try:
+                body = await request.json()
+            except ValueError:
+                body = None
+            quote = body.get("quote") if isinstance(body, dict) else None
+            if not isinstance(quote, str) or not quote.strip():
+                hint = 'the field "quote" (a string) is missing: send {"quote": "...", "author": "..."}'
+                return Response.json({"error": hint}, status=400)
         for statement in SCHEMA:
             await db.prepare(statement).run()
         if request.method == "POST":
-            body = await request.json()
             await db.prepare("INSERT INTO quotes (quote, author) VALUES (?, ?)").bind(
-                body["quote"], body.get("author")
+                quote, body.get("author")
             ).run()
-            return Response.json({"added": body["quote"]}, status=201)
+            return Response.json({"added": quote}, status=201)
         result = await db.prepare("SELECT quote, author FROM quotes ORDER BY RANDOM() LIMIT 1").all()
         rows = result.results
         if not rows:
@@ -442,6 +450,11 @@ async def test_the_model_explains_a_quote_the_same_way_twice(worker):
 
 async def test_an_empty_database_says_to_post_first(worker):
     assert (await worker.fetch("/")).json()["quote"] is None
+
+
+async def test_a_post_without_a_quote_is_refused_naming_the_field(worker):
+    r = await worker.fetch("/", method="POST", json={"author": "nobody"})
+    assert r.status == 400 and 'the field "quote"' in r.json()["error"]
 """
 )
 

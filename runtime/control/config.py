@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import re
 import tomllib
+from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -48,6 +49,7 @@ from runtime.control.config_schema import (
 )
 from runtime.control.jsonc import parse_jsonc, strip_jsonc
 from runtime.control.validation import describe
+from workers.binding_values import close_name
 
 if TYPE_CHECKING:
     from edge_sim.topology import Topology
@@ -115,31 +117,37 @@ def _struct_in(annotation: Any) -> tuple[type | None, bool]:
     return None, False
 
 
-def _unknown_keys(data: Any, struct: type, path: str = "") -> list[str]:
-    """Keys in `data` that `struct` does not declare, as dotted paths (recursing into sub-structs
-    and lists of them)."""
+def _unknown_keys(
+    data: Any, struct: type, path: str = "", tables: Iterable[str] = ()
+) -> list[tuple[str, str | None]]:
+    """Keys in `data` that `struct` does not declare, as (dotted path, the declared key it is
+    closest to, or None), recursing into sub-structs and lists of them. `tables`: the binding
+    kinds' config keys ("kv_namespaces", "queues.producers"), read apart but close matches too."""
     if not isinstance(data, dict):
         return []
     fields = {f.encode_name: f for f in msgspec.structs.fields(struct)}
-    found = []
+    found: list[tuple[str, str | None]] = []
     for key, value in data.items():
         where = f"{path}{key}"
         field = fields.get(key)
         if field is None or (key in _SET_BY_US and struct is WorkerConfig):
-            found.append(where)
+            # a misspelt key is otherwise ignored in silence until what it meant is missing
+            known = [k for k in fields if not (k in _SET_BY_US and struct is WorkerConfig)]
+            known += [t[len(path) :].split(".")[0] for t in tables if t.startswith(path)]
+            found.append((where, close_name(key, known)))
             continue
         sub, in_list = _struct_in(field.type)
         if sub is None:
             continue
         if getattr(field.type, "__origin__", None) is dict and isinstance(value, dict):  # tables by name
             for name, item in value.items():
-                found += _unknown_keys(item, sub, f"{where}.{name}.")
+                found += _unknown_keys(item, sub, f"{where}.{name}.", tables)
             continue
         if in_list and isinstance(value, list):
             for i, item in enumerate(value):
-                found += _unknown_keys(item, sub, f"{where}.{i}.")
+                found += _unknown_keys(item, sub, f"{where}.{i}.", tables)
         else:
-            found += _unknown_keys(value, sub, where + ".")
+            found += _unknown_keys(value, sub, where + ".", tables)
     return found
 
 
@@ -268,14 +276,15 @@ def parse_config(
             raise ConfigError(f"{source}: invalid TOML: arrays or tables nested too deep") from None
     _check_account_tables(data, source)
     tables = binding_tables()
-    unknown = _unknown_keys(_without(data, list(tables)), WorkerConfig)
+    unknown = _unknown_keys(_without(data, list(tables)), WorkerConfig, tables=tables)
     for key, struct in tables.items():
         entries = _read_path(data, key)
         if isinstance(entries, list):
             for i, item in enumerate(entries):
                 unknown += _unknown_keys(item, struct, f"{key}.{i}.")
-    for key in unknown:
-        log.warning("%s: unknown key %r is ignored", source, key)
+    for key, close in unknown:
+        hint = f"; did you mean {close!r}?" if close else ""
+        log.warning("%s: unknown key %r is ignored%s", source, key, hint)
     for key in _SET_BY_US:
         data.pop(key, None)
     try:

@@ -24,6 +24,8 @@ from runtime.host.assets import ASSETS_SERVICE
 from runtime.host.objects import DurableObjects
 from runtime.host.spec import DurableObjectRef, WorkerSpec
 from runtime.host.worker import WorkerHandle
+from runtime.isolate.types import WorkerLoadError
+from runtime.isolate.view import BUNDLE
 
 log = logging.getLogger("edge.runtime")
 
@@ -77,6 +79,19 @@ def _local_secrets(config: WorkerConfig, bindings: set[str]) -> dict[str, str]:
     return {k: v for k, v in found.items() if k not in taken}
 
 
+def load_failure(exc: WorkerLoadError, script: Path) -> str:
+    """The terminal's account of a script that did not load: the error, then the traceback from the
+    first frame of the worker's own files (not the loader's), with the jail's path of its folder
+    (/bundle) given back as the folder the user edits, so an editor or a click finds the line."""
+    lines = exc.traceback.splitlines()
+    ours = (f'  File "{BUNDLE}/', f'  File "{script.parent}/')
+    first = next((i for i, line in enumerate(lines) if line.startswith(ours)), None)
+    if first is None:
+        return str(exc)
+    where = "\n".join(lines[first:]).replace(f'File "{BUNDLE}/', f'File "{script.parent}/')
+    return f"{exc}\n{where}"
+
+
 def pick_version(strategy: list[tuple[str, int]], key: str | None) -> str:
     """The version of a split (version, percentage) that a request lands on: the same key always
     lands in the same bucket; without one, a random bucket."""
@@ -101,6 +116,7 @@ class WorkerRegistry:
         self.deps = deps  # the dev worker's installed dependencies (runtime.host.deps), if it lists any
         self.dev = start(dev_spec(config, deps))
         self._deployed: dict[tuple[str, str, str], WorkerHandle] = {}
+        self._dev_failure: str | None = None  # why the dev worker's script last failed to load
 
     def worker(self, account: str, name: str, request: Request | None = None) -> WorkerHandle | None:
         """The handle that serves `name` of `account` (a request picks its version of the split;
@@ -156,6 +172,32 @@ class WorkerRegistry:
         await old.stop()
         await self.objects.stop_worker(self.config.account_id, self.config.name)
         log.info("reloaded %s", self.config.name)
+
+    async def source_changed(self) -> None:
+        """edge dev --reload saw a save: reload the dev worker and load it at once, so that a save
+        that breaks it is reported in the terminal when it is made (as wrangler dev reports a
+        build error), not by the next request's bare 503."""
+        await self.reload_dev()
+        await self.load_dev()
+
+    async def load_dev(self) -> None:
+        """Start the dev worker's isolate now. A script that does not load is reported once (file,
+        line, error), and serves 503s naming the error meanwhile; the first load after a failure
+        says it loads again."""
+        main = self.config.main_path
+        try:
+            await self.dev.isolate.ensure_started()
+        except WorkerLoadError as exc:
+            failure = load_failure(exc, main)
+            if failure != self._dev_failure:
+                log.error("%s", failure)  # requests get a 503 naming it meanwhile
+            self._dev_failure = failure
+        except Exception as exc:  # keep serving: requests get a 503 naming the error until it is fixed
+            log.error("%s\n%s", exc, getattr(exc, "traceback", ""))
+        else:
+            if self._dev_failure is not None:  # a warning: shown wherever the error was
+                log.warning("%s loads again: %s is served", main.name, self.config.name)
+            self._dev_failure = None
 
     async def stop(self) -> None:
         await self.dev.stop()

@@ -180,6 +180,14 @@ class Isolate:
             "jailed" if self.jailed else "NOT jailed",
         )
 
+    async def ensure_started(self) -> None:
+        """Start the process unless it runs (one start at a time: a request and edge dev's load of
+        a saved script may ask at once); WorkerLoadError when the script does not load."""
+        async with self._start_lock:
+            if not self.alive:
+                await self.stop()
+                await self.start()
+
     # --- a request --------------------------------------------------------------------------------
 
     def next_request_id(self) -> int:
@@ -196,10 +204,7 @@ class Isolate:
         10 ms old while requests run: a fresh read of the tree would cost more than a request),
         and returns (its id, the isolate's answer); what is left after the answer (a streamed body,
         waitUntil work) stays in flight until RequestDone."""
-        async with self._start_lock:
-            if not self.alive:
-                await self.stop()
-                await self.start()
+        await self.ensure_started()
         rid = request_id if request_id is not None else next(self._ids)
         future = asyncio.get_running_loop().create_future()
         self._pending[rid] = future

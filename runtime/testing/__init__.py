@@ -34,7 +34,10 @@ Design, and why:
 - Async tests without pytest-asyncio. The project's own suite has none, so the plugin runs an
   `async def` test that uses `worker` itself, on one event loop per session (the loop the
   worker's runtime lives on; the shared edge answers on the caller's loop). A synchronous test
-  or fixture uses `worker.run(coro)`. Tests that do not use `worker` are left alone.
+  or fixture uses `worker.run(coro)`. Tests that do not use `worker` are left alone. An async
+  test marked for anyio runs on the same loop (the plugin's runner is called before anyio's); a
+  worker call awaited on any other loop (asyncio.run, pytest-asyncio) fails at once saying which
+  style to use, and edge_test_timeout (default 300 s) ends any test of ours that would wait forever.
 - Nothing starts unless a test asks for `worker`: no autouse fixtures, so installing the plugin
   leaves every other suite as it was.
 """

@@ -10,6 +10,10 @@ Options (command line; the ini keys in [tool.pytest.ini_options] or pytest.ini):
                                          none: unseeded, each answer differs)
   --edge-insecure-isolation              run workers without namespaces (edge dev's flag of that name)
   --edge-compile                         compile the engines' decode steps ($EDGE_COMPILE; default eager)
+  --edge-test-timeout S / edge_test_timeout
+                                         how long an async test that uses `worker`, or one
+                                         worker.run(...), may run before it fails (default 300;
+                                         0: no limit): a last guard, so that no test waits forever
 Markers:
   @pytest.mark.edge_config("path")       this test's project (relative to the test file's folder)
   @pytest.mark.edge_ai_seed(7)           this test's seed (None: unseeded)
@@ -31,6 +35,7 @@ import pytest
 # environment, and the runtime (torch included) is imported by the first test that uses `worker`.
 
 DEFAULT_AI_SEED = 0
+DEFAULT_TEST_TIMEOUT_S = 300.0  # a real model answers in seconds; minutes mean a test that hangs
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -49,8 +54,18 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption(
         "--edge-compile", action="store_true", help="compile the engines' decode steps (default: eager)"
     )
+    group.addoption(
+        "--edge-test-timeout",
+        default=None,
+        help="seconds an async test using `worker` (or one worker.run) may run before it fails "
+        f"(default {DEFAULT_TEST_TIMEOUT_S:g}; 0: no limit)",
+    )
     parser.addini("edge_config", "the worker project's config file (relative to this ini file)")
     parser.addini("edge_ai_seed", f"the seed of every AI call without its own (default {DEFAULT_AI_SEED})")
+    parser.addini(
+        "edge_test_timeout",
+        f"seconds an async test using `worker` may run (default {DEFAULT_TEST_TIMEOUT_S:g}; 0: no limit)",
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -60,6 +75,12 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "edge_ai_seed(seed): the seed of this test's AI calls without their own (None: unseeded)"
     )
+    # The runner of async tests is registered now, after every plugin pytest loaded at start, so
+    # that its tryfirst hook is called before theirs (pluggy calls the last registered first): an
+    # `async def` test that uses `worker` and is marked for anyio (whose plugin is installed with
+    # httpx) runs on the worker's loop, where the worker answers, instead of on anyio's, where its
+    # awaits would wait forever.
+    config.pluginmanager.register(AsyncTestRunner(), "edge_workers.async_tests")
 
 
 def _seed(value: object, where: str) -> int | None:
@@ -69,6 +90,20 @@ def _seed(value: object, where: str) -> int | None:
         return int(value)  # type: ignore[call-overload]
     except (TypeError, ValueError):
         raise pytest.UsageError(f"{where}: expected an integer or none, got {value!r}") from None
+
+
+def timeout_of(config: pytest.Config) -> float | None:
+    """--edge-test-timeout, else the ini's edge_test_timeout, else the default; None: no limit."""
+    given, where = config.getoption("edge_test_timeout"), "--edge-test-timeout"
+    if given is None:
+        given, where = config.getini("edge_test_timeout") or None, "edge_test_timeout (ini)"
+    if given is None:
+        return DEFAULT_TEST_TIMEOUT_S
+    try:
+        seconds = float(given)
+    except ValueError:
+        raise pytest.UsageError(f"{where}: expected seconds (0: no limit), got {given!r}") from None
+    return seconds if seconds > 0 else None
 
 
 def ai_seed_for(request: pytest.FixtureRequest) -> int | None:
@@ -149,7 +184,9 @@ def worker(request: pytest.FixtureRequest, edge_session, edge_config: Path, tmp_
         deps=project.deps,
         admin_token=admin_token,
     )
-    client = EdgeWorker(runtime, loop, str(edge_config), ai_seed=ai_seed_for(request))
+    client = EdgeWorker(
+        runtime, loop, str(edge_config), ai_seed=ai_seed_for(request), timeout=timeout_of(request.config)
+    )
     client.admin_token = admin_token
     try:
         loop.run_until_complete(client.start())
@@ -164,17 +201,22 @@ def worker(request: pytest.FixtureRequest, edge_session, edge_config: Path, tmp_
         settle(loop)
 
 
-@pytest.hookimpl(tryfirst=True)
-def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
-    """An `async def` test that uses `worker` runs on the session's loop, the loop its worker
-    lives on (no pytest-asyncio needed); any other test is left to pytest and other plugins."""
-    if not inspect.iscoroutinefunction(pyfuncitem.obj) or "worker" not in pyfuncitem.fixturenames:
-        return None
-    from runtime.testing.edges import EdgeSession
+class AsyncTestRunner:
+    """Runs an `async def` test that uses `worker` on the session's loop, the loop its worker lives
+    on (no pytest-asyncio needed), whether or not it is also marked for anyio; any other test is
+    left to pytest and other plugins. Registered in pytest_configure (see there why)."""
 
-    session = pyfuncitem.funcargs.get("edge_session")
-    if not isinstance(session, EdgeSession):
-        return None  # `worker` is a fixture of the test's own, not ours
-    names = pyfuncitem._fixtureinfo.argnames
-    session.loop.run_until_complete(pyfuncitem.obj(**{name: pyfuncitem.funcargs[name] for name in names}))
-    return True
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_pyfunc_call(self, pyfuncitem: pytest.Function) -> bool | None:
+        if not inspect.iscoroutinefunction(pyfuncitem.obj) or "worker" not in pyfuncitem.fixturenames:
+            return None
+        from runtime.testing.edges import EdgeSession
+        from runtime.testing.worker import run_within
+
+        session = pyfuncitem.funcargs.get("edge_session")
+        if not isinstance(session, EdgeSession):
+            return None  # `worker` is a fixture of the test's own, not ours
+        names = pyfuncitem._fixtureinfo.argnames
+        test = pyfuncitem.obj(**{name: pyfuncitem.funcargs[name] for name in names})
+        run_within(session.loop, test, timeout_of(pyfuncitem.config), pyfuncitem.name)
+        return True

@@ -13,6 +13,7 @@ and reads exactly what the worker sees, with the worker's API.
 from __future__ import annotations
 
 import asyncio
+import functools
 import importlib
 import itertools
 import json as json_module
@@ -30,7 +31,7 @@ from runtime.bindings import BindingError, BindingRef, kinds
 from runtime.host.invocation import Invocation
 from runtime.host.objects import namespace_key
 from runtime.isolate import ipc
-from workers.binding_values import binding_error
+from workers.binding_values import binding_error, no_such_binding
 from workers.durable_objects import DurableObjectNamespace, id_from_name, remote_error
 
 T = TypeVar("T")
@@ -41,6 +42,52 @@ TERMINAL = ("complete", "errored", "terminated")  # a workflow instance's status
 
 class WorkerLoadError(Exception):
     """The worker's script did not load (a syntax error, no entry point); the message is the runtime's."""
+
+
+class ForeignLoopError(RuntimeError):
+    """A call of the worker's awaited on an event loop other than the one the worker lives on."""
+
+
+def _on_its_loop(method):
+    """An EdgeWorker coroutine method that refuses at once to run on another event loop than the
+    worker's: there (asyncio.run in a test, a test run by anyio's or pytest-asyncio's plugin) its
+    awaits would wait forever for answers that only the worker's loop delivers."""
+
+    @functools.wraps(method)
+    async def checked(self: EdgeWorker, *args: Any, **kwargs: Any) -> Any:
+        self._check_loop(method.__name__)
+        return await method(self, *args, **kwargs)
+
+    return checked
+
+
+def run_within(
+    loop: asyncio.AbstractEventLoop, awaitable: Awaitable[T], timeout: float | None, what: str
+) -> T:
+    """Run `awaitable` on `loop` (not running) to its end, or fail the test once `timeout` seconds
+    have passed: the plugin's last guard against a test that waits forever. The timeout is told
+    apart from a TimeoutError the test itself raises, which propagates as any exception does."""
+    import pytest
+
+    task = asyncio.ensure_future(awaitable, loop=loop)
+    try:
+        done, _ = loop.run_until_complete(asyncio.wait({task}, timeout=timeout))
+    except BaseException:  # Ctrl-C: the test's task ends with the run
+        _cancel(loop, task)
+        raise
+    if task not in done:
+        _cancel(loop, task)
+        pytest.fail(
+            f"{what} ran past {timeout:g} s (edge_test_timeout: set it with --edge-test-timeout S or "
+            "the ini key edge_test_timeout, 0 for no limit); it was still waiting",
+            pytrace=False,
+        )
+    return task.result()
+
+
+def _cancel(loop: asyncio.AbstractEventLoop, task: asyncio.Future) -> None:
+    task.cancel()
+    loop.run_until_complete(asyncio.wait({task}, timeout=5.0))  # a test that ignores its cancel: left
 
 
 @dataclass
@@ -99,7 +146,12 @@ class EdgeWorker:
     (runtime.testing.plugin); `start` and `close` are the fixture's."""
 
     def __init__(
-        self, runtime: Runtime, loop: asyncio.AbstractEventLoop, config_path: str, ai_seed: int | None = 0
+        self,
+        runtime: Runtime,
+        loop: asyncio.AbstractEventLoop,
+        config_path: str,
+        ai_seed: int | None = 0,
+        timeout: float | None = None,
     ):
         self.runtime, self.config_path = runtime, config_path
         self.config = runtime.config
@@ -114,6 +166,7 @@ class EdgeWorker:
         self.admin_token: str | None = None  # the /cdn-cgi/edge/ control endpoints' (the fixture sets it)
         self._api_token: str | None = None
         self.ai_seed = ai_seed
+        self.timeout = timeout  # worker.run's limit, the plugin's edge_test_timeout (None: none)
 
     @property
     def api_token(self) -> str:
@@ -150,10 +203,38 @@ class EdgeWorker:
 
     def run(self, awaitable: Awaitable[T]) -> T:
         """Run one of this client's coroutines from a synchronous test or fixture:
-        `worker.run(worker.fetch("/"))`. (In an `async def` test, just await it.)"""
+        `worker.run(worker.fetch("/"))`. (In an `async def` test, just await it.) It fails the test
+        past the plugin's edge_test_timeout."""
         if self._loop.is_running():
             raise RuntimeError("worker.run is for synchronous code; in an async test, await it")
-        return self._loop.run_until_complete(awaitable)
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            pass
+        else:
+            raise ForeignLoopError(self._foreign_loop("run"))
+        return run_within(self._loop, awaitable, self.timeout, "worker.run")
+
+    def _check_loop(self, what: str) -> None:
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is not self._loop:
+            raise ForeignLoopError(self._foreign_loop(what))
+
+    @staticmethod
+    def _foreign_loop(what: str) -> str:
+        """`what`: a method of the worker ("fetch"), or a binding's call ("CACHE.get")."""
+        call = f"worker.run(worker.{what}(...))" if what.isidentifier() else f"worker.run({what}(...))"
+        call = "worker.run(...)" if what == "run" else call
+        shown = f"worker.{what}" if what.isidentifier() else what
+        return (
+            f"{shown} was called on an event loop that is not the worker's (asyncio.run, or a test "
+            "that anyio's or pytest-asyncio's plugin runs), where it would wait forever. Write the test as "
+            "a plain `async def test_...(worker):` and await the worker there (the plugin runs it on the "
+            f"worker's loop, no marker needed), or in a synchronous test call {call}"
+        )
 
     # --- AI -----------------------------------------------------------------------------------------
 
@@ -170,6 +251,7 @@ class EdgeWorker:
 
     # --- HTTP ---------------------------------------------------------------------------------------
 
+    @_on_its_loop
     async def fetch(
         self,
         url: str = "/",
@@ -194,6 +276,7 @@ class EdgeWorker:
 
     # --- events -------------------------------------------------------------------------------------
 
+    @_on_its_loop
     async def scheduled(self, cron: str | None = None, *, time_ms: int | None = None) -> EventResult:
         """Run the worker's scheduled handler once now, as a Cron Trigger does: `cron` defaults to
         the config's first triggers.crons entry; `time_ms` is controller.scheduledTime (default
@@ -210,6 +293,7 @@ class EdgeWorker:
         outcome, exception = await self.runtime.run_scheduled(cron, when)
         return EventResult(outcome, exception)
 
+    @_on_its_loop
     async def queue(self, queue: str, messages: list[dict[str, Any]]) -> QueueResult:
         """Hand the worker's queue handler one batch of `queue`'s messages now, each
         `{"body": ..., "id"?: str, "timestamp"?: ms, "attempts"?: int}`; the worker must consume
@@ -239,12 +323,9 @@ class EdgeWorker:
     def _ref(self, binding: str, kind: str | None = None) -> BindingRef:
         refs = self.runtime.dev.spec.bindings
         ref = refs.get(binding)
-        if ref is None:
-            known = ", ".join(f"{n} ({r.kind})" for n, r in sorted(refs.items())) or "none"
-            raise LookupError(
-                f"the worker has no binding named {binding!r} (its bindings: {known}); declare it in "
-                f"{self.config_path}"
-            )
+        if ref is None:  # the same words as env.MISSING in the worker (workers.binding_values)
+            kinds_by_name = {n: r.kind for n, r in refs.items()}
+            raise LookupError(no_such_binding(binding, kinds_by_name, declare_in=self.config_path))
         if kind is not None and ref.kind != kind:
             wanted = kinds.kind(kind)
             raise TypeError(
@@ -290,6 +371,7 @@ class EdgeWorker:
         self._ref(name, "workflow")
         return self.binding(name)
 
+    @_on_its_loop
     async def create_vectorize_index(
         self,
         binding: str,
@@ -321,6 +403,7 @@ class EdgeWorker:
         stores, account = self.runtime.bindings, self.account
 
         async def call(method: str, args: list, kwargs: dict) -> Any:
+            self._check_loop(f"{name}.{method}")  # worker.kv(NAME).get and the other clients' calls
             args, kwargs = _wire([list(args), dict(kwargs)], f"{name}.{method}")
             try:
                 result = await stores.call(account, ref, method, args, kwargs)
@@ -340,6 +423,7 @@ class EdgeWorker:
         objects, locator = self.runtime.objects, self.runtime.locator
 
         async def call(binding: str, object_id: str, method: str, args: list, kwargs: dict) -> Any:
+            self._check_loop(f"{binding}.{method}")
             args, kwargs = _wire([list(args), dict(kwargs)], f"{binding} {method}")
             message = ipc.ObjectCall(next(self._calls), 0, binding, object_id, method, args, kwargs)
             ingress, rtt = locator.edge.ingress(locator.default_location)
@@ -362,6 +446,7 @@ class EdgeWorker:
             )
         return ref
 
+    @_on_its_loop
     async def alarm(self, binding: str, name: str | None = None, *, id: str | None = None) -> AlarmResult:  # noqa: A002
         """Run the alarm of the object `name` (or `id`) of `binding` now, whenever it is set for,
         as the scheduler would (its retries and a new alarm it sets are kept); `ran` is False
@@ -390,6 +475,7 @@ class EdgeWorker:
 
     # --- workflows ----------------------------------------------------------------------------------
 
+    @_on_its_loop
     async def wait_for_workflow(
         self, instance: Any, until: str | Iterable[str] = TERMINAL, timeout: float = 60.0
     ) -> Any:

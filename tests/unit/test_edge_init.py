@@ -88,6 +88,20 @@ def test_the_cli_writes_the_project_and_says_what_next(tmp_path):
     assert again.returncode != 0 and "already exists" in again.stderr
 
 
+def test_the_cli_prints_the_paths_it_wrote(tmp_path):
+    # issue 57, item 8: it printed `test_worker.py` for the file it wrote as tests/test_worker.py
+    done = subprocess.run(
+        [sys.executable, "-m", "runtime.cli", "init", "site", "--template", "d1"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr
+    first = done.stdout.splitlines()[0]
+    assert "tests/test_worker.py" in first and "worker.py" in first and "wrangler.jsonc" in first, first
+    assert (tmp_path / "site" / "tests" / "test_worker.py").is_file()
+
+
 def _answer(folder, env=None):
     async def go():
         async def no_ai(call):
@@ -118,6 +132,43 @@ def test_a_template_without_what_it_needs_answers_501_saying_so(tmp_path, templa
     answer = _answer(tmp_path / template)  # an isolate with no bindings at all
     assert isinstance(answer, ipc.InvokeResult) and answer.status == 501, answer
     assert says in answer.body.decode()
+
+
+class _D1Host(QuietHost):
+    """A host that answers env.DB with a real D1 store under `folder` (and refuses the rest)."""
+
+    def __init__(self, folder):
+        super().__init__()
+        from runtime.bindings import BindingRef, BindingStores
+
+        self.stores, self.ref = BindingStores(folder), BindingRef("d1", "quotes-db")
+
+    async def binding(self, call: ipc.BindingCall) -> ipc.BindingReply:
+        result = await self.stores.call("acct", self.ref, call.method, call.args, call.kwargs)
+        return ipc.BindingReply(call.call, result=result)
+
+
+def test_the_d1_template_answers_a_post_without_a_quote_with_a_400_naming_the_field(tmp_path):
+    # issue 57, item 8: a POST without "quote" was a 500 KeyError
+    write_project(tmp_path / "d1", "d1")
+    host = _D1Host(tmp_path / "state")
+
+    async def go():
+        script = tmp_path / "d1" / "worker.py"
+        iso = Isolate("d1", script, {}, "AI", host, bindings={"DB": "workers.d1:D1Database"})
+        await iso.start()
+        try:
+            bodies = (b'{"author": "Tim"}', b'{"quote": 3}', b"not json", b"[]", b'{"quote": "Flat."}')
+            return [await iso.invoke("POST", "http://x/", [], body, {}) for body in bodies]
+        finally:
+            await iso.stop()
+            host.stores.close()
+
+    *refused, added = asyncio.run(go())
+    for answer in refused:
+        assert isinstance(answer, ipc.InvokeResult) and answer.status == 400, answer
+        assert 'the field "quote"' in json.loads(answer.body)["error"]
+    assert added.status == 201 and json.loads(added.body) == {"added": "Flat."}
 
 
 @pytest.mark.slow

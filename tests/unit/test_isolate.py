@@ -350,3 +350,37 @@ def test_what_a_script_prints_while_it_loads_reaches_the_console_and_it_still_st
         ("log", "loading the worker"),
         ("error", "a warning at import"),
     ]
+
+
+def test_a_missing_binding_names_the_bindings_the_worker_has_and_the_close_one(tmp_path):
+    # issue 57, item 3: env.MISSING was a bare AttributeError; it lists env's names as the pytest
+    # plugin's worker.binding does, with a close match, and stays an AttributeError (getattr defaults)
+    script = write(
+        tmp_path,
+        """
+        from workers import WorkerEntrypoint, Response
+
+        class Default(WorkerEntrypoint):
+            async def fetch(self, request):
+                assert getattr(self.env, "NOPE", None) is None and not hasattr(self.env, "NOPE")
+                name = request.url.rsplit("/", 1)[1]
+                return Response(str(getattr(self.env, name)))
+    """,
+    )
+    iso = Isolate(
+        "test", script, {"GREETING": "hi"}, "AI", QuietHost(), bindings={"CACHE": "workers.kv:KVNamespace"}
+    )
+
+    async def go():
+        await iso.start()
+        try:
+            return [await iso.invoke("GET", f"http://x/{n}", [], b"", {}) for n in ("CAHCE", "ai", "ZZZ")]
+        finally:
+            await iso.stop()
+
+    typo, case, far = run(go())
+    listed = "(its bindings: AI (Ai), CACHE (KVNamespace), GREETING (var))"
+    assert isinstance(typo, ipc.InvokeError) and typo.message.startswith("AttributeError: "), typo
+    assert f"the worker has no binding named 'CAHCE' {listed}; did you mean 'CACHE'?" in typo.message
+    assert "no binding named 'ai'" in case.message and "did you mean 'AI'?" in case.message
+    assert f"no binding named 'ZZZ' {listed}" in far.message and "did you mean" not in far.message

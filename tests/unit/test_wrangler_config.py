@@ -454,3 +454,24 @@ def test_module_constants_match_the_readme():
     assert config_module.DEFAULT_POPS == ["ICN", "FRA", "IAD"]
     assert config_module.MODELS_DIR_ENV == "EDGE_MODELS_DIR"
     assert (REPO / "models").resolve() == INSTALLED_MODELS_DIR  # this checkout is the installation
+
+
+def test_an_unknown_key_says_which_known_key_it_is_close_to(caplog):
+    # issue 57, item 3: `"ia": {...}` warned and then the worker failed on env.AI with no hint
+    extra = (
+        '"ia": {"binding": "AI"}, "kv_namespace": [], '
+        '"d1_databases": [{"binding": "DB", "database_id": "x", "database_name": "n", '
+        '"previw_database_id": "p"}], '
+        '"edge": {"client_locaton": "Paris", "zzz": 1}'
+    )
+    with caplog.at_level(logging.WARNING, logger="edge.config"):
+        parse_config(_with(extra), source="wrangler.json")
+    text = caplog.text
+    assert "unknown key 'ia' is ignored; did you mean 'ai'?" in text
+    assert "unknown key 'kv_namespace' is ignored; did you mean 'kv_namespaces'?" in text
+    assert (
+        "unknown key 'd1_databases.0.previw_database_id' is ignored; did you mean 'preview_database_id'?"
+        in text
+    )
+    assert "unknown key 'edge.client_locaton' is ignored; did you mean 'client_location'?" in text
+    assert "unknown key 'edge.zzz' is ignored\n" in text  # nothing close: no guess

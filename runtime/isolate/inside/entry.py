@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from workers import DurableObject, Request, WorkerEntrypoint, WorkflowEntrypoint
+from workers.binding_values import no_such_binding
 from workers.durable_objects import DurableObjectState
 from workers.queues import MessageBatch
 
@@ -22,10 +23,21 @@ WAIT_UNTIL_SECONDS = 30.0  # as on Workers: work continues this long after the r
 
 
 class Env:
-    """`env` as the worker sees it: vars and bindings as attributes (and by name with `env["X"]`)."""
+    """`env` as the worker sees it: vars and bindings as attributes (and by name with `env["X"]`).
+    A name it does not hold raises AttributeError listing the ones it does, with their kinds
+    (`kinds`: name -> "var", "Ai", "KVNamespace"...), and the close one: a binding misspelt in the
+    config or in the script is otherwise a bare AttributeError far from the mistake."""
 
-    def __init__(self, values: dict[str, Any]):
+    __slots__ = ("__dict__", "__kinds")  # the kinds in a slot: __dict__ holds env's names alone
+
+    def __init__(self, values: dict[str, Any], kinds: dict[str, str] | None = None):
         self.__dict__.update(values)
+        self.__kinds = {n: (kinds or {}).get(n, "var") for n in values}
+
+    def __getattr__(self, name: str) -> Any:  # only for a name the worker's env does not hold
+        if name.startswith("__") or name == "_Env__kinds":  # copy, pickle and friends probe these
+            raise AttributeError(name)
+        raise AttributeError(no_such_binding(name, self.__kinds))
 
     def __getitem__(self, name: str) -> Any:
         return self.__dict__[name]

@@ -468,16 +468,22 @@ async def main(fd: int, sync_fd: int | None = None) -> None:
     if not isinstance(init, ipc.Init):
         raise SystemExit("isolate: expected Init first")
     values: dict[str, Any] = dict(init.vars)
+    # each name's kind, as Cloudflare's types name them, for the error env.MISSING raises
+    kinds = dict.fromkeys(init.vars, "var")
     if init.ai_binding:
         values[init.ai_binding] = AIBinding(channel)
+        kinds[init.ai_binding] = "Ai"
     for name in init.services:
         values[name] = ServiceBinding(channel, name)
+        kinds[name] = "Fetcher"
     for name, client in init.bindings.items():  # each call crosses as ipc.BindingCall
         values[name] = sdk_client(client)(
             lambda method, args, kwargs, _name=name: channel.call_binding(_name, method, args, kwargs)
         )
+        kinds[name] = type(values[name]).__name__  # KVNamespace, D1Database, R2Bucket...
     for name, key in init.durable_objects.items():  # each call crosses as ipc.ObjectCall
         values[name] = DurableObjectNamespace(name, key, channel.call_object)
+        kinds[name] = "DurableObjectNamespace"
     capture_logs(channel)
     websocket._install(ChannelSockets(channel), init.socket_base)
     for held in init.sockets[: websocket.HELD_MAX]:  # a hibernated object's sockets, back with it
@@ -491,7 +497,7 @@ async def main(fd: int, sync_fd: int | None = None) -> None:
             sandbox.restrict(["/"], writable=["/dev/null"], scratch=["/tmp"])
         elif init.sandbox:  # from here the kernel confines what the script can touch
             sandbox.restrict(sandbox_paths(script, init.deps), writable=["/dev/null"])
-        env = Env(values)
+        env = Env(values, kinds)
         install_context(env=env, current_ctx=current_ctx.get)  # workers.env, workers.wait_until
         instance = None
         workflow = None
