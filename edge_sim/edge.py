@@ -20,7 +20,7 @@ from edge_sim.topology import Location, PoP, Topology
 from edge_sim.upstream import UpstreamPopNode
 from engine import SeqEvent
 from engine.errors import GenerationError
-from engine.structured.answer import Delta
+from engine.structured.choices import Delta
 
 log = logging.getLogger("edge.edge")
 

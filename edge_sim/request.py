@@ -18,8 +18,7 @@ from edge_sim.errors import EdgeError
 from engine import SamplingParams
 from engine.errors import GenerationError
 from engine.sched.fair_queue import TenantShare
-from engine.structured.answer import Choice
-from engine.structured.choices import ChoiceAssembler
+from engine.structured.choices import Choice, ChoiceAssembler
 from engine.structured.reasoning_parser import thinks
 from engine.structured.tool_calls import format_for
 from engine.structured.tool_types import ToolChoice, ToolFunction

@@ -14,12 +14,38 @@ failed (its one, when n is 1) fails.
 
 from __future__ import annotations
 
+import msgspec
+
 from engine.errors import GenerationError
 from engine.outputs import Logprobs, RequestMetrics, SeqEvent
-from engine.structured.answer import Choice, Delta
 from engine.structured.reasoning_parser import ReasoningParser
 from engine.structured.tool_parser import ToolCallParser
-from engine.structured.tool_types import ToolChoice, ToolFunction
+from engine.structured.tool_types import ToolCall, ToolCallDelta, ToolChoice, ToolFunction
+
+
+class Delta(msgspec.Struct, kw_only=True):
+    """A piece of a streamed answer for choice `index`: text, its tokens' logprobs (when asked
+    for), and pieces of tool calls parsed from the model's tool-call format."""
+
+    text: str = ""
+    index: int = 0
+    logprobs: list[Logprobs] | None = None
+    tool_calls: list[ToolCallDelta] | None = None
+    reasoning: str = ""  # a piece of the model's reasoning (engine.structured.reasoning_parser)
+
+
+class Choice(msgspec.Struct, kw_only=True):
+    """One of a request's n answers: its text (tool-call markup removed), how it ended, its tokens,
+    their logprobs when asked for, and the tool calls it made (finish_reason "tool_calls")."""
+
+    index: int = 0
+    text: str
+    finish_reason: str
+    completion_tokens: int
+    logprobs: list[Logprobs] | None = None
+    tool_calls: list[ToolCall] | None = None
+    reasoning: str = ""  # what it thought before answering ("" when it did not, or cannot)
+    reasoning_tokens: int = 0  # of completion_tokens, those spent thinking
 
 
 class _ChoiceState:

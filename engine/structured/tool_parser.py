@@ -21,9 +21,8 @@ import uuid
 from typing import Any
 
 from engine.structured import tool_calls as fmts
-from engine.structured.answer import ToolCallDelta
 from engine.structured.tool_schema import check
-from engine.structured.tool_types import ToolCall, ToolFunction
+from engine.structured.tool_types import ToolCall, ToolCallDelta, ToolFunction
 
 log = logging.getLogger(__name__)
 MAX_HEAD_CHARS = 256  # a call's name part longer than this is not a call: the text goes out as content

@@ -28,3 +28,13 @@ class ToolCall(msgspec.Struct, kw_only=True):
 
 # "auto": text or calls; "none": text only; "required": at least one call; a name: that function
 ToolChoice = str
+
+
+class ToolCallDelta(msgspec.Struct, kw_only=True):
+    """A piece of a streamed tool call, as OpenAI streams it: the first piece of call `index`
+    carries its id and name, the rest pieces of its arguments' text."""
+
+    index: int
+    id: str | None = None
+    name: str | None = None
+    arguments: str = ""

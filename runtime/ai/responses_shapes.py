@@ -12,7 +12,7 @@ from typing import Any
 
 from edge_sim.request import GenerateResult
 from engine.outputs import Logprobs
-from engine.structured.answer import Delta
+from engine.structured.choices import Delta
 from engine.structured.tool_types import ToolCall
 from runtime.ai.responses_inputs import ResponsesRequest
 from runtime.ai.shape_parts import chat_logprobs

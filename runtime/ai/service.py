@@ -42,7 +42,7 @@ from edge_sim.errors import EdgeError
 from edge_sim.request import GenerateRequest, GenerateResult
 from edge_sim.topology import PoP
 from engine.sched.fair_queue import TenantShare
-from engine.structured.answer import Delta
+from engine.structured.choices import Delta
 from runtime.ai.call import BATCH, CHAT, COMPLETION, POLL, RESPONSES, STREAM, WORKERS_AI, AICall, is_responses
 from runtime.ai.embeddings import (
     EMBEDDING_MODELS,

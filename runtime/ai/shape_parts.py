@@ -9,8 +9,8 @@ from typing import Any
 
 from edge_sim.request import GenerateResult
 from engine.outputs import Logprobs, TokenLogprob
-from engine.structured.answer import Choice, ToolCallDelta
-from engine.structured.tool_types import ToolCall
+from engine.structured.choices import Choice
+from engine.structured.tool_types import ToolCall, ToolCallDelta
 
 
 def choices_of(result: GenerateResult) -> list[Choice]:

@@ -14,7 +14,7 @@ from typing import Any, Literal
 import msgspec
 
 from edge_sim.request import GenerateResult
-from engine.structured.answer import Choice, Delta
+from engine.structured.choices import Choice, Delta
 from runtime.ai.shape_parts import (
     chat_logprobs,
     choices_of,

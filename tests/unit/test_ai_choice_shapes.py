@@ -7,8 +7,8 @@ import json
 from edge_sim.accounting import LatencyAccount
 from edge_sim.request import Formats, GenerateResult
 from engine.outputs import Logprobs, TokenLogprob
-from engine.structured.answer import Choice, Delta, ToolCallDelta
-from engine.structured.tool_types import ToolCall
+from engine.structured.choices import Choice, Delta
+from engine.structured.tool_types import ToolCall, ToolCallDelta
 from runtime.ai.shapes import openai_events, shape_result, text_completion, workers_ai_events
 
 MODEL = "@edge/test/tiny"

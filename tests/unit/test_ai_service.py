@@ -8,7 +8,7 @@ from edge_sim.edge import Edge
 from edge_sim.network import NetworkModel
 from edge_sim.pop import ModelSpec
 from edge_sim.topology import Topology
-from engine.structured.answer import Delta
+from engine.structured.choices import Delta
 from runtime.ai.service import AIService
 from workers import AIError
 

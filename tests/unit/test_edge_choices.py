@@ -19,7 +19,7 @@ from edge_sim.request import Formats, GenerateRequest, GenerateResult
 from edge_sim.topology import Topology
 from engine import SamplingParams, SeqEvent
 from engine.outputs import Logprobs, RequestMetrics, TokenLogprob
-from engine.structured.answer import Delta
+from engine.structured.choices import Delta
 from engine.structured.tool_calls import KIMI_K2
 from engine.structured.tool_types import ToolFunction
 

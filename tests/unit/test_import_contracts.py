@@ -53,3 +53,19 @@ def test_the_jail_contract_forbids_every_isolate_module_but_the_wire_types():
     siblings = {f"runtime.isolate.{p.stem}" for p in (ROOT / "runtime" / "isolate").glob("*.py")}
     siblings -= {"runtime.isolate.__init__", "runtime.isolate.ipc"}
     assert siblings <= forbidden, sorted(siblings - forbidden)
+
+
+def test_every_room_of_engine_is_in_the_layers():
+    """A new sub-package or top-level module of engine/ must take its place in the layers."""
+    inside = next(c for c in _contracts() if c.get("containers") == ["engine"])
+    named = {room.strip() for layer in inside["layers"] for room in layer.split("|")}
+    rooms = {p.parent.name for p in (ROOT / "engine").glob("*/__init__.py")}
+    rooms |= {p.stem for p in (ROOT / "engine").glob("*.py") if p.stem != "__init__"}
+    assert rooms == named, f"rooms not in the layers: {sorted(rooms - named)}; gone: {sorted(named - rooms)}"
+
+
+def test_no_engine_folder_holds_more_than_twelve_modules():
+    """A folder past a dozen modules is a room that wants splitting (its __init__ counted)."""
+    for folder in [ROOT / "engine", *(p.parent for p in (ROOT / "engine").glob("*/__init__.py"))]:
+        modules = sorted(p.name for p in folder.glob("*.py"))
+        assert len(modules) <= 12, f"{folder.relative_to(ROOT)}: {len(modules)} modules: {modules}"

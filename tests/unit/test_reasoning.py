@@ -16,7 +16,7 @@ from edge_sim.network import NetworkModel
 from edge_sim.request import Formats, GenerateRequest, GenerateResult
 from edge_sim.topology import Topology
 from engine import SamplingParams
-from engine.structured.answer import Delta
+from engine.structured.choices import Delta
 from engine.structured.reasoning_parser import MARKERS, ReasoningParser, thinks
 from engine.structured.tool_calls import GLM45, KIMI_K2
 from engine.structured.tool_types import ToolFunction

@@ -7,8 +7,8 @@ import json
 import pytest
 
 from edge_sim.request import Formats, GenerateResult
-from engine.structured.answer import Choice, Delta, ToolCallDelta
-from engine.structured.tool_types import ToolCall
+from engine.structured.choices import Choice, Delta
+from engine.structured.tool_types import ToolCall, ToolCallDelta
 from runtime.ai.responses_inputs import decode_request
 from runtime.ai.responses_shapes import response_events, response_object
 

@@ -12,7 +12,7 @@ import pytest
 from tokenizers import Tokenizer
 
 from engine.errors import InvalidRequestError
-from engine.structured.answer import Choice
+from engine.structured.choices import Choice
 from engine.structured.guided import GuideCompiler, grammar_text
 from engine.structured.tool_calls import (
     GLM45,
