@@ -17,7 +17,10 @@ def test_int8_per_channel_bound(shape):
     q = quantize(w, "int8")
     assert q.data.dtype == torch.int8 and q.scale.shape == shape[:-1]
     err = (dequantize(q) - w).abs()
-    assert (err <= w.abs().amax(-1, keepdim=True) / 254 + 1e-7).all()
+    # half a step of the row's scale, plus float32 rounding of q * scale (a few ulps of the row's
+    # largest value: an absolute 1e-7 failed about 1 run in 5 on rows near 8)
+    amax = w.abs().amax(-1, keepdim=True)
+    assert (err <= amax / 254 + amax * 4 * torch.finfo(torch.float32).eps).all()
 
 
 @pytest.mark.parametrize("shape", [(64, 96), (2, 40, 256)])
