@@ -35,7 +35,7 @@ import re
 from typing import Any
 
 from engine.errors import InvalidRequestError
-from engine.structured.guide import MAX_GUIDE_CHARS, CallFormat, Guide, with_json_options
+from engine.structured.guide import MAX_GUIDE_CHARS, CallFormat, Guide, bounded_integers, with_json_options
 from engine.structured.tool_schema import closed, extras_allowed
 from engine.structured.tool_types import ToolChoice, ToolFunction
 
@@ -273,7 +273,7 @@ def resolve_markers(grammar: str, token_of: dict[str, int]) -> str:
 
 
 def _json(schema: dict[str, Any]) -> str:
-    return "%json " + json.dumps(with_json_options(schema))
+    return "%json " + json.dumps(with_json_options(bounded_integers(schema)))
 
 
 def _re(text: str) -> str:
