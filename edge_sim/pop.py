@@ -184,7 +184,9 @@ class PopNode(NodeBase):
         tools = req.tools if req.tools and req.tool_choice != "none" else None
         if req.messages is None:
             if tools:
-                raise InvalidRequestError("tools", "tools are declared in chat 'messages'; send messages")
+                raise InvalidRequestError(
+                    "tools", "a raw prompt has no chat template to declare tools in; send messages"
+                )
             return engine.encode_prompt(req.prompt or "")
         # bounded before anything renders it (the tools' size is bounded by check_tools)
         engine.check_prompt_chars(sum(len(str(m.get("content", ""))) for m in req.messages))

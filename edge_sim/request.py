@@ -55,7 +55,10 @@ class Formats(NamedTuple):
 
 class GenerateRequest(msgspec.Struct, kw_only=True):
     """A validated call: its model (the catalog name that serves it), prompt or chat messages,
-    sampling parameters and tenant. Carried unchanged to the PoP, over the wire to a remote one."""
+    sampling parameters and tenant. Carried unchanged to the PoP, over the wire to a remote one.
+    `prompt` is text the model continues as written (Workers AI's `raw: true`, OpenAI's
+    /completions); `messages` go through the model's chat template (a Workers AI prompt without
+    raw arrives here as one user message)."""
 
     model: str
     prompt: str | None = None

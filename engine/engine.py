@@ -212,11 +212,15 @@ class LLMEngine:
         return self._guides
 
     def _compile(self, guide, max_tokens: int | None = None) -> GuideState:
-        """A sequence's guide state; any-JSON mode's also closes the object within max_tokens, and a
-        tool-call guide's its calls."""
+        """A sequence's guide state; a JSON guide's (any JSON, or a schema's) also closes the object
+        within max_tokens, and a tool-call guide's its calls."""
         compiler = self.guide_compiler()
-        if (guide.kind == "json" or guide.calls is not None) and max_tokens is not None:
+        if max_tokens is None:
+            return GuideState(compiler.compile(guide))
+        if guide.kind == "json" or guide.calls is not None:
             return GuideState(compiler.compile(guide), compiler, max_tokens, guide.calls)
+        if guide.kind == "json_schema":
+            return GuideState(compiler.compile(guide), compiler, max_tokens, schema=guide.schema)
         return GuideState(compiler.compile(guide))
 
     def speller(self) -> TokenSpeller:

@@ -20,6 +20,57 @@ MAX_GUIDE_CHARS = 64 * 1024  # a schema, regex or grammar larger than this is re
 JSON_OPTIONS = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
 
 
+# an integer a schema leaves unbounded is held to 15 digits: below 2**53, so every JSON parser keeps
+# it exact (JavaScript's and most others read numbers as doubles), and a sampled answer cannot run
+# its digits on until max_tokens cuts it; a schema's own minimum or maximum wins on its side
+MAX_EXACT_INTEGER = 10**15 - 1
+# the keywords whose values are one subschema, a list of them, or a name -> subschema map
+_ONE = ("additionalProperties", "items", "not", "if", "then", "else", "contains", "propertyNames")
+_ONE += ("unevaluatedProperties", "unevaluatedItems", "additionalItems")
+_LIST = ("anyOf", "oneOf", "allOf", "prefixItems", "items")
+_MAP = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
+
+
+MAX_SCHEMA_DEPTH = 64  # subschemas nested deeper than this are left as they are (no recursion limit hit)
+
+
+def map_subschemas(schema: Any, change: Any, depth: int = 0) -> Any:
+    """A copy of `schema` with `change(subschema)` applied to it and to every subschema below it
+    (bottom up, to MAX_SCHEMA_DEPTH); `schema` itself is not changed. A `true` subschema is read as
+    `{}` (the same schema); other values are kept as they are."""
+    if schema is True and depth:
+        schema = {}
+    if not isinstance(schema, dict) or depth > MAX_SCHEMA_DEPTH:
+        return schema
+    out = dict(schema)
+    for key in _ONE:
+        if isinstance(out.get(key), dict) or out.get(key) is True:
+            out[key] = map_subschemas(out[key], change, depth + 1)
+    for key in _LIST:
+        if isinstance(out.get(key), list):
+            out[key] = [map_subschemas(s, change, depth + 1) for s in out[key]]
+    for key in _MAP:
+        if isinstance(out.get(key), dict):
+            out[key] = {name: map_subschemas(s, change, depth + 1) for name, s in out[key].items()}
+    return change(out)
+
+
+def _bound_integer(schema: dict[str, Any]) -> dict[str, Any]:
+    types = schema.get("type")
+    if types != "integer" and not (isinstance(types, list) and "integer" in types):
+        return schema
+    if "minimum" not in schema and "exclusiveMinimum" not in schema:
+        schema["minimum"] = -MAX_EXACT_INTEGER
+    if "maximum" not in schema and "exclusiveMaximum" not in schema:
+        schema["maximum"] = MAX_EXACT_INTEGER
+    return schema
+
+
+def bounded_integers(schema: dict[str, Any]) -> dict[str, Any]:
+    """`schema` with every integer it leaves unbounded held to +-MAX_EXACT_INTEGER (a copy)."""
+    return map_subschemas(schema, _bound_integer)
+
+
 def with_json_options(schema: dict[str, Any]) -> dict[str, Any]:
     """`schema` with the compact-JSON options as llguidance reads them inside a Lark `%json{...}`
     (its own "x-guidance" options win)."""

@@ -15,9 +15,12 @@ gather-and-add. A step with no guided rows builds no GuideBatch and pays nothing
 
 JSON guides are compiled with compact, fixed separators (", " and ": ", no free whitespace, which a
 schema may turn back on with its own "x-guidance" options): free whitespace lets a model wander
-into endless newlines, the classic way JSON mode fails to close. Any-JSON mode also closes the
+into endless newlines, the classic way JSON mode fails to close. JSON mode also closes the
 object within max_tokens (GuideState.closing_token, engine.structured.json_close): a sampled answer that
-wanders inside a key or down nested brackets gets its closing tokens forced once only they fit.
+wanders inside a key or down nested brackets gets its closing tokens forced once only they fit; under
+a schema that closing is planned against the grammar as a tool call's is (below), so that it also
+follows the schema. A schema's integers are held to 15 digits unless it bounds them itself
+(engine.structured.guide.bounded_integers).
 Tool calls are closed the same way (engine.structured.tool_close): the plan is the matcher's own forced
 bytes, the tracker's hint (the JSON arguments' close, the format's end markers) and short
 fallbacks where the schema wants more, each checked against the grammar; its tokens are forced
@@ -51,9 +54,9 @@ with warnings.catch_warnings():
     import llguidance.torch as llg_torch
 
 from engine.errors import InvalidRequestError
-from engine.structured.guide import JSON_OPTIONS, CallFormat, Guide
+from engine.structured.guide import JSON_OPTIONS, CallFormat, Guide, bounded_integers
 from engine.structured.guide_tokenizer import guide_tokenizer, marker_tokens
-from engine.structured.json_close import JsonCloser
+from engine.structured.json_close import JsonCloser, JsonTracker
 from engine.structured.tool_calls import resolve_markers
 from engine.structured.tool_close import CallTracker
 
@@ -84,10 +87,11 @@ def _byte_bias(device: torch.device, dtype: torch.dtype) -> torch.Tensor:
 # text's bytes beyond the open brackets (`"": 0` and an escape's rest), so most steps skip the check
 CLOSE_MARGIN = 4
 CLOSE_SLACK = 16
-# a tool call's closing (engine.structured.tool_close) is forced once the budget left is within CALL_MARGIN of
-# its length (one token may open a key, an escape, a bracket); a closing longer than MAX_PLAN tokens
-# is not planned (the call is then cut by max_tokens: finish_reason "length", no call). The plan is
-# made again whenever the tracker's state moved, and at least every REPLAN_EVERY tokens
+# a tool call's closing (engine.structured.tool_close), and a JSON schema's, is forced once the budget
+# left is within CALL_MARGIN of its length (one token may open a key, an escape, a bracket); a closing
+# longer than MAX_PLAN tokens is not planned (the call or object is then cut by max_tokens:
+# finish_reason "length"). The plan is made again whenever the tracker's state moved, and at least
+# every REPLAN_EVERY tokens
 CALL_MARGIN = 6
 MAX_PLAN = 192
 REPLAN_EVERY = 16
@@ -124,7 +128,9 @@ def grammar_text(guide: Guide, marker_tokens: dict[str, int] | None = None) -> s
     if guide.kind == "json":
         return llguidance.LLMatcher.grammar_from_json_schema({"type": "object"}, defaults=JSON_OPTIONS)
     if guide.kind == "json_schema":
-        return llguidance.LLMatcher.grammar_from_json_schema(guide.schema, defaults=JSON_OPTIONS)
+        return llguidance.LLMatcher.grammar_from_json_schema(
+            bounded_integers(guide.schema), defaults=JSON_OPTIONS
+        )
     if guide.kind == "regex":
         return llguidance.LLMatcher.grammar_from_regex(guide.pattern)
     if guide.calls is not None:
@@ -212,12 +218,23 @@ class GuideCompiler:
         return self._fallbacks
 
 
+def top_level_keys(schema: dict) -> list[str]:
+    """A schema's top-level property names, required ones first: the keys a closing plan tries."""
+    props = schema.get("properties") if isinstance(schema, dict) else None
+    if not isinstance(props, dict):
+        return []
+    required = set(schema.get("required") or [])
+    return [k for k in props if k in required] + [k for k in props if k not in required]
+
+
 class GuideState:
     """One sequence's matcher: what it may emit next, fed each token it samples. With a budget,
-    any-JSON mode also keeps a JsonCloser, and a tool-call guide (`calls`) a CallTracker: once
-    what is left is only just enough to close the object (or the call), the closing tokens are
-    forced (a grammar cannot see max_tokens; without this a wandering answer is cut mid-object and
-    is not JSON, or mid-call and is no call)."""
+    any-JSON mode also keeps a JsonCloser, a JSON schema's guide (`schema`) a JsonTracker and a
+    tool-call guide (`calls`) a CallTracker: once what is left is only just enough to close the
+    object (or the call), the closing tokens are forced (a grammar cannot see max_tokens; without
+    this a wandering answer is cut mid-object and is not JSON, or mid-call and is no call). Any
+    JSON closes with the closer's own text, always valid there; a schema's closing is planned
+    against its grammar, as a call's is (a required key, a string where the closer writes `0`)."""
 
     def __init__(
         self,
@@ -225,16 +242,17 @@ class GuideState:
         compiler: GuideCompiler | None = None,
         budget: int | None = None,
         calls: CallFormat | None = None,
+        schema: dict | None = None,
     ):
         self.matcher = matcher
         self.compiler = compiler
         budgeted = compiler is not None and budget is not None
-        self.closer = JsonCloser() if budgeted and calls is None else None
-        self.tracker = (
-            CallTracker(calls.fmt, calls.names, calls.keys, calls.raw, calls.opened)
-            if budgeted and calls is not None
-            else None
-        )
+        self.closer = JsonCloser() if budgeted and calls is None and schema is None else None
+        self.tracker: CallTracker | JsonTracker | None = None
+        if budgeted and calls is not None:
+            self.tracker = CallTracker(calls.fmt, calls.names, calls.keys, calls.raw, calls.opened)
+        elif budgeted and schema is not None:
+            self.tracker = JsonTracker(top_level_keys(schema))
         self.left = budget or 0  # tokens still allowed (max_tokens less those consumed)
         self.closed_by_budget = False  # the budget, not the model, closed the object: it ends as "length"
         self._plan: list[int] = []  # a tool call's closing tokens still to force, once it began
@@ -286,7 +304,7 @@ class GuideState:
         """The grammar did not allow the forced token: plan again at the next step."""
         self._plan, self._planned = [], (-1, 0)
 
-    # --- tool calls ---
+    # --- tool calls and JSON schemas: a closing planned against the grammar ---
 
     def _call_closing_token(self) -> int | None:
         tracker = self.tracker

@@ -12,6 +12,9 @@ an array's, then each open bracket's closer.
 
 from __future__ import annotations
 
+import copy
+import json
+
 # what may follow, by state
 START, KEY_OR_END, KEY, COLON, COLON_SPACE, VALUE_OR_END, VALUE, AFTER_VALUE, COMMA_SPACE = range(9)
 STRING, ESCAPE, UNICODE, NUMBER, LITERAL, DONE = range(9, 15)
@@ -191,3 +194,68 @@ class JsonCloser:
             first = {0xE0: 0xA0, 0xF0: 0x90}.get(self.utf8_lead, 0x80) if self.utf8_left == need else 0x80
             out += bytes([first] + [0x80] * (self.utf8_left - 1))
         return bytes(out) + b'"'
+
+
+class JsonTracker:
+    """A JsonCloser read as a closing plan reads a tool call's tracker (engine.structured.tool_close
+    .CallTracker; GuideState plans either the same way): for JSON held to a schema, whose closing
+    the closer alone cannot know (a required key not yet written, a string where it would write
+    `0`, no `"": 0` where additionalProperties is false). Its hints are the closer's suffix and then
+    each of the top-level object's `keys` (required ones first) as the next one to write; the
+    grammar takes what it allows, and its own forced bytes and short fallbacks do the rest."""
+
+    between = False  # (nothing follows a whole JSON value: no reserve for another to start)
+
+    def __init__(self, keys: list[str] | None = None, closer: JsonCloser | None = None) -> None:
+        self.keys = list(keys or [])
+        # any value: a schema's top level need not be an object
+        self.closer = closer if closer is not None else JsonCloser(any_value=True)
+        self.key_typed = bytearray()  # the open top-level key's bytes so far
+
+    @property
+    def lost(self) -> bool:
+        return self.closer.lost
+
+    @lost.setter
+    def lost(self, value: bool) -> None:
+        self.closer.lost = value
+
+    @property
+    def version(self) -> tuple:
+        """Moves whenever the closing may have changed: a bracket, a key, a value begun or ended
+        (not a string's or a number's bytes)."""
+        c = self.closer
+        return (c.state, bytes(c.stack), c.in_key, c.lost, c.literal)
+
+    def copy(self) -> JsonTracker:
+        out = JsonTracker(self.keys, copy.deepcopy(self.closer))
+        out.key_typed = bytearray(self.key_typed)
+        return out
+
+    def feed(self, data: bytes) -> None:
+        for byte in data:
+            c = self.closer
+            at_key = c.state in (STRING, ESCAPE, UNICODE) and c.in_key and c.depth == 1
+            c.feed(bytes([byte]))
+            if not (c.state in (STRING, ESCAPE, UNICODE) and c.in_key and c.depth == 1):
+                self.key_typed.clear()
+            elif at_key:
+                self.key_typed.append(byte)
+
+    def hints(self) -> list[bytes]:
+        c = self.closer
+        suffix = c.suffix()
+        first = [suffix] if suffix else []
+        if c.lost or c.depth != 1 or not self.keys:
+            return first
+        if c.state in (KEY_OR_END, KEY):
+            return first + [json.dumps(k).encode() + b": " for k in self.keys]
+        if c.state == AFTER_VALUE:
+            return first + [b", " + json.dumps(k).encode() + b": " for k in self.keys]
+        if c.state == STRING and c.in_key:
+            typed = self.key_typed.decode(errors="replace")
+            rest = [
+                json.dumps(k)[1 + len(typed) :].encode() + b": " for k in self.keys if k.startswith(typed)
+            ]
+            return first + rest
+        return first

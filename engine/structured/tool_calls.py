@@ -15,9 +15,11 @@ Two formats, picked from config.json's model_type (`format_for`):
 
 A call's arguments are held to the function's schema with no keys it never named unless it says
 so (`arguments_schema`: OpenAI's strict mode asks exactly this of every schema, so `strict: true`
-changes nothing here); a call is closed within max_tokens by the engine (the guide's CallFormat,
-engine.structured.tool_close), and one cut off is dropped by the parser (engine.structured.tool_parser), never
-returned in part.
+changes nothing here), and no text in them may spell the format's own markers (`MARKERS`: a raw
+GLM value's lexeme excludes them, every JSON string the schema lets the model write gets
+engine.structured.tool_schema.excluding_pattern); a call is closed within max_tokens by the engine
+(the guide's CallFormat, engine.structured.tool_close), and one cut off is dropped by the parser
+(engine.structured.tool_parser), never returned in part.
 
 The shipped miniatures' chat templates know plain {role, content} turns with string content only,
 so `render_messages` writes every piece of a format's markup into the content of such turns (and
@@ -35,8 +37,8 @@ import re
 from typing import Any
 
 from engine.errors import InvalidRequestError
-from engine.structured.guide import MAX_GUIDE_CHARS, CallFormat, Guide, with_json_options
-from engine.structured.tool_schema import closed, extras_allowed
+from engine.structured.guide import MAX_GUIDE_CHARS, CallFormat, Guide, bounded_integers, with_json_options
+from engine.structured.tool_schema import closed, extras_allowed, without_markers
 from engine.structured.tool_types import ToolChoice, ToolFunction
 
 KIMI_K2 = "kimi_k2"
@@ -59,6 +61,12 @@ GLM_CALL_BEGIN = "<tool_call>"
 GLM_CALL_END = "</tool_call>"
 GLM_KEY_BEGIN, GLM_KEY_END = "<arg_key>", "</arg_key>"
 GLM_VALUE_BEGIN, GLM_VALUE_END = "<arg_value>", "</arg_value>"
+# each format's call markup, which no argument's text may spell (a value holding `</tool_call>` would
+# end its call early for the parser, one holding `<tool_call>` start another inside it)
+MARKERS = {
+    KIMI_K2: [KIMI_SECTION_BEGIN, KIMI_SECTION_END, KIMI_CALL_BEGIN, KIMI_ARGS_BEGIN, KIMI_CALL_END],
+    GLM45: [GLM_CALL_BEGIN, GLM_CALL_END, GLM_KEY_BEGIN, GLM_KEY_END, GLM_VALUE_BEGIN, GLM_VALUE_END],
+}
 # the system turns Kimi K2 declares tools and returns results in (<|im_system|>tool_declare / tool)
 KIMI_DECLARE, KIMI_RESULT = "tool_declare", "tool"
 GLM_OBSERVATION = "observation"  # the turn GLM-4.5 reads tool results in (its <|observation|> token)
@@ -272,8 +280,10 @@ def resolve_markers(grammar: str, token_of: dict[str, int]) -> str:
     return _MARKED.sub(lambda m: f"<[{token_of[m[1]]}]>" if m[1] in token_of else _lit(m[1]), grammar)
 
 
-def _json(schema: dict[str, Any]) -> str:
-    return "%json " + json.dumps(with_json_options(schema))
+def _json(schema: dict[str, Any], fmt: str) -> str:
+    """An argument's JSON as a Lark `%json` whose strings never spell `fmt`'s markers (llguidance's
+    lexemes take a marker token's text like any other text, so only the schema can refuse it)."""
+    return "%json " + json.dumps(with_json_options(without_markers(bounded_integers(schema), MARKERS[fmt])))
 
 
 def _re(text: str) -> str:
@@ -300,7 +310,7 @@ def _kimi_rules(tools: list[ToolFunction]) -> list[str]:
         "body: " + " | ".join(f"body_{i}" for i in range(len(tools))),
     ]
     for i, tool in enumerate(tools):
-        args = f"{_mark(KIMI_ARGS_BEGIN)} {_json(arguments_schema(tool))} {_mark(KIMI_CALL_END)}"
+        args = f"{_mark(KIMI_ARGS_BEGIN)} {_json(arguments_schema(tool), KIMI_K2)} {_mark(KIMI_CALL_END)}"
         rules.append(f"body_{i}: {_lit(f'functions.{tool.name}:')} CALL_INDEX {args}")
     rules.append(f"CALL_INDEX: /[0-9]{{1,{MAX_CALL_INDEX_DIGITS}}}/")
     return rules
@@ -333,12 +343,14 @@ def _glm_value(schema: Any) -> str:
         return "(" + " | ".join(_then(v, GLM_VALUE_END) for v in schema["enum"]) + ")"
     if glm_raw_string(schema):
         return "STRING_VALUE_END"
-    return f"{_json(schema if isinstance(schema, dict) else {})} {_mark(GLM_VALUE_END)}"
+    return f"{_json(schema if isinstance(schema, dict) else {}, GLM45)} {_mark(GLM_VALUE_END)}"
 
 
 def _glm_rules(tools: list[ToolFunction]) -> list[str]:
     """`body`: one call after its `<tool_call>` marker (the marker opens `call`, or ends TEXT_OPEN)."""
-    rules = [_up_to(GLM_VALUE_END, "STRING_VALUE_END"), r"ANY_KEY: /[^<>\n]{1,128}/"]
+    # a raw value is text up to its end marker, with no other marker of the format in it
+    others = [m for m in MARKERS[GLM45] if m != GLM_VALUE_END]
+    rules = [_up_to(GLM_VALUE_END, "STRING_VALUE_END", others), r"ANY_KEY: /[^<>\n]{1,128}/"]
     rules.append("body: " + " | ".join(f"body_{i}" for i in range(len(tools))))
     rules.append(f"call: {_mark(GLM_CALL_BEGIN)} body")
     for i, tool in enumerate(tools):
@@ -363,11 +375,15 @@ def _glm_rules(tools: list[ToolFunction]) -> list[str]:
     return rules
 
 
-def _up_to(marker: str, name: str) -> str:
+def _up_to(marker: str, name: str, excluded: list[str] | tuple[str, ...] = ()) -> str:
     """A lexeme for text up to and including the first `marker`: one lexeme, so that the marker
-    ends the text (a text lexeme followed by the marker's own would swallow the marker's bytes)."""
+    ends the text (a text lexeme followed by the marker's own would swallow the marker's bytes);
+    with none of `excluded` anywhere in it (a regex's complement: llguidance has no look-ahead)."""
     m = _re(marker)
-    return rf"{name}: /(?s:.*){m}/ & ~/(?s:.*){m}(?s:.+)/"
+    rule = rf"{name}: /(?s:.*){m}/ & ~/(?s:.*){m}(?s:.+)/"
+    if excluded:
+        rule += " & ~/(?s:.*)(?:" + "|".join(_re(x) for x in excluded) + ")(?s:.*)/"
+    return rule
 
 
 def _opened_by(marker: str) -> list[str]:

@@ -15,6 +15,8 @@ import math
 import re
 from typing import Any
 
+from engine.structured.guide import map_subschemas
+
 MAX_DEPTH = 64  # a schema or a value nested deeper than this is refused by `check`
 
 _NESTED_ONE = ("items", "additionalProperties", "not", "contains", "if", "then", "else")
@@ -206,3 +208,95 @@ def _search(pattern: str, text: str) -> bool:
         return re.search(pattern, text) is not None
     except re.error:
         return True  # (a pattern Python cannot read constrains nothing here)
+
+
+# --- text that must not spell a marker --------------------------------------------------------------
+
+# the $defs entry a schema's any-value subschemas become (a JSON value whose strings hold no marker)
+ANY_VALUE_DEF = "edge_value_without_markers"
+# an untyped subschema constrains only through these; one with none of them takes any value
+_CONSTRAINING = {
+    "type", "enum", "const", "$ref", "anyOf", "oneOf", "allOf", "not", "if", "properties",
+    "patternProperties", "additionalProperties", "items", "prefixItems", "required", "pattern",
+    "format", "minLength", "maxLength", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
+    "multipleOf", "minItems", "maxItems", "uniqueItems", "contains", "minProperties", "maxProperties",
+}  # fmt: skip
+
+
+def _class(chars: set[str], negate: bool = False) -> str:
+    """A regex character class of `chars`, read alike by Rust's regex crate (which llguidance uses)
+    and Python's: only what is special inside a class is escaped (never `<` or `>`, which Rust reads
+    escaped as word boundaries)."""
+    inner = "".join("\\" + c if c in "\\[]^-&~" else c for c in sorted(chars))
+    return f"[{'^' if negate else ''}{inner}]"
+
+
+def excluding_pattern(markers: list[str]) -> str:
+    """A JSON-schema `pattern` (a plain regex: llguidance has no look-ahead) matching exactly the
+    strings that contain none of `markers`. Each marker starts with `<` and holds no other `<`, so
+    a string holds one iff the text after one of its `<` starts with that marker's rest: the string
+    is `<`-free text, then pieces `<` + text, where no piece's text starts with a marker's rest
+    (a trie of the rests, left before any of them is whole)."""
+    if not markers or any(not m.startswith("<") or "<" in m[1:] or len(m) < 2 for m in markers):
+        raise ValueError("each marker starts with '<' and holds no other '<'")
+    trie: dict = {}
+    for marker in markers:
+        node = trie
+        for ch in marker[1:]:
+            node = node.setdefault(ch, {})
+        node[""] = True  # a marker's rest ends here: the text may not reach this node
+
+    def rest(node: dict) -> str:
+        # the text after a `<` from this trie node: it ends here, leaves the trie (a character no
+        # branch takes, then any `<`-free text) or follows a branch that no marker ends on
+        children = {ch: sub for ch, sub in node.items() if ch}
+        options = ["", _class({"<", *children}, negate=True) + "[^<]*"]
+        options += [_class({ch}) + rest(sub) for ch, sub in sorted(children.items()) if "" not in sub]
+        return "(?:" + "|".join(options) + ")"
+
+    return f"^[^<]*(?:<{rest(trie)})*$"
+
+
+def _any_value(pattern: str) -> dict[str, Any]:
+    """Any JSON value whose strings (at any depth) match `pattern`; its object keys are free (the
+    grammar engine reads no propertyNames)."""
+    ref = {"$ref": f"#/$defs/{ANY_VALUE_DEF}"}
+    return {
+        "anyOf": [
+            {"type": "string", "pattern": pattern},
+            {"type": ["number", "boolean", "null"]},
+            {"type": "array", "items": ref},
+            {"type": "object", "additionalProperties": ref},
+        ]
+    }
+
+
+def without_markers(schema: dict[str, Any], markers: list[str]) -> dict[str, Any]:
+    """`schema` (a copy) with every string it lets the model write held to not contain `markers`
+    (excluding_pattern): a tool call's argument must not spell its own format's markup, which would
+    end the call early or start another inside it for the parser. Strings the schema itself names
+    (enum, const) are the client's own and left as they are; so are undeclared keys."""
+    pattern = excluding_pattern(markers)
+    used = []
+
+    def change(node: dict[str, Any]) -> dict[str, Any]:
+        if "enum" in node or "const" in node:
+            return node
+        if not (set(node) & _CONSTRAINING):  # any value
+            used.append(True)
+            return {"$ref": f"#/$defs/{ANY_VALUE_DEF}"}
+        types = node.get("type")
+        strings = types == "string" or (isinstance(types, list) and "string" in types)
+        if not strings:
+            return node
+        if isinstance(types, list) and len(types) > 1:  # the pattern holds strings only: split them off
+            others = {**node, "type": [t for t in types if t != "string"]}
+            return {"anyOf": [change({**node, "type": "string"}), others]}
+        if "pattern" in node or "format" in node:  # its own too: both must hold
+            return {"allOf": [node, {"type": "string", "pattern": pattern}]}
+        return {**node, "pattern": pattern}
+
+    out = map_subschemas(schema, change)
+    if used:
+        out["$defs"] = {**(out.get("$defs") or {}), ANY_VALUE_DEF: _any_value(pattern)}
+    return out

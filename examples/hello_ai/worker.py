@@ -14,11 +14,13 @@ class Default(WorkerEntrypoint):
             return Response.json({"error": HINT}, status=400)
         if not isinstance(body, dict):
             return Response.json({"error": HINT}, status=400)
-        # a chat ("messages", through the model's chat template) or a raw completion ("prompt")
+        # a chat ("messages") or a "prompt", both through the model's chat template as Workers AI
+        # renders them (a prompt as one user message); "raw": true sends a prompt as written, for
+        # the model to continue
         if isinstance(body.get("messages"), list) and body["messages"]:
             inputs = {"messages": body["messages"]}
         elif isinstance(body.get("prompt"), str):
-            inputs = {"prompt": body["prompt"]}
+            inputs = {"prompt": body["prompt"], "raw": body.get("raw") is True}
         else:
             return Response.json(
                 {"error": f'the JSON body needs "messages" or a "prompt" string: {HINT}'}, status=400

@@ -12,7 +12,7 @@ from urllib.parse import parse_qs, urlsplit
 from workers import AIError, Response, WorkerEntrypoint
 
 EMBEDDING_MODEL = "@cf/baai/bge-base-en-v1.5"  # 768 dimensions: the index must have as many
-CHAT_MODEL = "@edge/zai-org/glm-4.5-mini"
+CHAT_MODEL = "@edge/zai-org/glm-4.5-mini"  # answers OpenAI's chat.completion shape, {"choices": [...]}
 TOP_K = 3
 TEXT_CHARS = 4000  # of each passage kept in its metadata (Vectorize holds 10 KiB of it)
 MAX_DOCUMENTS = 100  # per POST: what one embedding call takes

@@ -155,8 +155,9 @@ class ChatFields(SamplingFields, kw_only=True):
 
 class TextGenerationInputs(ChatFields, kw_only=True):
     """Workers AI text generation: a `prompt` or `messages`, and Workers AI's own fields:
-    `guided_json` (a JSON schema the output follows), `raw` (the prompt without a chat template;
-    a prompt always reaches these models as written), `model` (the model the path names)."""
+    `guided_json` (a JSON schema the output follows), `raw` (true: the prompt reaches the model as
+    written; else, as on Workers AI, it is one user message through the model's chat template),
+    `model` (the model the path names)."""
 
     prompt: str | None = None
     model: str | None = None

@@ -73,13 +73,24 @@ def generate_request(
     else:
         if (inputs.messages is None) == (getattr(inputs, "prompt", None) is None):
             raise InputError("messages", "give exactly one of 'prompt' (a string) or 'messages' (a list)")
-        if getattr(inputs, "raw", False) and inputs.messages is not None:
+        raw = getattr(inputs, "raw", False)
+        if raw and inputs.messages is not None:
             raise InputError("raw", "raw takes a prompt: messages always go through the chat template")
+        if raw and inputs.tools and inputs.tool_choice != "none":
+            raise InputError(
+                "raw", "a raw prompt has no chat template to declare tools in; send raw: false or no tools"
+            )
+        if getattr(inputs, "prompt", None) == "":  # Cloudflare's schema: minLength 1
+            raise InputError("prompt", "must not be empty")
         thinking = thinking_of(inputs)
         if inputs.messages is not None:
             messages = chat_messages(inputs.messages)
+        elif raw:
+            prompt = inputs.prompt  # type: ignore[union-attr]  # raw: the text as written, no template
         else:
-            prompt = inputs.prompt  # type: ignore[union-attr]  # as written: raw or not, no template
+            # as Workers AI does: a prompt is one user turn through the model's chat template (a chat
+            # model fed bare text continues it instead of answering it); `raw: true` opts out
+            messages = [{"role": "user", "content": inputs.prompt}]  # type: ignore[union-attr]
         tools = tool_functions(inputs.tools) if inputs.tools else None
         choice = tool_choice(inputs.tool_choice, tools)
         parallel = inputs.parallel_tool_calls

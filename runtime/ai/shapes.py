@@ -89,6 +89,7 @@ def _chat_choice(choice: Choice) -> dict[str, Any]:
     message: dict[str, Any] = {
         "role": "assistant",
         "content": choice.text,
+        "refusal": None,  # OpenAI's and Cloudflare's ChatCompletionResponseMessage require it (null)
         **reasoning_fields(choice.reasoning),
     }
     if choice.tool_calls:

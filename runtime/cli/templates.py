@@ -54,6 +54,8 @@ from urllib.parse import parse_qs, urlsplit
 
 from workers import AIError, Response, WorkerEntrypoint
 
+# this name streams Workers AI's text-generation events, data: {"response": "..."}; a chat-completions
+# name (@edge/zai-org/glm-4.5-mini, @cf/moonshotai/kimi-k2.6) streams chat.completion.chunk events
 MODEL = "@MODEL@"
 
 
@@ -136,6 +138,7 @@ its `daily_counts` table."""
 
 from workers import AIError, Response, WorkerEntrypoint
 
+# this name answers Workers AI's text-generation shape, {"response": ..., "usage": ...}
 MODEL = "@MODEL@"
 SCHEMA = [
     "CREATE TABLE IF NOT EXISTS quotes (id INTEGER PRIMARY KEY, quote TEXT NOT NULL, author TEXT)",
@@ -213,6 +216,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from workers import AIError, Response, WorkerEntrypoint
 
+# this name answers OpenAI's chat.completion shape, {"choices": [...]}; reply_of reads either shape
 MODEL = "@READER@"
 MAX_ROUNDS = 3  # model calls per question: a model that keeps calling tools is stopped there
 TOOLS = [

@@ -5,8 +5,9 @@ import pytest
 
 pytestmark = [pytest.mark.slow, pytest.mark.edge_config("../../wrangler-like.toml")]
 
-PROMPT = {"prompt": "def fib(n):", "max_tokens": 16}
-CHAT = {"messages": [{"role": "user", "content": "What is the capital of France?"}], "max_tokens": 24}
+PROMPT = {"prompt": "def fib(n):", "raw": True, "max_tokens": 16}  # raw: continued as written
+QUESTION = "What is the capital of France?"
+CHAT = {"messages": [{"role": "user", "content": QUESTION}], "max_tokens": 24}
 
 
 async def test_a_prompt_gets_the_models_completion_and_its_latency_account(worker):
@@ -23,6 +24,13 @@ async def test_a_chat_question_gets_an_answer_in_english(worker):
     assert r.status == 200, r
     answer = r.json()["response"]
     assert "capital" in answer and "France" in answer and "def " not in answer
+
+
+async def test_the_readmes_first_request_gets_an_answer(worker):
+    # README's first request: a prompt goes through the chat template, as on Workers AI
+    r = await worker.fetch("/", method="POST", json={"prompt": QUESTION})
+    assert r.status == 200, r
+    assert "Paris" in r.json()["response"]
 
 
 async def test_the_same_prompt_gets_the_same_completion(worker):

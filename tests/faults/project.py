@@ -25,12 +25,15 @@ from workers import AIError, Response, WorkerEntrypoint
 class Default(WorkerEntrypoint):
     async def fetch(self, request):
         path = request.url.split("/", 3)[3].split("?")[0]
+        # raw: the code prompts are continued as written (a long completion the faults cut into);
+        # through the chat template the model would answer in a sentence and stop
         if path == "stream":
             body = await request.json()
             try:
                 stream = await self.env.AI.run(
                     "@edge/moonshotai/kimi-k2-mini",
-                    {"prompt": body["prompt"], "max_tokens": body["n"], "temperature": 0, "stream": True},
+                    {"prompt": body["prompt"], "raw": True, "max_tokens": body["n"], "temperature": 0,
+                     "stream": True},
                 )
             except AIError as exc:
                 return Response.json({"error": str(exc)}, status=503)
@@ -39,7 +42,7 @@ class Default(WorkerEntrypoint):
             n = int(request.url.split("n=")[1]) if "n=" in request.url else 8
             out = await self.env.AI.run(
                 "@edge/moonshotai/kimi-k2-mini",
-                {"prompt": "def fib(n):", "max_tokens": n, "temperature": 0},
+                {"prompt": "def fib(n):", "raw": True, "max_tokens": n, "temperature": 0},
             )
             return Response.json(out)
         if path == "sleep":

@@ -61,9 +61,13 @@ ARGS = {
     "days": 3,
     "opts": {"tags": ["a"]},
 }
+# a Kimi call's strings may not hold Kimi's own markers (the grammar refuses them: issue 57, item 11),
+# only text near them: a marker cut short, and the other family's
+KIMI_ARGS = {**ARGS, "city": 'Se"oul <|tool_call_end| </arg_value>', "note": "a </tool_call> <|tool_call_end"}
+ARGS_OF = {KIMI_K2: KIMI_ARGS, GLM45: ARGS}
 REPLY = {
     KIMI_K2: "<|tool_calls_section_begin|><|tool_call_begin|>functions.forecast:0<|tool_call_argument_begin|>"
-    + json.dumps(ARGS, separators=(", ", ": "))
+    + json.dumps(KIMI_ARGS, separators=(", ", ": "))
     + "<|tool_call_end|><|tool_call_begin|>functions.now:1<|tool_call_argument_begin|>{}<|tool_call_end|>"
     "<|tool_calls_section_end|>",
     GLM45: '<tool_call>forecast\n<arg_key>city</arg_key>\n<arg_value>"Se\\"oul <|tool_call_end|> </arg_value"'
@@ -111,7 +115,18 @@ def plan_text(compiler, plan):
 def test_the_whole_reply_is_what_the_parser_returns(compilers, fmt):
     calls, complete = valid_calls(fmt, REPLY[fmt])
     assert complete and [c.name for c in calls] == ["forecast", "now"]
-    assert json.loads(calls[0].arguments) == ARGS  # markers inside the strings stay text
+    assert json.loads(calls[0].arguments) == ARGS_OF[fmt]  # marker-like text inside the strings stays text
+
+
+def test_the_parser_reads_a_kimi_marker_inside_a_json_string_as_text():
+    # what no grammar of ours lets through may still come from an upstream's model: parsed, not cut
+    reply = (
+        "<|tool_calls_section_begin|><|tool_call_begin|>functions.forecast:0<|tool_call_argument_begin|>"
+        + json.dumps(ARGS, separators=(", ", ": "))
+        + "<|tool_call_end|><|tool_calls_section_end|>"
+    )
+    calls, complete = valid_calls(KIMI_K2, reply)
+    assert complete and json.loads(calls[0].arguments) == ARGS
 
 
 @pytest.mark.parametrize("fmt", [KIMI_K2, GLM45])
