@@ -35,7 +35,9 @@ class Invocation:
     client_rtt_ms: float
     method: str = "GET"
     url: str = ""
-    origin: str = ""  # scheme://host:port the runtime was reached at (fetches back to it are refused)
+    # the runtime's own scheme://host:port, as configured (never the request's Host): what URLs handed
+    # to the worker start with; fetches back to its port are refused
+    origin: str = ""
     accounts: list[LatencyAccount] = field(default_factory=list)  # per AI call
     quantization: list[str] = field(default_factory=list)  # per AI call, for x-edge-quantization
     models: list[str] = field(default_factory=list)  # per AI call, the model that served it (dashboard)
