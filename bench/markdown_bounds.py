@@ -43,6 +43,10 @@ def files(size: int) -> dict[str, tuple[str, bytes]]:
         b"<ul><li>nested</li></ul></li></ul><blockquote><p>quoted words</p></blockquote>"
         b"<table><tr><th>k</th><th>v</th></tr><tr><td>a</td><td>1</td></tr></table>"
     )
+
+    def after(head: bytes, unit: bytes, tail: bytes = b"") -> bytes:  # at most `size` in all
+        return head + fill(unit, size - len(head) - len(tail)) + tail
+
     return {
         "normal page": (html, fill(normal_page)),
         "normal CSV": (csv, fill(b"alpha,beta,gamma,delta,1234,5678\n")),
@@ -53,18 +57,21 @@ def files(size: int) -> dict[str, tuple[str, bytes]]:
             html,
             fill(b"<blockquote><ul><li><ol><li>", half) + fill(b"<hr><p>", half),
         ),
-        "rules in quotes 16 deep": (html, b"<blockquote>" * deep + fill(b"<hr>")),
-        "paragraphs in quotes 16 deep": (html, b"<blockquote>" * deep + fill(b"<p>")),
-        "items in lists 16 deep": (html, b"<ul>" * deep + fill(b"<li>")),
+        "rules in quotes 16 deep": (html, after(b"<blockquote>" * deep, b"<hr>")),
+        "paragraphs in quotes 16 deep": (html, after(b"<blockquote>" * deep, b"<p>")),
+        "items in lists 16 deep": (html, after(b"<ul>" * deep, b"<li>")),
         "tiny elements <b>": (html, fill(b"<b>")),
         "tiny elements <p>": (html, fill(b"<p>")),
         "tiny elements <i>x": (html, fill(b"<i>x")),
-        "numbered items": (html, b"<ol>" + fill(b"<li>")),
-        "table cells": (html, b"<table>" + fill(b"<tr><td>a<td>b</tr>")),
+        "numbered items": (html, after(b"<ol>", b"<li>")),
+        "table cells": (html, after(b"<table>", b"<tr><td>a<td>b</tr>")),
         "links": (html, fill(b"<a href=x>y</a>")),
         "bytes not UTF-8": (html, fill(b"\xff")),
-        "CSV: one wide row": (csv, fill(b"a\n", size - size // 5) + b"," * (size // 5) + b"\n"),
-        "CSV: wide header, narrow rows": (csv, b"," * 1000 + b"\n" + fill(b"a\n")),
+        "unclosed comments": (html, fill(b"<!--x>")),
+        "unclosed start tags": (html, fill(b"<a ")),
+        "start tags in an unclosed one": (html, after(b"", b'<a x=">" ', b"c=")),
+        "CSV: one wide row": (csv, after(b"", b"a\n", b"," * (size // 5) + b"\n")),
+        "CSV: wide header, narrow rows": (csv, after(b"," * 1000 + b"\n", b"a\n")),
         "CSV: huge table of tiny rows": (csv, fill(b"x\n")),
         "CSV: bytes not UTF-8": (csv, fill(b"\xff\n")),
     }
@@ -97,8 +104,9 @@ def measure(convert: Callable, mime: str, data: bytes, memory: bool) -> tuple[in
     peak = tracemalloc.get_traced_memory()[1] if memory else None
     if memory:
         tracemalloc.stop()
-    size = len(out["data"].encode()) if out["format"] == "markdown" else -1
-    return size, took, peak, out.get("note", "")
+    if out["format"] != "markdown":
+        raise ValueError(out["error"])
+    return len(out["data"].encode()), took, peak, out.get("note", "")
 
 
 def main() -> None:

@@ -600,6 +600,7 @@ def _tokenize(text: str, md: _Markdown) -> None:
     """Feed `md` the events HTMLParser(convert_charrefs=True).feed(text); .close() would."""
     n, i = len(text), 0
     search, start, end, data = _PLAIN_TAG.search, md.start, md.end, md.data
+    markup = _Markup(text, md)
     raw_text: str | None = None  # inside script or style: the element whose end tag ends the text
     while i < n:
         if raw_text is not None:
@@ -634,130 +635,159 @@ def _tokenize(text: str, md: _Markdown) -> None:
                 if tag in _RAW_TEXT:
                     raw_text = tag
             continue
-        i, raw_text = _markup(text, j, md)
+        i, raw_text = markup.at(j)
 
 
-def _markup(text: str, i: int, md: _Markdown) -> tuple[int, str | None]:
-    """The markup at `text[i] == "<"` that is not a plain tag: where it ends, and the element whose
-    text it opened (script, style) or None."""
-    n = len(text)
-    raw_text = None
-    nxt = text[i + 1 : i + 2]
-    if nxt in _LETTERS:
-        k, raw_text = _start_tag(text, i, md)
-    elif nxt == "/":
-        k = _end_tag(text, i, md)
-    elif text.startswith("<!--", i):
-        m = _COMMENT_END.search(text, i + 4)
-        k = m.end() if m else -1
-    elif nxt == "?":
-        k = text.find(">", i + 2)
-        k = k + 1 if k >= 0 else -1
-    elif nxt == "!":
-        k = _declaration(text, i)
-    elif i + 1 < n:
-        md.pos = i + 1
-        md.data("<")
-        return i + 1, None
-    else:
-        k = -1
-    if k < 0:  # not closed before the end: text, up to its first ">" (or the next "<")
-        k = text.find(">", i + 1)
-        if k < 0:
-            k = text.find("<", i + 1)
-            if k < 0:
-                k = i + 1
+class _Markup:
+    """The markup at a "<" that is not a plain tag, read by HTMLParser's rules, in time linear in the
+    document: HTMLParser searched to the end for what closes a construct each time one opened, so
+    that thousands of `<!--x>` or of unclosed `<a ` took time in the square of their number. Here a
+    search that found nothing is not repeated from further on, and a start tag that begins inside
+    one found unclosed is not scanned again (HTMLParser scanned each; all of them end unclosed, text
+    up to the next ">" or "<", unless a quote left open realigns one: a malformed corner)."""
+
+    __slots__ = ("text", "md", "last_gt", "unmatched", "scanned")
+
+    def __init__(self, text: str, md: _Markdown):
+        self.text, self.md = text, md
+        self.last_gt = text.rfind(">")  # no ">" past it
+        self.unmatched: dict[re.Pattern, int] = {}  # a pattern's search found nothing from here on
+        self.scanned = -1  # the end of the last start tag found unclosed
+
+    def find_gt(self, start: int) -> int:
+        return self.text.find(">", start) if start <= self.last_gt else -1
+
+    def search(self, pattern: re.Pattern, start: int) -> re.Match | None:
+        if start >= self.unmatched.get(pattern, len(self.text) + 1):
+            return None
+        found = pattern.search(self.text, start)
+        if found is None:
+            self.unmatched[pattern] = start
+        return found
+
+    def at(self, i: int) -> tuple[int, str | None]:
+        """Where the markup at `text[i] == "<"` ends, and the element whose text it opened (script,
+        style) or None."""
+        text, md = self.text, self.md
+        n = len(text)
+        raw_text = None
+        nxt = text[i + 1 : i + 2]
+        if nxt in _LETTERS:
+            k, raw_text = self.start_tag(i)
+        elif nxt == "/":
+            k = self.end_tag(i)
+        elif text.startswith("<!--", i):
+            m = self.search(_COMMENT_END, i + 4)
+            k = m.end() if m else -1
+        elif nxt == "?":
+            k = self.find_gt(i + 2)
+            k = k + 1 if k >= 0 else -1
+        elif nxt == "!":
+            k = self.declaration(i)
+        elif i + 1 < n:
+            md.pos = i + 1
+            md.data("<")
+            return i + 1, None
         else:
-            k += 1
-        md.pos = k
-        md.data(unescape(text[i:k]))
-    return k, raw_text
+            k = -1
+        if k < 0:  # not closed before the end: text, up to its first ">" (or the next "<")
+            k = self.find_gt(i + 1)
+            if k < 0:
+                k = text.find("<", i + 1)
+                if k < 0:
+                    k = i + 1
+            else:
+                k += 1
+            md.pos = k
+            md.data(unescape(text[i:k]))
+        return k, raw_text
 
-
-def _start_tag(text: str, i: int, md: _Markdown) -> tuple[int, str | None]:
-    """HTMLParser.check_for_whole_start_tag and parse_starttag: (-1, None) when not closed."""
-    j = _START_TAG_END.match(text, i).end()  # type: ignore[union-attr]
-    nxt = text[j : j + 1]
-    if nxt == ">":
-        endpos = j + 1
-    elif nxt == "/":
-        if not text.startswith("/>", j):
+    def start_tag(self, i: int) -> tuple[int, str | None]:
+        """HTMLParser.check_for_whole_start_tag and parse_starttag: (-1, None) when not closed."""
+        text, md = self.text, self.md
+        if i < self.scanned:
             return -1, None
-        endpos = j + 2
-    elif nxt == "" or nxt in _LETTERS or nxt in "=/":
-        return -1, None
-    else:
-        endpos = j if j > i else i + 1
-    md.pos = endpos
-    m = _TAGFIND.match(text, i + 1)
-    k = m.end()  # type: ignore[union-attr]
-    tag = m.group(1).lower()  # type: ignore[union-attr]
-    attrs: list[tuple[str, str | None]] = []
-    while k < endpos:
-        m = _ATTRFIND.match(text, k)
-        if not m:
-            break
-        name, rest, value = m.group(1, 2, 3)
-        if not rest:
-            value = None
-        elif value[:1] == "'" == value[-1:] or value[:1] == '"' == value[-1:]:
-            value = value[1:-1]
-        if value:
-            value = unescape(value)
-        attrs.append((name.lower(), value))
-        k = m.end()
-    closing = text[k:endpos].strip()
-    if closing not in (">", "/>"):
-        md.data(text[i:endpos])
-        return endpos, None
-    md.start(tag, attrs)
-    if closing.endswith("/>"):
-        md.end(tag)
-        return endpos, None
-    return endpos, tag if tag in _RAW_TEXT else None
+        j = _START_TAG_END.match(text, i).end()  # type: ignore[union-attr]
+        nxt = text[j : j + 1]
+        if nxt == ">":
+            endpos = j + 1
+        elif nxt == "/" and text.startswith("/>", j):
+            endpos = j + 2
+        elif nxt == "" or nxt in _LETTERS or nxt in "=/":
+            self.scanned = j
+            return -1, None
+        else:
+            endpos = j if j > i else i + 1
+        md.pos = endpos
+        m = _TAGFIND.match(text, i + 1)
+        k = m.end()  # type: ignore[union-attr]
+        tag = m.group(1).lower()  # type: ignore[union-attr]
+        attrs: list[tuple[str, str | None]] = []
+        while k < endpos:
+            m = _ATTRFIND.match(text, k)
+            if not m:
+                break
+            name, rest, value = m.group(1, 2, 3)
+            if not rest:
+                value = None
+            elif value[:1] == "'" == value[-1:] or value[:1] == '"' == value[-1:]:
+                value = value[1:-1]
+            if value:
+                value = unescape(value)
+            attrs.append((name.lower(), value))
+            k = m.end()
+        closing = text[k:endpos].strip()
+        if closing not in (">", "/>"):
+            md.data(text[i:endpos])
+            return endpos, None
+        md.start(tag, attrs)
+        if closing.endswith("/>"):
+            md.end(tag)
+            return endpos, None
+        return endpos, tag if tag in _RAW_TEXT else None
 
-
-def _end_tag(text: str, i: int, md: _Markdown) -> int:
-    """HTMLParser.parse_endtag (outside script and style): -1 when not closed."""
-    gt = text.find(">", i + 1)
-    if gt < 0:
-        return -1
-    m = _END_TAG.match(text, i)
-    if m:
-        md.pos = gt + 1
-        md.end(m.group(1).lower())
-        return gt + 1
-    name = _TAGFIND.match(text, i + 2)
-    if not name:
-        if text.startswith("</>", i):
-            return i + 3
-        pos = text.find(">", i + 2)  # a comment
-        return pos + 1 if pos >= 0 else -1
-    gt = text.find(">", name.end())
-    md.pos = gt + 1
-    md.end(name.group(1).lower())
-    return gt + 1
-
-
-def _declaration(text: str, i: int) -> int:
-    """Where `<!...` (a doctype, a marked section, a bogus comment) ends: -1 when not closed."""
-    if text.startswith("<![", i):
-        m = _DECL_NAME.match(text, i + 3)
-        if m is not None and m.end() == len(text):
+    def end_tag(self, i: int) -> int:
+        """HTMLParser.parse_endtag (outside script and style): -1 when not closed."""
+        text, md = self.text, self.md
+        gt = self.find_gt(i + 1)
+        if gt < 0:
             return -1
-        name = m.group().strip().lower() if m else ""
-        if name in {"temp", "cdata", "ignore", "include", "rcdata"}:
-            found = _SECTION_END.search(text, i + 3)
-            return found.end() if found else -1
-        if name in {"if", "else", "endif"}:
-            found = _MS_SECTION_END.search(text, i + 3)
-            return found.end() if found else -1
-        # any other name (or none): HTMLParser raises; a comment up to ">" here
-    elif text[i : i + 9].lower() == "<!doctype":
-        gt = text.find(">", i + 9)
+        m = _END_TAG.match(text, i)
+        if m:
+            md.pos = gt + 1
+            md.end(m.group(1).lower())
+            return gt + 1
+        name = _TAGFIND.match(text, i + 2)
+        if not name:
+            if text.startswith("</>", i):
+                return i + 3
+            pos = self.find_gt(i + 2)  # a comment
+            return pos + 1 if pos >= 0 else -1
+        gt = text.find(">", name.end())
+        md.pos = gt + 1
+        md.end(name.group(1).lower())
+        return gt + 1
+
+    def declaration(self, i: int) -> int:
+        """Where `<!...` (a doctype, a marked section, a bogus comment) ends: -1 when not closed."""
+        text = self.text
+        if text.startswith("<![", i):
+            m = _DECL_NAME.match(text, i + 3)
+            if m is not None and m.end() == len(text):
+                return -1
+            name = m.group().strip().lower() if m else ""
+            if name in {"temp", "cdata", "ignore", "include", "rcdata"}:
+                found = self.search(_SECTION_END, i + 3)
+                return found.end() if found else -1
+            if name in {"if", "else", "endif"}:
+                found = self.search(_MS_SECTION_END, i + 3)
+                return found.end() if found else -1
+            # any other name (or none): HTMLParser raises; a comment up to ">" here
+        elif text[i : i + 9].lower() == "<!doctype":
+            gt = self.find_gt(i + 9)
+            return gt + 1 if gt >= 0 else -1
+        gt = self.find_gt(i + 2)
         return gt + 1 if gt >= 0 else -1
-    gt = text.find(">", i + 2)
-    return gt + 1 if gt >= 0 else -1
 
 
 # --- CSV -------------------------------------------------------------------------------------------

@@ -3,7 +3,8 @@ file, the Markdown is at most GROWTH x its bytes + SLACK (deep block quotes and 
 quotes, a wide CSV row among many narrow ones, tiny elements by the million, bytes that are not
 UTF-8), nesting past MAX_DEPTH or past the bound is flattened and the result says so in `note`;
 markup HTMLParser raised on converts; documents within the bounds convert exactly as before. (The
-throughput of the same files: bench/markdown_bounds.py; tests assert sizes, never times.)"""
+throughput of the same files, and of the unclosed markup here that took HTMLParser time in the square
+of its length: bench/markdown_bounds.py; tests assert sizes, never times.)"""
 
 from __future__ import annotations
 
@@ -35,6 +36,11 @@ HOSTILE_HTML = {
     "tiny elements": b"<b>" * 20 * N,
     "bytes that are not UTF-8": b"<p>" + b"\xff" * 20 * N,
     "a table row of empty cells": b"<table><tr>" + b"<td>" * 20 * N + b"</tr></table>",
+    # markup HTMLParser searched to the end for, each time it opened (time in the square of its count)
+    "unclosed comments": b"<!--x>" * 10 * N,
+    "unclosed sections": b"<![CDATA[>" * 10 * N,
+    "unclosed start tags": b"<a " * 10 * N,
+    "start tags in an unclosed one": b'<a x=">" ' * 10 * N + b"c=",
 }
 HOSTILE_CSV = {
     "one wide row among many narrow ones": b"a\n" * N + b"," * N + b"\n",
