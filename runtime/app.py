@@ -34,6 +34,7 @@ from runtime.ai.gateway import Gateways, GatewaySettings
 from runtime.ai.service import AIService, account_rows
 from runtime.bindings import BindingStores
 from runtime.control.accounts import Accounts
+from runtime.control.addresses import DEFAULT_ORIGIN, parse_origin
 from runtime.control.config import WorkerConfig, account_settings
 from runtime.control.dashboard_feed import DashboardFeed
 from runtime.control.metrics import Metrics
@@ -103,8 +104,11 @@ class Runtime:
         admin_token: str
         | None = None,  # edge dev sets it (runtime.control.admin); None refuses every admin call
         watch: bool = False,  # edge dev --reload: restart the dev worker when its source changes
+        origin: str = DEFAULT_ORIGIN,  # where edge dev listens (listen_origin); [edge] public_url wins
     ):
         self.config, self.edge, self.watch = config, edge, watch
+        # what URLs handed to a worker start with: configured, never read from a request's Host
+        self.origin = parse_origin(config.edge.public_url) if config.edge.public_url else origin
         self.state = state or State(config.state_dir / "state.db")
         self.accounts = Accounts(self.state)
         for name in config.edge.accounts:  # [edge.accounts.NAME]: the config wins over the stored
@@ -156,7 +160,7 @@ class Runtime:
             allow=config.edge.fetch_allow,
             pop_urls={node.code: node.url for node in edge.remote_nodes()},
         )
-        self.locator = Locator(edge, self.default_location, self.fetch_guard)
+        self.locator = Locator(edge, self.default_location, self.fetch_guard, self.origin)
 
         # A worker's handle is given the services; the registry and Durable Objects start handles,
         # and service bindings look workers up in the registry, so `start` is bound last.
@@ -182,6 +186,7 @@ class Runtime:
             call_service=dispatch.call,
             network=edge,
             event_origin=lambda: (self.default_location, edge.ingress(self.default_location)[0]),
+            origin=self.origin,
             sockets=self.sockets,
             catalog_view=lambda: catalog_view(self.catalog, edge, self.aliases),
         )

@@ -16,6 +16,7 @@ from runtime.cli.client import bootstrap_token
 from runtime.cli.common import CONFIG_HELP, _fail
 from runtime.cli.control import cmd_pop
 from runtime.cli.ports import port_problem
+from runtime.control.addresses import listen_origin
 from runtime.control.config import ConfigError, WorkerConfig, load_config
 from runtime.control.validation import describe
 
@@ -130,9 +131,18 @@ def cmd_dev(args: argparse.Namespace) -> int:
     token, created = bootstrap_token(config, state)
     admin_token, admin_created = bootstrap_admin_token(config.state_dir)
     runtime = Runtime(
-        config, edge, state, catalog_if_any(config), deps=deps, admin_token=admin_token, watch=args.reload
+        config,
+        edge,
+        state,
+        catalog_if_any(config),
+        deps=deps,
+        admin_token=admin_token,
+        watch=args.reload,
+        origin=listen_origin(args.host, args.port),
     )
     print(f"edge dev: worker {config.name!r} ({config.main}) on http://{args.host}:{args.port}", flush=True)
+    if runtime.origin != listen_origin(args.host, args.port):
+        print(f"  public URL ([edge] public_url): {runtime.origin}", flush=True)
     print(
         f"  dashboard: http://{args.host}:{args.port}/cdn-cgi/edge/dashboard (sign in with the admin token)",
         flush=True,

@@ -19,7 +19,7 @@ import msgspec
 
 from runtime.control import limits as worker_limits
 from runtime.control.accounts import AccountError, AccountSettings, check_name
-from runtime.control.addresses import parse_host_port
+from runtime.control.addresses import parse_host_port, parse_origin
 from runtime.control.config_schema import (
     DEFAULT_POPS,
     INSTALLED_MODELS_DIR,
@@ -333,6 +333,11 @@ def parse_config(
             parse_host_port(entry)
         except ValueError as exc:
             raise ConfigError(f"{source}: edge.fetch_allow.{i}: {exc}") from None
+    if config.edge.public_url is not None:
+        try:
+            parse_origin(config.edge.public_url)
+        except ValueError as exc:
+            raise ConfigError(f"{source}: edge.public_url: {exc}") from None
     for name in config.edge.accounts:
         try:
             account_settings(config, name)

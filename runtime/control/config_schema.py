@@ -74,6 +74,10 @@ class EdgeConfig(msgspec.Struct):
     # HOST:PORT servers (private or loopback) a worker's fetch may reach, for local development;
     # only this file sets it. The runtime's own port and PoP node URLs stay refused.
     fetch_allow: list[str] = msgspec.field(default_factory=list)
+    # The origin clients reach the runtime at (https://edge.example.com), which URLs handed to a
+    # worker start with (an AI Gateway's getUrl); unset: the address `edge dev` listens on. Never
+    # taken from a request's Host header, which any client writes.
+    public_url: str | None = None
     network: NetworkConfig = msgspec.field(default_factory=NetworkConfig)
     # Accounts by name, each with its settings; the config wins over the stored ones at start.
     accounts: dict[str, AccountConfig] = msgspec.field(default_factory=dict)

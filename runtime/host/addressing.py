@@ -11,6 +11,7 @@ from starlette.requests import Request
 
 from edge_sim.edge import Edge
 from edge_sim.topology import Location
+from runtime.control.addresses import DEFAULT_ORIGIN
 from runtime.host.fetch_guard import FetchGuard
 from runtime.host.invocation import Invocation
 from runtime.http.headers import LOCATION_HEADER
@@ -20,10 +21,14 @@ WORKER_HEADER = "x-edge-worker"  # or: x-edge-worker: <account>/<worker>
 
 
 class Locator:
-    """A request's Invocation: its client's location, ingress PoP and round trip."""
+    """A request's Invocation: its client's location, ingress PoP and round trip, and the runtime's
+    own origin (`origin`: configured, runtime.control.addresses), whatever Host the client sent."""
 
-    def __init__(self, edge: Edge, default_location: Location, fetch_guard: FetchGuard):
+    def __init__(
+        self, edge: Edge, default_location: Location, fetch_guard: FetchGuard, origin: str = DEFAULT_ORIGIN
+    ):
         self.edge, self.default_location, self.fetch_guard = edge, default_location, fetch_guard
+        self.origin = origin
 
     def locate(self, request: Request) -> Invocation:
         """Where the client is and the PoP it lands on; raises TopologyError for a bad location."""
@@ -44,7 +49,9 @@ class Locator:
             client_rtt,
             method=request.method,
             url=str(request.url),
-            origin=f"{request.url.scheme}://{request.url.netloc}",
+            # not the request's scheme and Host: a client writes them, and a URL built on them
+            # (getUrl) would send the worker's calls, and its token, where the client chose
+            origin=self.origin,
         )
 
 

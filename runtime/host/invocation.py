@@ -34,7 +34,9 @@ class Invocation:
     client_rtt_ms: float
     method: str = "GET"
     url: str = ""
-    origin: str = ""  # scheme://host:port the runtime was reached at (fetches back to it are refused)
+    # the runtime's own scheme://host:port, as configured (never the request's Host): what URLs handed
+    # to the worker start with; fetches back to its port are refused
+    origin: str = ""
     # the records of the AI calls it made (env.AI.run, env.AI.gateway(id).run), as each call was
     # made: its tail event lists the first AI_CALLS_KEPT
     ai_calls: list[AIRecord] = field(default_factory=list)

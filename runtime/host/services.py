@@ -64,6 +64,7 @@ class WorkerServices:
     call_service: ServiceCall  # a service binding's fetch (another worker, or the assets)
     network: NetworkMode  # its `emulate`: whether the client's round trip is really waited
     event_origin: Callable[[], tuple[Location, PoP]]  # where a cron or queue event's AI calls start
+    origin: str = ""  # the runtime's own origin (configured): what URLs handed to a worker start with
     workflows: WorkflowSteps | None = None  # set once the workflow engine is built (runtime.app)
     gateways: Gateways | None = None  # AI Gateway (runtime.ai.gateway); the app sets it
     # the models search view of the catalog (runtime.ai.catalog.catalog_view): env.AI.models()

@@ -116,7 +116,7 @@ class WorkerHandle:
         knows which run each step call belongs to); tailed with `event: {workflow, instanceId}`.
         Raises what the isolate raises (ExceededResources, IsolateCrashed, WorkerLoadError)."""
         location, ingress = self.services.event_origin()
-        ctx = Invocation(location, ingress, 0.0, method="", url="")
+        ctx = Invocation(location, ingress, 0.0, method="", url="", origin=self.services.origin)
         ctx.console = self.console.event(f"workflow({instance_id[:12]})")
         name = self.spec.workflow.name if self.spec.workflow else ""
         return await self._tailed_event(
@@ -321,7 +321,9 @@ class WorkerHandle:
         `cron(*/5 * * * *)`). AI calls made in it start at the PoP the config's client_location
         lands on."""
         location, ingress = self.services.event_origin()
-        ctx = Invocation(location, ingress, 0.0, method="", url="", objects=objects)
+        ctx = Invocation(
+            location, ingress, 0.0, method="", url="", origin=self.services.origin, objects=objects
+        )
         ctx.console = self.console.event(tag)
         rid = self.isolate.next_request_id()
         self.requests[rid] = ctx

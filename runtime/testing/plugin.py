@@ -168,7 +168,7 @@ def worker(request: pytest.FixtureRequest, edge_session, edge_config: Path, tmp_
     from runtime.app import Runtime
     from runtime.testing.edges import EdgeStartError, SharedEdge, settle
     from runtime.testing.project import with_state_dir
-    from runtime.testing.worker import EdgeWorker, WorkerLoadError
+    from runtime.testing.worker import BASE_URL, EdgeWorker, WorkerLoadError
 
     try:
         project = edge_session.project(edge_config)
@@ -183,6 +183,7 @@ def worker(request: pytest.FixtureRequest, edge_session, edge_config: Path, tmp_
         catalog=project.catalog,
         deps=project.deps,
         admin_token=admin_token,
+        origin=BASE_URL,  # where the test's requests go: the URLs the worker is given name it
     )
     client = EdgeWorker(
         runtime, loop, str(edge_config), ai_seed=ai_seed_for(request), timeout=timeout_of(request.config)

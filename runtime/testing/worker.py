@@ -427,7 +427,8 @@ class EdgeWorker:
             args, kwargs = _wire([list(args), dict(kwargs)], f"{binding} {method}")
             message = ipc.ObjectCall(next(self._calls), 0, binding, object_id, method, args, kwargs)
             ingress, rtt = locator.edge.ingress(locator.default_location)
-            ctx = Invocation(locator.default_location, ingress, rtt, method="RPC", url=f"do://{binding}")
+            where = locator.default_location
+            ctx = Invocation(where, ingress, rtt, method="RPC", url=f"do://{binding}", origin=locator.origin)
             reply = await objects.call(spec, message, ctx)
             if reply.error_type is not None:
                 raise remote_error(reply.error_type, reply.error_message or f"{binding} {method} failed")
