@@ -107,7 +107,8 @@ class Cluster:
         """A Workers AI REST call from a client at `location`."""
         return httpx.post(
             f"{self.dev.url}/client/v4/accounts/local/ai/run/{MODEL}",
-            json={"prompt": "def f():", "max_tokens": max_tokens, "temperature": 0, **body},
+            # raw: a code completion, long enough to stream (a prompt alone goes through the chat template)
+            json={"prompt": "def f():", "raw": True, "max_tokens": max_tokens, "temperature": 0, **body},
             headers={**token(self.folder), "x-edge-client-location": location},
             timeout=60,
         )
@@ -117,7 +118,13 @@ class Cluster:
         return httpx.stream(
             "POST",
             f"{self.dev.url}/client/v4/accounts/local/ai/run/{MODEL}",
-            json={"prompt": "def f():", "max_tokens": max_tokens, "temperature": 0, "stream": True},
+            json={
+                "prompt": "def f():",
+                "raw": True,
+                "max_tokens": max_tokens,
+                "temperature": 0,
+                "stream": True,
+            },
             headers={**token(self.folder), "x-edge-client-location": location},
             timeout=60,
         )

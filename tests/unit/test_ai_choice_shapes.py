@@ -47,7 +47,7 @@ def test_a_result_without_choices_is_one_choice_of_its_text():
     assert body["choices"] == [
         {
             "index": 0,
-            "message": {"role": "assistant", "content": "hi"},
+            "message": {"role": "assistant", "content": "hi", "refusal": None},
             "logprobs": None,
             "finish_reason": "stop",
         }
