@@ -286,13 +286,17 @@ class AIApi:
         if isinstance(decoded, Response):
             return decoded
         account, body = decoded
+        return await self.openai_answer(request, account, body.model, body, CHAT if chat else COMPLETION)
+
+    async def openai_answer(self, request: Request, account: str, model: str, inputs, shape: str) -> Response:
+        """The call an OpenAI-shaped door makes, answered in OpenAI's way: its SSE stream, or its body
+        with Server-Timing; an AIError as OpenAI's error (400 refused before it ran, 500 while)."""
         call = None
         try:
             ingress, rtt = self._where(request)
-            shape = CHAT if chat else COMPLETION
-            call = AICall(body.model, body, account, session_key(request), ingress, rtt, shape=shape)
+            call = AICall(model, inputs, account, session_key(request), ingress, rtt, shape=shape)
             answer = await self.runtime.ai.answer(call)
-        except AIError as exc:  # a refusal before it ran is a 400, a failure while it ran a 500
+        except AIError as exc:
             return openai_ai_error(exc, 400 if call is None or call.request is None else 500)
         if answer.stream is not None:
             return StreamingResponse(answer.stream, media_type="text/event-stream")

@@ -12,10 +12,10 @@ from __future__ import annotations
 import logging
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import Response
 from starlette.routing import Route
 
-from runtime.ai.call import RESPONSES, AICall
+from runtime.ai.call import RESPONSES
 from runtime.ai.responses_inputs import ResponsesInputError
 from runtime.http.json_body import BadJSON, decode_json
 from runtime.routes.ai_rest import (
@@ -23,11 +23,8 @@ from runtime.routes.ai_rest import (
     PREFIX,
     AIApi,
     AuthError,
-    openai_ai_error,
     openai_error,
-    session_key,
 )
-from workers import AIError
 
 log = logging.getLogger("edge.api")
 
@@ -42,7 +39,6 @@ class ResponsesApi:
         return [Route(PREFIX + "/ai/v1/responses", self.create, methods=["POST"])]
 
     async def create(self, request: Request) -> Response:
-        runtime = self.api.runtime
         try:
             account = self.api.authenticate(request)
         except AuthError as exc:
@@ -56,17 +52,7 @@ class ResponsesApi:
             return openai_error(
                 400, "model: give the model to run, such as a name from /v1/models", param="model"
             )
-        call = None
         try:
-            ingress, rtt = self.api._where(request)
-            call = AICall(model, body, account, session_key(request), ingress, rtt, shape=RESPONSES)
-            answer = await runtime.ai.answer(call)
+            return await self.api.openai_answer(request, account, model, body, RESPONSES)
         except ResponsesInputError as exc:
             return openai_error(400, exc.detail, "invalid_request_error", param=exc.param)
-        except AIError as exc:  # a refusal before it ran is a 400, a failure while it ran a 500
-            return openai_ai_error(exc, 400 if call is None or call.request is None else 500)
-        if answer.stream is not None:
-            return StreamingResponse(answer.stream, media_type="text/event-stream")
-        response = JSONResponse(answer.body)
-        response.headers["server-timing"] = call.record.server_timing
-        return response
