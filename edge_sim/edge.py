@@ -110,7 +110,9 @@ class Edge:
         tried: set[str] = set()
         sticky = self.affinity.preferred(req.tenant, req.model, req.session)
         while True:
-            ranked = self.router.candidates(req.model, ingress, tokens, frozenset(tried))
+            ranked = self.router.candidates(
+                req.model, ingress, tokens, frozenset(tried), at_once=req.reject_if_busy
+            )
             # a session goes back to the PoP holding its cache while that PoP is up and has room
             node, backbone_ms = next(((n, rtt) for n, rtt in ranked if n.code == sticky), ranked[0])
             if self.emulate:  # the request travels ingress -> PoP for real

@@ -6,7 +6,8 @@ from typing import Literal
 
 from engine import InvalidRequestError, RequestTooLargeError
 
-ErrorKind = Literal["model_not_found", "invalid_input", "too_large", "no_capacity", "timeout"]
+# busy: a call that asked not to wait (rejectIfBusy) found every PoP serving its model full
+ErrorKind = Literal["model_not_found", "invalid_input", "too_large", "no_capacity", "timeout", "busy"]
 
 
 class EdgeError(Exception):

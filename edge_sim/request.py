@@ -76,6 +76,9 @@ class GenerateRequest(msgspec.Struct, kw_only=True):
     # (on, for a model that thinks); rendered by its chat template, parsed by
     # engine.structured.reasoning_parser
     thinking: bool | None = None
+    # rejectIfBusy (Workers AI's option): refused at once (no_capacity, "busy") when every PoP that
+    # serves the model would queue it, instead of waiting in that queue (edge_sim.edge.Edge.stream)
+    reject_if_busy: bool = False
 
     def estimated_tokens(self) -> int:
         """The prompt's length in tokens, estimated from its characters, for routing: only the PoP

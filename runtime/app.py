@@ -60,6 +60,7 @@ from runtime.host.source_watch import watch_source
 from runtime.host.spec import WorkerSpec
 from runtime.host.worker import WorkerHandle
 from runtime.routes.accounts import AccountEndpoints
+from runtime.routes.ai_models import AIModelsApi
 from runtime.routes.ai_rest import AIApi
 from runtime.routes.app import assemble
 from runtime.routes.dashboard import DashboardEndpoints
@@ -223,8 +224,10 @@ class Runtime:
         )
         self.dashboard = DashboardEndpoints(edge, self.feed, self.ai.rollouts, admin_token)
         self.api = AIApi(
-            ApiServices(self.state, self.ai, self.metrics, self.locator, self.catalog, edge, self.aliases)
+            ApiServices(self.state, self.ai, self.metrics, self.locator, self.catalog, edge, self.aliases),
+            self.gateways,
         )
+        self.ai_models = AIModelsApi(self.api)
         self.responses = ResponsesApi(self.api)
         self.gateway_api = GatewayApi(self.api, self.gateways)
         self.control = ControlApi(self.state, config.state_dir, self.tail, self.workers.restart_worker)
@@ -340,6 +343,7 @@ def create_app(runtime: Runtime) -> Starlette:
         *runtime.rollout_endpoints.routes(),
         *runtime.dashboard.routes(),
         *runtime.api.routes(),
+        *runtime.ai_models.routes(),
         *runtime.responses.routes(),
         *runtime.gateway_api.routes(),
         *runtime.control.routes(),

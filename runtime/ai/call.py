@@ -44,6 +44,9 @@ class AICall:
     ingress: PoP | None = None  # where the client entered the edge (None: a call only checked)
     client_rtt_ms: float = 0.0
     queue: bool = False  # queueRequest: a batch to queue, not to run now
+    # rejectIfBusy (the binding's third argument, the REST body's `options`): refused with 3040 rather
+    # than queued when every PoP serving the model is full (edge_sim.router)
+    reject_if_busy: bool = False
     priority: str | None = None  # the x-edge-priority header as given (checked with the inputs)
     request_id: str = ""  # cf-ai-req-id
     tags: tuple[str, ...] = ()

@@ -3,6 +3,9 @@
 ignore is refused instead, naming it: a worker must not believe it got what it asked for.
 
 - `queueRequest`: a batch to queue (runtime.ai.batch).
+- `rejectIfBusy`: refused at once (3040, "Capacity temporarily exceeded") rather than queued when every
+  PoP serving the model is full (edge_sim.router). The REST API takes it in the body's `options`
+  (`rest_body_options`), the one option Cloudflare documents there.
 - `extraHeaders`: headers of the call; `x-session-affinity` (back to the PoP that served the session)
   and `x-edge-priority` are read, any other is passed on unread, as Cloudflare's are.
   `sessionOptions.extraHeaders` (workerd's deprecated spelling) is read beneath them.
@@ -34,6 +37,7 @@ HEADER_CHARS = 4096
 PREFIX_CHARS = 64
 ACCEPTED = (
     "queueRequest",
+    "rejectIfBusy",
     "extraHeaders",
     "returnRawResponse",
     "tags",
@@ -51,6 +55,7 @@ ELSEWHERE = {
 
 class RunOptions(msgspec.Struct, frozen=True):
     queue: bool = False
+    reject_if_busy: bool = False
     extra_headers: dict[str, str] = {}
     raw_response: bool = False
     tags: tuple[str, ...] = ()
@@ -87,11 +92,15 @@ def parse_run_options(value: Any, model: str = "") -> RunOptions:
     raw = value.get("returnRawResponse", False)
     if not isinstance(raw, bool):
         raise _bad("returnRawResponse", "expected true or false")
+    busy = value.get("rejectIfBusy", False)
+    if not isinstance(busy, bool):
+        raise _bad("rejectIfBusy", "expected true or false")
     gateway = value.get("gateway")
     headers = _session_headers(value) | _headers(value.get("extraHeaders", value.get("extra_headers")))
     prefix = _prefix(value.get("prefix"))
     return RunOptions(
         queue=queue,
+        reject_if_busy=busy,
         extra_headers=headers,
         raw_response=raw,
         tags=_tags(value),
@@ -156,3 +165,33 @@ def _tags(value: dict) -> tuple[str, ...]:
         if not tag or len(tag) > TAG_CHARS:
             raise _bad("tags", f"each tag is 1 to {TAG_CHARS} characters, got {tag[:80]!r}")
     return tuple(tags)
+
+
+REST_OPTIONS = ("rejectIfBusy",)
+
+
+def rest_body_options(body: Any, where: str = "options") -> tuple[Any, bool]:
+    """A REST request body's top-level `options` (Workers AI's /ai/run and its OpenAI-compatible doors
+    take one beside the model's inputs), split from the inputs: (the inputs without it, rejectIfBusy).
+    Any other key is refused (AIError 5004) naming the one accepted; a body that is not an object is
+    left to the inputs' own checks."""
+    if not isinstance(body, dict) or "options" not in body:
+        return body, False
+    options = body["options"]
+    inputs = {k: v for k, v in body.items() if k != "options"}
+    if options is None:
+        return inputs, False
+    if not isinstance(options, dict):
+        raise AIError(5004, f'{where}: expected an object such as {{"rejectIfBusy": true}}', param=where)
+    for key in options:
+        if key not in REST_OPTIONS:
+            raise AIError(
+                5004,
+                f"{where}.{str(key)[:64]}: no such request option; the REST API's options are "
+                f"{', '.join(REST_OPTIONS)} (the binding's others go in env.AI.run's third argument)",
+                param=where,
+            )
+    busy = options.get("rejectIfBusy", False)
+    if not isinstance(busy, bool):
+        raise AIError(5004, f"{where}.rejectIfBusy: expected true or false", param=where)
+    return inputs, busy

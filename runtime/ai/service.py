@@ -80,6 +80,7 @@ ERROR_CODES = {
     "too_large": 3006,
     "no_capacity": 3040,
     "timeout": 3007,
+    "busy": 3040,  # rejectIfBusy with every PoP full: Cloudflare's "Capacity temporarily exceeded" (429)
 }
 
 
@@ -296,6 +297,7 @@ class AIService:
             share=TenantShare(terms.weight, terms.kv_share) if terms else TenantShare(),
             session=session,
         )
+        req.reject_if_busy = call.reject_if_busy
         if call.mode != RESPONSES:  # the Responses shape carries logprobs, whatever the model's own schema
             self._fits_schema(parsed, self.schema(asked))
         if isinstance(parsed, TextGenerationInputs) and parsed.model not in (None, asked):
@@ -388,6 +390,12 @@ class AIService:
         if self.rate_limits is not None:
             self.rate_limits.check(account, model, model, terms)
         texts = call.inputs if texts is None else texts
+        if call.reject_if_busy and self.embed_pool.waiting():  # texts queued ahead of this call's
+            raise AIError(
+                3040,
+                f"Capacity temporarily exceeded, please try again: {model}'s stand-in has texts queued "
+                "ahead of this call, and it asked not to wait (rejectIfBusy)",
+            )
         result = await self.embed_pool.run(account, embed_slices, model, texts, pooling)
         self._record(call.embedded(result.tokens))
         return result
@@ -425,7 +433,9 @@ class AIService:
             return shape_result("chat-completions", call.model, result)
         if call.shape == COMPLETION:
             return text_completion(call.model, result)
-        return shape_result(self.schema(call.model), call.model, result)
+        guide = call.request.params.guide if call.request is not None else None
+        json_mode = guide is not None and guide.kind in ("json", "json_schema")
+        return shape_result(self.schema(call.model), call.model, result, json_mode=json_mode)
 
     def _events(self, call: AICall) -> AsyncIterator[bytes]:
         items, model = self.stream(call), call.model

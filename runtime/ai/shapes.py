@@ -15,6 +15,7 @@ import msgspec
 
 from edge_sim.request import GenerateResult
 from engine.structured.choices import Choice, Delta
+from runtime.ai.params import JSON_MODE_UNMET
 from runtime.ai.shape_parts import (
     chat_logprobs,
     choices_of,
@@ -125,16 +126,20 @@ def _openai_body(model: str, result: GenerateResult, chat: bool) -> dict[str, An
     }
 
 
-def shape_result(schema: Schema, model: str, result: GenerateResult) -> dict[str, Any]:
+def shape_result(
+    schema: Schema, model: str, result: GenerateResult, json_mode: bool = False
+) -> dict[str, Any]:
     """The answer in the model's catalog schema: Workers AI text generation (with `tool_calls`
     when the model called tools, as Cloudflare's), or OpenAI ChatCompletion (as Cloudflare's Kimi
-    and GLM entries answer); both carry timing and quantization."""
+    and GLM entries answer); both carry timing and quantization. `json_mode`: the call asked for
+    JSON (response_format json_object / json_schema, guided_json), so Workers AI's `response` is the
+    parsed value, as Cloudflare's JSON Mode answers (OpenAI's `content` stays a string)."""
     if schema == "chat-completions":
         return _openai_body(model, result, chat=True)
     first = choices_of(result)[0]
     calls = {"tool_calls": workers_ai_tool_calls(first.tool_calls)} if first.tool_calls else {}
     return {
-        "response": first.text,
+        "response": _parsed(first.text) if json_mode else first.text,
         **reasoning_fields(first.reasoning),
         **calls,
         "usage": usage(result),
@@ -142,6 +147,16 @@ def shape_result(schema: Schema, model: str, result: GenerateResult) -> dict[str
         "model": model,
         **_extras(model, result),
     }
+
+
+def _parsed(text: str) -> Any:
+    """JSON mode's answer as a value: the grammar and its closing within max_tokens
+    (engine.structured.json_close) make it whole JSON; one that still is not is Cloudflare's
+    "JSON Mode couldn't be met", never a string passed off as the object."""
+    try:
+        return json.loads(text)
+    except ValueError:
+        raise AIError(5004, f"{JSON_MODE_UNMET}: the answer is not whole JSON ({text[:80]!r})") from None
 
 
 def text_completion(model: str, result: GenerateResult) -> dict[str, Any]:

@@ -84,6 +84,7 @@ class WorkerCalls:
                 ctx.ingress,
                 ctx.client_rtt_ms,
                 queue=options.queue,
+                reject_if_busy=options.reject_if_busy,
                 priority=options.priority,
                 request_id=request_id,
                 tags=options.tags,

@@ -14,6 +14,11 @@ runtime.ai.inputs (the structs), runtime.ai.refusals (what is refused and why), 
 (the mapping to the typed request).
 
 Every call carries `Authorization: Bearer <token>`; a token works only for its own account.
+
+A body's top-level `options` ({"rejectIfBusy": true}, runtime.ai.run_options.rest_body_options) is
+read beside the inputs on /ai/run and the OpenAI doors. A `cf-aig-gateway-id` header sends the call
+through that AI Gateway of the account (its cache, retries, rate limit and log; the other cf-aig-*
+headers set its options), as Cloudflare's unified endpoint does: the answer carries cf-aig-log-id.
 """
 
 from __future__ import annotations
@@ -33,8 +38,11 @@ from runtime.ai.call import CHAT, COMPLETION, EMBEDDINGS, AICall
 from runtime.ai.catalog import search_models
 from runtime.ai.embeddings import openai_answer as openai_embeddings
 from runtime.ai.embeddings import openai_request as embedding_request
+from runtime.ai.gateway_options import GatewayOptions
+from runtime.ai.gateway_universal import options_from_headers
 from runtime.ai.inputs import ChatCompletionRequest, CompletionRequest
 from runtime.ai.refusals import InputError, decode_inputs
+from runtime.ai.run_options import rest_body_options
 from runtime.control.rate_limit import AccountLimited
 from runtime.http.errors import BAD_LOCATION
 from runtime.http.headers import LOCATION_HEADER
@@ -42,6 +50,7 @@ from runtime.http.json_body import BadJSON, decode_json
 from workers import AIError
 
 if TYPE_CHECKING:
+    from runtime.ai.gateway import GatewayAnswer, Gateways
     from runtime.ai.service import AIService
     from runtime.control.metrics import Metrics
     from runtime.control.state import State
@@ -154,9 +163,15 @@ class AIApiHost(Protocol):
     def catalog_view(self) -> list[dict[str, Any]]: ...
 
 
+GATEWAY_HEADER = "cf-aig-gateway-id"
+
+
 class AIApi:
-    def __init__(self, runtime: AIApiHost):
+    def __init__(self, runtime: AIApiHost, gateways: Gateways | None = None):
+        """`gateways`: the accounts' AI Gateways, for calls that name one in cf-aig-gateway-id
+        (None: such a call is refused, saying this runtime has none)."""
         self.runtime = runtime
+        self.gateways = gateways
 
     def routes(self) -> list[Route]:
         return [
@@ -186,6 +201,20 @@ class AIApi:
     async def _json(self, request: Request) -> Any:
         return decode_json(await request.body() or b"{}")
 
+    async def _answer(self, request: Request, call: AICall, shape: str) -> tuple[Any, list[tuple[str, str]]]:
+        """The call answered by the AI service, or through the AI Gateway its cf-aig-gateway-id
+        header names (`shape`: the gateway's name for the answer's shape, which keys its cache):
+        (the answer, the cf-aig-* headers to send back). Raises AIError."""
+        gateway = request.headers.get(GATEWAY_HEADER)
+        if gateway is None:
+            return await self.runtime.ai.answer(call), []
+        if self.gateways is None:
+            raise AIError(5004, f"{GATEWAY_HEADER}: this runtime has no AI Gateway to route the call through")
+        headers = {k.lower(): v for k, v in request.headers.items()}
+        options = GatewayOptions.parse({"id": gateway, **options_from_headers(headers)})
+        through: GatewayAnswer = await self.gateways.run(call, options, shape=shape)
+        return through.answer, list(through.headers)
+
     # --- Workers AI REST ----------------------------------------------------------------------------
 
     async def run(self, request: Request) -> Response:
@@ -206,6 +235,7 @@ class AIApi:
         except BadJSON as exc:
             return cf_error(5004, f"{exc}; send the model inputs as a JSON object")
         try:
+            inputs, busy = rest_body_options(inputs)
             ingress, rtt = self._where(request)
             call = AICall(
                 model,
@@ -215,17 +245,19 @@ class AIApi:
                 ingress,
                 rtt,
                 queue=request.query_params.get("queueRequest", "").lower() == "true",
+                reject_if_busy=busy,
                 priority=request.headers.get("x-edge-priority"),
                 request_id=request_id,
             )
-            answer = await self.runtime.ai.answer(call)
+            answer, headers = await self._answer(request, call, "workers-ai")
         except BatchNotFound as exc:
             return cf_error(exc.code, exc.detail, 404)
         except AIError as exc:
             return ai_error(exc)
         if answer.stream is not None:
-            return StreamingResponse(answer.stream, media_type="text/event-stream")
+            return StreamingResponse(answer.stream, media_type="text/event-stream", headers=dict(headers))
         response = envelope(answer.body)
+        response.headers.update(dict(headers))
         if answer.result is not None:
             response.headers["server-timing"] = call.record.server_timing
         return response
@@ -262,18 +294,22 @@ class AIApi:
 
     # --- OpenAI-compatible ----------------------------------------------------------------------------
 
-    async def _openai_call(self, request: Request, kind: type) -> tuple[str, Any] | Response:
+    async def _openai_call(self, request: Request, kind: type) -> tuple[str, Any, bool] | Response:
+        """(the account, the decoded body, its options' rejectIfBusy), or the error to answer."""
         try:
             account = self.authenticate(request)
         except AuthError as exc:
             return openai_error(exc.status, str(exc), AUTH_ERROR)
         try:
-            body = decode_inputs(decode_json(await request.body()), kind, "OpenAI's API")
+            inputs, busy = rest_body_options(decode_json(await request.body()))
+            body = decode_inputs(inputs, kind, "OpenAI's API")
         except InputError as exc:
+            return openai_ai_error(exc, 400)
+        except AIError as exc:
             return openai_ai_error(exc, 400)
         except BadJSON as exc:
             return openai_error(400, str(exc))
-        return account, body
+        return account, body, busy
 
     async def chat_completions(self, request: Request) -> Response:
         return await self._openai(request, ChatCompletionRequest, chat=True)
@@ -285,23 +321,36 @@ class AIApi:
         decoded = await self._openai_call(request, kind)
         if isinstance(decoded, Response):
             return decoded
-        account, body = decoded
-        return await self.openai_answer(request, account, body.model, body, CHAT if chat else COMPLETION)
+        account, body, busy = decoded
+        shape = CHAT if chat else COMPLETION
+        return await self.openai_answer(request, account, body.model, body, shape, reject_if_busy=busy)
 
-    async def openai_answer(self, request: Request, account: str, model: str, inputs, shape: str) -> Response:
+    async def openai_answer(
+        self, request: Request, account: str, model: str, inputs, shape: str, reject_if_busy: bool = False
+    ) -> Response:
         """The call an OpenAI-shaped door makes, answered in OpenAI's way: its SSE stream, or its body
         with Server-Timing; an AIError as OpenAI's error (400 refused before it ran, 500 while)."""
         call = None
         try:
             ingress, rtt = self._where(request)
-            call = AICall(model, inputs, account, session_key(request), ingress, rtt, shape=shape)
-            answer = await self.runtime.ai.answer(call)
+            call = AICall(
+                model,
+                inputs,
+                account,
+                session_key(request),
+                ingress,
+                rtt,
+                shape=shape,
+                reject_if_busy=reject_if_busy,
+            )
+            answer, headers = await self._answer(request, call, "openai")
         except AIError as exc:
             return openai_ai_error(exc, 400 if call is None or call.request is None else 500)
         if answer.stream is not None:
-            return StreamingResponse(answer.stream, media_type="text/event-stream")
-        response = JSONResponse(answer.body)
-        response.headers["server-timing"] = call.record.server_timing
+            return StreamingResponse(answer.stream, media_type="text/event-stream", headers=dict(headers))
+        response = JSONResponse(answer.body, headers=dict(headers))
+        if answer.result is not None:
+            response.headers["server-timing"] = call.record.server_timing
         return response
 
     async def openai_models(self, request: Request) -> Response:
@@ -344,8 +393,10 @@ class AIApi:
         except BadJSON as exc:
             return openai_error(400, str(exc))
         try:
+            body, busy = rest_body_options(body)
             model, texts = embedding_request(body, self.runtime.ai.names())
-            result = await self.runtime.ai.embed(AICall(model, texts, account, shape=EMBEDDINGS))
+            call = AICall(model, texts, account, shape=EMBEDDINGS, reject_if_busy=busy)
+            result = await self.runtime.ai.embed(call)
         except AIError as exc:
             if exc.code == 5007:  # OpenAI's answer for a model that cannot serve the call
                 return openai_error(404, exc.detail, "model_not_found", "model")

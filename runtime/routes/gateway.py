@@ -99,7 +99,7 @@ class GatewayApi:
         decoded = await self.api._openai_call(request, ChatCompletionRequest)
         if isinstance(decoded, Response):
             return decoded
-        account, body = decoded
+        account, body, busy = decoded
         if "/" in body.model and not body.model.startswith(("workers-ai/", "@")):
             where = body.model.split("/", 1)[0]
             why = f"model: provider {where!r} cannot be reached from this edge (no network); "
@@ -110,7 +110,7 @@ class GatewayApi:
         try:
             options = GatewayOptions.parse({"id": request.path_params["gateway"], **_header_options(request)})
             ingress, rtt = self.api._where(request)
-            call = AICall(model, body, account, None, ingress, rtt, shape=CHAT)
+            call = AICall(model, body, account, None, ingress, rtt, shape=CHAT, reject_if_busy=busy)
             through = await self.gateways.run(call, options, shape="openai")
         except AIError as exc:
             return openai_ai_error(exc, 400)
