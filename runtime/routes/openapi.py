@@ -255,6 +255,21 @@ def _paths() -> dict[str, dict[str, Any]]:
                 },
             )
         },
+        ACCOUNT + "/ai/models/schema": {
+            "get": _cf("a model's input and output as JSON Schema", a, query={"model": {"type": "string"}})
+        },
+        ACCOUNT + "/ai/tasks/search": {"get": _cf("the tasks of the models served", a)},
+        ACCOUNT + "/ai/authors/search": {"get": _cf("the authors of the models served", a)},
+        ACCOUNT + "/ai/tomarkdown": {
+            "post": {
+                **_cf("documents to Markdown (multipart/form-data, each file in a part named 'files')", a),
+                "requestBody": {
+                    "required": True,
+                    "content": {"multipart/form-data": {"schema": _ANY_OBJECT}},
+                },
+            }
+        },
+        ACCOUNT + "/ai/tomarkdown/supported": {"get": _cf("the file types toMarkdown converts", a)},
         ACCOUNT + "/ai/v1/chat/completions": {
             "post": _op("OpenAI chat completion", a, openai, "ChatCompletionRequest")
         },
