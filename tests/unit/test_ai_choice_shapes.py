@@ -4,12 +4,15 @@ streams (runtime.ai.shapes), as OpenAI and Workers AI answer them."""
 import asyncio
 import json
 
+import pytest
+
 from edge_sim.accounting import LatencyAccount
 from edge_sim.request import Formats, GenerateResult
 from engine.outputs import Logprobs, TokenLogprob
 from engine.structured.choices import Choice, Delta
 from engine.structured.tool_types import ToolCall, ToolCallDelta
 from runtime.ai.shapes import openai_events, shape_result, text_completion, workers_ai_events
+from workers import AIError
 
 MODEL = "@edge/test/tiny"
 A, B = TokenLogprob("a", -0.1, [97]), TokenLogprob("b", -2.3, [98])
@@ -166,3 +169,17 @@ def test_workers_ai_stream_reads_deltas_and_ends_with_the_tool_calls():
     got = events(workers_ai_events(_items(Delta(text="x"), "y", final), MODEL, chat=False))
     assert got[0] == {"response": "x"} and got[1] == {"response": "y"}
     assert got[2]["tool_calls"][0]["arguments"] == {"city": "Seoul"} and got[-1] == "[DONE]"
+
+
+def test_json_mode_answers_the_parsed_value_in_workers_ai_shape_only():
+    """Cloudflare's JSON Mode: `response` is the object; the chat shape keeps a string; an answer
+    that is not whole JSON is "JSON Mode couldn't be met", never a string passed off as one."""
+    text = '{"name": "India", "capital": "New Delhi"}'
+    workers = shape_result("text-generation", MODEL, result(text=text), json_mode=True)
+    assert workers["response"] == {"name": "India", "capital": "New Delhi"}
+    assert shape_result("text-generation", MODEL, result(text=text))["response"] == text
+    chat = shape_result("chat-completions", MODEL, result(text=text), json_mode=True)
+    assert chat["choices"][0]["message"]["content"] == text
+    with pytest.raises(AIError) as err:
+        shape_result("text-generation", MODEL, result(text='{"name": "Ind'), json_mode=True)
+    assert err.value.code == 5004 and err.value.detail.startswith("JSON Mode couldn't be met")
