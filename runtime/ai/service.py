@@ -43,14 +43,27 @@ from edge_sim.request import GenerateRequest, GenerateResult
 from edge_sim.topology import PoP
 from engine.sched.fair_queue import TenantShare
 from engine.structured.choices import Delta
-from runtime.ai.call import BATCH, CHAT, COMPLETION, POLL, RESPONSES, STREAM, WORKERS_AI, AICall, is_responses
+from runtime.ai.call import (
+    BATCH,
+    CHAT,
+    COMPLETION,
+    EMBEDDINGS,
+    POLL,
+    RESPONSES,
+    STREAM,
+    WORKERS_AI,
+    AICall,
+    is_responses,
+)
 from runtime.ai.embeddings import (
     EMBEDDING_MODELS,
     Embeddings,
     embed_slices,
+    texts_of,
     workers_ai_answer,
     workers_ai_inputs,
 )
+from runtime.ai.embeddings import openai_answer as openai_embeddings
 from runtime.ai.inputs import SamplingFields, TextGenerationInputs
 from runtime.ai.params import Inputs, generate_request, json_mode_failure
 from runtime.ai.refusals import InputError, decode_inputs
@@ -186,6 +199,10 @@ class AIService:
 
     async def answer(self, call: AICall) -> Answer:
         """An AI call through any door, by the mode decided when it was made; raises AIError."""
+        if call.embedding and call.shape == EMBEDDINGS:  # OpenAI's, its body checked by the door
+            texts = texts_of(call.inputs["input"], "input")
+            encoding = call.inputs.get("encoding_format") or "float"
+            return Answer(body=openai_embeddings(await self.embed(call, texts), call.model, encoding))
         if call.embedding:
             texts, pooling = workers_ai_inputs(call.model, call.inputs)
             return Answer(body=workers_ai_answer(await self.embed(call, texts, pooling)))

@@ -36,7 +36,6 @@ from edge_sim.topology import PoP, TopologyError
 from runtime.ai.batch import BatchNotFound
 from runtime.ai.call import CHAT, COMPLETION, EMBEDDINGS, AICall
 from runtime.ai.catalog import search_models
-from runtime.ai.embeddings import openai_answer as openai_embeddings
 from runtime.ai.embeddings import openai_request as embedding_request
 from runtime.ai.gateway_options import GatewayOptions
 from runtime.ai.gateway_universal import options_from_headers
@@ -201,11 +200,14 @@ class AIApi:
     async def _json(self, request: Request) -> Any:
         return decode_json(await request.body() or b"{}")
 
-    async def _answer(self, request: Request, call: AICall, shape: str) -> tuple[Any, list[tuple[str, str]]]:
-        """The call answered by the AI service, or through the AI Gateway its cf-aig-gateway-id
-        header names (`shape`: the gateway's name for the answer's shape, which keys its cache):
-        (the answer, the cf-aig-* headers to send back). Raises AIError."""
-        gateway = request.headers.get(GATEWAY_HEADER)
+    async def _answer(
+        self, request: Request, call: AICall, shape: str, gateway: str | None = None
+    ) -> tuple[Any, list[tuple[str, str]]]:
+        """The call answered by the AI service, or through an AI Gateway: `gateway` (a gateway
+        door's path names it), else the one its cf-aig-gateway-id header names (`shape`: the
+        gateway's name for the answer's shape, which keys its cache): (the answer, the cf-aig-*
+        headers to send back). Raises AIError."""
+        gateway = gateway or request.headers.get(GATEWAY_HEADER)
         if gateway is None:
             return await self.runtime.ai.answer(call), []
         if self.gateways is None:
@@ -392,16 +394,26 @@ class AIApi:
             body = decode_json(await request.body() or b"{}")
         except BadJSON as exc:
             return openai_error(400, str(exc))
+        return await self.openai_embeddings(request, account, body)
+
+    async def openai_embeddings(
+        self, request: Request, account: str, body: Any, model: str | None = None, gateway: str | None = None
+    ) -> Response:
+        """OpenAI's embeddings answered for `account`, through `gateway` (the compat door's) or the
+        one cf-aig-gateway-id names, if any; `model` in place of the body's (the compat door's, its
+        provider stripped)."""
         try:
             body, busy = rest_body_options(body)
-            model, texts = embedding_request(body, self.runtime.ai.names())
-            call = AICall(model, texts, account, shape=EMBEDDINGS, reject_if_busy=busy)
-            result = await self.runtime.ai.embed(call)
+            if model is not None and isinstance(body, dict):
+                body = {**body, "model": model}
+            model, _ = embedding_request(body, self.runtime.ai.names())
+            call = AICall(model, body, account, shape=EMBEDDINGS, reject_if_busy=busy)
+            answer, headers = await self._answer(request, call, "openai", gateway)
         except AIError as exc:
             if exc.code == 5007:  # OpenAI's answer for a model that cannot serve the call
                 return openai_error(404, exc.detail, "model_not_found", "model")
             return openai_ai_error(exc, 400)
-        return JSONResponse(openai_embeddings(result, model, body.get("encoding_format") or "float"))
+        return JSONResponse(answer.body, headers=dict(headers))
 
 
 def _model_object(entry: dict[str, Any], created: int) -> dict[str, Any]:
