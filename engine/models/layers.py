@@ -60,6 +60,8 @@ class Linear:
         self.handle = -1  # numbered by the model (eager_ops.number_parts) when it is an eager part
         self.op = dispatch.linear_op(weight)  # eager
         self.graph_op = dispatch.linear_op(weight, compiled=True)  # inside a compiled step
+        # the native op's activation format for an int8 / int4 W ("f32", or "a8": EDGE_CPU_ACTIVATIONS)
+        self.activations = dispatch.linear_activations(weight)
         self.rows_f32: torch.Tensor | None = None  # a dense float32 W [out, in] the C kernel reads
         if isinstance(weight, QuantizedWeight):
             self.quantized, self.weight_t = weight, None
@@ -86,7 +88,7 @@ class Linear:
         if op == dispatch.NATIVE_LINEAR:  # one C++ op, eager or inside a compiled graph
             if self.rows_f32 is not None:
                 return native_ops.linear_dense(x, self.rows_f32, self.bias)
-            return native_ops.linear(x, self.quantized, self.bias)
+            return native_ops.linear(x, self.quantized, self.bias, self.activations)
         if op == dispatch.MATMUL:
             y = torch.matmul(x, self.weight_t)
             return y if self.bias is None else y + self.bias

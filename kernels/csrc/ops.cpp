@@ -53,17 +53,27 @@ at::Tensor fused_moe(const at::Tensor& x, const at::Tensor& topk_weights, const 
 }
 
 // y = x W^T (+ b) for a weight W [N, K] in `fmt`, as stored; x [..., K] in float32 or bfloat16, y in x's
-// dtype (computed in float32)
+// dtype (computed in float32, or with `act` 8 for an int8 / int4 W: x quantized to 8 bits per block
+// of 32 and multiplied in integers, qlinear_a8.c)
 at::Tensor linear(const at::Tensor& x, const at::Tensor& w, const std::optional<at::Tensor>& scale,
-                  const std::optional<at::Tensor>& bias, int64_t fmt, int64_t out_features) {
+                  const std::optional<at::Tensor>& bias, int64_t fmt, int64_t out_features, int64_t act) {
   check_format(fmt);
+  TORCH_CHECK(act == EDGE_ACT_F32 || (act == EDGE_ACT_A8 && (fmt == EDGE_INT8 || fmt == EDGE_INT4)),
+              "edge_cpu::linear: activation format code ", act,
+              " is not 32 (f32) or 8 (a8, for an int8 / int4 weight only)");
   int64_t k = x.size(-1), n = out_features;
   TORCH_CHECK(w.is_contiguous() && w.size(0) == n, "edge_cpu::linear: a contiguous weight of ", n, " rows");
   TORCH_CHECK(fmt != EDGE_INT4 || k % 32 == 0, "edge_cpu::linear: int4 needs an input size divisible by 32");
   at::Tensor xf = x.reshape({-1, k}).to(at::kFloat).contiguous();
   at::Tensor y = at::empty({xf.size(0), n}, xf.options());
-  edge_linear(xf.data_ptr<float>(), xf.size(0), k, n, y.data_ptr<float>(), at::get_num_threads(), w.data_ptr(),
-              scale_ptr(scale, fmt), static_cast<int>(fmt));
+  if (act == EDGE_ACT_A8) {
+    int done = edge_linear_a8(xf.data_ptr<float>(), xf.size(0), k, n, y.data_ptr<float>(), at::get_num_threads(),
+                              w.data_ptr(), scale_ptr(scale, fmt), static_cast<int>(fmt));
+    TORCH_CHECK(done == 0, "edge_cpu::linear: out of memory packing the activations");
+  } else {
+    edge_linear(xf.data_ptr<float>(), xf.size(0), k, n, y.data_ptr<float>(), at::get_num_threads(), w.data_ptr(),
+                scale_ptr(scale, fmt), static_cast<int>(fmt));
+  }
   if (bias.has_value()) y.add_(*bias);
   std::vector<int64_t> shape(x.sizes().begin(), x.sizes().end());
   shape.back() = n;
@@ -77,7 +87,7 @@ TORCH_LIBRARY(edge_cpu, m) {
   m.def(
       "fused_moe(Tensor x, Tensor topk_weights, Tensor topk_ids, Tensor w13, Tensor? s13, Tensor w2, "
       "Tensor? s2, int fmt, int inter, Tensor? real_rows, Tensor(a!) load) -> Tensor");
-  m.def("linear(Tensor x, Tensor w, Tensor? scale, Tensor? bias, int fmt, int out_features) -> Tensor");
+  m.def("linear(Tensor x, Tensor w, Tensor? scale, Tensor? bias, int fmt, int out_features, int act=32) -> Tensor");
 }
 
 TORCH_LIBRARY_IMPL(edge_cpu, CPU, m) {
