@@ -28,11 +28,13 @@ A8_TARGET static void A8_FN(int8_rows)(const A8Rows *a, int64_t i, const int8_t 
     int64_t k = a->k, full = k / A8_BLOCK;
     __m256 f0 = _mm256_setzero_ps(), f1 = f0, f2 = f0, f3 = f0;
     const __m256i zero = _mm256_setzero_si256();
+    const int64_t ahead = a8_ahead(k);
 #define A8_ROW(wv, f) f = _mm256_fmadd_ps(_mm256_cvtepi32_ps(A8_DOT(zero, ax, _mm256_sign_epi8(wv, xv))), db, f)
     for (int64_t b = 0; b < full; b++) {
         __m256i xv = _mm256_loadu_si256((const __m256i *)(q + b * A8_BLOCK));
         __m256i ax = _mm256_sign_epi8(xv, xv);
         __m256 db = _mm256_set1_ps(d[b]);
+        for (int r = 0; r < 4; r++) __builtin_prefetch(w[r] + b * A8_BLOCK + ahead, 0, 2);
         A8_ROW(_mm256_loadu_si256((const __m256i *)(w[0] + b * A8_BLOCK)), f0);
         A8_ROW(_mm256_loadu_si256((const __m256i *)(w[1] + b * A8_BLOCK)), f1);
         A8_ROW(_mm256_loadu_si256((const __m256i *)(w[2] + b * A8_BLOCK)), f2);
@@ -68,6 +70,7 @@ A8_TARGET static void A8_FN(int4_rows)(const A8Rows *a, int64_t i, const uint8_t
     const __m256i nib = _mm256_set1_epi8(0x0F);
     const __m256i spread = _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1); /* scale j to block j's four lanes */
     __m256 f0 = _mm256_setzero_ps(), f1 = f0, f2 = f0, f3 = f0;
+    const int64_t ahead = a8_ahead(a->k / 2);
 #define A8_ROW(wv, sc, f)                                                                                 \
     do {                                                                                                  \
         __m256i lo = _mm256_and_si256(wv, nib), hi = _mm256_and_si256(_mm256_srli_epi16(wv, 4), nib);    \
@@ -82,7 +85,10 @@ A8_TARGET static void A8_FN(int4_rows)(const A8Rows *a, int64_t i, const uint8_t
         __m256i ol = _mm256_loadu_si256((const __m256i *)(o + p * 8));
         __m256 dlv = _mm256_loadu_ps(dl + p * 8);
         int32_t sc[4];
-        for (int r = 0; r < 4; r++) memcpy(&sc[r], s[r] + 2 * p, 4); /* two bf16 scales */
+        for (int r = 0; r < 4; r++) {
+            memcpy(&sc[r], s[r] + 2 * p, 4); /* two bf16 scales */
+            __builtin_prefetch(w[r] + p * 32 + ahead, 0, 2);
+        }
         A8_ROW(_mm256_loadu_si256((const __m256i *)(w[0] + p * 32)), sc[0], f0);
         A8_ROW(_mm256_loadu_si256((const __m256i *)(w[1] + p * 32)), sc[1], f1);
         A8_ROW(_mm256_loadu_si256((const __m256i *)(w[2] + p * 32)), sc[2], f2);
