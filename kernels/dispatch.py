@@ -16,11 +16,12 @@ eager or inside a compiled step's graph:
 and, per call, what the eager kernels.linear runs for a compressed weight: `linear_impl(x, w)`
 (TRITON, QLINEAR or REFERENCE). The names are the ops' own, so they also say which path ran.
 
-What an int8 / int4 product that edge_cpu::linear runs computes in, chosen once when the layer is
-built: `linear_activations(w)`, the activation format (kernels.formats.ACTIVATION) that
-`EDGE_CPU_ACTIVATIONS` names: "f32" (default: the weights widened to float32 in registers) or "a8"
-(x quantized to 8 bits per block of 32 once per call, integer dot products: kernels/csrc/qlinear_a8.c).
-A weight that op does not take (dense, fp8, a GPU, no build) computes as before whatever it says.
+What an int8 / int4 product that edge_cpu::linear or edge_cpu::fused_moe runs computes in, chosen
+once when the layer is built: `linear_activations(w)`, `experts_activations(w13, w2, inter)`, the
+activation format (kernels.formats.ACTIVATION) that `EDGE_CPU_ACTIVATIONS` names: "f32" (default:
+the weights widened to float32 in registers) or "a8" (x quantized to 8 bits per block of 32 once per
+call, integer dot products: kernels/csrc/qlinear_a8.c). A weight those ops do not take (dense, fp8,
+a GPU, no build) computes as before whatever it says.
 """
 
 from __future__ import annotations
@@ -99,6 +100,19 @@ def linear_activations(w: torch.Tensor | QuantizedWeight) -> str:
     if choice == DEFAULT_ACTIVATION or not isinstance(w, QuantizedWeight):
         return DEFAULT_ACTIVATION
     if w.format in ACTIVATION[choice].weights and native_ops.takes(w):
+        return choice
+    return DEFAULT_ACTIVATION
+
+
+def experts_activations(
+    w13: torch.Tensor | QuantizedWeight | None, w2: torch.Tensor | QuantizedWeight | None, inter: int
+) -> str:
+    """What a MoE layer's routed experts compute in: `activations()` where edge_cpu::fused_moe reads
+    them as stored in a format that activation format pairs with (a8: int8, int4), else "f32"."""
+    choice = activations()
+    if choice == DEFAULT_ACTIVATION or w13 is None or w2 is None:
+        return DEFAULT_ACTIVATION
+    if native_ops.experts_format(w13, w2, inter) in ACTIVATION[choice].weights:
         return choice
     return DEFAULT_ACTIVATION
 

@@ -111,7 +111,7 @@ def _register_fakes() -> None:
         return
 
     @torch.library.register_fake("edge_cpu::fused_moe")
-    def _(x, topk_weights, topk_ids, w13, s13, w2, s2, fmt, inter, real_rows, load):
+    def _(x, topk_weights, topk_ids, w13, s13, w2, s2, fmt, inter, real_rows, load, act=32):
         return torch.empty_like(x)
 
     @torch.library.register_fake("edge_cpu::linear")
@@ -284,15 +284,18 @@ def fused_moe(
     inter: int,
     load: torch.Tensor,
     real_rows: torch.Tensor | None = None,
+    activations: str = DEFAULT_ACTIVATION,
 ) -> torch.Tensor:
     """sum_j topk_weights[t, j] * down(silu(gate(x_t)) * up(x_t)) over each token's experts
     topk_ids[t, j], for the stored weights w13 [E, 2I, H] (gate rows, then up rows) and w2 [E, H, I]
     in `fmt` with their scales (int8, int4); `load` [E] int64 gains the tokens routed to each
     expert; `real_rows` (a one-element int64 tensor): only that many leading rows are real (the
-    others come back zero). Needs `available()`."""
+    others come back zero); `activations`: "f32", or "a8" for int8 / int4 experts on integer units
+    (each token quantized once for all its experts). Needs `available()`."""
     return torch.ops.edge_cpu.fused_moe(
-        x, topk_weights, topk_ids, w13, s13, w2, s2, FORMAT_CODES[fmt], inter, real_rows, load
-    )
+        x, topk_weights, topk_ids, w13, s13, w2, s2, FORMAT_CODES[fmt], inter, real_rows, load,
+        ACTIVATION_CODES[activations],
+    )  # fmt: skip
 
 
 def linear_dense(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:

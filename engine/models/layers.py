@@ -318,6 +318,8 @@ class RoutedExperts:
         self.graph_op = dispatch.experts_op(w13, w2, inter, compiled=True)  # inside a compiled step
         # the fused op's arguments (kernels.native_ops.fused_moe) where it runs, else None
         self.native: tuple | None = None
+        # the native op's activation format for int8 / int4 experts ("f32", or "a8": EDGE_CPU_ACTIVATIONS)
+        self.activations = dispatch.experts_activations(w13, w2, inter)
         if self.op == dispatch.NATIVE_MOE:
             assert w13 is not None and w2 is not None
             self.native = native_ops.experts_args(w13, w2, inter)
@@ -340,7 +342,9 @@ class RoutedExperts:
         and added to `load`); only where `native` is set."""
         assert self.native is not None
         w13, s13, w2, s2, fmt, inter = self.native
-        return native_ops.fused_moe(x, weights, ids, w13, s13, w2, s2, fmt, inter, load, real_rows)
+        return native_ops.fused_moe(
+            x, weights, ids, w13, s13, w2, s2, fmt, inter, load, real_rows, self.activations
+        )
 
     def __call__(self, x: torch.Tensor, weights: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
         """Sum over each token's k experts of weight * expert(x); only experts with tokens run."""

@@ -19,11 +19,12 @@ enum { EDGE_ACT_A8 = 8, EDGE_ACT_F32 = 32 };
 void edge_linear(const float *x, int64_t m, int64_t k, int64_t n, float *y, int threads,
                  const void *w, const void *scales, int fmt);
 
-/* the routed experts of one MoE layer in one call (moe.c) */
-void edge_fused_moe(const float *x, int64_t tokens, int64_t hidden, const int64_t *ids, const float *weights,
-                    int64_t top_k, int64_t experts, int64_t inter, const void *w13, const void *s13,
-                    const void *w2, const void *s2, int fmt, int64_t real, int64_t *load, float *out,
-                    int threads);
+/* the routed experts of one MoE layer in one call (moe.c), with activations in `acts` (EDGE_ACT_A8:
+   int8 / int4 experts on integer units); 0 when done, -1 out of memory */
+int edge_fused_moe(const float *x, int64_t tokens, int64_t hidden, const int64_t *ids, const float *weights,
+                   int64_t top_k, int64_t experts, int64_t inter, const void *w13, const void *s13,
+                   const void *w2, const void *s2, int fmt, int64_t real, int64_t *load, float *out,
+                   int threads, int acts);
 
 /* the instruction-set path the kernels run now: 0 scalar, 1 AVX2 + FMA, 2 AVX-512 */
 int edge_isa_level(void);

@@ -215,3 +215,121 @@ def test_dispatch_and_the_layer_follow_edge_cpu_activations(monkeypatch):
     monkeypatch.setenv(dispatch.ACTIVATIONS_ENV, "a4")
     with pytest.raises(ValueError, match="EDGE_CPU_ACTIVATIONS='a4'"):
         dispatch.linear_activations(q4)
+
+
+# --- the fused MoE's experts (edge_cpu::fused_moe, kernels/csrc/moe.c) with 8-bit activations ---------
+
+
+def _experts(fmt: str, e: int, h: int, i: int, gen: torch.Generator):
+    """Stacked int8 / int4 experts: w13 [E, 2I, H] (gate rows, then up rows), w2 [E, H, I]."""
+    from kernels.quant import concat_out, stack
+
+    gate, up, down = (
+        stack([quantize(torch.randn(rows, cols, generator=gen) * 0.1, fmt) for _ in range(e)])
+        for rows, cols in ((i, h), (i, h), (h, i))
+    )
+    return concat_out([gate, up]), down
+
+
+def _moe_by_linear(x, weights, ids, w13, w2, acts: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """The fused op's sum composed of edge_cpu::linear calls (already held to the reference above) and
+    the C code's float32 SiLU, token by token and expert by expert, accumulated in float64; and a
+    bound on what one activation code rounded the other way in the down product may move each
+    output by (SiLU's exp may differ from C's expf by an ulp, which flips a code about once in 10^5)."""
+    out = torch.zeros(x.shape, dtype=torch.float64)
+    slack = torch.zeros(x.shape, dtype=torch.float64)
+    inter = w2.shape[-1]
+    for t in range(x.shape[0]):
+        for j, e in enumerate(ids[t].tolist()):
+            gu = native_ops.linear(x[t : t + 1], w13[e], None, acts)
+            g, u = gu[:, :inter], gu[:, inter:]
+            act = g / (1.0 + torch.exp(-g)) * u
+            y = native_ops.linear(act, w2[e], None, acts)
+            out[t] += weights[t, j].double() * y[0].double()
+            if acts == "a8":
+                _, d = a8_quantize(act)
+                code = d.double().max() * dequantize(w2[e], torch.float64).abs().max(dim=1).values
+                slack[t] += weights[t, j].double().abs() * code
+    return out, slack
+
+
+@pytest.mark.parametrize("fmt", ["int8", "int4"])
+@pytest.mark.parametrize("tokens", [1, 5])
+@pytest.mark.parametrize(("experts", "hidden", "inter", "k"), [(8, 256, 96, 2), (5, 96, 64, 3)])
+def test_fused_moe_in_a8_is_its_linear_products_composed(fmt, tokens, experts, hidden, inter, k, a8_isa):
+    """Each token's rows of every expert's products are the a8 linear op's (a row's result does not
+    depend on the rows beside it), so the fused sum is theirs up to float32 accumulation (the
+    weighted sum over k experts: 4 (k + 1) 2^-24 of the sum of magnitudes) and a rare flipped code."""
+    gen = torch.Generator().manual_seed(hash((fmt, tokens, experts, a8_isa, "moe")) % 2**31)
+    w13, w2 = _experts(fmt, experts, hidden, inter, gen)
+    x = _x(tokens, hidden, gen)
+    ids = torch.stack([torch.randperm(experts, generator=gen)[:k] for _ in range(tokens)])
+    weights = torch.rand(tokens, k, generator=gen)
+    load = torch.zeros(experts, dtype=torch.long)
+    got = native_ops.fused_moe(
+        x, weights, ids, w13.data, w13.scale, w2.data, w2.scale, fmt, inter, load, None, "a8"
+    )
+    want, slack = _moe_by_linear(x, weights, ids, w13, w2, "a8")
+    terms = torch.zeros(x.shape, dtype=torch.float64)
+    for t in range(tokens):
+        for j, e in enumerate(ids[t].tolist()):
+            gu = native_ops.linear(x[t : t + 1], w13[e], None, "a8")
+            act = gu[:, :inter] / (1.0 + torch.exp(-gu[:, :inter])) * gu[:, inter:]
+            terms[t] += weights[t, j].double() * native_ops.linear(act, w2[e], None, "a8")[0].double().abs()
+    bound = 4 * (k + 1) * 2.0**-24 * terms + slack + 1e-30
+    assert got.shape == x.shape and ((got.double() - want).abs() <= bound).all()
+    assert torch.equal(load, torch.bincount(ids.reshape(-1), minlength=experts))
+    # against float32 activations, on Gaussian x: within 3% RMS (two products in a row; SiLU(gate) * up
+    # is heavy-tailed, so its blocks' scales are wider than a Gaussian's: about 1.2% measured)
+    x = torch.randn(tokens, hidden, generator=gen)
+    stored = (w13.data, w13.scale, w2.data, w2.scale, fmt, inter)
+    a8 = native_ops.fused_moe(x, weights, ids, *stored, load, None, "a8")
+    f32 = native_ops.fused_moe(x, weights, ids, *stored, load)
+    assert (a8 - f32).pow(2).mean().sqrt() <= 0.03 * f32.pow(2).mean().sqrt()
+
+
+def test_fused_moe_in_a8_skips_padding_rows_and_refuses_dense_experts():
+    gen = torch.Generator().manual_seed(8)
+    w13, w2 = _experts("int4", 4, 64, 32, gen)
+    x = _x(6, 64, gen)
+    ids = torch.stack([torch.randperm(4, generator=gen)[:2] for _ in range(6)])
+    weights = torch.rand(6, 2, generator=gen)
+    load = torch.zeros(4, dtype=torch.long)
+    args = (w13.data, w13.scale, w2.data, w2.scale, "int4", 32)
+    got = native_ops.fused_moe(x, weights, ids, *args, load, torch.tensor([4]), "a8")
+    assert torch.equal(got[4:], torch.zeros(2, 64))
+    alone = native_ops.fused_moe(
+        x[:4], weights[:4], ids[:4], *args, torch.zeros(4, dtype=torch.long), None, "a8"
+    )
+    assert torch.equal(got[:4], alone)
+    assert torch.equal(load, torch.bincount(ids[:4].reshape(-1), minlength=4))
+    dense = torch.zeros(4, 64, 64), torch.zeros(4, 64, 32)
+    with pytest.raises(RuntimeError, match="activation format code 8"):
+        native_ops.fused_moe(x, weights, ids, dense[0], None, dense[1], None, "f32", 32, load, None, "a8")
+
+
+def test_the_moe_layer_follows_edge_cpu_activations(monkeypatch):
+    from kernels.quant import rows_of
+
+    gen = torch.Generator().manual_seed(10)
+    w13, w2 = _experts("int8", 4, 64, 32, gen)
+    monkeypatch.setenv(dispatch.ACTIVATIONS_ENV, "a8")
+    assert dispatch.experts_activations(w13, w2, 32) == "a8"
+    dense = torch.randn(4, 64, 64), torch.randn(4, 64, 32)
+    assert dispatch.experts_activations(*dense, 32) == "f32"
+    tensors = {}
+    for e in range(4):
+        gate, up = rows_of(w13, 0, 32)[e], rows_of(w13, 32, 64)[e]
+        tensors.update(
+            {f"x.{e}.gate_proj.weight": gate, f"x.{e}.up_proj.weight": up, f"x.{e}.down_proj.weight": w2[e]}
+        )
+    experts = layers.RoutedExperts(tensors, "x", 4)
+    assert experts.activations == "a8" and experts.native is not None
+    x = _x(3, 64, gen)
+    ids = torch.stack([torch.randperm(4, generator=gen)[:2] for _ in range(3)])
+    weights = torch.rand(3, 2, generator=gen)
+    got = experts.run_native(x, weights, ids, torch.zeros(4, dtype=torch.long), None)
+    want = native_ops.fused_moe(
+        x, weights, ids, *experts.native, torch.zeros(4, dtype=torch.long), None, "a8"
+    )
+    assert torch.equal(got, want)
