@@ -333,3 +333,20 @@ def test_the_moe_layer_follows_edge_cpu_activations(monkeypatch):
         x, weights, ids, *experts.native, torch.zeros(4, dtype=torch.long), None, "a8"
     )
     assert torch.equal(got, want)
+
+
+def test_fused_moe_in_a8_runs_inside_a_full_compiled_graph():
+    gen = torch.Generator().manual_seed(12)
+    w13, w2 = _experts("int4", 4, 64, 32, gen)
+    x = _x(3, 64, gen)
+    ids = torch.stack([torch.randperm(4, generator=gen)[:2] for _ in range(3)])
+    weights = torch.rand(3, 2, generator=gen)
+    stored = (w13.data, w13.scale, w2.data, w2.scale, "int4", 32)
+    eager_load, graph_load = torch.zeros(4, dtype=torch.long), torch.zeros(4, dtype=torch.long)
+
+    def layer(x, weights, ids, load):
+        return native_ops.fused_moe(x, weights, ids, *stored, load, None, "a8") + 1
+
+    want = layer(x, weights, ids, eager_load)
+    got = torch.compile(layer, fullgraph=True, dynamic=False)(x, weights, ids, graph_load)
+    assert torch.equal(got, want) and torch.equal(graph_load, eager_load)
