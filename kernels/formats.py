@@ -14,6 +14,11 @@ add that code's branch to the Triton kernels: `weight_tile` in kernels._triton_d
 format; `load_block` and `store_token` / `store_block` in kernels._triton_kv_format for a KV
 format. Byte counts, checkpoint checks and descriptions, CLI choices and the planner follow from
 the entry; tests/unit/test_format_table.py checks the entry against what its quantize produces.
+
+ACTIVATION is the third, smaller table: what an int8 / int4 product computes in on a CPU (the C
+kernels of kernels.native_ops), "f32" (the default) or "a8" (8-bit activations per block of 32 on
+integer units; kernels.activation_quant is its float64 reference, kernels.dispatch picks it from
+EDGE_CPU_ACTIVATIONS, tests/unit/test_int_dot_linear.py holds the C code to it).
 """
 
 from __future__ import annotations
