@@ -214,8 +214,8 @@ static void int8_rows_scalar(const A8Rows *a, int64_t i, const int8_t *const *w,
     }
 }
 
-static void int4_rows_scalar(const A8Rows *a, int64_t i, const uint8_t *const *w, const uint16_t *const *s,
-                             float *out) {
+static void int4_rows_scalar1(const A8Rows *a, int64_t i, const uint8_t *const *w, const uint16_t *const *s,
+                              float *out) {
     const int8_t *q = a->q + i * a->kp;
     const float *d = a->d + i * a->nb;
     for (int r = 0; r < ROWS; r++) {
@@ -241,6 +241,11 @@ static void int4_rows_scalar(const A8Rows *a, int64_t i, const uint8_t *const *w
 static inline int64_t a8_ahead(int64_t row_bytes) {
     int64_t group = ROWS * row_bytes;
     return group * ((16384 + group - 1) / group);
+}
+
+static void int4_rows_scalar(const A8Rows *a, const int64_t *ix, int nx, const uint8_t *const *w,
+                             const uint16_t *const *s, float *out) {
+    for (int x = 0; x < nx; x++) int4_rows_scalar1(a, ix[x], w, s, out + 4 * x);
 }
 
 #ifdef EDGE_X86
@@ -330,73 +335,86 @@ AVX512V static void int8_rows_avx512(const A8Rows *a, int64_t i, const int8_t *c
 }
 
 /* int4, four blocks a vector (64 bytes: their low nibbles against the four blocks' evens, high
-   nibbles against their odds); each block's scale spread to its four lanes by one word permute */
-AVX512V static void int4_rows_avx512(const A8Rows *a, int64_t i, const uint8_t *const *w,
-                                     const uint16_t *const *s, float *out) {
+   nibbles against their odds), four weight rows against nx (1 or 2) rows of x as in the 256-bit
+   int4_body; each block's scale spread to its four lanes by one word permute */
+AVX512V static inline __attribute__((always_inline)) void int4_body_avx512(
+    const A8Rows *a, const int64_t *ix, const int nx, const uint8_t *const *w, const uint16_t *const *s,
+    float *out) {
     static const uint16_t SPREAD[32] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 1, 0, 1, 0, 1,
                                         0, 2, 0, 2, 0, 2, 0, 2, 0, 3, 0, 3, 0, 3, 0, 3};
-    const int8_t *q = a->q + i * a->kp;
-    const float *dl = a->dl + i * a->nb * 4;
-    const int32_t *o = a->o + i * a->nb * 4;
     int64_t blocks = a->k / A8_BLOCK, steps = a->kp / 128;
     const __m512i nib = _mm512_set1_epi8(0x0F), spread = _mm512_loadu_si512((const void *)SPREAD);
-    __m512 f0 = _mm512_setzero_ps(), f1 = f0, f2 = f0, f3 = f0;
     const int64_t ahead = a8_ahead(a->k / 2);
+    __m512 f[2][4];
+    for (int x = 0; x < nx; x++)
+        for (int r = 0; r < 4; r++) f[x][r] = _mm512_setzero_ps();
     for (int64_t g = 0; g < steps; g++) {
         int64_t left = blocks - g * 4; /* blocks of this step that are there: 1 to 4 */
         __mmask64 in = left >= 4 ? ~(__mmask64)0 : (((__mmask64)1 << (16 * left)) - 1);
         __mmask8 sin = left >= 4 ? 0x0F : (__mmask8)((1u << left) - 1);
-        __m512i xe = _mm512_loadu_si512((const void *)(q + g * 128));
-        __m512i xo = _mm512_loadu_si512((const void *)(q + g * 128 + 64));
-        __m512i ol = _mm512_loadu_si512((const void *)(o + g * 16));
-        __m512 dlv = _mm512_loadu_ps(dl + g * 16);
-#define A8_ROW(r, f)                                                                                      \
-    do {                                                                                                  \
-        __builtin_prefetch(w[r] + g * 64 + ahead, 0, 2);                                                  \
-        __m512i wv = _mm512_maskz_loadu_epi8(in, w[r] + g * 64);                                          \
-        __m512i lo = _mm512_and_si512(wv, nib), hi = _mm512_and_si512(_mm512_srli_epi16(wv, 4), nib);    \
-        __m512i acc = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(ol, lo, xe), hi, xo);                       \
-        __m128i s4 = _mm_maskz_loadu_epi16(sin, s[r] + g * 4);                                            \
-        __m512 sl = _mm512_castsi512_ps(_mm512_maskz_permutexvar_epi16(0xAAAAAAAAu, spread, _mm512_castsi128_si512(s4))); \
-        f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc), _mm512_mul_ps(sl, dlv), f);                          \
-    } while (0)
-        A8_ROW(0, f0);
-        A8_ROW(1, f1);
-        A8_ROW(2, f2);
-        A8_ROW(3, f3);
-#undef A8_ROW
+        __m512i xe[2], xo[2], ol[2];
+        __m512 dlv[2];
+        for (int x = 0; x < nx; x++) {
+            const int8_t *q = a->q + ix[x] * a->kp + g * 128;
+            xe[x] = _mm512_loadu_si512((const void *)q);
+            xo[x] = _mm512_loadu_si512((const void *)(q + 64));
+            ol[x] = _mm512_loadu_si512((const void *)(a->o + ix[x] * a->nb * 4 + g * 16));
+            dlv[x] = _mm512_loadu_ps(a->dl + ix[x] * a->nb * 4 + g * 16);
+        }
+        for (int r = 0; r < 4; r++) {
+            __builtin_prefetch(w[r] + g * 64 + ahead, 0, 2);
+            __m512i wv = _mm512_maskz_loadu_epi8(in, w[r] + g * 64);
+            __m512i lo = _mm512_and_si512(wv, nib), hi = _mm512_and_si512(_mm512_srli_epi16(wv, 4), nib);
+            __m128i s4 = _mm_maskz_loadu_epi16(sin, s[r] + g * 4);
+            __m512 sl = _mm512_castsi512_ps(_mm512_maskz_permutexvar_epi16(0xAAAAAAAAu, spread, _mm512_castsi128_si512(s4)));
+            for (int x = 0; x < nx; x++) {
+                __m512i acc = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(ol[x], lo, xe[x]), hi, xo[x]);
+                f[x][r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc), _mm512_mul_ps(sl, dlv[x]), f[x][r]);
+            }
+        }
     }
-    _mm_storeu_ps(out, hsum4_512(f0, f1, f2, f3));
+    for (int x = 0; x < nx; x++) _mm_storeu_ps(out + 4 * x, hsum4_512(f[x][0], f[x][1], f[x][2], f[x][3]));
+}
+
+AVX512V static void int4_rows_avx512(const A8Rows *a, const int64_t *ix, int nx, const uint8_t *const *w,
+                                     const uint16_t *const *s, float *out) {
+    if (nx == 2) int4_body_avx512(a, ix, 2, w, s, out);
+    else int4_body_avx512(a, ix, 1, w, s, out);
 }
 #endif /* A8_HAVE_VNNI512 */
 #endif /* EDGE_X86 */
 
 /* --- the products ----------------------------------------------------------------------------- */
 
-/* four output rows (pointers into W) against packed row i of x */
-static void rows4(const EdgeA8 *p, int64_t i, const void *const *w, const void *const *s, float *out) {
+/* four output rows (pointers into W) against nx (1 or 2) packed rows ix of x: out [nx][4] */
+static void rows4(const EdgeA8 *p, const int64_t *ix, int nx, const void *const *w, const void *const *s,
+                  float *out) {
     const A8Rows *a = &p->a;
-    if (p->fmt == EDGE_INT8) {
+    if (p->fmt == EDGE_INT8) { /* int8's |x| x signed w leaves nothing to share between rows of x */
         const int8_t *const *w8 = (const int8_t *const *)w;
         const float *sw = (const float *)s[ROWS]; /* the four row scales, gathered by the caller */
+        for (int x = 0; x < nx; x++) {
+            float *o = out + 4 * x;
+            int64_t i = ix[x];
 #ifdef EDGE_X86
-        switch (p->path) {
+            switch (p->path) {
 #ifdef A8_HAVE_VNNI512
-        case A8_VNNI512: int8_rows_avx512(a, i, w8, sw, out); return;
-        case A8_VNNI256:
+            case A8_VNNI512: int8_rows_avx512(a, i, w8, sw, o); continue;
+            case A8_VNNI256:
 #ifdef A8_HAVE_AVXVNNI
-            if (has_vex_vnni) { int8_rows_avxvnni(a, i, w8, sw, out); return; }
+                if (has_vex_vnni) { int8_rows_avxvnni(a, i, w8, sw, o); continue; }
 #endif
-            int8_rows_evex256(a, i, w8, sw, out);
-            return;
+                int8_rows_evex256(a, i, w8, sw, o);
+                continue;
 #elif defined(A8_HAVE_AVXVNNI)
-        case A8_VNNI256: int8_rows_avxvnni(a, i, w8, sw, out); return;
+            case A8_VNNI256: int8_rows_avxvnni(a, i, w8, sw, o); continue;
 #endif
-        case A8_AVX2: int8_rows_avx2(a, i, w8, sw, out); return;
-        default: break;
+            case A8_AVX2: int8_rows_avx2(a, i, w8, sw, o); continue;
+            default: break;
+            }
+#endif
+            int8_rows_scalar(a, i, w8, sw, o);
         }
-#endif
-        int8_rows_scalar(a, i, w8, sw, out);
         return;
     }
     const uint8_t *const *w4 = (const uint8_t *const *)w;
@@ -404,21 +422,21 @@ static void rows4(const EdgeA8 *p, int64_t i, const void *const *w, const void *
 #ifdef EDGE_X86
     switch (p->path) {
 #ifdef A8_HAVE_VNNI512
-    case A8_VNNI512: int4_rows_avx512(a, i, w4, s4, out); return;
+    case A8_VNNI512: int4_rows_avx512(a, ix, nx, w4, s4, out); return;
     case A8_VNNI256:
 #ifdef A8_HAVE_AVXVNNI
-        if (has_vex_vnni) { int4_rows_avxvnni(a, i, w4, s4, out); return; }
+        if (has_vex_vnni) { int4_rows_avxvnni(a, ix, nx, w4, s4, out); return; }
 #endif
-        int4_rows_evex256(a, i, w4, s4, out);
+        int4_rows_evex256(a, ix, nx, w4, s4, out);
         return;
 #elif defined(A8_HAVE_AVXVNNI)
-    case A8_VNNI256: int4_rows_avxvnni(a, i, w4, s4, out); return;
+    case A8_VNNI256: int4_rows_avxvnni(a, ix, nx, w4, s4, out); return;
 #endif
-    case A8_AVX2: int4_rows_avx2(a, i, w4, s4, out); return;
+    case A8_AVX2: int4_rows_avx2(a, ix, nx, w4, s4, out); return;
     default: break;
     }
 #endif
-    int4_rows_scalar(a, i, w4, s4, out);
+    int4_rows_scalar(a, ix, nx, w4, s4, out);
 }
 
 /* y [m, n] = the packed rows of x (row j is packed row rows[j], or j without `rows`) times W [n, k]
@@ -448,10 +466,13 @@ void edge_a8_linear(const EdgeA8 *p, const int64_t *rows, int64_t m, int64_t n, 
             }
         }
         sr[ROWS] = sw;
-        for (int64_t j = 0; j < m; j++) {
-            float out[ROWS];
-            rows4(p, rows != NULL ? rows[j] : j, wr, sr, out);
-            memcpy(y + j * n + n0, out, sizeof(float) * (size_t)count);
+        for (int64_t j = 0; j < m; j += 2) { /* two rows of x a pass, the last alone */
+            int nx = j + 1 < m ? 2 : 1;
+            int64_t ix[2] = {rows != NULL ? rows[j] : j, 0};
+            if (nx == 2) ix[1] = rows != NULL ? rows[j + 1] : j + 1;
+            float out[2 * ROWS];
+            rows4(p, ix, nx, wr, sr, out);
+            for (int x = 0; x < nx; x++) memcpy(y + (j + x) * n + n0, out + 4 * x, sizeof(float) * (size_t)count);
         }
     }
 }

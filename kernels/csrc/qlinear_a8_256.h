@@ -58,56 +58,58 @@ A8_TARGET static void A8_FN(int8_rows)(const A8Rows *a, int64_t i, const int8_t 
     _mm_storeu_ps(out, sums);
 }
 
-/* int4 W, four rows: the codes (0..15, u8) against x (s8); each lane starts at -2 x its block's sum
-   of x (four lanes a block: -8 x the sum, int4's offset of 8), so a block's lanes add up to the
-   signed codes' dot product exactly in int32 before any rounding. */
-A8_TARGET static void A8_FN(int4_rows)(const A8Rows *a, int64_t i, const uint8_t *const *w,
-                                       const uint16_t *const *s, float *out) {
-    const int8_t *q = a->q + i * a->kp;
-    const float *dl = a->dl + i * a->nb * 4;
-    const int32_t *o = a->o + i * a->nb * 4;
-    int64_t blocks = a->k / A8_BLOCK, pairs = blocks / 2;
+/* int4 W, four rows against nx (1 or 2) rows of x at once: the codes (0..15, u8) against x (s8);
+   each lane starts at -2 x its block's sum of x (four lanes a block: -8 x the sum, int4's offset of
+   8), so a block's lanes add up to the signed codes' dot product exactly in int32 before any
+   rounding. Two rows of x share each weight load, nibble split and scale spread; a row's own
+   arithmetic is the same either way, so its result is the same bits whatever the batch. */
+A8_TARGET static inline __attribute__((always_inline)) void A8_FN(int4_body)(
+    const A8Rows *a, const int64_t *ix, const int nx, const uint8_t *const *w, const uint16_t *const *s,
+    float *out) {
+    int64_t blocks = a->k / A8_BLOCK, steps = (blocks + 1) / 2;
     const __m256i nib = _mm256_set1_epi8(0x0F);
     const __m256i spread = _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1); /* scale j to block j's four lanes */
-    __m256 f0 = _mm256_setzero_ps(), f1 = f0, f2 = f0, f3 = f0;
+    const __m128i z = _mm_setzero_si128();
     const int64_t ahead = a8_ahead(a->k / 2);
-#define A8_ROW(wv, sc, f)                                                                                 \
-    do {                                                                                                  \
-        __m256i lo = _mm256_and_si256(wv, nib), hi = _mm256_and_si256(_mm256_srli_epi16(wv, 4), nib);    \
-        __m256i acc = A8_DOT2(ol, lo, xe, hi, xo);                                                        \
-        __m128 s2 = _mm_castsi128_ps(_mm_slli_epi32(_mm_cvtepu16_epi32(_mm_cvtsi32_si128(sc)), 16));     \
-        __m256 sl = _mm256_permutevar8x32_ps(_mm256_castps128_ps256(s2), spread);                         \
-        f = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc), _mm256_mul_ps(sl, dlv), f);                          \
-    } while (0)
-    for (int64_t p = 0; p < pairs; p++) {
-        __m256i xe = _mm256_loadu_si256((const __m256i *)(q + p * 64));
-        __m256i xo = _mm256_loadu_si256((const __m256i *)(q + p * 64 + 32));
-        __m256i ol = _mm256_loadu_si256((const __m256i *)(o + p * 8));
-        __m256 dlv = _mm256_loadu_ps(dl + p * 8);
-        int32_t sc[4];
-        for (int r = 0; r < 4; r++) {
-            memcpy(&sc[r], s[r] + 2 * p, 4); /* two bf16 scales */
-            __builtin_prefetch(w[r] + p * 32 + ahead, 0, 2);
+    __m256 f[2][4];
+    for (int x = 0; x < nx; x++)
+        for (int r = 0; r < 4; r++) f[x][r] = _mm256_setzero_ps();
+    for (int64_t p = 0; p < steps; p++) {
+        int whole = 2 * p + 2 <= blocks; /* else an odd block out: its 16 bytes, one scale, the rest zero */
+        __m256i xe[2], xo[2], ol[2];
+        __m256 dlv[2];
+        for (int x = 0; x < nx; x++) {
+            const int8_t *q = a->q + ix[x] * a->kp + p * 64;
+            xe[x] = _mm256_loadu_si256((const __m256i *)q);
+            xo[x] = _mm256_loadu_si256((const __m256i *)(q + 32));
+            ol[x] = _mm256_loadu_si256((const __m256i *)(a->o + ix[x] * a->nb * 4 + p * 8));
+            dlv[x] = _mm256_loadu_ps(a->dl + ix[x] * a->nb * 4 + p * 8);
         }
-        A8_ROW(_mm256_loadu_si256((const __m256i *)(w[0] + p * 32)), sc[0], f0);
-        A8_ROW(_mm256_loadu_si256((const __m256i *)(w[1] + p * 32)), sc[1], f1);
-        A8_ROW(_mm256_loadu_si256((const __m256i *)(w[2] + p * 32)), sc[2], f2);
-        A8_ROW(_mm256_loadu_si256((const __m256i *)(w[3] + p * 32)), sc[3], f3);
+        for (int r = 0; r < 4; r++) {
+            __builtin_prefetch(w[r] + p * 32 + ahead, 0, 2);
+            __m256i wv;
+            int32_t sc;
+            if (whole) {
+                wv = _mm256_loadu_si256((const __m256i *)(w[r] + p * 32));
+                memcpy(&sc, s[r] + 2 * p, 4); /* two bf16 scales */
+            } else {
+                wv = _mm256_set_m128i(z, _mm_loadu_si128((const __m128i *)(w[r] + p * 32)));
+                sc = s[r][2 * p];
+            }
+            __m256i lo = _mm256_and_si256(wv, nib), hi = _mm256_and_si256(_mm256_srli_epi16(wv, 4), nib);
+            __m128 s2 = _mm_castsi128_ps(_mm_slli_epi32(_mm_cvtepu16_epi32(_mm_cvtsi32_si128(sc)), 16));
+            __m256 sl = _mm256_permutevar8x32_ps(_mm256_castps128_ps256(s2), spread);
+            for (int x = 0; x < nx; x++) {
+                __m256i acc = A8_DOT2(ol[x], lo, xe[x], hi, xo[x]);
+                f[x][r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc), _mm256_mul_ps(sl, dlv[x]), f[x][r]);
+            }
+        }
     }
-    if (pairs * 2 < blocks) { /* an odd block out: its 16 bytes and one scale, the pair's other half zero */
-        int64_t p = pairs;
-        __m256i xe = _mm256_loadu_si256((const __m256i *)(q + p * 64));
-        __m256i xo = _mm256_loadu_si256((const __m256i *)(q + p * 64 + 32));
-        __m256i ol = _mm256_loadu_si256((const __m256i *)(o + p * 8));
-        __m256 dlv = _mm256_loadu_ps(dl + p * 8);
-        const __m128i z = _mm_setzero_si128();
-#define A8_HALF(r) _mm256_set_m128i(z, _mm_loadu_si128((const __m128i *)(w[r] + p * 32)))
-        A8_ROW(A8_HALF(0), s[0][2 * p], f0);
-        A8_ROW(A8_HALF(1), s[1][2 * p], f1);
-        A8_ROW(A8_HALF(2), s[2][2 * p], f2);
-        A8_ROW(A8_HALF(3), s[3][2 * p], f3);
-#undef A8_HALF
-    }
-#undef A8_ROW
-    _mm_storeu_ps(out, A8_FN(hsum4)(f0, f1, f2, f3));
+    for (int x = 0; x < nx; x++) _mm_storeu_ps(out + 4 * x, A8_FN(hsum4)(f[x][0], f[x][1], f[x][2], f[x][3]));
+}
+
+A8_TARGET static void A8_FN(int4_rows)(const A8Rows *a, const int64_t *ix, int nx, const uint8_t *const *w,
+                                       const uint16_t *const *s, float *out) {
+    if (nx == 2) A8_FN(int4_body)(a, ix, 2, w, s, out);
+    else A8_FN(int4_body)(a, ix, 1, w, s, out);
 }
