@@ -350,3 +350,20 @@ def test_fused_moe_in_a8_runs_inside_a_full_compiled_graph():
     want = layer(x, weights, ids, eager_load)
     got = torch.compile(layer, fullgraph=True, dynamic=False)(x, weights, ids, graph_load)
     assert torch.equal(got, want) and torch.equal(graph_load, eager_load)
+
+
+def test_a_compiled_step_in_a8_decodes_the_eager_steps_tokens(monkeypatch):
+    """A row's a8 result does not depend on the rows beside it (padding rows included), so a compiled
+    bucket and the eager model decode the same greedy tokens (int4 everywhere a8 applies: the
+    miniature's experts)."""
+    from engine.step.compiled_step import row_bucket
+    from tests.conftest import SHIPPED_KIMI
+    from tests.unit.test_compiled_step import PROMPTS, _pair, _tokens
+
+    monkeypatch.setenv(dispatch.ACTIVATIONS_ENV, "a8")
+    eager, compiled, decode = _pair(SHIPPED_KIMI, "auto", "int4", row_bucket(3))
+    for llm in (eager, compiled):
+        assert {layer.experts.activations for layer in llm.engine.model.moe_layers()} == {"a8"}
+    before = decode.steps
+    assert _tokens(compiled, PROMPTS[:3], 40) == _tokens(eager, PROMPTS[:3], 40)
+    assert decode.steps - before >= 30  # the decode steps really ran compiled
