@@ -15,6 +15,13 @@ eager or inside a compiled step's graph:
 
 and, per call, what the eager kernels.linear runs for a compressed weight: `linear_impl(x, w)`
 (TRITON, QLINEAR or REFERENCE). The names are the ops' own, so they also say which path ran.
+
+What an int8 / int4 product that edge_cpu::linear or edge_cpu::fused_moe runs computes in, chosen
+once when the layer is built: `linear_activations(w)`, `experts_activations(w13, w2, inter)`, the
+activation format (kernels.formats.ACTIVATION) that `EDGE_CPU_ACTIVATIONS` names: "f32" (default:
+the weights widened to float32 in registers) or "a8" (x quantized to 8 bits per block of 32 once per
+call, integer dot products: kernels/csrc/qlinear_a8.c). A weight those ops do not take (dense, fp8,
+a GPU, no build) computes as before whatever it says.
 """
 
 from __future__ import annotations
@@ -24,10 +31,11 @@ import os
 import torch
 
 from kernels import native_ops
-from kernels.formats import QuantizedWeight
+from kernels.formats import ACTIVATION, DEFAULT_ACTIVATION, QuantizedWeight
 
 BACKEND_ENV = "EDGE_KERNELS"
 _BACKENDS = ("auto", "torch", "triton")
+ACTIVATIONS_ENV = "EDGE_CPU_ACTIVATIONS"  # "f32" (default) | "a8": linear_activations
 
 # the ops a model's product can run as
 NATIVE_LINEAR = "edge_cpu::linear"  # C++ op (kernels.native_ops): int8 / int4 as stored, or dense float32
@@ -73,6 +81,40 @@ def use_triton(t: torch.Tensor) -> bool:
     if choice == "auto":
         return t.is_cuda
     return choice == "triton"
+
+
+def activations() -> str:
+    """The activation format EDGE_CPU_ACTIVATIONS asks for ("f32" unset); ValueError naming it if it
+    is not one of kernels.formats.ACTIVATION."""
+    choice = os.environ.get(ACTIVATIONS_ENV, "").strip().lower() or DEFAULT_ACTIVATION
+    if choice not in ACTIVATION:
+        raise ValueError(f"{ACTIVATIONS_ENV}={choice!r}; expected one of {', '.join(ACTIVATION)}")
+    return choice
+
+
+def linear_activations(w: torch.Tensor | QuantizedWeight) -> str:
+    """What a projection's product with W computes in: `activations()` where edge_cpu::linear takes
+    W (native_ops.takes) in a weight format that activation format pairs with (a8: int8, int4), else
+    "f32" (the op's own float32 path, or a dense or reference product)."""
+    choice = activations()
+    if choice == DEFAULT_ACTIVATION or not isinstance(w, QuantizedWeight):
+        return DEFAULT_ACTIVATION
+    if w.format in ACTIVATION[choice].weights and native_ops.takes(w):
+        return choice
+    return DEFAULT_ACTIVATION
+
+
+def experts_activations(
+    w13: torch.Tensor | QuantizedWeight | None, w2: torch.Tensor | QuantizedWeight | None, inter: int
+) -> str:
+    """What a MoE layer's routed experts compute in: `activations()` where edge_cpu::fused_moe reads
+    them as stored in a format that activation format pairs with (a8: int8, int4), else "f32"."""
+    choice = activations()
+    if choice == DEFAULT_ACTIVATION or w13 is None or w2 is None:
+        return DEFAULT_ACTIVATION
+    if native_ops.experts_format(w13, w2, inter) in ACTIVATION[choice].weights:
+        return choice
+    return DEFAULT_ACTIVATION
 
 
 def linear_op(w: torch.Tensor | QuantizedWeight, compiled: bool = False) -> str:

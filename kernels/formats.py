@@ -14,6 +14,11 @@ add that code's branch to the Triton kernels: `weight_tile` in kernels._triton_d
 format; `load_block` and `store_token` / `store_block` in kernels._triton_kv_format for a KV
 format. Byte counts, checkpoint checks and descriptions, CLI choices and the planner follow from
 the entry; tests/unit/test_format_table.py checks the entry against what its quantize produces.
+
+ACTIVATION is the third, smaller table: what an int8 / int4 product computes in on a CPU (the C
+kernels of kernels.native_ops), "f32" (the default) or "a8" (8-bit activations per block of 32 on
+integer units; kernels.activation_quant is its float64 reference, kernels.dispatch picks it from
+EDGE_CPU_ACTIVATIONS, tests/unit/test_int_dot_linear.py holds the C code to it).
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from typing import Any
 
 import torch
 
+from kernels import activation_quant as aq
 from kernels import kv_quant
 from kernels import weight_quant as wq
 from kernels.weight_quant import FP8_BLOCK, INT4_GROUP, QuantizationError
@@ -223,6 +229,48 @@ WEIGHT: dict[str, WeightFormat] = {
 }
 WEIGHT_FORMATS = tuple(WEIGHT)
 COMPRESSED_WEIGHT_FORMATS = tuple(n for n, f in WEIGHT.items() if f.compressed)
+
+
+# --- activations of a compressed weight's product on a CPU ---------------------------------------
+
+
+@dataclass(frozen=True)
+class ActivationFormat:
+    """What a product x W^T with an int8 / int4 W computes in on a CPU (kernels/csrc: qlinear.c for
+    f32, qlinear_a8.c for a8): the weights are read as stored either way; the activations stay
+    float32, or are quantized once per call and multiplied in integers."""
+
+    name: str
+    bits: int  # bits per activation value
+    block: int  # activation values per scale along the input; 0: not quantized
+    code: int  # the C kernels' code (edge_kernels.h: EDGE_ACT_*, the bits)
+    weights: tuple[str, ...]  # the weight formats it pairs with
+    # float64 reference of the product: (x [.., k], QuantizedWeight [n, k]) -> [.., n]
+    reference: Callable[[torch.Tensor, QuantizedWeight], torch.Tensor]
+    description: str
+
+
+def _f32_reference(x: torch.Tensor, w: QuantizedWeight) -> torch.Tensor:
+    return x.to(torch.float64) @ w.dequantize(torch.float64).T
+
+
+DEFAULT_ACTIVATION = "f32"
+ACTIVATION: dict[str, ActivationFormat] = {
+    f.name: f
+    for f in (
+        ActivationFormat(
+            DEFAULT_ACTIVATION, 32, 0, 32, ("int8", "int4"), _f32_reference,
+            "float32 activations: each weight widened to float32 in registers, float32 products",
+        ),
+        # llama.cpp's q8_0 activations (its q8_0 x q8_0 and q4_0 x q8_0 products): integer units at batch 1
+        ActivationFormat(
+            "a8", 8, aq.A8_BLOCK, 8, ("int8", "int4"), aq.a8_linear_ref,
+            "8-bit activations: each row of x quantized once per call per block of 32 (scale "
+            "max|x| / 127, round to nearest even), integer dot products, float32 block scaling",
+        ),
+    )
+}  # fmt: skip
+ACTIVATION_FORMATS = tuple(ACTIVATION)
 
 
 # --- KV cache -----------------------------------------------------------------------------------

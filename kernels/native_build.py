@@ -1,7 +1,7 @@
 """The build of the CPU ops' one library (kernels/csrc): the `edge_cpu::` torch ops (ops.cpp, the one
-file with torch's headers) over the plain C kernels (qlinear.c, moe.c), in one shared object that
-kernels.native_ops loads both with torch.ops.load_library (the ops) and with ctypes (the C kernels'
-own entry points: the compressed-weight matmul of kernels.linear and the ISA cap).
+file with torch's headers) over the plain C kernels (qlinear.c, qlinear_a8.c, moe.c), in one shared
+object that kernels.native_ops loads both with torch.ops.load_library (the ops) and with ctypes (the C
+kernels' own entry points: the compressed-weight matmul of kernels.linear and the ISA caps).
 
 It is compiled once per hash of its sources and of torch's version with the system's C and C++
 compilers against this torch's headers (about 5 s; `make native` does it ahead of time) into a
@@ -23,8 +23,8 @@ from pathlib import Path
 import torch
 
 CSRC = Path(__file__).resolve().parent / "csrc"
-C_SOURCES = ("qlinear.c", "moe.c")
-SOURCES = (*C_SOURCES, "ops.cpp", "edge_kernels.h")
+C_SOURCES = ("qlinear.c", "qlinear_a8.c", "moe.c")
+SOURCES = (*C_SOURCES, "ops.cpp", "edge_kernels.h", "qlinear_a8_256.h")
 NAME = "edge_ops"  # the library's file: edge_ops-<hash>.so
 
 

@@ -9,7 +9,9 @@ inside a compiled step (no Python, no host read, no thread-local lookup of the m
                           ids as tensors in, tokens counted per expert inside, only the active
                           experts' weights read, in any stored format (f32, bf16, int8, int4)
     edge_cpu::linear      x W^T (+ b) for a weight read as stored (kernels/csrc/qlinear.c): int8, int4,
-                          or dense f32 / bf16 [out, in]; the weight's tensors as arguments
+                          or dense f32 / bf16 [out, in]; the weight's tensors as arguments; an int8 /
+                          int4 product in float32 activations or, `act` 8, in 8-bit ones on integer
+                          units (kernels/csrc/qlinear_a8.c, kernels.formats.ACTIVATION's "a8")
 
 The same library's C entry points, called with ctypes (a few microseconds a call, less than the op
 dispatcher plus its Python wrapper; the GIL released for the call):
@@ -22,7 +24,9 @@ The layout is the format table's own (kernels/formats.py: int8 [out, in] with a 
 row; int4 two codes a byte, low nibble first, a bfloat16 scale per 32 along the input), read as
 stored: no repack at load, so a checkpoint, the Triton kernels and these share one layout. The
 path is chosen at run time by CPUID: AVX-512 (F, BW, VL) where the CPU has it, else AVX2 + FMA, else
-a portable scalar path of the same loops; `set_max_isa` caps it (the tests run every path).
+a portable scalar path of the same loops; `set_max_isa` caps it (the tests run every path). The a8
+products have paths of their own (`a8_isa`, `a8_isas`, `set_max_a8_isa`): "avx512_vnni", "avx_vnni"
+(256-bit vpdpbusd: AVX-VNNI's, else AVX-512 VNNI's at 256 bits), "avx2" (maddubs) and "scalar".
 
 The fake implementations, which give torch.compile the ops' output shapes, are registered here.
 Without compilers, or with EDGE_CPU_KERNELS=0, `available()` is False: compressed weights run
@@ -42,15 +46,17 @@ from pathlib import Path
 import torch
 
 from kernels import native_build
-from kernels.formats import WEIGHT, QuantizedWeight
+from kernels.formats import ACTIVATION, DEFAULT_ACTIVATION, WEIGHT, QuantizedWeight
 
 log = logging.getLogger(__name__)
 ENV = "EDGE_CPU_KERNELS"  # "0": never build or use them (the reference paths)
 ISAS = ("scalar", "avx2", "avx512")  # the C code's paths, lowest first
+A8_ISAS = ("scalar", "avx2", "avx_vnni", "avx512_vnni")  # qlinear_a8.c's paths, lowest first
 FORMATS = ("int8", "int4")  # the compressed formats the C kernels read as stored
 DENSE_FORMATS = {torch.float32: "f32", torch.bfloat16: "bf16"}  # the dense ones (by dtype)
 # stored weight formats and their code in the C kernels (edge_kernels.h: the bits per weight)
 FORMAT_CODES = {"f32": 32, "bf16": 16, "int8": 8, "int4": 4}
+ACTIVATION_CODES = {name: f.code for name, f in ACTIVATION.items()}  # f32 32, a8 8 (EDGE_ACT_*)
 _lib: ctypes.CDLL | None = None  # the loaded library, its C symbols (the same mapping as the ops')
 _problem: str | None = None  # why the ops are not available, once known
 
@@ -73,12 +79,15 @@ def _load() -> ctypes.CDLL | None:
             torch.ops.load_library(str(path))
             lib = ctypes.CDLL(str(path))  # the same mapping: its ISA cap is the ops' own
             p, i64, i32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int
-            for name in ("qlinear_int8", "qlinear_int4"):
+            for name in ("qlinear_int8", "qlinear_int4", "qlinear_a8_int8", "qlinear_a8_int4"):
                 getattr(lib, name).argtypes = [p, i64, i64, p, p, i64, p, i32]
-                getattr(lib, name).restype = None
-            lib.qlinear_isa.restype = ctypes.c_char_p
-            lib.qlinear_cpu_isa.restype = ctypes.c_char_p
+                getattr(lib, name).restype = ctypes.c_int if "_a8_" in name else None
+            for name in ("qlinear_isa", "qlinear_cpu_isa", "qlinear_a8_isa", "qlinear_a8_cpu_isa"):
+                getattr(lib, name).restype = ctypes.c_char_p
             lib.qlinear_set_max_isa.argtypes = [i32]
+            lib.qlinear_a8_quantize.argtypes = [p, i64, i64, p, p]
+            lib.qlinear_a8_quantize.restype = ctypes.c_int
+            lib.qlinear_a8_set_max.argtypes = [i32]
             _register_fakes()
             _lib = lib
         except (RuntimeError, OSError) as exc:
@@ -102,11 +111,11 @@ def _register_fakes() -> None:
         return
 
     @torch.library.register_fake("edge_cpu::fused_moe")
-    def _(x, topk_weights, topk_ids, w13, s13, w2, s2, fmt, inter, real_rows, load):
+    def _(x, topk_weights, topk_ids, w13, s13, w2, s2, fmt, inter, real_rows, load, act=32):
         return torch.empty_like(x)
 
     @torch.library.register_fake("edge_cpu::linear")
-    def _(x, w, scale, bias, fmt, out_features):
+    def _(x, w, scale, bias, fmt, out_features, act=32):
         return x.new_empty(*x.shape[:-1], out_features)
 
     _faked = True
@@ -145,6 +154,41 @@ def set_max_isa(name: str) -> None:
     lib = _load()
     if lib is not None:
         lib.qlinear_set_max_isa(ISAS.index(name))
+
+
+def a8_isa() -> str:
+    """The path the a8 products run now: "avx512_vnni", "avx_vnni", "avx2", "scalar", or "none"."""
+    lib = _load()
+    return lib.qlinear_a8_isa().decode() if lib is not None else "none"
+
+
+def a8_isas() -> tuple[str, ...]:
+    """Every a8 path this CPU can run, lowest first (empty when not built): what the tests cover."""
+    lib = _load()
+    return A8_ISAS[: A8_ISAS.index(lib.qlinear_a8_cpu_isa().decode()) + 1] if lib is not None else ()
+
+
+def set_max_a8_isa(name: str) -> None:
+    """Cap the a8 products' path (one of A8_ISAS; the CPU's best and set_max_isa still bound it)."""
+    lib = _load()
+    if lib is not None:
+        lib.qlinear_a8_set_max(A8_ISAS.index(name))
+
+
+def a8_codes(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The C code's 8-bit activations of x [m, k] (float32): codes int8 [m, nb, 32] (nb = ceil(k / 32),
+    zero past k) and block scales float32 [m, nb], as every a8 path rounds them (the tests hold them
+    to kernels.activation_quant.a8_quantize)."""
+    lib = _load()
+    assert lib is not None, "the CPU ops are not built"
+    xf = x.to(torch.float32).contiguous()
+    m, k = xf.shape
+    nb = -(-k // 32)
+    q = torch.empty(m, nb, 32, dtype=torch.int8)
+    d = torch.empty(m, nb, dtype=torch.float32)
+    if lib.qlinear_a8_quantize(xf.data_ptr(), m, k, q.data_ptr(), d.data_ptr()):
+        raise MemoryError(f"a8_codes: no memory for x {tuple(xf.shape)}")
+    return q, d
 
 
 def force_scalar(on: bool) -> None:
@@ -240,15 +284,18 @@ def fused_moe(
     inter: int,
     load: torch.Tensor,
     real_rows: torch.Tensor | None = None,
+    activations: str = DEFAULT_ACTIVATION,
 ) -> torch.Tensor:
     """sum_j topk_weights[t, j] * down(silu(gate(x_t)) * up(x_t)) over each token's experts
     topk_ids[t, j], for the stored weights w13 [E, 2I, H] (gate rows, then up rows) and w2 [E, H, I]
     in `fmt` with their scales (int8, int4); `load` [E] int64 gains the tokens routed to each
     expert; `real_rows` (a one-element int64 tensor): only that many leading rows are real (the
-    others come back zero). Needs `available()`."""
+    others come back zero); `activations`: "f32", or "a8" for int8 / int4 experts on integer units
+    (each token quantized once for all its experts). Needs `available()`."""
     return torch.ops.edge_cpu.fused_moe(
-        x, topk_weights, topk_ids, w13, s13, w2, s2, FORMAT_CODES[fmt], inter, real_rows, load
-    )
+        x, topk_weights, topk_ids, w13, s13, w2, s2, FORMAT_CODES[fmt], inter, real_rows, load,
+        ACTIVATION_CODES[activations],
+    )  # fmt: skip
 
 
 def linear_dense(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
@@ -258,21 +305,41 @@ def linear_dense(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = N
     return torch.ops.edge_cpu.linear(x, w, None, bias, code, w.shape[0])
 
 
-def linear(x: torch.Tensor, w: QuantizedWeight, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """x @ W^T (+ b) for an int8 or int4 W [out, in] read as stored, in x's dtype (computed in float32);
-    only for a weight `takes` accepts."""
-    return torch.ops.edge_cpu.linear(x, w.data, w.scale, bias, FORMAT_CODES[w.format], w.shape[0])
+def linear(
+    x: torch.Tensor,
+    w: QuantizedWeight,
+    bias: torch.Tensor | None = None,
+    activations: str = DEFAULT_ACTIVATION,
+) -> torch.Tensor:
+    """x @ W^T (+ b) for an int8 or int4 W [out, in] read as stored, in x's dtype, computed with the
+    activations in `activations` (kernels.formats.ACTIVATION: "f32", or "a8" on integer units); only
+    for a weight `takes` accepts."""
+    return torch.ops.edge_cpu.linear(
+        x, w.data, w.scale, bias, FORMAT_CODES[w.format], w.shape[0], ACTIVATION_CODES[activations]
+    )
 
 
-def qlinear(x: torch.Tensor, w: QuantizedWeight, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """x @ W^T (+ b) for an int8 or int4 W [out, in], in x's dtype (computed in float32), through the
-    C entry point; only for what `supports` takes."""
+def qlinear(
+    x: torch.Tensor,
+    w: QuantizedWeight,
+    bias: torch.Tensor | None = None,
+    activations: str = DEFAULT_ACTIVATION,
+) -> torch.Tensor:
+    """x @ W^T (+ b) for an int8 or int4 W [out, in], in x's dtype, computed with the activations in
+    `activations` ("f32" or "a8"), through the C entry point; only for what `supports` takes."""
     if not supports(x, w):
         raise ValueError(f"qlinear does not take x {tuple(x.shape)} with a {w.format} W {w.shape}")
-    return qlinear_unchecked(x, w, bias)
+    if activations not in ACTIVATION:
+        raise ValueError(f"activations {activations!r}: one of {', '.join(ACTIVATION)}")
+    return qlinear_unchecked(x, w, bias, activations)
 
 
-def qlinear_unchecked(x: torch.Tensor, w: QuantizedWeight, bias: torch.Tensor | None = None) -> torch.Tensor:
+def qlinear_unchecked(
+    x: torch.Tensor,
+    w: QuantizedWeight,
+    bias: torch.Tensor | None = None,
+    activations: str = DEFAULT_ACTIVATION,
+) -> torch.Tensor:
     """qlinear for a caller that has just asked `supports` (kernels.linear)."""
     lib = _lib if _lib is not None else _load()
     n, k = w.shape
@@ -288,8 +355,11 @@ def qlinear_unchecked(x: torch.Tensor, w: QuantizedWeight, bias: torch.Tensor | 
     if not scale.is_contiguous():
         scale = scale.contiguous()
     y = torch.empty((xf.shape[0], n), dtype=torch.float32)
-    fn = lib.qlinear_int8 if w.format == "int8" else lib.qlinear_int4
-    fn(
+    if activations == "a8":
+        fn = lib.qlinear_a8_int8 if w.format == "int8" else lib.qlinear_a8_int4
+    else:
+        fn = lib.qlinear_int8 if w.format == "int8" else lib.qlinear_int4
+    done = fn(
         xf.data_ptr(),
         xf.shape[0],
         k,
@@ -299,6 +369,8 @@ def qlinear_unchecked(x: torch.Tensor, w: QuantizedWeight, bias: torch.Tensor | 
         y.data_ptr(),
         torch.get_num_threads(),
     )
+    if done:  # the a8 entries' -1: no memory to pack the activations
+        raise MemoryError(f"qlinear: no memory for x {tuple(xf.shape)} in 8 bits")
     if bias is not None:
         y += bias
     if len(lead) != 1:

@@ -60,6 +60,8 @@ class Linear:
         self.handle = -1  # numbered by the model (eager_ops.number_parts) when it is an eager part
         self.op = dispatch.linear_op(weight)  # eager
         self.graph_op = dispatch.linear_op(weight, compiled=True)  # inside a compiled step
+        # the native op's activation format for an int8 / int4 W ("f32", or "a8": EDGE_CPU_ACTIVATIONS)
+        self.activations = dispatch.linear_activations(weight)
         self.rows_f32: torch.Tensor | None = None  # a dense float32 W [out, in] the C kernel reads
         if isinstance(weight, QuantizedWeight):
             self.quantized, self.weight_t = weight, None
@@ -86,7 +88,7 @@ class Linear:
         if op == dispatch.NATIVE_LINEAR:  # one C++ op, eager or inside a compiled graph
             if self.rows_f32 is not None:
                 return native_ops.linear_dense(x, self.rows_f32, self.bias)
-            return native_ops.linear(x, self.quantized, self.bias)
+            return native_ops.linear(x, self.quantized, self.bias, self.activations)
         if op == dispatch.MATMUL:
             y = torch.matmul(x, self.weight_t)
             return y if self.bias is None else y + self.bias
@@ -316,6 +318,8 @@ class RoutedExperts:
         self.graph_op = dispatch.experts_op(w13, w2, inter, compiled=True)  # inside a compiled step
         # the fused op's arguments (kernels.native_ops.fused_moe) where it runs, else None
         self.native: tuple | None = None
+        # the native op's activation format for int8 / int4 experts ("f32", or "a8": EDGE_CPU_ACTIVATIONS)
+        self.activations = dispatch.experts_activations(w13, w2, inter)
         if self.op == dispatch.NATIVE_MOE:
             assert w13 is not None and w2 is not None
             self.native = native_ops.experts_args(w13, w2, inter)
@@ -338,7 +342,9 @@ class RoutedExperts:
         and added to `load`); only where `native` is set."""
         assert self.native is not None
         w13, s13, w2, s2, fmt, inter = self.native
-        return native_ops.fused_moe(x, weights, ids, w13, s13, w2, s2, fmt, inter, load, real_rows)
+        return native_ops.fused_moe(
+            x, weights, ids, w13, s13, w2, s2, fmt, inter, load, real_rows, self.activations
+        )
 
     def __call__(self, x: torch.Tensor, weights: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
         """Sum over each token's k experts of weight * expert(x); only experts with tokens run."""

@@ -10,6 +10,8 @@ extern "C" {
 
 /* weight formats, as stored (kernels/formats.py): the code is the bits per weight */
 enum { EDGE_INT4 = 4, EDGE_INT8 = 8, EDGE_BF16 = 16, EDGE_F32 = 32 };
+/* activation formats of a product (kernels/formats.py's ACTIVATION): the bits per activation */
+enum { EDGE_ACT_A8 = 8, EDGE_ACT_F32 = 32 };
 
 /* y [m, n] = x [m, k] W^T, float32 in and out, W [n, k] in `fmt` (int8: float32 scale per row; int4:
    two codes a byte, bfloat16 scale per 32 along k, k % 32 == 0; dense: scales unused); output rows
@@ -17,14 +19,31 @@ enum { EDGE_INT4 = 4, EDGE_INT8 = 8, EDGE_BF16 = 16, EDGE_F32 = 32 };
 void edge_linear(const float *x, int64_t m, int64_t k, int64_t n, float *y, int threads,
                  const void *w, const void *scales, int fmt);
 
-/* the routed experts of one MoE layer in one call (moe.c) */
-void edge_fused_moe(const float *x, int64_t tokens, int64_t hidden, const int64_t *ids, const float *weights,
-                    int64_t top_k, int64_t experts, int64_t inter, const void *w13, const void *s13,
-                    const void *w2, const void *s2, int fmt, int64_t real, int64_t *load, float *out,
-                    int threads);
+/* the routed experts of one MoE layer in one call (moe.c), with activations in `acts` (EDGE_ACT_A8:
+   int8 / int4 experts on integer units); 0 when done, -1 out of memory */
+int edge_fused_moe(const float *x, int64_t tokens, int64_t hidden, const int64_t *ids, const float *weights,
+                   int64_t top_k, int64_t experts, int64_t inter, const void *w13, const void *s13,
+                   const void *w2, const void *s2, int fmt, int64_t real, int64_t *load, float *out,
+                   int threads, int acts);
 
 /* the instruction-set path the kernels run now: 0 scalar, 1 AVX2 + FMA, 2 AVX-512 */
 int edge_isa_level(void);
+/* the best one this CPU has, whatever the cap */
+int edge_cpu_isa_level(void);
+
+/* int8 / int4 products with the activations quantized to 8 bits per block of 32 (qlinear_a8.c, the
+   "a8" activation format): y [m, n] = x [m, k] W^T as edge_linear's, 0 when done, -1 out of memory */
+int edge_linear_a8(const float *x, int64_t m, int64_t k, int64_t n, float *y, int threads, const void *w,
+                   const void *scales, int fmt);
+
+/* the same in two steps, so the fused MoE quantizes each token once for all its experts: rows of x
+   packed for one weight format (NULL out of memory), then y [m, n] for the packed rows `rows` (NULL:
+   0 .. m-1) against W [n, k] */
+typedef struct EdgeA8 EdgeA8;
+EdgeA8 *edge_a8_pack(const float *x, int64_t m, int64_t k, int fmt, int threads);
+void edge_a8_linear(const EdgeA8 *packed, const int64_t *rows, int64_t m, int64_t n, float *y, int threads,
+                    const void *w, const void *scales);
+void edge_a8_free(EdgeA8 *packed);
 
 #ifdef __cplusplus
 }

@@ -5,7 +5,10 @@
    For each expert with tokens: its tokens gathered into one block, gate and up as one product
    (w13 [E, 2I, H]: gate rows, then up rows), SiLU(gate) * up, the down product (w2 [E, H, I]),
    each row weighted by its routing weight and added to its token's output. Weights are read as
-   stored in any format edge_linear takes (f32, bf16, int8, int4); everything is computed in float32.
+   stored in any format edge_linear takes (f32, bf16, int8, int4); everything is computed in float32,
+   or with `acts` EDGE_ACT_A8 for int8 / int4 experts with 8-bit activations on integer units
+   (qlinear_a8.c): each routed token quantized once for all its experts' gate and up rows, each
+   expert's SiLU(gate) * up once for its down rows.
    `real`: only the first `real` tokens are routed (a compiled step's padding rows stay zero and are
    not counted); `load`, when given, gains each expert's token count (the engine's expert load). */
 #include <math.h>
@@ -29,17 +32,17 @@ static int64_t scale_bytes(int fmt, int64_t rows, int64_t cols) {
     return 0;
 }
 
-void edge_fused_moe(const float *x, int64_t tokens, int64_t hidden, const int64_t *ids, const float *weights,
-                    int64_t top_k, int64_t experts, int64_t inter, const void *w13, const void *s13,
-                    const void *w2, const void *s2, int fmt, int64_t real, int64_t *load, float *out,
-                    int threads) {
+int edge_fused_moe(const float *x, int64_t tokens, int64_t hidden, const int64_t *ids, const float *weights,
+                   int64_t top_k, int64_t experts, int64_t inter, const void *w13, const void *s13,
+                   const void *w2, const void *s2, int fmt, int64_t real, int64_t *load, float *out,
+                   int threads, int acts) {
     memset(out, 0, sizeof(float) * (size_t)(tokens * hidden));
     if (real < 0 || real > tokens) real = tokens;
     int64_t slots = real * top_k;
-    if (slots == 0) return;
+    if (slots == 0) return 0;
     int64_t *counts = (int64_t *)calloc((size_t)(experts + 1), sizeof(int64_t));
     int64_t *order = (int64_t *)malloc(sizeof(int64_t) * (size_t)slots);
-    if (counts == NULL || order == NULL) { free(counts); free(order); return; }
+    if (counts == NULL || order == NULL) { free(counts); free(order); return -1; }
     for (int64_t s = 0; s < slots; s++) {
         int64_t e = ids[s];
         if (e >= 0 && e < experts) counts[e + 1]++;
@@ -56,7 +59,13 @@ void edge_fused_moe(const float *x, int64_t tokens, int64_t hidden, const int64_
     float *gu = (float *)malloc(sizeof(float) * (size_t)(most * 2 * inter));
     float *act = (float *)malloc(sizeof(float) * (size_t)(most * inter));
     float *ys = (float *)malloc(sizeof(float) * (size_t)(most * hidden));
-    if (fill == NULL || xs == NULL || gu == NULL || act == NULL || ys == NULL) goto done;
+    int64_t *tok = (int64_t *)malloc(sizeof(int64_t) * (size_t)(most > 0 ? most : 1));
+    /* 8-bit activations: the routed tokens' rows packed once, each expert reads its own by index */
+    int a8 = acts == EDGE_ACT_A8 && (fmt == EDGE_INT8 || fmt == EDGE_INT4);
+    EdgeA8 *xa = a8 ? edge_a8_pack(x, real, hidden, fmt, threads) : NULL;
+    int status = -1; /* out of memory until every expert is done */
+    if (fill == NULL || xs == NULL || gu == NULL || act == NULL || ys == NULL || tok == NULL) goto done;
+    if (a8 && xa == NULL) goto done;
     memcpy(fill, counts, sizeof(int64_t) * (size_t)experts);
     for (int64_t s = 0; s < slots; s++) { /* stable: an expert's slots in token order */
         int64_t e = ids[s];
@@ -67,17 +76,30 @@ void edge_fused_moe(const float *x, int64_t tokens, int64_t hidden, const int64_
     for (int64_t e = 0; e < experts; e++) {
         int64_t start = counts[e], c = counts[e + 1] - counts[e];
         if (c == 0) continue;
-        for (int64_t j = 0; j < c; j++)
-            memcpy(xs + j * hidden, x + (order[start + j] / top_k) * hidden, sizeof(float) * (size_t)hidden);
-        edge_linear(xs, c, hidden, 2 * inter, gu, threads, (const char *)w13 + e * w13_bytes,
-                    s13 == NULL ? NULL : (const char *)s13 + e * s13_bytes, fmt);
+        const void *we13 = (const char *)w13 + e * w13_bytes, *we2 = (const char *)w2 + e * w2_bytes;
+        const void *se13 = s13 == NULL ? NULL : (const char *)s13 + e * s13_bytes;
+        const void *se2 = s2 == NULL ? NULL : (const char *)s2 + e * s2_bytes;
+        if (a8) {
+            for (int64_t j = 0; j < c; j++) tok[j] = order[start + j] / top_k;
+            edge_a8_linear(xa, tok, c, 2 * inter, gu, threads, we13, se13);
+        } else {
+            for (int64_t j = 0; j < c; j++)
+                memcpy(xs + j * hidden, x + (order[start + j] / top_k) * hidden, sizeof(float) * (size_t)hidden);
+            edge_linear(xs, c, hidden, 2 * inter, gu, threads, we13, se13, fmt);
+        }
         for (int64_t j = 0; j < c; j++) {
             const float *g = gu + j * 2 * inter, *u = g + inter;
             float *a = act + j * inter;
             for (int64_t i = 0; i < inter; i++) a[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
         }
-        edge_linear(act, c, inter, hidden, ys, threads, (const char *)w2 + e * w2_bytes,
-                    s2 == NULL ? NULL : (const char *)s2 + e * s2_bytes, fmt);
+        if (a8) {
+            EdgeA8 *pa = edge_a8_pack(act, c, inter, fmt, threads);
+            if (pa == NULL) goto done;
+            edge_a8_linear(pa, NULL, c, hidden, ys, threads, we2, se2);
+            edge_a8_free(pa);
+        } else {
+            edge_linear(act, c, inter, hidden, ys, threads, we2, se2, fmt);
+        }
         for (int64_t j = 0; j < c; j++) {
             int64_t slot = order[start + j];
             float w = weights[slot];
@@ -86,6 +108,9 @@ void edge_fused_moe(const float *x, int64_t tokens, int64_t hidden, const int64_
             for (int64_t h = 0; h < hidden; h++) o[h] += w * y[h];
         }
     }
+    status = 0;
 done:
-    free(counts); free(order); free(fill); free(xs); free(gu); free(act); free(ys);
+    free(counts); free(order); free(fill); free(xs); free(gu); free(act); free(ys); free(tok);
+    edge_a8_free(xa);
+    return status;
 }

@@ -19,6 +19,12 @@ int64_t check_format(int64_t fmt) {
   return fmt;
 }
 
+// the activation format code (kernels/formats.py's ACTIVATION): 32 f32, or 8 a8 beside int8 / int4
+void check_activations(int64_t act, int64_t fmt, const char* op) {
+  TORCH_CHECK(act == EDGE_ACT_F32 || (act == EDGE_ACT_A8 && (fmt == EDGE_INT8 || fmt == EDGE_INT4)), "edge_cpu::",
+              op, ": activation format code ", act, " is not 32 (f32) or 8 (a8, for int8 / int4 weights only)");
+}
+
 const void* scale_ptr(const std::optional<at::Tensor>& scale, int64_t fmt) {
   if (fmt == EDGE_F32 || fmt == EDGE_BF16) return nullptr;
   TORCH_CHECK(scale.has_value() && scale->is_contiguous(), "edge_cpu: an int8 / int4 weight needs its contiguous scales");
@@ -28,8 +34,9 @@ const void* scale_ptr(const std::optional<at::Tensor>& scale, int64_t fmt) {
 at::Tensor fused_moe(const at::Tensor& x, const at::Tensor& topk_weights, const at::Tensor& topk_ids,
                      const at::Tensor& w13, const std::optional<at::Tensor>& s13, const at::Tensor& w2,
                      const std::optional<at::Tensor>& s2, int64_t fmt, int64_t inter,
-                     const std::optional<at::Tensor>& real_rows, at::Tensor& load) {
+                     const std::optional<at::Tensor>& real_rows, at::Tensor& load, int64_t act) {
   check_format(fmt);
+  check_activations(act, fmt, "fused_moe");
   TORCH_CHECK(x.dim() == 2 && topk_ids.dim() == 2 && topk_ids.size(0) == x.size(0) &&
                   topk_weights.sizes() == topk_ids.sizes(),
               "edge_cpu::fused_moe: x [T, H], topk ids and weights [T, K]");
@@ -45,25 +52,35 @@ at::Tensor fused_moe(const at::Tensor& x, const at::Tensor& topk_weights, const 
   int64_t tokens = xf.size(0), hidden = xf.size(1);
   int64_t real = real_rows.has_value() ? real_rows->item<int64_t>() : tokens;
   at::Tensor out = at::empty({tokens, hidden}, xf.options());
-  edge_fused_moe(xf.data_ptr<float>(), tokens, hidden, ids.data_ptr<int64_t>(), weights.data_ptr<float>(),
-                 ids.size(1), w13.size(0), inter, w13.data_ptr(), scale_ptr(s13, fmt), w2.data_ptr(),
-                 scale_ptr(s2, fmt), static_cast<int>(fmt), real, load.data_ptr<int64_t>(),
-                 out.data_ptr<float>(), at::get_num_threads());
+  int done = edge_fused_moe(xf.data_ptr<float>(), tokens, hidden, ids.data_ptr<int64_t>(),
+                            weights.data_ptr<float>(), ids.size(1), w13.size(0), inter, w13.data_ptr(),
+                            scale_ptr(s13, fmt), w2.data_ptr(), scale_ptr(s2, fmt), static_cast<int>(fmt), real,
+                            load.data_ptr<int64_t>(), out.data_ptr<float>(), at::get_num_threads(),
+                            static_cast<int>(act));
+  TORCH_CHECK(done == 0, "edge_cpu::fused_moe: out of memory");
   return x.scalar_type() == at::kFloat ? out : out.to(x.scalar_type());
 }
 
 // y = x W^T (+ b) for a weight W [N, K] in `fmt`, as stored; x [..., K] in float32 or bfloat16, y in x's
-// dtype (computed in float32)
+// dtype (computed in float32, or with `act` 8 for an int8 / int4 W: x quantized to 8 bits per block
+// of 32 and multiplied in integers, qlinear_a8.c)
 at::Tensor linear(const at::Tensor& x, const at::Tensor& w, const std::optional<at::Tensor>& scale,
-                  const std::optional<at::Tensor>& bias, int64_t fmt, int64_t out_features) {
+                  const std::optional<at::Tensor>& bias, int64_t fmt, int64_t out_features, int64_t act) {
   check_format(fmt);
+  check_activations(act, fmt, "linear");
   int64_t k = x.size(-1), n = out_features;
   TORCH_CHECK(w.is_contiguous() && w.size(0) == n, "edge_cpu::linear: a contiguous weight of ", n, " rows");
   TORCH_CHECK(fmt != EDGE_INT4 || k % 32 == 0, "edge_cpu::linear: int4 needs an input size divisible by 32");
   at::Tensor xf = x.reshape({-1, k}).to(at::kFloat).contiguous();
   at::Tensor y = at::empty({xf.size(0), n}, xf.options());
-  edge_linear(xf.data_ptr<float>(), xf.size(0), k, n, y.data_ptr<float>(), at::get_num_threads(), w.data_ptr(),
-              scale_ptr(scale, fmt), static_cast<int>(fmt));
+  if (act == EDGE_ACT_A8) {
+    int done = edge_linear_a8(xf.data_ptr<float>(), xf.size(0), k, n, y.data_ptr<float>(), at::get_num_threads(),
+                              w.data_ptr(), scale_ptr(scale, fmt), static_cast<int>(fmt));
+    TORCH_CHECK(done == 0, "edge_cpu::linear: out of memory packing the activations");
+  } else {
+    edge_linear(xf.data_ptr<float>(), xf.size(0), k, n, y.data_ptr<float>(), at::get_num_threads(), w.data_ptr(),
+                scale_ptr(scale, fmt), static_cast<int>(fmt));
+  }
   if (bias.has_value()) y.add_(*bias);
   std::vector<int64_t> shape(x.sizes().begin(), x.sizes().end());
   shape.back() = n;
@@ -76,8 +93,8 @@ at::Tensor linear(const at::Tensor& x, const at::Tensor& w, const std::optional<
 TORCH_LIBRARY(edge_cpu, m) {
   m.def(
       "fused_moe(Tensor x, Tensor topk_weights, Tensor topk_ids, Tensor w13, Tensor? s13, Tensor w2, "
-      "Tensor? s2, int fmt, int inter, Tensor? real_rows, Tensor(a!) load) -> Tensor");
-  m.def("linear(Tensor x, Tensor w, Tensor? scale, Tensor? bias, int fmt, int out_features) -> Tensor");
+      "Tensor? s2, int fmt, int inter, Tensor? real_rows, Tensor(a!) load, int act=32) -> Tensor");
+  m.def("linear(Tensor x, Tensor w, Tensor? scale, Tensor? bias, int fmt, int out_features, int act=32) -> Tensor");
 }
 
 TORCH_LIBRARY_IMPL(edge_cpu, CPU, m) {

@@ -428,6 +428,8 @@ static int level(void) {
 
 int edge_isa_level(void) { return level(); }
 
+int edge_cpu_isa_level(void) { return cpu_level(); }
+
 static const char *NAMES[] = {"scalar", "avx2", "avx512"};
 
 /* "avx512", "avx2" or "scalar": the path this CPU runs now */
