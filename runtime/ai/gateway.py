@@ -213,6 +213,8 @@ class Gateways:
                 _answered(answer, error),
             )
         if error is not None:
+            if collect:  # a failure is logged too: its answer names the row (cf-aig-log-id), as a success's
+                error.log_id = log_id  # type: ignore[attr-defined]
             raise error
         assert answer is not None
         if answer.stream is not None and collect:
@@ -478,10 +480,11 @@ def _json_bytes(value: Any) -> bytes | None:
 
 def _answered(answer: Answer | None, error: AIError | None) -> bytes | None:
     """The body a call answered, for its log row: a whole answer's JSON, or a failure in Cloudflare's
-    envelope; None for a stream (its bytes come when it ends: Gateways._logged)."""
+    envelope as the Workers AI door answers it (the compat door answers the same failure in OpenAI's
+    shape); None for a stream (its bytes come when it ends: Gateways._logged)."""
     if error is not None:
-        failed = {"result": None, "success": False, "errors": [{"code": error.code, "message": error.detail}]}
-        return json.dumps(failed).encode()
+        errors = [{"code": error.code, "message": error.detail}]
+        return json.dumps({"result": None, "success": False, "errors": errors, "messages": []}).encode()
     if answer is None or answer.stream is not None:
         return None
     return _json_bytes(answer.body)

@@ -79,7 +79,7 @@ class GatewayApi:
             call = AICall(model, inputs, account, session, ingress, rtt, request_id=request_id)
             through = await self.gateways.run(call, options, body=body)
         except AIError as exc:
-            response = ai_error(exc)
+            response = _logged(ai_error(exc), exc)
             response.headers["cf-ai-req-id"] = request_id
             return response
         headers = {**dict(through.headers), "cf-ai-req-id": request_id}
@@ -111,7 +111,7 @@ class GatewayApi:
             call = AICall(model, body, account, None, ingress, rtt, shape=CHAT, reject_if_busy=busy)
             through = await self.gateways.run(call, options, shape=OPENAI, body=await request.body())
         except AIError as exc:
-            return openai_ai_error(exc, 400)
+            return _logged(openai_ai_error(exc, 400), exc)
         if through.answer.stream is not None:
             return StreamingResponse(
                 through.answer.stream, media_type="text/event-stream", headers=dict(through.headers)
@@ -123,3 +123,11 @@ def _header_options(request: Request) -> dict[str, Any]:
     """The gateway options a request's cf-aig-* headers set (runtime.ai.gateway_universal's,
     shared with the universal run's steps); AIError naming a header that does not read."""
     return options_from_headers({k.lower(): v for k, v in request.headers.items()})
+
+
+def _logged(response: Response, exc: AIError) -> Response:
+    """A failed call's answer, naming the log row the gateway kept of it (cf-aig-log-id)."""
+    log_id = getattr(exc, "log_id", None)
+    if log_id is not None:
+        response.headers["cf-aig-log-id"] = log_id
+    return response
