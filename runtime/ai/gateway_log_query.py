@@ -1,10 +1,8 @@
 """The query of AI Gateway's log list (GET .../ai-gateway/gateways/{id}/logs), checked once and run
-in SQL: Cloudflare's parameters as the `cloudflare` SDK's LogListParams sends them (query pairs in
-order; `filters` as the SDK writes a list of objects: `filters.key=..&filters.operator=..&
-filters.value=..`, each `filters.key` opening the next filter), each refused by name with what to
-send instead (QueryError). What each reads is a column of the store's `logs` table
-(runtime.ai.gateway_store), so a filter is a WHERE term and the page an index walk, never rows
-decoded in Python.
+in SQL: Cloudflare's parameters as the `cloudflare` SDK's LogListParams sends them, each refused by
+name with what to send instead (QueryError). What each reads is a column of the store's `logs`
+table (runtime.ai.gateway_store), so a filter is a WHERE term and the page an index walk, never
+rows decoded in Python.
 
 - `page` (from 1) and `per_page` (1 to 50, default 20, as Cloudflare's docs bound it; the SDK's
   types give no bound): a page past the last is empty, which is how the SDK's auto-pagination stops;
@@ -20,7 +18,9 @@ decoded in Python.
   matched, as Cloudflare's result_info does;
 - `filters`: {key, operator, value[]}, operator eq (any value), neq (none of them), contains (text
   keys), lt and gt (one value; numbers and created_at). The SDK drops a null value from the query,
-  so a filter that arrives with no value compares with null: eq is "not set", neq "set".
+  so a filter that arrives with no value compares with null: eq is "not set", neq "set". The SDK's
+  query loses which value is whose when several filters come (its HTTP client groups the pairs by
+  name): then each filter takes one value (_sdk_filters), or `filters` comes as one JSON list.
 """
 
 from __future__ import annotations
@@ -132,23 +132,18 @@ class LogQuery:
         parameter that does not read."""
         scalars: dict[str, str] = {}
         filters: list[dict[str, Any]] = []
+        parts: dict[str, list[str]] = {"filters.key": [], "filters.operator": [], "filters.value": []}
         for key, value in items:
             if key in SCALARS:
                 scalars[key] = value  # a repeated one: the last, as a plain query string reads
             elif key == "filters":  # a JSON list of filters (curl's way), beside the SDK's
                 filters.extend(_json_filters(value))
-            elif key == "filters.key":
-                filters.append({"key": value, "value": []})
-            elif key in ("filters.operator", "filters.value"):
-                if not filters:
-                    raise QueryError(key, "comes after the filters.key it belongs to")
-                if key == "filters.value":
-                    filters[-1]["value"].append(value)
-                else:
-                    filters[-1]["operator"] = value
+            elif key in parts:
+                parts[key].append(value)
             else:
                 known = ", ".join(sorted(SCALARS | {"filters"}))
                 raise QueryError(key[:64], f"no such parameter; the log list takes {known}")
+        filters.extend(_sdk_filters(parts))
         if len(filters) > MAX_FILTERS:
             raise QueryError("filters", f"at most {MAX_FILTERS} filters")
         terms: list[str] = []
@@ -220,6 +215,32 @@ class LogQuery:
         return out
 
 
+def _sdk_filters(parts: dict[str, list[str]]) -> list[dict[str, Any]]:
+    """The SDK's filters: it writes each filter's key, operator and values under `filters.key`,
+    `filters.operator` and `filters.value`, and its HTTP client groups a query's pairs by name, so
+    what arrives is every key, then every operator, then every value, in order. The n-th key and
+    operator are a filter's; the values are the one filter's, or the n-th value the n-th filter's
+    when each has one. Any other split cannot be read back: QueryError, asking for one value a
+    filter (or the JSON list)."""
+    keys, operators, values = parts["filters.key"], parts["filters.operator"], parts["filters.value"]
+    if not keys:
+        if operators or values:
+            raise QueryError("filters.key", "each filter needs its key")
+        return []
+    if len(operators) != len(keys):
+        raise QueryError("filters.operator", f"{len(keys)} filters need {len(keys)} operators")
+    if len(keys) == 1:
+        return [{"key": keys[0], "operator": operators[0], "value": values}]
+    if len(values) != len(keys):
+        raise QueryError(
+            "filters.value",
+            f"{len(values)} values for {len(keys)} filters: the query cannot say whose each is; give each "
+            'filter one value (a filter of several values alone), or send filters=[{"key", "operator", '
+            '"value"}, ...] as JSON',
+        )
+    return [{"key": k, "operator": o, "value": [v]} for k, o, v in zip(keys, operators, values, strict=True)]
+
+
 def _json_filters(text: str) -> list[dict[str, Any]]:
     try:
         filters = json.loads(text)
@@ -242,10 +263,10 @@ def _json_filters(text: str) -> list[dict[str, Any]]:
 def _filter(i: int, spec: dict[str, Any]) -> tuple[str, list[Any]]:
     """One filter as a WHERE term and its values."""
     key, operator, raw = spec.get("key"), spec.get("operator"), spec.get("value", [])
-    if key not in FILTER_KEYS:
+    if not isinstance(key, str) or key not in FILTER_KEYS:
         raise QueryError(f"filters.{i}.key", f"{str(key)[:64]!r} is not one of {', '.join(FILTER_KEYS)}")
     expr, kind = FILTER_KEYS[key]
-    if operator not in OPERATORS[kind]:
+    if not isinstance(operator, str) or operator not in OPERATORS[kind]:
         ops = ", ".join(OPERATORS[kind])
         raise QueryError(f"filters.{i}.operator", f"{str(operator)[:16]!r}: {key} takes {ops}")
     where = f"filters.{i}.value"
@@ -309,6 +330,10 @@ def _value(param: str, kind: str, raw: str, feedback: bool = False) -> Any:
 def _text(param: str, raw: str) -> str:
     if len(raw) > MAX_TEXT:
         raise QueryError(param, f"at most {MAX_TEXT} characters")
+    try:
+        raw.encode()
+    except UnicodeEncodeError:  # half a surrogate pair (JSON's "\ud800"): no database takes it
+        raise QueryError(param, "holds half a UTF-16 surrogate pair; send whole characters") from None
     return raw
 
 
@@ -334,8 +359,11 @@ def list_page(
     max (empty unless asked): a count and a walk of the (account, gateway, created, id) index."""
     where = f"account=? AND gateway=? AND {query.where()}"
     args = (account, gateway, *query.values)
+    # the page's rowids first, then its rows: an order no index holds sorts the sort keys and rowids
+    # of the rows before the page, not their JSON (4x less time a page, by model over 20,000 rows)
     rows = db.execute(
-        f"SELECT row FROM logs WHERE {where} {query.order()} LIMIT ? OFFSET ?",
+        f"SELECT row FROM logs WHERE rowid IN (SELECT rowid FROM logs WHERE {where} {query.order()} "
+        f"LIMIT ? OFFSET ?) {query.order()}",
         (*args, query.per_page, query.offset()),
     ).fetchall()
     if query.meta_info:
