@@ -118,7 +118,7 @@ class Gateways:
         self.store = GatewayStore(Path(state_dir) / "ai-gateway.db", lambda: self.clock())
         self.settings = settings or {}
         self.registry = GatewayRegistry(self.store, self.settings, lambda: self.clock())
-        # the rate limit's request times per (account, gateway): only configured gateways have one
+        # the rate limit's request times per (account, gateway): only gateways with a limit have one
         self._windows: dict[tuple[str, str], collections.deque[float]] = {}
 
     def close(self) -> None:
