@@ -67,6 +67,7 @@ from runtime.routes.dashboard import DashboardEndpoints
 from runtime.routes.deploy import ControlApi
 from runtime.routes.edge import EdgeEndpoints
 from runtime.routes.gateway import GatewayApi
+from runtime.routes.gateway_rest import GatewayRestApi
 from runtime.routes.openapi import routes as openapi_routes
 from runtime.routes.responses import ResponsesApi
 from runtime.routes.rollouts import RolloutEndpoints
@@ -230,6 +231,7 @@ class Runtime:
         self.ai_models = AIModelsApi(self.api)
         self.responses = ResponsesApi(self.api)
         self.gateway_api = GatewayApi(self.api, self.gateways)
+        self.gateway_rest = GatewayRestApi(self.api, self.gateways, lambda: self.origin)
         self.control = ControlApi(self.state, config.state_dir, self.tail, self.workers.restart_worker)
         self.workflow_api = WorkflowApi(self.state, self.bindings, lambda: dict(self.workflows.names))
         self._tasks: list[asyncio.Task] = []
@@ -346,6 +348,7 @@ def create_app(runtime: Runtime) -> Starlette:
         *runtime.ai_models.routes(),
         *runtime.responses.routes(),
         *runtime.gateway_api.routes(),
+        *runtime.gateway_rest.routes(),
         *runtime.control.routes(),
         *runtime.workflow_api.routes(),
         *openapi_routes(),

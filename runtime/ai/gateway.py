@@ -1,9 +1,10 @@
 """AI Gateway, locally: the gateway a worker names in `env.AI.run(..., {"gateway": {...}})` or reaches
 through `env.AI.gateway(id)`, and the HTTP door at `Gateways.url` (runtime.routes.gateway). Per
-account: a gateway is created on first use (as Cloudflare's default gateway is) or configured in
-[edge.ai_gateways.ID]; its state lives in one SQLite database under `.edge/`
-(runtime.ai.gateway_store, every row keyed by account), each SQLite call through the runtime's fair
-binding pool. What it does, in the order a call meets it:
+account: a gateway is made on first use (as Cloudflare makes one on its first request), declared in
+[edge.ai_gateways.ID] or created through Cloudflare's API (runtime.ai.gateway_registry says which
+settings apply); its state lives in one SQLite database under `.edge/` (runtime.ai.gateway_store,
+every row keyed by account), each SQLite call through the runtime's fair binding pool. What it does,
+in the order a call meets it:
 
 - its rate limit (the gateway's `rate_limit` per `rate_limit_period_s`, sliding or fixed, per
   account; none by default): over it, AIError 2003 "Rate limited" (HTTP 429, Retry-After);
@@ -12,13 +13,18 @@ binding pool. What it does, in the order a call meets it:
   `cacheKey` in their place when given; `skipCache` neither reads nor writes it. Errors are never
   cached. A stream is recorded as its event-stream bytes while it streams and kept only when it ended
   whole (runtime.ai.gateway_streams); a hit replays those bytes. `cf-aig-cache-status: HIT | MISS`;
-- retries: `retries.maxAttempts` (1-5) on failures worth retrying (3040 out of capacity, 3007 timed
-  out, which is also how the AI service answers an internal error), never on bad input (5004, 5007);
+- retries (the call's, else the gateway's own): `retries.maxAttempts` (1-5) on failures worth
+  retrying (3040 out of capacity, 3007 timed out, which is also how the AI service answers an
+  internal error), never on bad input (5004, 5007);
   `retryDelayMs` before the second attempt, growing by `backoff`; `requestTimeoutMs` bounds each
   attempt (a stream: until its first event), a timeout being a 3007 that says so;
 - a log row per call (unless `collectLog: false` or the gateway's collect_logs is off), its id the
-  `cf-aig-log-id` header (env.AI.aiGatewayLogId): read with `get_log` / `logs`, scored with
-  `patch_log`; a stream's row is completed (duration, tokens, an error) when the stream ends;
+  `cf-aig-log-id` header (env.AI.aiGatewayLogId): read with `get_log` / `logs` / `list_logs`, scored
+  with `patch_log`, its bodies with `log_body`; the request's body is the one the door was sent (or
+  the inputs as JSON, from a worker), the answer's the body it answered, or for a stream the
+  event-stream bytes as they streamed (what the client read, not an assembled answer: it is what
+  was answered, and a replay of it reads the same); a stream's row is completed (duration, tokens,
+  an error, its body) when the stream ends;
 - `universal`: a list of steps in Cloudflare's universal shape, each tried in turn until one answers
   (`cf-aig-step`); see runtime.ai.gateway_universal.
 """
@@ -28,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import dataclasses
+import functools
 import hashlib
 import json
 import math
@@ -41,6 +48,7 @@ from typing import Any
 import msgspec
 
 from runtime.ai.call import RUN, STREAM, AICall
+from runtime.ai.gateway_log_query import LogQuery, list_page
 from runtime.ai.gateway_options import (
     GATEWAY_ID,
     GatewayOptions,
@@ -48,6 +56,7 @@ from runtime.ai.gateway_options import (
     RetryOptions,
     check_patch,
 )
+from runtime.ai.gateway_registry import Gateway, GatewayRegistry
 from runtime.ai.gateway_store import CACHE_ENTRY_BYTES, GatewayStore
 from runtime.ai.gateway_streams import StreamOutcome, opened, recorded, replay
 from runtime.ai.gateway_universal import MAX_STEPS, PROVIDER, read_step
@@ -67,6 +76,7 @@ __all__ = [
 ]
 
 COMPAT = "compat"  # the gateway's OpenAI-compatible door (runtime.routes.gateway), for the same models
+OPENAI = "openai"  # the shape of the compat door's answers (`run`'s shape)
 RETRYABLE = {3040, 3007}  # out of capacity, timed out (the AI service's answer to an internal error too)
 RATE_LIMITED = 2003
 HTTP_STATUS = {5007: 400, 5004: 400, 5006: 400, 3006: 413, 3036: 429, 3040: 503, 3007: 504, 2003: 429}
@@ -107,7 +117,8 @@ class Gateways:
         self.ai, self.pool, self.clock, self.sleep = ai, pool, clock, sleep
         self.store = GatewayStore(Path(state_dir) / "ai-gateway.db", lambda: self.clock())
         self.settings = settings or {}
-        # the rate limit's request times per (account, gateway): only configured gateways have one
+        self.registry = GatewayRegistry(self.store, self.settings, lambda: self.clock())
+        # the rate limit's request times per (account, gateway): only gateways with a limit have one
         self._windows: dict[tuple[str, str], collections.deque[float]] = {}
 
     def close(self) -> None:
@@ -116,19 +127,35 @@ class Gateways:
     async def _db(self, account: str, fn: Callable[..., Any], *args: Any) -> Any:
         return await self.pool.run(account, fn, *args, lane="ai-gateway")
 
+    async def _settings(self, account: str, gateway_id: str) -> GatewaySettings:
+        """The settings that apply to a call through the gateway (made on first use)."""
+        known = self.registry.known(account, gateway_id)
+        if known is not None:
+            return known
+        return await self._db(account, self.registry.settings, account, gateway_id)
+
     async def run(
-        self, call: AICall, options: GatewayOptions, *, shape: str = PROVIDER, step: int = 0
+        self,
+        call: AICall,
+        options: GatewayOptions,
+        *,
+        shape: str = PROVIDER,
+        step: int = 0,
+        body: bytes | None = None,
     ) -> GatewayAnswer:
         """`call` through gateway `options.id` of `call.account`, answered by the AI service's one
         door: its rate limit, cache, retries and a log row (unless `collect_log` is false) with the
         call's tags (at most 5) and Workers AI request id; the call's record names the gateway, its
         log and its cache's verdict. `shape`: the shape its answers take, as its cache keys name it
-        (a cache entry of one shape never answers a call of another); `step`: the universal run's."""
+        (a cache entry of one shape never answers a call of another); `step`: the universal run's;
+        `body`: the request's body as the door was sent it (None: the inputs, as JSON)."""
         started = time.monotonic()
         log_id = uuid.uuid4().hex
-        settings = self.settings.get(options.id, GatewaySettings())
+        settings = await self._settings(call.account, options.id)
         if options.cache_ttl is None and settings.cache_ttl is not None:
             options = dataclasses.replace(options, cache_ttl=settings.cache_ttl)
+        if options.retries is None and settings.retries is not None:
+            options = dataclasses.replace(options, retries=settings.retries)
         collect = options.collect_log if options.collect_log is not None else settings.collect_logs
         attempts = [0]
         status, answer, error = None, None, None
@@ -154,6 +181,13 @@ class Gateways:
             "stream": answer is not None and answer.stream is not None,
             "tokens_in": None,
             "tokens_out": None,
+            "cost": 0.0,  # nothing is billed here
+            "model_type": "Text Embeddings" if call.embedding else "Text Generation",
+            "request_type": COMPAT if shape == OPENAI else PROVIDER,  # the door: compatibilityMode's
+            "request_content_type": "application/json",
+            "response_content_type": "text/event-stream"
+            if answer is not None and answer.stream is not None
+            else "application/json",
             "tags": [str(t)[:64] for t in call.tags[:MAX_TAGS]],
             "metadata": options.metadata or {},
             "event_id": options.event_id,
@@ -164,8 +198,23 @@ class Gateways:
         if answer is not None and answer.stream is None:
             row["tokens_in"], row["tokens_out"] = _tokens(answer)
         if collect:
-            await self._db(call.account, self.store.log, call.account, options.id, row)
+            request = body if body is not None else _json_bytes(call.inputs)
+            await self._db(
+                call.account,
+                functools.partial(
+                    self.store.log,
+                    keep=settings.log_rows,
+                    stop_when_full=settings.log_strategy == "STOP_INSERTING",
+                ),
+                call.account,
+                options.id,
+                row,
+                request,
+                _answered(answer, error),
+            )
         if error is not None:
+            if collect:  # a failure is logged too: its answer names the row (cf-aig-log-id), as a success's
+                error.log_id = log_id  # type: ignore[attr-defined]
             raise error
         assert answer is not None
         if answer.stream is not None and collect:
@@ -234,14 +283,15 @@ class Gateways:
     def _logged(
         self, stream: AsyncIterator[bytes], account: str, gateway: str, log_id: str, started: float
     ) -> AsyncIterator[bytes]:
-        """A stream whose log row is completed when it ends: its duration, tokens and error."""
+        """A stream whose log row is completed when it ends: its duration, tokens, error and body
+        (the bytes as they streamed; none past CACHE_ENTRY_BYTES, where the recording stops)."""
 
         async def ended(data: bytes | None, outcome: StreamOutcome) -> None:
             done = {"duration": _ms_since(started), "tokens_in": outcome.tokens_in}
             done["tokens_out"] = outcome.tokens_out
             if not outcome.whole:
                 done.update(success=False, error=outcome.error or "the client left before the stream ended")
-            await self._db(account, self.store.patch_log, account, gateway, log_id, done)
+            await self._db(account, self.store.patch_log, account, gateway, log_id, done, data)
 
         return recorded(stream, CACHE_ENTRY_BYTES, ended)
 
@@ -337,6 +387,56 @@ class Gateways:
         """The account's gateway's newest `limit` log rows, newest first."""
         return await self._db(account, self.store.logs, account, gateway_id, limit)
 
+    async def list_logs(
+        self, account: str, gateway_id: str, query: LogQuery
+    ) -> tuple[list[dict[str, Any]], int, dict[str, Any]]:
+        """One page of the gateway's log rows as `query` selects and orders them
+        (runtime.ai.gateway_log_query), how many match in all, and meta_info's min and max."""
+
+        def page() -> tuple[list[dict[str, Any]], int, dict[str, Any]]:
+            rows, total, meta = self.store.read(lambda db: list_page(db, account, gateway_id, query))
+            return [json.loads(r) for r in rows], total, meta
+
+        return await self._db(account, page)
+
+    async def log_detail(self, account: str, gateway_id: str, log_id: str) -> dict[str, Any]:
+        """A log row with its bodies' sizes and heads; LookupError when the gateway holds none."""
+        row = await self._db(account, self.store.log_detail, account, gateway_id, str(log_id)[:64])
+        if row is None:
+            raise LookupError(f"no log {str(log_id)[:64]!r} in gateway {gateway_id[:64]!r}")
+        return row
+
+    async def log_body(
+        self, account: str, gateway_id: str, log_id: str, which: str
+    ) -> tuple[bytes | None, int | None, str]:
+        """What a log row kept of its request's or answer's body (`which`), its whole size and its
+        content type; LookupError when the gateway holds no such row."""
+        try:
+            return await self._db(account, self.store.log_body, account, gateway_id, str(log_id)[:64], which)
+        except LookupError:
+            raise LookupError(f"no log {str(log_id)[:64]!r} in gateway {gateway_id[:64]!r}") from None
+
+    # --- the gateways, as Cloudflare's API lists and changes them (runtime.ai.gateway_registry) ---
+
+    async def list_gateways(
+        self, account: str, search: str | None, page: int, per_page: int
+    ) -> tuple[list[Gateway], int]:
+        return await self._db(account, self.registry.list, account, search, page, per_page)
+
+    async def get_gateway(self, account: str, gateway_id: str) -> Gateway:
+        return await self._db(account, self.registry.get, account, gateway_id)
+
+    async def create_gateway(self, account: str, gateway_id: str, settings: GatewaySettings) -> Gateway:
+        return await self._db(account, self.registry.create, account, gateway_id, settings)
+
+    async def update_gateway(self, account: str, gateway_id: str, settings: GatewaySettings) -> Gateway:
+        return await self._db(account, self.registry.update, account, gateway_id, settings)
+
+    async def delete_gateway(self, account: str, gateway_id: str) -> Gateway:
+        gone = await self._db(account, self.registry.delete, account, gateway_id)
+        self._windows.pop((account, gateway_id), None)
+        return gone
+
     def url(self, account: str, gateway_id: str, provider: str | None, origin: str) -> str:
         """`getUrl(provider)`: the gateway's base URL, AI Gateway's
         (`https://gateway.ai.cloudflare.com/v1/{account}/{gateway}/{provider}`) at this runtime's own
@@ -365,8 +465,29 @@ def _cache_key(call: AICall, options: GatewayOptions, shape: str) -> str:
     return hashlib.sha256(json.dumps(basis, sort_keys=True, default=str).encode()).hexdigest()
 
 
-def _ms_since(started: float) -> float:
-    return round((time.monotonic() - started) * 1000, 3)
+def _ms_since(started: float) -> int:
+    """Whole milliseconds since `started`, as Cloudflare's log rows count a duration."""
+    return round((time.monotonic() - started) * 1000)
+
+
+def _json_bytes(value: Any) -> bytes | None:
+    """A call's inputs as the JSON a door would have been sent (None: they do not encode)."""
+    try:
+        return msgspec.json.encode(value)
+    except (TypeError, msgspec.EncodeError):
+        return None
+
+
+def _answered(answer: Answer | None, error: AIError | None) -> bytes | None:
+    """The body a call answered, for its log row: a whole answer's JSON, or a failure in Cloudflare's
+    envelope as the Workers AI door answers it (the compat door answers the same failure in OpenAI's
+    shape); None for a stream (its bytes come when it ends: Gateways._logged)."""
+    if error is not None:
+        errors = [{"code": error.code, "message": error.detail}]
+        return json.dumps({"result": None, "success": False, "errors": errors, "messages": []}).encode()
+    if answer is None or answer.stream is not None:
+        return None
+    return _json_bytes(answer.body)
 
 
 def _tokens(answer: Answer) -> tuple[int | None, int | None]:

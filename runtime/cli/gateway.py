@@ -1,5 +1,6 @@
 """`edge gateway logs GATEWAY [--account A] [--limit N] [--json]`: an AI Gateway's newest logs, newest
-first, over the running runtime's REST API (runtime.routes.gateway) with the account's API token
+first, over the running runtime's REST API (runtime.routes.gateway_rest: pages of at most 50, as
+Cloudflare's log list gives them) with the account's API token
 ($EDGE_API_TOKEN, else the one `edge dev` saved), as AI Gateway's dashboard lists them. `--account`
 names another account than the config's; its token must be that account's."""
 
@@ -7,13 +8,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
+from datetime import datetime
 
 from runtime.cli.client import Client
 from runtime.cli.common import _fail
 from runtime.control.config import ConfigError
 
 MAX_LIMIT = 1000
+PAGE = 50  # the log list's largest page (runtime.ai.gateway_log_query.MAX_PER_PAGE)
 
 
 def cmd_gateway(args: argparse.Namespace) -> int:
@@ -23,9 +25,16 @@ def cmd_gateway(args: argparse.Namespace) -> int:
         client = Client(args)
         if getattr(args, "account", None):
             client.account = args.account
-        rows = client.call(
-            "GET", f"/ai-gateway/gateways/{args.gateway}/logs", params={"per_page": args.limit}
-        )
+        rows: list[dict] = []
+        while len(rows) < args.limit:
+            page = client.call(
+                "GET",
+                f"/ai-gateway/gateways/{args.gateway}/logs",
+                params={"page": len(rows) // PAGE + 1, "per_page": PAGE},
+            )
+            rows += page[: args.limit - len(rows)]
+            if len(page) < PAGE:
+                break
     except ConfigError as exc:
         return _fail(str(exc))
     if args.json:
@@ -42,7 +51,8 @@ def cmd_gateway(args: argparse.Namespace) -> int:
 def _line(row: dict) -> str:
     """One log row for a terminal: when, its id, the model, ok or the error's status, cached or not,
     how long, tokens in+out, its step (a universal run's) and tags."""
-    when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(row.get("created_at", 0)))
+    created = datetime.fromisoformat(row.get("created_at") or "1970-01-01T00:00:00Z")
+    when = created.astimezone().strftime("%Y-%m-%d %H:%M:%S")  # the terminal's local time
     outcome = "ok" if row.get("success") else f"error {row.get('status_code')}"
     cached = " cached" if row.get("cached") else ""
     tokens = ""

@@ -9,9 +9,10 @@
     POST /cdn-cgi/ai-gateway/v1/{account}/{gateway}/compat/chat/completions   OpenAI's chat
          completions through the gateway (`getUrl("compat")`: an OpenAI SDK's base_url), `model`
          "workers-ai/<model>"
-    GET  /client/v4/accounts/{account}/ai-gateway/gateways/{gateway}/logs[?per_page=N]
-    GET  .../logs/{id}                 one log row
-    PATCH .../logs/{id}  {score?, feedback?, metadata?}
+
+The gateways themselves, their logs (listed, read, patched, their bodies) and their URLs are
+Cloudflare's REST API under /client/v4/accounts/{account}/ai-gateway/gateways:
+runtime.routes.gateway_rest.
 
 Cloudflare serves the first at gateway.ai.cloudflare.com/v1/{account}/{gateway}/...; here it is
 under the runtime's own /cdn-cgi/ prefix, so it never shadows a worker's paths. Each is
@@ -29,7 +30,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from runtime.ai.call import CHAT, AICall
-from runtime.ai.gateway import GatewayOptions, Gateways
+from runtime.ai.gateway import OPENAI, GatewayOptions, Gateways
 from runtime.ai.gateway_universal import options_from_headers
 from runtime.ai.inputs import ChatCompletionRequest
 from runtime.http.json_body import BadJSON, decode_json
@@ -46,9 +47,7 @@ from runtime.routes.ai_rest import (
 from workers import AIError
 
 DOOR = "/cdn-cgi/ai-gateway/v1/{account}/{gateway}"
-LOGS = "/client/v4/accounts/{account}/ai-gateway/gateways/{gateway}/logs"
-NOT_FOUND, BAD_REQUEST, AUTH_ERROR = 10007, 10014, 10000
-MAX_PER_PAGE = 1000
+AUTH_ERROR = 10000
 
 
 class GatewayApi:
@@ -59,8 +58,6 @@ class GatewayApi:
         return [
             Route(DOOR + "/workers-ai/{model:path}", self.run, methods=["POST"]),
             Route(DOOR + "/compat/chat/completions", self.compat, methods=["POST"]),
-            Route(LOGS, self.logs, methods=["GET"]),
-            Route(LOGS + "/{id}", self.log, methods=["GET", "PATCH"]),
         ]
 
     async def run(self, request: Request) -> Response:
@@ -69,8 +66,9 @@ class GatewayApi:
             account = self.api.authenticate(request)
         except AuthError as exc:
             return cf_error(AUTH_ERROR, str(exc), exc.status)
+        body = await request.body()
         try:
-            inputs = decode_json(await request.body() or b"{}")
+            inputs = decode_json(body or b"{}")
         except BadJSON as exc:
             return cf_error(5004, f"{exc}; send the model inputs as a JSON object")
         try:
@@ -79,9 +77,9 @@ class GatewayApi:
             session = session_key(request)
             model = request.path_params["model"]
             call = AICall(model, inputs, account, session, ingress, rtt, request_id=request_id)
-            through = await self.gateways.run(call, options)
+            through = await self.gateways.run(call, options, body=body)
         except AIError as exc:
-            response = ai_error(exc)
+            response = _logged(ai_error(exc), exc)
             response.headers["cf-ai-req-id"] = request_id
             return response
         headers = {**dict(through.headers), "cf-ai-req-id": request_id}
@@ -111,47 +109,25 @@ class GatewayApi:
             options = GatewayOptions.parse({"id": request.path_params["gateway"], **_header_options(request)})
             ingress, rtt = self.api._where(request)
             call = AICall(model, body, account, None, ingress, rtt, shape=CHAT, reject_if_busy=busy)
-            through = await self.gateways.run(call, options, shape="openai")
+            through = await self.gateways.run(call, options, shape=OPENAI, body=await request.body())
         except AIError as exc:
-            return openai_ai_error(exc, 400)
+            return _logged(openai_ai_error(exc, 400), exc)
         if through.answer.stream is not None:
             return StreamingResponse(
                 through.answer.stream, media_type="text/event-stream", headers=dict(through.headers)
             )
         return JSONResponse(through.answer.body, headers=dict(through.headers))
 
-    async def logs(self, request: Request) -> Response:
-        try:
-            account = self.api.authenticate(request)
-            per_page = int(request.query_params.get("per_page", "50"))
-            if not 1 <= per_page <= MAX_PER_PAGE:
-                raise ValueError
-        except AuthError as exc:
-            return cf_error(AUTH_ERROR, str(exc), exc.status)
-        except ValueError:
-            return cf_error(BAD_REQUEST, f"per_page must be an integer from 1 to {MAX_PER_PAGE}", 400)
-        return envelope(await self.gateways.logs(account, request.path_params["gateway"], per_page))
-
-    async def log(self, request: Request) -> Response:
-        try:
-            account = self.api.authenticate(request)
-        except AuthError as exc:
-            return cf_error(AUTH_ERROR, str(exc), exc.status)
-        gateway, log_id = request.path_params["gateway"], request.path_params["id"]
-        try:
-            if request.method == "PATCH":
-                patch = decode_json(await request.body() or b"{}")
-                if not isinstance(patch, dict):
-                    return cf_error(BAD_REQUEST, "send {score?, feedback?, metadata?}", 400)
-                await self.gateways.patch_log(account, gateway, log_id, patch)
-            return envelope(await self.gateways.get_log(account, gateway, log_id))
-        except LookupError as exc:
-            return cf_error(NOT_FOUND, str(exc), 404)
-        except (AIError, BadJSON) as exc:
-            return cf_error(BAD_REQUEST, getattr(exc, "detail", str(exc)), 400)
-
 
 def _header_options(request: Request) -> dict[str, Any]:
     """The gateway options a request's cf-aig-* headers set (runtime.ai.gateway_universal's,
     shared with the universal run's steps); AIError naming a header that does not read."""
     return options_from_headers({k.lower(): v for k, v in request.headers.items()})
+
+
+def _logged(response: Response, exc: AIError) -> Response:
+    """A failed call's answer, naming the log row the gateway kept of it (cf-aig-log-id)."""
+    log_id = getattr(exc, "log_id", None)
+    if log_id is not None:
+        response.headers["cf-aig-log-id"] = log_id
+    return response

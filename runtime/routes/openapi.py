@@ -15,6 +15,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from runtime.ai.batch import MAX_REQUESTS
+from runtime.ai.gateway_log_query import EQUALS, MAX_PER_PAGE, ORDER_BY, RANGES
 from runtime.ai.inputs import ChatCompletionRequest, CompletionRequest, TextGenerationInputs
 from runtime.ai.refusals import REFUSED
 from runtime.ai.responses_inputs import ResponsesRequest
@@ -226,6 +227,30 @@ def _streamed(ok: dict[str, Any], error: str) -> dict[str, Any]:
     return answers
 
 
+def _log_query() -> dict[str, dict[str, Any]]:
+    """The log list's query parameters (runtime.ai.gateway_log_query), each with its type; `filters`
+    as the SDK writes it (filters.key, filters.operator, filters.value) or a JSON list."""
+    number, text, flag = {"type": "number"}, {"type": "string"}, {"type": "boolean"}
+    query: dict[str, dict[str, Any]] = {
+        "page": {"type": "integer", "minimum": 1},
+        "per_page": {"type": "integer", "minimum": 1, "maximum": MAX_PER_PAGE},
+        "order_by": {"type": "string", "enum": list(ORDER_BY)},
+        "order_by_direction": {"type": "string", "enum": ["asc", "desc"]},
+        "direction": {"type": "string", "enum": ["asc", "desc"]},
+        "start_date": {"type": "string", "format": "date-time"},
+        "end_date": {"type": "string", "format": "date-time"},
+        "feedback": {"type": "integer", "enum": [-1, 0, 1]},
+        "meta_info": flag,
+        "search": text,
+        "filters": text,
+    }
+    for name, (_, kind) in EQUALS.items():
+        query.setdefault(name, flag if kind == "boolean" else text)
+    for name in RANGES:
+        query[f"min_{name}"] = query[f"max_{name}"] = number
+    return query
+
+
 def _paths() -> dict[str, dict[str, Any]]:
     a, s, g = ["account"], ["account", "name"], ["account", "gateway"]
     sse_or_envelope = _streamed(_ref("Envelope"), "Envelope")
@@ -313,12 +338,40 @@ def _paths() -> dict[str, dict[str, Any]]:
         ACCOUNT + "/workflows/{name}/instances/{id}": {
             "get": _cf("an instance: status, params, output, error, steps", s + ["id"])
         },
+        ACCOUNT + "/ai-gateway/gateways": {
+            "get": _cf(
+                "the account's AI gateways",
+                a,
+                query={"page": page, "per_page": page, "search": {"type": "string"}},
+            ),
+            "post": _cf("create a gateway (Cloudflare's fields: id, cache_ttl, collect_logs, ...)", a),
+        },
+        ACCOUNT + "/ai-gateway/gateways/{gateway}": {
+            "get": _cf("one gateway", g),
+            "put": _cf("replace a gateway's settings", g),
+            "delete": _cf("delete a gateway, its logs and its cache", g),
+        },
+        ACCOUNT + "/ai-gateway/gateways/{gateway}/url/{provider}": {
+            "get": _cf("the gateway's URL for a provider (workers-ai, compat)", g + ["provider"])
+        },
         ACCOUNT + "/ai-gateway/gateways/{gateway}/logs": {
-            "get": _cf("a gateway's newest logs", g, query={"per_page": {"type": "integer"}})
+            "get": _cf("a page of a gateway's logs, filtered and ordered", g, query=_log_query())
         },
         ACCOUNT + "/ai-gateway/gateways/{gateway}/logs/{id}": {
             "get": _cf("one log of a gateway", g + ["id"]),
             "patch": _cf("score, feedback or metadata of a log", g + ["id"], optional_body=True),
+        },
+        ACCOUNT + "/ai-gateway/gateways/{gateway}/logs/{id}/request": {
+            "get": _op(
+                "the request body a log kept, as it was sent", g + ["id"], _answers(_ANY_OBJECT, "Envelope")
+            )
+        },
+        ACCOUNT + "/ai-gateway/gateways/{gateway}/logs/{id}/response": {
+            "get": _op(
+                "the body a log's call answered (a stream's events as they streamed)",
+                g + ["id"],
+                _answers(_ANY_OBJECT, "Envelope"),
+            )
         },
         "/cdn-cgi/ai-gateway/v1/{account}/{gateway}/compat/chat/completions": {
             "post": _op("OpenAI's chat completions through a gateway", g, openai, "ChatCompletionRequest")

@@ -348,7 +348,9 @@ def test_the_gateways_http_door_serves_a_repeat_from_the_cache_and_keeps_account
     # its logs read back over the API and from the CLI
     logs = f"{server.url}/client/v4/accounts/local/ai-gateway/gateways/shop/logs"
     rows = httpx.get(logs, headers=mine, timeout=30).json()["result"]
-    assert [r["cached"] for r in rows] == [True, False] and rows[0]["metadata"] == {"team": "edge"}
+    # metadata as Cloudflare's API and its SDK type it: JSON text
+    assert [r["cached"] for r in rows] == [True, False]
+    assert json.loads(rows[0]["metadata"]) == {"team": "edge"}
     assert rows[0]["id"] == again.headers["cf-aig-log-id"]
     patched = httpx.patch(f"{logs}/{rows[0]['id']}", json={"score": 80}, headers=mine, timeout=30)
     assert patched.json()["result"]["score"] == 80

@@ -82,7 +82,7 @@ def test_a_workers_ai_call_through_the_gateway_is_cached_and_logged(client, runt
     log_id = again.headers["cf-aig-log-id"]
     logs = "/client/v4/accounts/shop/ai-gateway/gateways/gw/logs"
     row = client.get(f"{logs}/{log_id}", headers=me).json()["result"]
-    assert row["cached"] is True and row["model"] == TINY_MODEL and row["metadata"] == {"user": "ada"}
+    assert row["cached"] is True and row["model"] == TINY_MODEL and row["metadata"] == '{"user": "ada"}'
     assert row["request_id"] == again.headers["cf-ai-req-id"]
     patched = client.patch(f"{logs}/{log_id}", json={"score": 80, "feedback": 1}, headers=me)
     assert patched.status_code == 200 and patched.json()["result"]["score"] == 80
