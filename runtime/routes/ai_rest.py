@@ -80,7 +80,7 @@ def cf_error(code: int, message: str, status: int | None = None) -> JSONResponse
 
 def ai_error(exc: AIError) -> JSONResponse:
     """A failed AI call in the Workers AI envelope; a rate-limited one with its Retry-After."""
-    return _retry_after(cf_error(exc.code, exc.detail), exc)
+    return _logged(_retry_after(cf_error(exc.code, exc.detail), exc), exc)
 
 
 def openai_ai_error(exc: AIError, status: int) -> JSONResponse:
@@ -89,8 +89,17 @@ def openai_ai_error(exc: AIError, status: int) -> JSONResponse:
     if isinstance(exc, AccountLimited):
         kind = "requests" if exc.refusal.limit == "rpm" else "tokens"
         body = {"message": exc.detail, "type": kind, "param": None, "code": "rate_limit_exceeded"}
-        return _retry_after(JSONResponse({"error": body}, status_code=429), exc)
-    return openai_error(HTTP_STATUS.get(exc.code, status), exc.detail, exc.code, exc.param)
+        return _logged(_retry_after(JSONResponse({"error": body}, status_code=429), exc), exc)
+    return _logged(openai_error(HTTP_STATUS.get(exc.code, status), exc.detail, exc.code, exc.param), exc)
+
+
+def _logged(response: JSONResponse, exc: AIError) -> JSONResponse:
+    """A call that failed through an AI Gateway names the log row the gateway kept of it
+    (cf-aig-log-id), as its answer would have."""
+    log_id = getattr(exc, "log_id", None)
+    if log_id is not None:
+        response.headers["cf-aig-log-id"] = log_id
+    return response
 
 
 def _retry_after(response: JSONResponse, exc: AIError) -> JSONResponse:
@@ -214,7 +223,9 @@ class AIApi:
             raise AIError(5004, f"{GATEWAY_HEADER}: this runtime has no AI Gateway to route the call through")
         headers = {k.lower(): v for k, v in request.headers.items()}
         options = GatewayOptions.parse({"id": gateway, **options_from_headers(headers)})
-        through: GatewayAnswer = await self.gateways.run(call, options, shape=shape)
+        through: GatewayAnswer = await self.gateways.run(
+            call, options, shape=shape, body=await request.body()
+        )
         return through.answer, list(through.headers)
 
     # --- Workers AI REST ----------------------------------------------------------------------------

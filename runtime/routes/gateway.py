@@ -9,6 +9,13 @@
     POST /cdn-cgi/ai-gateway/v1/{account}/{gateway}/compat/chat/completions   OpenAI's chat
          completions through the gateway (`getUrl("compat")`: an OpenAI SDK's base_url), `model`
          "workers-ai/<model>"
+    POST .../compat/embeddings   OpenAI's embeddings through the gateway, `model`
+         "workers-ai/@cf/baai/bge-..."
+    GET  .../compat/models       the models the compat door reaches, as OpenAI lists them
+         ("workers-ai/<name>", what `model` takes)
+
+A body's `options` ({"rejectIfBusy": true}) is read as the REST API reads it
+(runtime.ai.run_options.rest_body_options).
 
 The gateways themselves, their logs (listed, read, patched, their bodies) and their URLs are
 Cloudflare's REST API under /client/v4/accounts/{account}/ai-gateway/gateways:
@@ -21,6 +28,7 @@ own: another account's gateway, cache and logs are never reached."""
 
 from __future__ import annotations
 
+import time
 import uuid
 from typing import Any
 
@@ -30,9 +38,10 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from runtime.ai.call import CHAT, AICall
-from runtime.ai.gateway import OPENAI, GatewayOptions, Gateways
+from runtime.ai.gateway import OPENAI, PROVIDER, GatewayOptions, Gateways
 from runtime.ai.gateway_universal import options_from_headers
 from runtime.ai.inputs import ChatCompletionRequest
+from runtime.ai.run_options import rest_body_options
 from runtime.http.json_body import BadJSON, decode_json
 from runtime.routes.ai_rest import (
     AIApi,
@@ -58,6 +67,8 @@ class GatewayApi:
         return [
             Route(DOOR + "/workers-ai/{model:path}", self.run, methods=["POST"]),
             Route(DOOR + "/compat/chat/completions", self.compat, methods=["POST"]),
+            Route(DOOR + "/compat/embeddings", self.compat_embeddings, methods=["POST"]),
+            Route(DOOR + "/compat/models", self.compat_models, methods=["GET"]),
         ]
 
     async def run(self, request: Request) -> Response:
@@ -72,14 +83,17 @@ class GatewayApi:
         except BadJSON as exc:
             return cf_error(5004, f"{exc}; send the model inputs as a JSON object")
         try:
+            inputs, busy = rest_body_options(inputs)
             options = GatewayOptions.parse({"id": request.path_params["gateway"], **_header_options(request)})
             ingress, rtt = self.api._where(request)
             session = session_key(request)
             model = request.path_params["model"]
-            call = AICall(model, inputs, account, session, ingress, rtt, request_id=request_id)
+            call = AICall(
+                model, inputs, account, session, ingress, rtt, reject_if_busy=busy, request_id=request_id
+            )
             through = await self.gateways.run(call, options, body=body)
         except AIError as exc:
-            response = _logged(ai_error(exc), exc)
+            response = ai_error(exc)
             response.headers["cf-ai-req-id"] = request_id
             return response
         headers = {**dict(through.headers), "cf-ai-req-id": request_id}
@@ -98,12 +112,9 @@ class GatewayApi:
         if isinstance(decoded, Response):
             return decoded
         account, body, busy = decoded
-        if "/" in body.model and not body.model.startswith(("workers-ai/", "@")):
-            where = body.model.split("/", 1)[0]
-            why = f"model: provider {where!r} cannot be reached from this edge (no network); "
-            why += "name workers-ai/<model>"
-            return openai_error(400, why, 5007, "model")
-        model = body.model.removeprefix("workers-ai/")
+        model = _compat_model(body.model)
+        if isinstance(model, Response):
+            return model
         body = msgspec.structs.replace(body, model=model)
         try:
             options = GatewayOptions.parse({"id": request.path_params["gateway"], **_header_options(request)})
@@ -111,23 +122,62 @@ class GatewayApi:
             call = AICall(model, body, account, None, ingress, rtt, shape=CHAT, reject_if_busy=busy)
             through = await self.gateways.run(call, options, shape=OPENAI, body=await request.body())
         except AIError as exc:
-            return _logged(openai_ai_error(exc, 400), exc)
+            return openai_ai_error(exc, 400)
         if through.answer.stream is not None:
             return StreamingResponse(
                 through.answer.stream, media_type="text/event-stream", headers=dict(through.headers)
             )
         return JSONResponse(through.answer.body, headers=dict(through.headers))
 
+    async def compat_embeddings(self, request: Request) -> Response:
+        """OpenAI's embeddings through the gateway: `model` "workers-ai/<an embedding name>",
+        answered as /ai/v1/embeddings answers, with the gateway's cache, retries and log."""
+        try:
+            account = self.api.authenticate(request)
+        except AuthError as exc:
+            return openai_error(exc.status, str(exc), AUTH_ERROR)
+        try:
+            body = decode_json(await request.body() or b"{}")
+        except BadJSON as exc:
+            return openai_error(400, str(exc))
+        named = body.get("model") if isinstance(body, dict) else None
+        model = _compat_model(named) if isinstance(named, str) else None
+        if isinstance(model, Response):
+            return model
+        gateway = request.path_params["gateway"]
+        return await self.api.openai_embeddings(request, account, body, model=model, gateway=gateway)
+
+    async def compat_models(self, request: Request) -> Response:
+        """The models the compat door reaches, under the names its `model` takes."""
+        try:
+            self.api.authenticate(request)
+        except AuthError as exc:
+            return openai_error(exc.status, str(exc), AUTH_ERROR)
+        created = int(time.time())
+        models = [
+            {
+                "id": f"{PROVIDER}/{m['name']}",
+                "object": "model",
+                "created": created,
+                "owned_by": "edge-workers",
+            }
+            for m in self.api.runtime.catalog_view()
+        ]
+        return JSONResponse({"object": "list", "data": models})
+
+
+def _compat_model(name: str) -> str | Response:
+    """The compat door's `model` ("workers-ai/<model>", or a bare Workers AI name) as the AI
+    service names it, or the OpenAI-shaped 400 for a provider this edge cannot reach."""
+    if "/" in name and not name.startswith((f"{PROVIDER}/", "@")):
+        where = name.split("/", 1)[0]
+        why = f"model: provider {where!r} cannot be reached from this edge (no network); "
+        why += f"name {PROVIDER}/<model>"
+        return openai_error(400, why, 5007, "model")
+    return name.removeprefix(f"{PROVIDER}/")
+
 
 def _header_options(request: Request) -> dict[str, Any]:
     """The gateway options a request's cf-aig-* headers set (runtime.ai.gateway_universal's,
     shared with the universal run's steps); AIError naming a header that does not read."""
     return options_from_headers({k.lower(): v for k, v in request.headers.items()})
-
-
-def _logged(response: Response, exc: AIError) -> Response:
-    """A failed call's answer, naming the log row the gateway kept of it (cf-aig-log-id)."""
-    log_id = getattr(exc, "log_id", None)
-    if log_id is not None:
-        response.headers["cf-aig-log-id"] = log_id
-    return response

@@ -376,6 +376,12 @@ def _paths() -> dict[str, dict[str, Any]]:
         "/cdn-cgi/ai-gateway/v1/{account}/{gateway}/compat/chat/completions": {
             "post": _op("OpenAI's chat completions through a gateway", g, openai, "ChatCompletionRequest")
         },
+        "/cdn-cgi/ai-gateway/v1/{account}/{gateway}/compat/embeddings": {
+            "post": _op("OpenAI's embeddings through a gateway", g, _answers(_ANY_OBJECT, "OpenAIError"))
+        },
+        "/cdn-cgi/ai-gateway/v1/{account}/{gateway}/compat/models": {
+            "get": _op("the models the compat door reaches", g, _answers(_ref("ModelList"), "OpenAIError"))
+        },
         "/cdn-cgi/ai-gateway/v1/{account}/{gateway}/workers-ai/{model}": {
             "post": _op(
                 "a Workers AI call through a gateway (cache, retries, logs)", g + ["model"], sse_or_envelope

@@ -259,3 +259,30 @@ def test_langchain_tools_structured_output_and_async(server):
 
     whole, streamed = asyncio.run(both())
     assert whole.content and "".join(p.content for p in streamed)
+
+
+def test_the_gateway_compat_door_serves_embeddings_and_its_models(server):
+    openai = pytest.importorskip("openai")
+    compat = openai.OpenAI(
+        base_url=f"{server.url}/cdn-cgi/ai-gateway/v1/{ACCOUNT}/compat-gw/compat",
+        api_key=server.token,
+        max_retries=0,
+    )
+    vectors = compat.embeddings.create(model=f"workers-ai/{BGE}", input=["one", "two"])
+    assert [len(d.embedding) for d in vectors.data] == [384, 384]
+    ids = {m.id for m in compat.models.list()}
+    assert {f"workers-ai/{GLM}", f"workers-ai/{BGE}"} <= ids
+    with pytest.raises(openai.BadRequestError) as err:
+        compat.embeddings.create(model="openai/text-embedding-3-small", input="x")
+    assert "cannot be reached from this edge" in err.value.body["message"]
+    rows = gateway_rows(server, "compat-gw")
+    assert len(rows) == 1 and rows[0]["model"] == BGE and rows[0]["success"]
+
+
+def test_the_gateway_door_reads_body_options(server):
+    url = f"{server.url}/cdn-cgi/ai-gateway/v1/{ACCOUNT}/door-gw/workers-ai/{GLM}"
+    auth = {"authorization": f"Bearer {server.token}"}
+    ok = httpx.post(
+        url, headers=auth, json={"messages": ASK, "max_tokens": 2, "options": {"rejectIfBusy": True}}
+    )
+    assert ok.status_code == 200, ok.text
