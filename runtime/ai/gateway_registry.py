@@ -15,6 +15,10 @@ API would either be lost at the next start or outlive the next change to the fil
 the file would no longer say what the gateway does. Creating a gateway whose id is declared, or
 that the account has, is refused (GatewayExists).
 
+An account holds at most MAX_GATEWAYS gateways besides the declared ones, however they came to be: a
+call naming a new id past it, or a create, is refused (GatewayLimit, a 5004 naming the limit and what
+to do), so a tenant cannot grow the table without end by naming ever new ids.
+
 Blocking (SQLite): the runtime calls it through its fair pool (runtime.ai.gateway.Gateways), except
 `known`, which answers from memory on the event loop."""
 
@@ -28,13 +32,24 @@ from typing import Any
 from runtime.ai.gateway_api_shapes import api_gateway
 from runtime.ai.gateway_options import GatewaySettings
 from runtime.ai.gateway_store import GatewayStore
+from workers import AIError
 
 MAX_KNOWN = 10_000  # settings remembered per (account, gateway); past it they are read again
+MAX_GATEWAYS = 100  # an account's gateways besides the declared ones
 CONFIG_FILE = "wrangler-like.toml"
 
 
 class GatewayExists(Exception):
     pass
+
+
+class GatewayLimit(AIError):
+    def __init__(self, account: str):
+        super().__init__(
+            5004,
+            f"account {account!r} has {MAX_GATEWAYS} AI Gateways, the most it may; reuse one or delete one "
+            "(DELETE /client/v4/accounts/{id}/ai-gateway/gateways/{gateway}, client.ai_gateway.delete)",
+        )
 
 
 class GatewayDeclared(Exception):
@@ -72,14 +87,18 @@ class GatewayRegistry:
         now = self.clock()
 
         def first_use(db: sqlite3.Connection) -> str | None:
-            db.execute(
-                "INSERT OR IGNORE INTO gateways (account, id, created, modified) VALUES (?,?,?,?)",
-                (account, gateway_id, now, now),
-            )
             row = db.execute(
                 "SELECT settings FROM gateways WHERE account=? AND id=?", (account, gateway_id)
             ).fetchone()
-            return row[0]
+            if row is not None:
+                return row[0]
+            if gateway_id not in self.declared:
+                self._room_for_one(db, account)
+            db.execute(
+                "INSERT INTO gateways (account, id, created, modified) VALUES (?,?,?,?)",
+                (account, gateway_id, now, now),
+            )
+            return None
 
         stored = self.store.write(first_use)
         return self._remember(account, gateway_id, self._applied(gateway_id, stored))
@@ -126,6 +145,7 @@ class GatewayRegistry:
         now = self.clock()
 
         def insert(db: sqlite3.Connection) -> bool:
+            self._room_for_one(db, account)
             return (
                 db.execute(
                     "INSERT OR IGNORE INTO gateways (account, id, created, modified, settings) "
@@ -179,6 +199,15 @@ class GatewayRegistry:
         self.store.write(drop, recount=True)
         self._known.pop((account, gateway_id), None)
         return gone
+
+    def _room_for_one(self, db: sqlite3.Connection, account: str) -> None:
+        """GatewayLimit when the account already holds MAX_GATEWAYS gateways of its own."""
+        declared = list(self.declared)
+        marks = ",".join("?" * len(declared))
+        where = f"account=? AND id NOT IN ({marks})" if declared else "account=?"
+        held = db.execute(f"SELECT COUNT(*) FROM gateways WHERE {where}", [account, *declared]).fetchone()[0]
+        if held >= MAX_GATEWAYS:
+            raise GatewayLimit(account)
 
     def _refuse_declared(self, gateway_id: str, what: str) -> None:
         if gateway_id in self.declared:

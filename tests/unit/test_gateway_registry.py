@@ -154,3 +154,22 @@ def test_a_field_that_does_not_read_is_refused_naming_it(body, field):
     with pytest.raises(AIError) as err:
         GatewaySettings.from_api(body)
     assert err.value.param == field and err.value.detail.startswith(f"{field}: ")
+
+
+def test_an_account_holds_at_most_max_gateways_of_its_own(gw, monkeypatch):
+    """A tenant naming ever new gateway ids (by call or by create) stops at the cap; another account,
+    the declared gateway and the ones it has still serve; a delete makes room."""
+    monkeypatch.setattr("runtime.ai.gateway_registry.MAX_GATEWAYS", 2)
+    run(gw.run(call("a"), opts()))  # "gw", made on first use
+    run(gw.create_gateway("a", "made", GatewaySettings()))
+    with pytest.raises(AIError) as err:
+        run(gw.run(call("a"), opts(id="third")))
+    assert err.value.code == 5004 and "has 2 AI Gateways" in err.value.detail
+    with pytest.raises(AIError):
+        run(gw.create_gateway("a", "fourth", GatewaySettings()))
+    run(gw.run(call("a"), opts()))  # the gateways it has still take calls
+    run(gw.run(call("a"), opts(id="declared")))
+    run(gw.run(call("b"), opts(id="third")))  # another account's room is its own
+    run(gw.delete_gateway("a", "made"))
+    run(gw.run(call("a"), opts(id="third")))
+    assert names(gw, "a") == ["declared", "gw", "third"]
