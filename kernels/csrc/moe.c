@@ -8,7 +8,8 @@
    stored in any format edge_linear takes (f32, bf16, int8, int4); everything is computed in float32,
    or with `acts` EDGE_ACT_A8 for int8 / int4 experts with 8-bit activations on integer units
    (qlinear_a8.c): each routed token quantized once for all its experts' gate and up rows, each
-   expert's SiLU(gate) * up once for its down rows.
+   expert's SiLU(gate) * up once for its down rows; or EDGE_ACT_BF16X2 for bf16 experts on
+   vdpbf16ps (edge_linear_bf16x2).
    `real`: only the first `real` tokens are routed (a compiled step's padding rows stay zero and are
    not counted); `load`, when given, gains each expert's token count (the engine's expert load). */
 #include <math.h>
@@ -62,6 +63,7 @@ int edge_fused_moe(const float *x, int64_t tokens, int64_t hidden, const int64_t
     int64_t *tok = (int64_t *)malloc(sizeof(int64_t) * (size_t)(most > 0 ? most : 1));
     /* 8-bit activations: the routed tokens' rows packed once, each expert reads its own by index */
     int a8 = acts == EDGE_ACT_A8 && (fmt == EDGE_INT8 || fmt == EDGE_INT4);
+    int bf16x2 = acts == EDGE_ACT_BF16X2 && fmt == EDGE_BF16; /* bf16 experts on vdpbf16ps */
     EdgeA8 *xa = a8 ? edge_a8_pack(x, real, hidden, fmt, threads) : NULL;
     int status = -1; /* out of memory until every expert is done */
     if (fill == NULL || xs == NULL || gu == NULL || act == NULL || ys == NULL || tok == NULL) goto done;
@@ -85,7 +87,8 @@ int edge_fused_moe(const float *x, int64_t tokens, int64_t hidden, const int64_t
         } else {
             for (int64_t j = 0; j < c; j++)
                 memcpy(xs + j * hidden, x + (order[start + j] / top_k) * hidden, sizeof(float) * (size_t)hidden);
-            edge_linear(xs, c, hidden, 2 * inter, gu, threads, we13, se13, fmt);
+            if (bf16x2) edge_linear_bf16x2(xs, c, hidden, 2 * inter, gu, threads, we13);
+            else edge_linear(xs, c, hidden, 2 * inter, gu, threads, we13, se13, fmt);
         }
         for (int64_t j = 0; j < c; j++) {
             const float *g = gu + j * 2 * inter, *u = g + inter;
@@ -97,6 +100,8 @@ int edge_fused_moe(const float *x, int64_t tokens, int64_t hidden, const int64_t
             if (pa == NULL) goto done;
             edge_a8_linear(pa, NULL, c, hidden, ys, threads, we2, se2);
             edge_a8_free(pa);
+        } else if (bf16x2) {
+            edge_linear_bf16x2(act, c, inter, hidden, ys, threads, we2);
         } else {
             edge_linear(act, c, inter, hidden, ys, threads, we2, se2, fmt);
         }

@@ -19,10 +19,13 @@ int64_t check_format(int64_t fmt) {
   return fmt;
 }
 
-// the activation format code (kernels/formats.py's ACTIVATION): 32 f32, or 8 a8 beside int8 / int4
+// the activation format code (kernels/formats.py's ACTIVATION): 32 f32, 8 a8 beside int8 / int4, or 16
+// bf16x2 beside bf16
 void check_activations(int64_t act, int64_t fmt, const char* op) {
-  TORCH_CHECK(act == EDGE_ACT_F32 || (act == EDGE_ACT_A8 && (fmt == EDGE_INT8 || fmt == EDGE_INT4)), "edge_cpu::",
-              op, ": activation format code ", act, " is not 32 (f32) or 8 (a8, for int8 / int4 weights only)");
+  TORCH_CHECK(act == EDGE_ACT_F32 || (act == EDGE_ACT_A8 && (fmt == EDGE_INT8 || fmt == EDGE_INT4)) ||
+                  (act == EDGE_ACT_BF16X2 && fmt == EDGE_BF16),
+              "edge_cpu::", op, ": activation format code ", act,
+              " is not 32 (f32), 8 (a8, for int8 / int4 weights only) or 16 (bf16x2, for bf16 weights only)");
 }
 
 const void* scale_ptr(const std::optional<at::Tensor>& scale, int64_t fmt) {
@@ -63,7 +66,8 @@ at::Tensor fused_moe(const at::Tensor& x, const at::Tensor& topk_weights, const 
 
 // y = x W^T (+ b) for a weight W [N, K] in `fmt`, as stored; x [..., K] in float32 or bfloat16, y in x's
 // dtype (computed in float32, or with `act` 8 for an int8 / int4 W: x quantized to 8 bits per block
-// of 32 and multiplied in integers, qlinear_a8.c)
+// of 32 and multiplied in integers, qlinear_a8.c; `act` 16 for a bf16 W: x split into two bf16 halves,
+// vdpbf16ps)
 at::Tensor linear(const at::Tensor& x, const at::Tensor& w, const std::optional<at::Tensor>& scale,
                   const std::optional<at::Tensor>& bias, int64_t fmt, int64_t out_features, int64_t act) {
   check_format(fmt);
@@ -77,6 +81,9 @@ at::Tensor linear(const at::Tensor& x, const at::Tensor& w, const std::optional<
     int done = edge_linear_a8(xf.data_ptr<float>(), xf.size(0), k, n, y.data_ptr<float>(), at::get_num_threads(),
                               w.data_ptr(), scale_ptr(scale, fmt), static_cast<int>(fmt));
     TORCH_CHECK(done == 0, "edge_cpu::linear: out of memory packing the activations");
+  } else if (act == EDGE_ACT_BF16X2) {
+    edge_linear_bf16x2(xf.data_ptr<float>(), xf.size(0), k, n, y.data_ptr<float>(), at::get_num_threads(),
+                       w.data_ptr());
   } else {
     edge_linear(xf.data_ptr<float>(), xf.size(0), k, n, y.data_ptr<float>(), at::get_num_threads(), w.data_ptr(),
                 scale_ptr(scale, fmt), static_cast<int>(fmt));
