@@ -24,6 +24,10 @@ per block of 32 once per call, integer dot products: kernels/csrc/qlinear_a8.c),
 split into two bf16 halves once per call, vdpbf16ps where the CPU has AVX-512 BF16). A weight those
 ops do not take (float32, fp8, a GPU, no build) computes as before whatever it says.
 
+Whether an int8 weight that runs with "a8" activations is repacked at load into blocks of four
+interleaved rows (`repacks`, EDGE_CPU_REPACK "1" default, "0" off): the a8 kernel then reads one
+stream instead of four, the same bits.
+
 Whether a bf16 checkpoint's matrices stay bf16 in memory on a CPU, chosen once at load
 (`keeps_bf16(device)`): `EDGE_CPU_BF16` "bf16" (default: the native ops read bf16 rows as stored,
 half the bytes of float32, widened in registers or multiplied by vdpbf16ps) or "f32" (widened to
@@ -43,6 +47,7 @@ BACKEND_ENV = "EDGE_KERNELS"
 _BACKENDS = ("auto", "torch", "triton")
 ACTIVATIONS_ENV = "EDGE_CPU_ACTIVATIONS"  # "f32" (default) | "a8" | "bf16x2" | "a8,bf16x2": activations()
 BF16_ENV = "EDGE_CPU_BF16"  # "bf16" (default) | "f32": keeps_bf16
+REPACK_ENV = "EDGE_CPU_REPACK"  # "1" (default) | "0": repacks
 BF16_CHOICES = ("bf16", "f32")
 
 # the ops a model's product can run as
@@ -122,6 +127,15 @@ def keeps_bf16(device: torch.device) -> bool:
     if choice not in BF16_CHOICES:
         raise ValueError(f"{BF16_ENV}={choice!r}; expected one of {', '.join(BF16_CHOICES)}")
     return choice == "bf16" and device.type == "cpu" and native_ops.available()
+
+
+def repacks(fmt: str | None, activations: str) -> bool:
+    """Whether a layer's int8 weights the native ops read with 8-bit activations are repacked at load
+    (kernels.native_ops.RepackedInt8: four rows a stream, the same bits, about 20% more of the memory
+    rate at batch 1): EDGE_CPU_REPACK, "1" unset, "0" keeps the rows as stored (to compare)."""
+    if fmt != "int8" or activations != "a8":
+        return False
+    return os.environ.get(REPACK_ENV, "1").strip() != "0"
 
 
 def linear_activations(w: torch.Tensor | QuantizedWeight) -> str:

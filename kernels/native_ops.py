@@ -44,6 +44,7 @@ import functools
 import logging
 import os
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -58,8 +59,9 @@ A8_ISAS = ("scalar", "avx2", "avx_vnni", "avx512_vnni")  # qlinear_a8.c's paths,
 BF16_ISAS = ("scalar", "avx2", "avx512", "avx512_bf16")  # qlinear.c's paths for a bf16 weight
 FORMATS = ("int8", "int4")  # the compressed formats the C kernels read as stored
 DENSE_FORMATS = {torch.float32: "f32", torch.bfloat16: "bf16"}  # the dense ones (by dtype)
-# stored weight formats and their code in the C kernels (edge_kernels.h: the bits per weight)
-FORMAT_CODES = {"f32": 32, "bf16": 16, "int8": 8, "int4": 4}
+# stored weight formats and their code in the C kernels (edge_kernels.h: the bits per weight; int8_r4:
+# int8 repacked at load for the a8 products, RepackedInt8)
+FORMAT_CODES = {"f32": 32, "bf16": 16, "int8": 8, "int4": 4, "int8_r4": 9}
 ACTIVATION_CODES = {name: f.code for name, f in ACTIVATION.items()}  # f32 32, a8 8, bf16x2 16 (EDGE_ACT_*)
 _lib: ctypes.CDLL | None = None  # the loaded library, its C symbols (the same mapping as the ops')
 _problem: str | None = None  # why the ops are not available, once known
@@ -302,6 +304,54 @@ def experts_args(
     return w13, None, w2, None, fmt, inter
 
 
+# --- int8 repacked at load for the a8 products ---------------------------------------------------
+
+R4_ROWS, R4_CHUNK = 4, 64  # rows interleaved per block, bytes of each row per chunk
+
+
+@dataclass
+class RepackedInt8:
+    """An int8 W [out, in] (or a stack [E, out, in]) repacked at load for the a8 products
+    (qlinear_a8.c's EDGE_INT8_R4): each block of four rows is one stream, chunk c holding the four
+    rows' bytes 64c .. 64c + 63 one after another, rows padded with zeros to a multiple of 64 bytes
+    and the last block with zero rows to four. Why: the a8 kernel reads four rows at once, and four
+    short streams are what the hardware prefetcher follows worst (int8 streamed from memory at batch
+    1, one thread: 1.0-1.2x the rows as stored, most where rows are short). The same codes meet the same
+    activations in the same order: the product is the same bits as on `unpack()`. The scales are the
+    checkpoint's (a float32 per row, 1/k of the bytes); the checkpoint on disk keeps its layout."""
+
+    data: torch.Tensor  # int8 [.., ceil(out / 4) * 4, ceil(in / 64) * 64]
+    scale: torch.Tensor  # float32 [.., out]
+    shape: tuple[int, ...]  # logical [.., out, in]
+    format = "int8_r4"  # the op's format name (FORMAT_CODES)
+
+    def __getitem__(self, index: int) -> RepackedInt8:
+        """One expert of a stacked weight."""
+        return RepackedInt8(self.data[index], self.scale[index], self.shape[1:])
+
+    def nbytes(self) -> int:
+        return self.data.numel() + self.scale.numel() * self.scale.element_size()
+
+    def unpack(self) -> QuantizedWeight:
+        """The int8 weight as the format table stores it (a copy)."""
+        *lead, n, k = self.shape
+        rows, width = self.data.shape[-2:]
+        blocks = self.data.reshape(*lead, rows // R4_ROWS, width // R4_CHUNK, R4_ROWS, R4_CHUNK)
+        natural = blocks.transpose(-3, -2).reshape(*lead, rows, width)[..., :n, :k].contiguous()
+        return QuantizedWeight("int8", natural, self.scale, self.shape)
+
+
+def repack_int8(w: QuantizedWeight) -> RepackedInt8:
+    """An int8 W [.., out, in] as RepackedInt8 (a new tensor; W itself is left as it is)."""
+    assert w.format == "int8", w.format
+    *lead, n, k = w.shape
+    rows, width = -(-n // R4_ROWS) * R4_ROWS, -(-k // R4_CHUNK) * R4_CHUNK
+    padded = torch.nn.functional.pad(w.data, (0, width - k, 0, rows - n))
+    blocks = padded.reshape(*lead, rows // R4_ROWS, R4_ROWS, width // R4_CHUNK, R4_CHUNK)
+    data = blocks.transpose(-3, -2).reshape(*lead, rows, width).contiguous()
+    return RepackedInt8(data, w.scale.contiguous(), tuple(w.shape))
+
+
 # --- the calls ------------------------------------------------------------------------------------
 
 
@@ -346,13 +396,13 @@ def linear_dense(
 
 def linear(
     x: torch.Tensor,
-    w: QuantizedWeight,
+    w: QuantizedWeight | RepackedInt8,
     bias: torch.Tensor | None = None,
     activations: str = DEFAULT_ACTIVATION,
 ) -> torch.Tensor:
     """x @ W^T (+ b) for an int8 or int4 W [out, in] read as stored, in x's dtype, computed with the
     activations in `activations` (kernels.formats.ACTIVATION: "f32", or "a8" on integer units); only
-    for a weight `takes` accepts."""
+    for a weight `takes` accepts, or an int8 one repacked (RepackedInt8, "a8" only)."""
     return torch.ops.edge_cpu.linear(
         x, w.data, w.scale, bias, FORMAT_CODES[w.format], w.shape[0], ACTIVATION_CODES[activations]
     )

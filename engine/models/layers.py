@@ -67,8 +67,12 @@ class Linear:
         # or a bf16 W ("f32", or "bf16x2")
         self.activations = dispatch.linear_activations(weight)
         self.rows: torch.Tensor | None = None  # a dense float32 / bfloat16 W [out, in] the C kernel reads
+        self.quantized: QuantizedWeight | native_ops.RepackedInt8 | None
         if isinstance(weight, QuantizedWeight):
             self.quantized, self.weight_t = weight, None
+            if self.op == dispatch.NATIVE_LINEAR and dispatch.repacks(weight.format, self.activations):
+                # int8 with 8-bit activations: four rows a stream for the op, the only reader (not kept twice)
+                self.quantized = native_ops.repack_int8(weight)
         elif self.op == dispatch.NATIVE_LINEAR:
             self.rows = weight.contiguous()
             self.quantized, self.weight_t = None, None
@@ -79,6 +83,8 @@ class Linear:
     def weight(self) -> torch.Tensor | QuantizedWeight:
         if self.rows is not None:
             return self.rows
+        if isinstance(self.quantized, native_ops.RepackedInt8):
+            return self.quantized.unpack()  # a copy, as stored (at load: the layers' own checks)
         return self.quantized if self.quantized is not None else self.weight_t.t()
 
     @property
@@ -351,6 +357,13 @@ class RoutedExperts:
         if self.op == dispatch.NATIVE_MOE:
             assert w13 is not None and w2 is not None
             self.native = native_ops.experts_args(w13, w2, inter)
+            if dispatch.repacks(self.native[4], self.activations):
+                # int8 with 8-bit activations: each expert's rows four to a stream for the op, which is
+                # then their only reader (the stacks as stored, for the eager loop, are not kept too)
+                w13p, w2p = native_ops.repack_int8(w13), native_ops.repack_int8(w2)
+                self.native = (w13p.data, w13p.scale, w2p.data, w2p.scale, w13p.format, inter)
+                self.w_gate = self.w_up = self.w_down = None
+                self._q_gate_up = self._q_down = None
         self.num_experts = num_experts
 
     def _expert(self, e: int, h: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:

@@ -8,8 +8,9 @@
 extern "C" {
 #endif
 
-/* weight formats, as stored (kernels/formats.py): the code is the bits per weight */
-enum { EDGE_INT4 = 4, EDGE_INT8 = 8, EDGE_BF16 = 16, EDGE_F32 = 32 };
+/* weight formats, as stored (kernels/formats.py): the code is the bits per weight; EDGE_INT8_R4 is
+   int8 repacked at load four rows to a block in 64-byte chunks (qlinear_a8.c, 8-bit activations only) */
+enum { EDGE_INT4 = 4, EDGE_INT8 = 8, EDGE_INT8_R4 = 9, EDGE_BF16 = 16, EDGE_F32 = 32 };
 /* activation formats of a product (kernels/formats.py's ACTIVATION): the bits per activation (bf16x2:
    two bf16 halves of each, for bf16 weights on vdpbf16ps) */
 enum { EDGE_ACT_A8 = 8, EDGE_ACT_BF16X2 = 16, EDGE_ACT_F32 = 32 };
