@@ -144,3 +144,18 @@ def test_a_shipped_model_in_int8_with_a8_gives_the_same_logits_repacked(model, m
     assert stored.model.moe_layers()[0].experts.native[4] == "int8"
     ids = stored.encode("def fibonacci(n):\n    if n < 2:\n        return n\n")
     assert torch.equal(repacked.logits(ids), stored.logits(ids))
+
+
+def test_a_compiled_step_on_repacked_int8_experts_decodes_the_eager_steps_tokens(monkeypatch):
+    """The repacked experts' op inside a compiled bucket: the eager model's greedy tokens."""
+    from engine.step.compiled_step import row_bucket
+    from tests.conftest import SHIPPED_KIMI
+    from tests.unit.test_compiled_step import PROMPTS, _pair, _tokens
+
+    monkeypatch.setenv(dispatch.ACTIVATIONS_ENV, "a8")
+    eager, compiled, decode = _pair(SHIPPED_KIMI, "auto", "int8", row_bucket(2))
+    for llm in (eager, compiled):
+        assert {layer.experts.native[4] for layer in llm.engine.model.moe_layers()} == {"int8_r4"}
+    before = decode.steps
+    assert _tokens(compiled, PROMPTS[:2], 24) == _tokens(eager, PROMPTS[:2], 24)
+    assert decode.steps - before >= 15  # the decode steps really ran compiled
