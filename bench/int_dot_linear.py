@@ -7,7 +7,9 @@ activation format), both through edge_cpu::linear, in one run (interleaved round
 Two rows per weight: "cached", one matrix over and over (in L2 / L3: what the arithmetic costs), and
 "streamed", cycling through enough copies (`--stream-mb` of weights, more than L3) that every
 product reads its weight from memory, as a decode step does. GB/s: the weight's bytes (codes and
-scales) per second. It prints the CPU, its ISA flags and the path each product ran.
+scales) per second. It prints the CPU, its ISA flags and the path each product ran. int8 has a third
+column, "a8 r4": the a8 product on the weight repacked at load four rows to a stream
+(kernels.native_ops.RepackedInt8, what a model's int8 layers run with EDGE_CPU_ACTIVATIONS=a8).
 """
 
 from __future__ import annotations
@@ -43,8 +45,9 @@ def cpu() -> str:
     return f"{fields.get('model name', '?')}; flags: {' '.join(have) or 'none of ' + ', '.join(ISA_FLAGS)}"
 
 
-def per_call_us(x: torch.Tensor, weights: list[QuantizedWeight], act: str, calls: int) -> float:
+def per_call_us(x: torch.Tensor, weights: list, act: str, calls: int) -> float:
     """Mean us per product over `calls` products cycling through `weights`."""
+    act = "a8" if act == "a8 r4" else act
     started = time.perf_counter()
     for i in range(calls):
         native_ops.linear(x, weights[i % len(weights)], None, act)
@@ -66,8 +69,11 @@ def main() -> None:
         f"# torch {torch.__version__}, {args.threads} threads, {args.rows} row(s) of x; paths: f32 "
         f"{native_ops.isa()}, a8 {native_ops.a8_isa()}; best of {args.rounds} interleaved rounds"
     )
-    print("| W [out, in] | format | weights | f32 acts us | a8 us | f32 / a8 | f32 GB/s | a8 GB/s |")
-    print("|---|---|---|---:|---:|---:|---:|---:|")
+    print(
+        "| W [out, in] | format | weights | f32 acts us | a8 us | a8 r4 us | f32 / a8 | a8 / a8 r4 "
+        "| f32 GB/s | a8 GB/s | a8 r4 GB/s |"
+    )
+    print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     gen = torch.Generator().manual_seed(0)
     for n, k in SHAPES:
         w = torch.randn(n, k, generator=gen)
@@ -77,19 +83,26 @@ def main() -> None:
             copies = max(2, args.stream_mb * 2**20 // q.nbytes())
             streamed = [QuantizedWeight(fmt, q.data.clone(), q.scale.clone(), q.shape) for _ in range(copies)]
             for label, weights, calls in (("cached", [q], 200), ("streamed", streamed, 2 * copies)):
-                best = {"f32": float("inf"), "a8": float("inf")}
-                for act in best:  # warm: pages touched, caches as the timed pass finds them
-                    per_call_us(x, weights, act, len(weights))
+                runs = {"f32": weights, "a8": weights}
+                if fmt == "int8":
+                    runs["a8 r4"] = [native_ops.repack_int8(c) for c in weights]
+                best = dict.fromkeys(runs, float("inf"))
+                for act, ws in runs.items():  # warm: pages touched, caches as the timed pass finds them
+                    per_call_us(x, ws, act, len(ws))
                 for _ in range(args.rounds):
-                    for act in best:
-                        best[act] = min(best[act], per_call_us(x, weights, act, calls))
-                f32, a8 = best["f32"], best["a8"]
+                    for act, ws in runs.items():
+                        best[act] = min(best[act], per_call_us(x, ws, act, calls))
+                f32, a8, r4 = best["f32"], best["a8"], best.get("a8 r4")
                 gbs = [q.nbytes() / us / 1e3 for us in (f32, a8)]
+                ratio = f"{f32 / a8:.2f}x"
+                r4_cells = f"{r4:.0f} | {ratio} | {a8 / r4:.2f}x" if r4 else f"- | {ratio} | -"
+                r4_rate = f"{q.nbytes() / r4 / 1e3:.1f}" if r4 else "-"
                 print(
-                    f"| {n}x{k} | {fmt} | {label} | {f32:.0f} | {a8:.0f} | {f32 / a8:.2f}x "
-                    f"| {gbs[0]:.1f} | {gbs[1]:.1f} |",
+                    f"| {n}x{k} | {fmt} | {label} | {f32:.0f} | {a8:.0f} | {r4_cells} "
+                    f"| {gbs[0]:.1f} | {gbs[1]:.1f} | {r4_rate} |",
                     flush=True,
                 )
+                del runs
 
 
 if __name__ == "__main__":

@@ -294,6 +294,7 @@ class PopNode(NodeBase):
             kv_cache_dtype=formats.kv_cache,
             tool_format=formats.tool_format,
             reasoning_format=formats.reasoning_format,
+            dense_path=formats.dense_path,
             verification=llm.verification,
             kv_bytes_per_token=stats.kv_bytes_per_token,
             kv_blocks_total=stats.kv_blocks_total,

@@ -39,13 +39,21 @@ class Formats(NamedTuple):
     weights_by_part: dict[str, str]
     tool_format: str = ""
     reasoning_format: str = ""  # the family whose reasoning markers it writes ("": it does not think)
+    # how its uncompressed matrices are held and multiplied (engine.load.weight_parts.dense_path:
+    # "bf16 (edge_cpu, avx512_bf16)", "f32 (widened at load)", ...); "" where the PoP does not say
+    dense_path: str = ""
 
     @classmethod
     def of(cls, llm: LLM) -> Formats:
         family = format_for(llm.config.model_type)
         vocabulary = llm.tokenizer.vocabulary  # computed once per tokenizer
         return cls(
-            llm.weights_label, llm.kv_cache_dtype, llm.weight_formats, family, thinks(family, vocabulary)
+            llm.weights_label,
+            llm.kv_cache_dtype,
+            llm.weight_formats,
+            family,
+            thinks(family, vocabulary),
+            llm.dense_path,
         )
 
     @classmethod

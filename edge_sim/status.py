@@ -44,10 +44,16 @@ class ModelStatus(msgspec.Struct, kw_only=True):
     accounts: dict[str, AccountStats] = {}  # by account: seats and blocks held, waiting, preemptions
     compiled_buckets: list[int] = []  # decode batch buckets compiled (engine.step.compiled_step); [] eager
     compiled_steps: int = 0  # decode steps run compiled since start
+    dense_path: str = ""  # how its uncompressed matrices are held and multiplied (Formats.dense_path)
 
     def formats(self) -> Formats:
         return Formats(
-            self.weights, self.kv_cache_dtype, self.weights_by_part, self.tool_format, self.reasoning_format
+            self.weights,
+            self.kv_cache_dtype,
+            self.weights_by_part,
+            self.tool_format,
+            self.reasoning_format,
+            self.dense_path,
         )
 
     def load(self) -> PopLoad:

@@ -22,7 +22,9 @@ from engine.load.verified_load import load_verified
 from engine.load.weight_parts import (
     apply_weight_format,
     check_format,
+    dense_path,
     formats_by_part,
+    is_bf16_matrix,
     parse_parts,
     weights_label,
 )
@@ -36,6 +38,7 @@ from engine.sched.policy_types import preemption_from_env
 from engine.speculation import SpeculativeConfig, parse_speculative, speculative_from_env
 from engine.step.compiled_step import compile_from_env
 from engine.tokenizer import TextTokenizer
+from kernels import dispatch
 
 
 class Generation(msgspec.Struct):
@@ -128,8 +131,14 @@ class LLM:
                 f"kv_cache_dtype={kv_cache_dtype!r} is unknown; use one of {', '.join(KV_CACHE_DTYPES)}"
             )
         self.device = _pick_device(device)
-        # bf16 is the serving dtype; the CPU runs float32 (its bf16 matmuls are slow and less exact).
+        # bf16 is the serving dtype; the CPU computes in float32 (torch's bf16 matmuls are slow and less
+        # exact there), its bf16 matrices kept bf16 where the native ops read them (half the bytes a
+        # token reads), or widened to float32 at load ($EDGE_CPU_BF16=f32, or no build)
         self.dtype = torch.float32 if self.device.type == "cpu" else torch.bfloat16
+        try:
+            self.bf16_kept = dispatch.keeps_bf16(self.device)
+        except ValueError as exc:
+            raise ModelLoadError(str(exc)) from None
         self.weights = weights
         self.kv_cache_dtype = kv_cache_dtype
         self.config: ModelConfig
@@ -157,11 +166,16 @@ class LLM:
                 f"model.layers.{i}." for i in range(first_unused, self.config.num_hidden_layers + 8)
             ),  # multi-token-prediction layers this engine does not run
             checkpoint=checkpoint,
+            keep_bf16=self.device.type == "cpu",  # widened below unless kept
         )
+        stored_bf16 = any(is_bf16_matrix(t) for t in tensors.values())
+        if not self.bf16_kept:
+            tensors = {n: t.to(self.dtype) if is_bf16_matrix(t) else t for n, t in tensors.items()}
         tensors = apply_weight_format(tensors, weights, parts, self.dtype)
         self.weight_formats = formats_by_part(tensors)
         self.weights_label = weights_label(self.weight_formats)
-        self.model = causal_lm(self.config, tensors, with_mtp)
+        self.dense_path = dense_path(tensors, self.dtype, stored_bf16)
+        self.model = causal_lm(self.config, tensors, with_mtp, self.dtype)
         self._tokenizer: TextTokenizer | None = None
         eos = set(self.config.eos_token_ids)
         if (self.path / "tokenizer.json").is_file():

@@ -1,5 +1,7 @@
-"""Activations in 8 bits ("a8", kernels.formats.ACTIVATION): the torch reference of
-kernels/csrc/qlinear_a8.c's integer products with an int8 or int4 weight.
+"""The activation formats of kernels.formats.ACTIVATION other than float32: their torch references.
+
+Activations in 8 bits ("a8"): the reference of kernels/csrc/qlinear_a8.c's integer products with an
+int8 or int4 weight.
 
 Each row of x is cut into blocks of 32 along the input (the last one zero-padded). Per block, in
 float32 as the C computes it: d = max|x| / 127, inv = 1 / d (0 for an all-zero block), and the codes
@@ -11,6 +13,12 @@ q = round-half-to-even(clamp(x * inv, -127, 127)). Then, exactly, in integers an
 Each block's integer sum is exact in the C code too (int32); the C rounds only in scaling and
 adding the blocks up, in float32. Against float32 activations, an activation moves by at most
 d_b / 2 (plus float32 rounding), so |y_a8 - y_f32| <= sum_b d_b / 2 * sum_i |W_i| over the block.
+
+Activations as two bf16 halves ("bf16x2"): the reference of kernels/csrc/qlinear.c's vdpbf16ps path
+with a bf16 weight. Each x is split once per call, hi = bf16(x) (round to nearest even) and lo =
+bf16(x - hi) (x - hi is exact in float32); the product is W (hi + lo), each bf16 x bf16 product exact
+in float32, and only the float32 sums round. hi + lo keeps 16 of x's 24 significant bits:
+|x - hi - lo| <= 2^-8 |x - hi| <= 2^-16 |x| (x normal: bf16 rounds to 8 significant bits).
 """
 
 from __future__ import annotations
@@ -78,3 +86,17 @@ def a8_linear_ref(x: torch.Tensor, w: QuantizedWeight) -> torch.Tensor:
     sums, d, scale = block_sums(x, w)
     y = (sums * d * scale).sum(dim=-1)
     return y.reshape(*x.shape[:-1], w.shape[0])
+
+
+def bf16x2_split(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """x -> (hi, lo) bfloat16: hi = bf16(x), lo = bf16(x - hi), each rounded to nearest even (torch's
+    float32 -> bfloat16 conversion, as vcvtneps2bf16's)."""
+    xf = x.to(torch.float32)
+    hi = xf.to(torch.bfloat16)
+    return hi, (xf - hi.to(torch.float32)).to(torch.bfloat16)
+
+
+def bf16x2_linear_ref(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """x [.., k] W^T with x as two bf16 halves, W bf16 [n, k]: float64 [.., n], exact."""
+    hi, lo = bf16x2_split(x)
+    return (hi.to(torch.float64) + lo.to(torch.float64)) @ w.to(torch.float64).T

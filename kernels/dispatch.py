@@ -16,12 +16,22 @@ eager or inside a compiled step's graph:
 and, per call, what the eager kernels.linear runs for a compressed weight: `linear_impl(x, w)`
 (TRITON, QLINEAR or REFERENCE). The names are the ops' own, so they also say which path ran.
 
-What an int8 / int4 product that edge_cpu::linear or edge_cpu::fused_moe runs computes in, chosen
-once when the layer is built: `linear_activations(w)`, `experts_activations(w13, w2, inter)`, the
-activation format (kernels.formats.ACTIVATION) that `EDGE_CPU_ACTIVATIONS` names: "f32" (default:
-the weights widened to float32 in registers) or "a8" (x quantized to 8 bits per block of 32 once per
-call, integer dot products: kernels/csrc/qlinear_a8.c). A weight those ops do not take (dense, fp8,
-a GPU, no build) computes as before whatever it says.
+What an int8 / int4 or bf16 product that edge_cpu::linear or edge_cpu::fused_moe runs computes in,
+chosen once when the layer is built: `linear_activations(w)`, `experts_activations(w13, w2, inter)`,
+the activation formats (kernels.formats.ACTIVATION) that `EDGE_CPU_ACTIVATIONS` names, comma-separated:
+"f32" (default: the weights widened to float32 in registers), "a8" (int8 / int4: x quantized to 8 bits
+per block of 32 once per call, integer dot products: kernels/csrc/qlinear_a8.c), "bf16x2" (bf16: x
+split into two bf16 halves once per call, vdpbf16ps where the CPU has AVX-512 BF16). A weight those
+ops do not take (float32, fp8, a GPU, no build) computes as before whatever it says.
+
+Whether an int8 weight that runs with "a8" activations is repacked at load into blocks of four
+interleaved rows (`repacks`, EDGE_CPU_REPACK "1" default, "0" off): the a8 kernel then reads one
+stream instead of four, the same bits.
+
+Whether a bf16 checkpoint's matrices stay bf16 in memory on a CPU, chosen once at load
+(`keeps_bf16(device)`): `EDGE_CPU_BF16` "bf16" (default: the native ops read bf16 rows as stored,
+half the bytes of float32, widened in registers or multiplied by vdpbf16ps) or "f32" (widened to
+float32 at load, as before). Without the ops built (or on a GPU) nothing changes whatever it says.
 """
 
 from __future__ import annotations
@@ -35,10 +45,13 @@ from kernels.formats import ACTIVATION, DEFAULT_ACTIVATION, QuantizedWeight
 
 BACKEND_ENV = "EDGE_KERNELS"
 _BACKENDS = ("auto", "torch", "triton")
-ACTIVATIONS_ENV = "EDGE_CPU_ACTIVATIONS"  # "f32" (default) | "a8": linear_activations
+ACTIVATIONS_ENV = "EDGE_CPU_ACTIVATIONS"  # "f32" (default) | "a8" | "bf16x2" | "a8,bf16x2": activations()
+BF16_ENV = "EDGE_CPU_BF16"  # "bf16" (default) | "f32": keeps_bf16
+REPACK_ENV = "EDGE_CPU_REPACK"  # "1" (default) | "0": repacks
+BF16_CHOICES = ("bf16", "f32")
 
 # the ops a model's product can run as
-NATIVE_LINEAR = "edge_cpu::linear"  # C++ op (kernels.native_ops): int8 / int4 as stored, or dense float32
+NATIVE_LINEAR = "edge_cpu::linear"  # C++ op (kernels.native_ops): int8 / int4 as stored, or dense f32 / bf16
 NATIVE_MOE = "edge_cpu::fused_moe"  # C++ op (kernels.native_ops): the routed experts in one call
 KERNELS_LINEAR = "kernels.linear"  # eager: per call Triton, the C kernel (qlinear) or the reference
 EAGER_LINEAR = (
@@ -84,53 +97,85 @@ def use_triton(t: torch.Tensor) -> bool:
 
 
 def activations() -> str:
-    """The activation format EDGE_CPU_ACTIVATIONS asks for ("f32" unset); ValueError naming it if it
-    is not one of kernels.formats.ACTIVATION."""
-    choice = os.environ.get(ACTIVATIONS_ENV, "").strip().lower() or DEFAULT_ACTIVATION
-    if choice not in ACTIVATION:
-        raise ValueError(f"{ACTIVATIONS_ENV}={choice!r}; expected one of {', '.join(ACTIVATION)}")
-    return choice
+    """The activation formats EDGE_CPU_ACTIVATIONS asks for ("f32" unset), comma-separated, one per
+    weight format at most: "a8" (int8 / int4), "bf16x2" (bf16), or "a8,bf16x2"; ValueError naming a
+    name that is not one of kernels.formats.ACTIVATION."""
+    raw = os.environ.get(ACTIVATIONS_ENV, "").strip().lower() or DEFAULT_ACTIVATION
+    names = [name.strip() for name in raw.split(",") if name.strip()] or [DEFAULT_ACTIVATION]
+    for name in names:
+        if name not in ACTIVATION:
+            raise ValueError(f"{ACTIVATIONS_ENV}={name!r}; expected one of {', '.join(ACTIVATION)}")
+    return ",".join(names)
+
+
+def activations_for(fmt: str | None) -> str:
+    """The activation format asked for (`activations()`) that pairs with weight format `fmt`, else
+    "f32"; "bf16x2" only where the CPU has AVX-512 BF16 (elsewhere the op would widen: say so)."""
+    for name in activations().split(","):
+        if name != DEFAULT_ACTIVATION and fmt in ACTIVATION[name].weights:
+            if name == "bf16x2" and "avx512_bf16" not in native_ops.bf16_isas():
+                continue
+            return name
+    return DEFAULT_ACTIVATION
+
+
+def keeps_bf16(device: torch.device) -> bool:
+    """Whether a bf16 checkpoint's matrices stay bf16 in memory on `device` (EDGE_CPU_BF16, "bf16"
+    unset): on a CPU with the native ops built, which read them as stored; ValueError naming a value
+    that is not one of BF16_CHOICES."""
+    choice = os.environ.get(BF16_ENV, "").strip().lower() or BF16_CHOICES[0]
+    if choice not in BF16_CHOICES:
+        raise ValueError(f"{BF16_ENV}={choice!r}; expected one of {', '.join(BF16_CHOICES)}")
+    return choice == "bf16" and device.type == "cpu" and native_ops.available()
+
+
+def repacks(fmt: str | None, activations: str) -> bool:
+    """Whether a layer's int8 weights the native ops read with 8-bit activations are repacked at load
+    (kernels.native_ops.RepackedInt8: four rows a stream, the same bits, about 20% more of the memory
+    rate at batch 1): EDGE_CPU_REPACK, "1" unset, "0" keeps the rows as stored (to compare)."""
+    if fmt != "int8" or activations != "a8":
+        return False
+    return os.environ.get(REPACK_ENV, "1").strip() != "0"
 
 
 def linear_activations(w: torch.Tensor | QuantizedWeight) -> str:
-    """What a projection's product with W computes in: `activations()` where edge_cpu::linear takes
-    W (native_ops.takes) in a weight format that activation format pairs with (a8: int8, int4), else
-    "f32" (the op's own float32 path, or a dense or reference product)."""
-    choice = activations()
-    if choice == DEFAULT_ACTIVATION or not isinstance(w, QuantizedWeight):
-        return DEFAULT_ACTIVATION
-    if w.format in ACTIVATION[choice].weights and native_ops.takes(w):
-        return choice
+    """What a projection's product with W computes in: the activation format asked for
+    (`activations()`) that pairs with W's format (a8: int8, int4; bf16x2: bf16) where edge_cpu::linear
+    takes W (native_ops.takes; bf16 rows on a CPU with the ops built), else "f32" (the op's own
+    float32 path, or a dense or reference product)."""
+    if isinstance(w, QuantizedWeight):
+        choice = activations_for(w.format)
+        return choice if choice != DEFAULT_ACTIVATION and native_ops.takes(w) else DEFAULT_ACTIVATION
+    if w.dtype == torch.bfloat16 and linear_op(w) == NATIVE_LINEAR:
+        return activations_for("bf16")
     return DEFAULT_ACTIVATION
 
 
 def experts_activations(
     w13: torch.Tensor | QuantizedWeight | None, w2: torch.Tensor | QuantizedWeight | None, inter: int
 ) -> str:
-    """What a MoE layer's routed experts compute in: `activations()` where edge_cpu::fused_moe reads
-    them as stored in a format that activation format pairs with (a8: int8, int4), else "f32"."""
-    choice = activations()
-    if choice == DEFAULT_ACTIVATION or w13 is None or w2 is None:
+    """What a MoE layer's routed experts compute in: the activation format asked for that pairs with
+    the format edge_cpu::fused_moe reads them in as stored (a8: int8, int4; bf16x2: bf16), else "f32"."""
+    if w13 is None or w2 is None or activations() == DEFAULT_ACTIVATION:
         return DEFAULT_ACTIVATION
-    if native_ops.experts_format(w13, w2, inter) in ACTIVATION[choice].weights:
-        return choice
-    return DEFAULT_ACTIVATION
+    return activations_for(native_ops.experts_format(w13, w2, inter))
 
 
 def linear_op(w: torch.Tensor | QuantizedWeight, compiled: bool = False) -> str:
     """The op a model's projection x W^T (+ b) runs for its checkpoint weight W [out, in]:
 
     NATIVE_LINEAR   int8 / int4 that edge_cpu::linear reads as stored (native_ops.takes), or dense
-                    float32 kept [out, in], on a CPU with the ops built; eager and compiled alike
+                    float32 / bfloat16 kept [out, in], on a CPU with the ops built; eager and compiled
+                    alike
     KERNELS_LINEAR  any other compressed weight (fp8, a GPU, no build), eagerly: kernels.linear
     EAGER_LINEAR    the same inside a compiled step (`compiled`): kernels.linear as an opaque op
-    MATMUL          any other dense weight (bfloat16, a GPU, no build): x @ W^T on W kept [in, out]
+    MATMUL          any other dense weight (float16, a GPU, no build): x @ W^T on W kept [in, out]
     """
     if isinstance(w, QuantizedWeight):
         if native_ops.takes(w):
             return NATIVE_LINEAR
         return EAGER_LINEAR if compiled else KERNELS_LINEAR
-    if w.dtype == torch.float32 and w.device.type == "cpu" and native_ops.available():
+    if w.dtype in native_ops.DENSE_FORMATS and w.device.type == "cpu" and native_ops.available():
         return NATIVE_LINEAR
     return MATMUL
 

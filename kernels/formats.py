@@ -15,10 +15,14 @@ format; `load_block` and `store_token` / `store_block` in kernels._triton_kv_for
 format. Byte counts, checkpoint checks and descriptions, CLI choices and the planner follow from
 the entry; tests/unit/test_format_table.py checks the entry against what its quantize produces.
 
-ACTIVATION is the third, smaller table: what an int8 / int4 product computes in on a CPU (the C
-kernels of kernels.native_ops), "f32" (the default) or "a8" (8-bit activations per block of 32 on
-integer units; kernels.activation_quant is its float64 reference, kernels.dispatch picks it from
-EDGE_CPU_ACTIVATIONS, tests/unit/test_int_dot_linear.py holds the C code to it).
+ACTIVATION is the third, smaller table: what an int8 / int4 or bf16 product computes in on a CPU (the
+C kernels of kernels.native_ops), "f32" (the default: the weight widened to float32 in registers), "a8"
+(int8 / int4: 8-bit activations per block of 32 on integer units) or "bf16x2" (bf16 weights: each
+activation as two bf16 halves on vdpbf16ps, where the CPU has AVX-512 BF16); kernels.activation_quant
+holds their float64 references, kernels.dispatch picks them from EDGE_CPU_ACTIVATIONS, and
+tests/unit/test_int_dot_linear.py / test_bf16_rows.py hold the C code to them. A bf16 checkpoint's
+matrices stay bf16 in memory on a CPU (kernels.dispatch.keeps_bf16, EDGE_CPU_BF16): the dense "bf16"
+entry of WEIGHT below, read as stored by the same ops.
 """
 
 from __future__ import annotations
@@ -236,22 +240,24 @@ COMPRESSED_WEIGHT_FORMATS = tuple(n for n, f in WEIGHT.items() if f.compressed)
 
 @dataclass(frozen=True)
 class ActivationFormat:
-    """What a product x W^T with an int8 / int4 W computes in on a CPU (kernels/csrc: qlinear.c for
-    f32, qlinear_a8.c for a8): the weights are read as stored either way; the activations stay
-    float32, or are quantized once per call and multiplied in integers."""
+    """What a product x W^T with an int8 / int4 or bf16 W computes in on a CPU (kernels/csrc: qlinear.c
+    for f32 and bf16x2, qlinear_a8.c for a8): the weights are read as stored either way; the
+    activations stay float32, or are converted once per call (8-bit codes multiplied in integers, or
+    two bf16 halves multiplied on vdpbf16ps)."""
 
     name: str
     bits: int  # bits per activation value
     block: int  # activation values per scale along the input; 0: not quantized
     code: int  # the C kernels' code (edge_kernels.h: EDGE_ACT_*, the bits)
     weights: tuple[str, ...]  # the weight formats it pairs with
-    # float64 reference of the product: (x [.., k], QuantizedWeight [n, k]) -> [.., n]
-    reference: Callable[[torch.Tensor, QuantizedWeight], torch.Tensor]
+    # float64 reference of the product: (x [.., k], W [n, k]: a QuantizedWeight, or bf16 rows) -> [.., n]
+    reference: Callable[[torch.Tensor, Any], torch.Tensor]
     description: str
 
 
-def _f32_reference(x: torch.Tensor, w: QuantizedWeight) -> torch.Tensor:
-    return x.to(torch.float64) @ w.dequantize(torch.float64).T
+def _f32_reference(x: torch.Tensor, w: QuantizedWeight | torch.Tensor) -> torch.Tensor:
+    dense = w.dequantize(torch.float64) if isinstance(w, QuantizedWeight) else w.to(torch.float64)
+    return x.to(torch.float64) @ dense.T
 
 
 DEFAULT_ACTIVATION = "f32"
@@ -259,7 +265,7 @@ ACTIVATION: dict[str, ActivationFormat] = {
     f.name: f
     for f in (
         ActivationFormat(
-            DEFAULT_ACTIVATION, 32, 0, 32, ("int8", "int4"), _f32_reference,
+            DEFAULT_ACTIVATION, 32, 0, 32, ("int8", "int4", "bf16"), _f32_reference,
             "float32 activations: each weight widened to float32 in registers, float32 products",
         ),
         # llama.cpp's q8_0 activations (its q8_0 x q8_0 and q4_0 x q8_0 products): integer units at batch 1
@@ -267,6 +273,13 @@ ACTIVATION: dict[str, ActivationFormat] = {
             "a8", 8, aq.A8_BLOCK, 8, ("int8", "int4"), aq.a8_linear_ref,
             "8-bit activations: each row of x quantized once per call per block of 32 (scale "
             "max|x| / 127, round to nearest even), integer dot products, float32 block scaling",
+        ),
+        # bf16 weights on AVX-512 BF16's vdpbf16ps (bf16 x bf16): x carried in two halves, so that
+        # it keeps 16 of its 24 bits rather than bf16's 8 (llama.cpp's bf16 rounds x to 8)
+        ActivationFormat(
+            "bf16x2", 16, 0, 16, ("bf16",), aq.bf16x2_linear_ref,
+            "each row of x split once per call into two bfloat16 halves (hi = bf16(x), lo = "
+            "bf16(x - hi), round to nearest even), bf16 products on vdpbf16ps, float32 sums",
         ),
     )
 }  # fmt: skip

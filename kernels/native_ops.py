@@ -11,7 +11,8 @@ inside a compiled step (no Python, no host read, no thread-local lookup of the m
     edge_cpu::linear      x W^T (+ b) for a weight read as stored (kernels/csrc/qlinear.c): int8, int4,
                           or dense f32 / bf16 [out, in]; the weight's tensors as arguments; an int8 /
                           int4 product in float32 activations or, `act` 8, in 8-bit ones on integer
-                          units (kernels/csrc/qlinear_a8.c, kernels.formats.ACTIVATION's "a8")
+                          units (kernels/csrc/qlinear_a8.c, kernels.formats.ACTIVATION's "a8"); a
+                          bf16 one widened in registers or, `act` 16 ("bf16x2"), on vdpbf16ps
 
 The same library's C entry points, called with ctypes (a few microseconds a call, less than the op
 dispatcher plus its Python wrapper; the GIL released for the call):
@@ -27,6 +28,8 @@ path is chosen at run time by CPUID: AVX-512 (F, BW, VL) where the CPU has it, e
 a portable scalar path of the same loops; `set_max_isa` caps it (the tests run every path). The a8
 products have paths of their own (`a8_isa`, `a8_isas`, `set_max_a8_isa`): "avx512_vnni", "avx_vnni"
 (256-bit vpdpbusd: AVX-VNNI's, else AVX-512 VNNI's at 256 bits), "avx2" (maddubs) and "scalar".
+bf16 weights' products list theirs too (`bf16_isa`, `bf16_isas`, `set_max_bf16_isa`): the widening
+ones and "avx512_bf16" (vdpbf16ps, for the "bf16x2" activations, where the CPU has AVX-512 BF16).
 
 The fake implementations, which give torch.compile the ops' output shapes, are registered here.
 Without compilers, or with EDGE_CPU_KERNELS=0, `available()` is False: compressed weights run
@@ -41,6 +44,7 @@ import functools
 import logging
 import os
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -52,11 +56,13 @@ log = logging.getLogger(__name__)
 ENV = "EDGE_CPU_KERNELS"  # "0": never build or use them (the reference paths)
 ISAS = ("scalar", "avx2", "avx512")  # the C code's paths, lowest first
 A8_ISAS = ("scalar", "avx2", "avx_vnni", "avx512_vnni")  # qlinear_a8.c's paths, lowest first
+BF16_ISAS = ("scalar", "avx2", "avx512", "avx512_bf16")  # qlinear.c's paths for a bf16 weight
 FORMATS = ("int8", "int4")  # the compressed formats the C kernels read as stored
 DENSE_FORMATS = {torch.float32: "f32", torch.bfloat16: "bf16"}  # the dense ones (by dtype)
-# stored weight formats and their code in the C kernels (edge_kernels.h: the bits per weight)
-FORMAT_CODES = {"f32": 32, "bf16": 16, "int8": 8, "int4": 4}
-ACTIVATION_CODES = {name: f.code for name, f in ACTIVATION.items()}  # f32 32, a8 8 (EDGE_ACT_*)
+# stored weight formats and their code in the C kernels (edge_kernels.h: the bits per weight; int8_r4:
+# int8 repacked at load for the a8 products, RepackedInt8)
+FORMAT_CODES = {"f32": 32, "bf16": 16, "int8": 8, "int4": 4, "int8_r4": 9}
+ACTIVATION_CODES = {name: f.code for name, f in ACTIVATION.items()}  # f32 32, a8 8, bf16x2 16 (EDGE_ACT_*)
 _lib: ctypes.CDLL | None = None  # the loaded library, its C symbols (the same mapping as the ops')
 _problem: str | None = None  # why the ops are not available, once known
 
@@ -84,7 +90,10 @@ def _load() -> ctypes.CDLL | None:
                 getattr(lib, name).restype = ctypes.c_int if "_a8_" in name else None
             for name in ("qlinear_isa", "qlinear_cpu_isa", "qlinear_a8_isa", "qlinear_a8_cpu_isa"):
                 getattr(lib, name).restype = ctypes.c_char_p
+            for name in ("qlinear_bf16_isa", "qlinear_bf16_cpu_isa"):
+                getattr(lib, name).restype = ctypes.c_char_p
             lib.qlinear_set_max_isa.argtypes = [i32]
+            lib.qlinear_bf16_set_max.argtypes = [i32]
             lib.qlinear_a8_quantize.argtypes = [p, i64, i64, p, p]
             lib.qlinear_a8_quantize.restype = ctypes.c_int
             lib.qlinear_a8_set_max.argtypes = [i32]
@@ -173,6 +182,32 @@ def set_max_a8_isa(name: str) -> None:
     lib = _load()
     if lib is not None:
         lib.qlinear_a8_set_max(A8_ISAS.index(name))
+
+
+def bf16_isa(activations: str = DEFAULT_ACTIVATION) -> str:
+    """The path a bf16 weight's product in `activations` runs now: "avx512_bf16" (vdpbf16ps: "bf16x2"
+    where the CPU has AVX-512 BF16), "avx512", "avx2" (widened in registers), "scalar", or "none"
+    (not built)."""
+    lib = _load()
+    if lib is None:
+        return "none"
+    best = lib.qlinear_bf16_isa().decode()
+    if activations != "bf16x2" and best == "avx512_bf16":
+        return "avx512"  # float32 activations: the widening path at most
+    return best
+
+
+def bf16_isas() -> tuple[str, ...]:
+    """Every bf16 path this CPU can run, lowest first (empty when not built): what the tests cover."""
+    lib = _load()
+    return BF16_ISAS[: BF16_ISAS.index(lib.qlinear_bf16_cpu_isa().decode()) + 1] if lib is not None else ()
+
+
+def set_max_bf16_isa(name: str) -> None:
+    """Cap the bf16 products' path (one of BF16_ISAS; the CPU's best and set_max_isa still bound it)."""
+    lib = _load()
+    if lib is not None:
+        lib.qlinear_bf16_set_max(BF16_ISAS.index(name))
 
 
 def a8_codes(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -269,6 +304,54 @@ def experts_args(
     return w13, None, w2, None, fmt, inter
 
 
+# --- int8 repacked at load for the a8 products ---------------------------------------------------
+
+R4_ROWS, R4_CHUNK = 4, 64  # rows interleaved per block, bytes of each row per chunk
+
+
+@dataclass
+class RepackedInt8:
+    """An int8 W [out, in] (or a stack [E, out, in]) repacked at load for the a8 products
+    (qlinear_a8.c's EDGE_INT8_R4): each block of four rows is one stream, chunk c holding the four
+    rows' bytes 64c .. 64c + 63 one after another, rows padded with zeros to a multiple of 64 bytes
+    and the last block with zero rows to four. Why: the a8 kernel reads four rows at once, and four
+    short streams are what the hardware prefetcher follows worst (int8 streamed from memory at batch
+    1, one thread: 1.0-1.2x the rows as stored, most where rows are short). The same codes meet the same
+    activations in the same order: the product is the same bits as on `unpack()`. The scales are the
+    checkpoint's (a float32 per row, 1/k of the bytes); the checkpoint on disk keeps its layout."""
+
+    data: torch.Tensor  # int8 [.., ceil(out / 4) * 4, ceil(in / 64) * 64]
+    scale: torch.Tensor  # float32 [.., out]
+    shape: tuple[int, ...]  # logical [.., out, in]
+    format = "int8_r4"  # the op's format name (FORMAT_CODES)
+
+    def __getitem__(self, index: int) -> RepackedInt8:
+        """One expert of a stacked weight."""
+        return RepackedInt8(self.data[index], self.scale[index], self.shape[1:])
+
+    def nbytes(self) -> int:
+        return self.data.numel() + self.scale.numel() * self.scale.element_size()
+
+    def unpack(self) -> QuantizedWeight:
+        """The int8 weight as the format table stores it (a copy)."""
+        *lead, n, k = self.shape
+        rows, width = self.data.shape[-2:]
+        blocks = self.data.reshape(*lead, rows // R4_ROWS, width // R4_CHUNK, R4_ROWS, R4_CHUNK)
+        natural = blocks.transpose(-3, -2).reshape(*lead, rows, width)[..., :n, :k].contiguous()
+        return QuantizedWeight("int8", natural, self.scale, self.shape)
+
+
+def repack_int8(w: QuantizedWeight) -> RepackedInt8:
+    """An int8 W [.., out, in] as RepackedInt8 (a new tensor; W itself is left as it is)."""
+    assert w.format == "int8", w.format
+    *lead, n, k = w.shape
+    rows, width = -(-n // R4_ROWS) * R4_ROWS, -(-k // R4_CHUNK) * R4_CHUNK
+    padded = torch.nn.functional.pad(w.data, (0, width - k, 0, rows - n))
+    blocks = padded.reshape(*lead, rows // R4_ROWS, R4_ROWS, width // R4_CHUNK, R4_CHUNK)
+    data = blocks.transpose(-3, -2).reshape(*lead, rows, width).contiguous()
+    return RepackedInt8(data, w.scale.contiguous(), tuple(w.shape))
+
+
 # --- the calls ------------------------------------------------------------------------------------
 
 
@@ -298,22 +381,28 @@ def fused_moe(
     )  # fmt: skip
 
 
-def linear_dense(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+def linear_dense(
+    x: torch.Tensor,
+    w: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    activations: str = DEFAULT_ACTIVATION,
+) -> torch.Tensor:
     """x @ W^T (+ b) for a dense float32 or bfloat16 W [out, in] (contiguous), in x's dtype (computed
-    in float32)."""
+    in float32: a bf16 W widened in registers; or, `activations` "bf16x2" for a bf16 W, x split into
+    two bf16 halves on vdpbf16ps where the CPU has AVX-512 BF16)."""
     code = FORMAT_CODES["bf16" if w.dtype == torch.bfloat16 else "f32"]
-    return torch.ops.edge_cpu.linear(x, w, None, bias, code, w.shape[0])
+    return torch.ops.edge_cpu.linear(x, w, None, bias, code, w.shape[0], ACTIVATION_CODES[activations])
 
 
 def linear(
     x: torch.Tensor,
-    w: QuantizedWeight,
+    w: QuantizedWeight | RepackedInt8,
     bias: torch.Tensor | None = None,
     activations: str = DEFAULT_ACTIVATION,
 ) -> torch.Tensor:
     """x @ W^T (+ b) for an int8 or int4 W [out, in] read as stored, in x's dtype, computed with the
     activations in `activations` (kernels.formats.ACTIVATION: "f32", or "a8" on integer units); only
-    for a weight `takes` accepts."""
+    for a weight `takes` accepts, or an int8 one repacked (RepackedInt8, "a8" only)."""
     return torch.ops.edge_cpu.linear(
         x, w.data, w.scale, bias, FORMAT_CODES[w.format], w.shape[0], ACTIVATION_CODES[activations]
     )

@@ -119,3 +119,31 @@ def weights_label(by_part: dict[str, str]) -> str:
             ps = ["experts"]
         pieces.append(f"{fmt} {'+'.join(ps)}")
     return ", ".join(pieces) + (f", {DENSE_WEIGHT} rest" if DENSE_WEIGHT in formats else "")
+
+
+def is_bf16_matrix(t: torch.Tensor | QuantizedWeight) -> bool:
+    """A dense bfloat16 matrix (what kernels.dispatch.keeps_bf16 keeps bf16 on a CPU)."""
+    return isinstance(t, torch.Tensor) and t.dtype == torch.bfloat16 and t.dim() == 2
+
+
+def dense_path(
+    tensors: dict[str, torch.Tensor | QuantizedWeight], dtype: torch.dtype, stored_bf16: bool
+) -> str:
+    """How the uncompressed matrices (every 2-D dense tensor: projections, experts, embeddings, the
+    head) are held and multiplied, for the format disclosure beside the weights' format:
+    "bf16 (edge_cpu, <path>)": kept bf16 under float32 activations (a CPU), read as stored by the
+    native ops on that path (kernels.native_ops.bf16_isa; "bf16 (edge_cpu, avx512_bf16, bf16x2
+    activations)" with EDGE_CPU_ACTIVATIONS=bf16x2); "f32 (widened at load)": the checkpoint's
+    bf16 matrices held as float32 ($EDGE_CPU_BF16=f32, or no build); else the dtype they are held
+    and multiplied in ("f32": a float32 checkpoint on a CPU; "bf16" on a GPU). MLA's absorbed
+    projections are folded at load in the activations' dtype whatever this says."""
+    held = {t.dtype for t in tensors.values() if isinstance(t, torch.Tensor) and t.dim() == 2}
+    if dtype == torch.float32 and torch.bfloat16 in held:
+        from kernels import dispatch, native_ops  # the ops' library: loaded by the model's layers anyway
+
+        acts = dispatch.activations_for("bf16")
+        path = native_ops.bf16_isa(acts)
+        return f"bf16 (edge_cpu, {path}, {acts} activations)" if acts != "f32" else f"bf16 (edge_cpu, {path})"
+    if dtype == torch.float32 and stored_bf16:
+        return "f32 (widened at load)"
+    return {torch.float32: "f32", torch.bfloat16: "bf16", torch.float16: "f16"}.get(dtype, str(dtype))

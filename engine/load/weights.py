@@ -89,8 +89,11 @@ def load_tensors(
     keep_float32: set[str] = frozenset(),
     ignore_prefixes: tuple[str, ...] = (),
     checkpoint: Checkpoint | None = None,
+    keep_bf16: bool = False,
 ) -> dict[str, torch.Tensor | QuantizedWeight]:
-    """Expected tensors, dense ones cast to `dtype` (None keeps the stored dtype)."""
+    """Expected tensors, dense ones cast to `dtype` (None keeps the stored dtype); `keep_bf16`: a
+    matrix (2-D) stored as bfloat16 stays bfloat16 whatever `dtype` says, unless in `keep_float32`
+    (a bf16 checkpoint on a CPU whose native ops read bf16 rows: kernels.dispatch.keeps_bf16)."""
     reader = checkpoint or Checkpoint(model_dir)
     files = reader.where
     missing = [name for name in expected if name not in files]
@@ -135,5 +138,7 @@ def load_tensors(
         if t.dtype not in _FLOAT_DTYPES:
             raise ModelLoadError(f"{where} has dtype {t.dtype}; expected bfloat16, float16 or float32")
         target = torch.float32 if name in keep_float32 else (dtype or t.dtype)
+        if keep_bf16 and t.dtype == torch.bfloat16 and len(logical) == 2 and name not in keep_float32:
+            target = torch.bfloat16
         tensors[name] = t.to(device=device, dtype=target)
     return tensors

@@ -3,6 +3,8 @@ the config's architecture names (MLA: engine.models.deepseek_v3, GQA: engine.mod
 
 from __future__ import annotations
 
+import torch
+
 from engine.arch.architecture import describe
 from engine.arch.config import ModelConfig
 from engine.models import decoder, mtp
@@ -34,6 +36,9 @@ def float32_tensors(config: ModelConfig, with_mtp: bool = False) -> set[str]:
     return names | mtp.mtp_float32_tensors(config) if with_mtp else names
 
 
-def causal_lm(config: ModelConfig, tensors: Tensors, with_mtp: bool = False) -> decoder.DecoderLM:
-    """The model, built from its checkpoint tensors; `with_mtp`: with its MTP layer as `model.mtp`."""
-    return decoder.DecoderLM(config, tensors, attention_for(config), with_mtp)
+def causal_lm(
+    config: ModelConfig, tensors: Tensors, with_mtp: bool = False, dtype: torch.dtype | None = None
+) -> decoder.DecoderLM:
+    """The model, built from its checkpoint tensors; `with_mtp`: with its MTP layer as `model.mtp`;
+    `dtype`: its activations' (default the embedding's)."""
+    return decoder.DecoderLM(config, tensors, attention_for(config), with_mtp, dtype)

@@ -13,7 +13,7 @@ from engine.kv.batch import StepBatch
 from engine.models import eager_ops
 from engine.models.attention import PagedAttention
 from engine.models.decoder_layer import DecoderLayer
-from engine.models.layers import MoE, RMSNorm, Rotary, Tensors, mlp_tensors, moe_tensors
+from engine.models.layers import LMHead, MoE, RMSNorm, Rotary, Tensors, mlp_tensors, moe_tensors
 from engine.models.mtp import MTPLayer
 
 
@@ -50,22 +50,31 @@ def float32_tensors(c: ModelConfig) -> set[str]:
 class DecoderLM:
     """The full model: forward over a flat token batch, then logits for the rows asked for."""
 
-    def __init__(self, c: ModelConfig, t: Tensors, attention: type[PagedAttention], with_mtp: bool = False):
+    def __init__(
+        self,
+        c: ModelConfig,
+        t: Tensors,
+        attention: type[PagedAttention],
+        with_mtp: bool = False,
+        dtype: torch.dtype | None = None,
+    ):
+        """`dtype`: the activations' (default the embedding's); a bf16 embedding kept bf16 on a CPU
+        (kernels.dispatch.keeps_bf16) under float32 activations has its gathered rows widened."""
         self.config = c
         self.arch = describe(c)
         self.embed = t["model.embed_tokens.weight"]
         self.device = self.embed.device
-        self.dtype = self.embed.dtype
+        self.dtype = dtype or self.embed.dtype
         rotary_dim, interleaved = attention.rotary_spec(c)
         self.rotary = Rotary(rotary_dim, c.rope, interleaved, self.device)
         self.layers = [
             DecoderLayer(t, c, self.arch, i, attention, self.rotary) for i in range(self.arch.num_layers)
         ]
         self.norm = RMSNorm(t["model.norm.weight"], c.rms_norm_eps)
-        # [hidden, vocab], contiguous: the largest matmul of a decode step, on its fast layout
-        self.lm_head_t = (self.embed if c.tie_word_embeddings else t["lm_head.weight"]).t().contiguous()
+        # the largest product of a decode step: bf16 rows through the C kernel, or f32 on MKL's fast layout
+        self.lm_head = LMHead(self.embed if c.tie_word_embeddings else t["lm_head.weight"])
         # the checkpoint's multi-token-prediction layer, the draft of MTP speculation
-        self.mtp = MTPLayer(c, t, attention, self.rotary, self.embed, self.lm_head_t) if with_mtp else None
+        self.mtp = MTPLayer(c, t, attention, self.rotary, self.embed, self.lm_head) if with_mtp else None
         # what a compiled step runs as opaque eager ops, numbered alike on every load of the model
         # (the MTP layer's after the decoder's, so the decoder's graphs are the same with or without)
         self.eager_parts = eager_ops.number_parts([self.layers, self.mtp])
@@ -84,10 +93,12 @@ class DecoderLM:
 
     def forward(self, ids: torch.Tensor, positions: torch.Tensor, batch: StepBatch) -> torch.Tensor:
         x = self.embed[ids]
+        if x.dtype != self.dtype:
+            x = x.to(self.dtype)
         rope = self.rotary.tables(positions, x.dtype)
         for layer in self.layers:
             x = layer(x, rope, batch)
         return self.norm(x)
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        return torch.matmul(hidden, self.lm_head_t).to(torch.float32)
+        return self.lm_head(hidden)

@@ -22,8 +22,9 @@ Tensors = Mapping[str, "torch.Tensor | QuantizedWeight"]
 
 
 def dense(w: torch.Tensor | QuantizedWeight, dtype: torch.dtype) -> torch.Tensor:
-    """A weight used inside an einsum (MLA's absorbed projections) must be dense."""
-    return w.dequantize(dtype) if isinstance(w, QuantizedWeight) else w
+    """A weight used inside an einsum (MLA's absorbed projections) must be dense, and in `dtype`: a
+    bf16 matrix kept bf16 on a CPU (kernels.dispatch.keeps_bf16) is folded in float32."""
+    return w.dequantize(dtype) if isinstance(w, QuantizedWeight) else w.to(dtype)
 
 
 class RMSNorm:
@@ -46,7 +47,9 @@ class Linear:
     through the C kernel (edge_cpu::linear): 1.0-3.8x MKL's here with the weights streamed from memory
     as a step streams them, 1.6x at 512 rows (bench/dense_linear.py), and a row's result is the same
     bits at every batch size and in prefill and decode alike (MKL's are not), so a sequence decoded
-    beside others, alone, or recomputed after a preemption computes the same keys and values.
+    beside others, alone, or recomputed after a preemption computes the same keys and values. A
+    bf16 weight kept bf16 on a CPU (kernels.dispatch.keeps_bf16) is read so too, as stored (half the
+    bytes; x and y stay float32).
     Otherwise (no build) a dense weight is kept transposed ([in, out], contiguous): for the few rows of
     a decode step a plain x @ W^T on that layout is faster on CPUs than linear() on [out, in].
 
@@ -60,21 +63,28 @@ class Linear:
         self.handle = -1  # numbered by the model (eager_ops.number_parts) when it is an eager part
         self.op = dispatch.linear_op(weight)  # eager
         self.graph_op = dispatch.linear_op(weight, compiled=True)  # inside a compiled step
-        # the native op's activation format for an int8 / int4 W ("f32", or "a8": EDGE_CPU_ACTIVATIONS)
+        # the native op's activation format for an int8 / int4 W ("f32", or "a8": EDGE_CPU_ACTIVATIONS),
+        # or a bf16 W ("f32", or "bf16x2")
         self.activations = dispatch.linear_activations(weight)
-        self.rows_f32: torch.Tensor | None = None  # a dense float32 W [out, in] the C kernel reads
+        self.rows: torch.Tensor | None = None  # a dense float32 / bfloat16 W [out, in] the C kernel reads
+        self.quantized: QuantizedWeight | native_ops.RepackedInt8 | None
         if isinstance(weight, QuantizedWeight):
             self.quantized, self.weight_t = weight, None
+            if self.op == dispatch.NATIVE_LINEAR and dispatch.repacks(weight.format, self.activations):
+                # int8 with 8-bit activations: four rows a stream for the op, the only reader (not kept twice)
+                self.quantized = native_ops.repack_int8(weight)
         elif self.op == dispatch.NATIVE_LINEAR:
-            self.rows_f32 = weight.contiguous()
+            self.rows = weight.contiguous()
             self.quantized, self.weight_t = None, None
         else:
             self.quantized, self.weight_t = None, weight.t().contiguous()
 
     @property
     def weight(self) -> torch.Tensor | QuantizedWeight:
-        if self.rows_f32 is not None:
-            return self.rows_f32
+        if self.rows is not None:
+            return self.rows
+        if isinstance(self.quantized, native_ops.RepackedInt8):
+            return self.quantized.unpack()  # a copy, as stored (at load: the layers' own checks)
         return self.quantized if self.quantized is not None else self.weight_t.t()
 
     @property
@@ -86,8 +96,8 @@ class Linear:
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         op = self.op
         if op == dispatch.NATIVE_LINEAR:  # one C++ op, eager or inside a compiled graph
-            if self.rows_f32 is not None:
-                return native_ops.linear_dense(x, self.rows_f32, self.bias)
+            if self.rows is not None:
+                return native_ops.linear_dense(x, self.rows, self.bias, self.activations)
             return native_ops.linear(x, self.quantized, self.bias, self.activations)
         if op == dispatch.MATMUL:
             y = torch.matmul(x, self.weight_t)
@@ -104,6 +114,29 @@ class Linear:
 
 def linear(t: Tensors, prefix: str, bias: bool = False) -> Linear:
     return Linear(t[f"{prefix}.weight"], t[f"{prefix}.bias"] if bias else None)
+
+
+class LMHead:
+    """Logits h W^T for the head W [vocab, hidden], in float32. A bf16 head kept bf16 on a CPU
+    (kernels.dispatch.keeps_bf16) is read as stored by edge_cpu::linear (half the bytes of the decode
+    step's largest product); any other stays on torch's matmul with W kept [hidden, vocab] (its fast
+    layout for the few rows of a step), as before."""
+
+    def __init__(self, weight: torch.Tensor):
+        native = weight.dtype == torch.bfloat16 and dispatch.linear_op(weight) == dispatch.NATIVE_LINEAR
+        self.rows = weight.contiguous() if native else None  # bf16 [vocab, hidden]
+        self.weight_t = None if native else weight.t().contiguous()  # [hidden, vocab]
+        self.activations = dispatch.linear_activations(weight) if native else dispatch.DEFAULT_ACTIVATION
+
+    @property
+    def weight(self) -> torch.Tensor:
+        """W [vocab, hidden] as the checkpoint has it (a view where it is kept transposed)."""
+        return self.rows if self.rows is not None else self.weight_t.t()
+
+    def __call__(self, hidden: torch.Tensor) -> torch.Tensor:
+        if self.rows is not None:
+            return native_ops.linear_dense(hidden, self.rows, None, self.activations).to(torch.float32)
+        return torch.matmul(hidden, self.weight_t).to(torch.float32)
 
 
 # --- rotary embeddings --------------------------------------------------------------------------
@@ -318,11 +351,19 @@ class RoutedExperts:
         self.graph_op = dispatch.experts_op(w13, w2, inter, compiled=True)  # inside a compiled step
         # the fused op's arguments (kernels.native_ops.fused_moe) where it runs, else None
         self.native: tuple | None = None
-        # the native op's activation format for int8 / int4 experts ("f32", or "a8": EDGE_CPU_ACTIVATIONS)
+        # the native op's activation format for int8 / int4 experts ("f32", or "a8": EDGE_CPU_ACTIVATIONS),
+        # or bf16 ones ("f32", or "bf16x2")
         self.activations = dispatch.experts_activations(w13, w2, inter)
         if self.op == dispatch.NATIVE_MOE:
             assert w13 is not None and w2 is not None
             self.native = native_ops.experts_args(w13, w2, inter)
+            if dispatch.repacks(self.native[4], self.activations):
+                # int8 with 8-bit activations: each expert's rows four to a stream for the op, which is
+                # then their only reader (the stacks as stored, for the eager loop, are not kept too)
+                w13p, w2p = native_ops.repack_int8(w13), native_ops.repack_int8(w2)
+                self.native = (w13p.data, w13p.scale, w2p.data, w2p.scale, w13p.format, inter)
+                self.w_gate = self.w_up = self.w_down = None
+                self._q_gate_up = self._q_down = None
         self.num_experts = num_experts
 
     def _expert(self, e: int, h: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:

@@ -24,7 +24,7 @@ from engine.arch.config import ModelConfig
 from engine.kv.batch import StepBatch
 from engine.models.attention import PagedAttention
 from engine.models.decoder_layer import DecoderLayer
-from engine.models.layers import Linear, RMSNorm, Rotary, Tensors, mlp_tensors, moe_tensors
+from engine.models.layers import Linear, LMHead, RMSNorm, Rotary, Tensors, mlp_tensors, moe_tensors
 
 # the copies a hub checkpoint stores in the MTP layer: used only when they differ from the main model's
 SHARED_COPIES = ("embed_tokens.weight", "shared_head.head.weight")
@@ -76,7 +76,7 @@ class MTPLayer:
         attention: type[PagedAttention],
         rotary: Rotary,
         embed: torch.Tensor,
-        lm_head_t: torch.Tensor,
+        lm_head: LMHead,
     ):
         p = mtp_prefix(c)
         self.layer_index = c.num_hidden_layers  # its index in the paged cache
@@ -90,20 +90,20 @@ class MTPLayer:
         # the hub stores copies of the embedding and the head: the main model's tensors serve when
         # they are equal (one copy in memory, and the head the decode step keeps hot)
         self.embed = embed if _same(own_embed, embed) else own_embed
-        self.head_t = lm_head_t if _same(own_head, lm_head_t.t()) else own_head.t().contiguous()
+        self.head = lm_head if _same(own_head, lm_head.weight) else LMHead(own_head)
 
     def forward(
         self, hidden: torch.Tensor, next_ids: torch.Tensor, positions: torch.Tensor, batch: StepBatch
     ) -> torch.Tensor:
         """Rows [n, h] of final-normed hidden states, their next tokens and positions -> the MTP
         layer's normed output [n, h] (what its head reads, and a chained draft's next hidden)."""
-        e = self.embed[next_ids]
+        e = self.embed[next_ids].to(hidden.dtype)  # (a bf16 embedding kept bf16: its rows widened)
         z = self.eh_proj(torch.cat([self.enorm(e), self.hnorm(hidden)], dim=-1))
         z = self.block(z, self.rotary.tables(positions, z.dtype), batch)
         return self.norm(z)
 
     def logits(self, out: torch.Tensor) -> torch.Tensor:
-        return torch.matmul(out, self.head_t).to(torch.float32)
+        return self.head(out)
 
 
 def _same(a, b: torch.Tensor) -> bool:

@@ -5,10 +5,12 @@
    For each expert with tokens: its tokens gathered into one block, gate and up as one product
    (w13 [E, 2I, H]: gate rows, then up rows), SiLU(gate) * up, the down product (w2 [E, H, I]),
    each row weighted by its routing weight and added to its token's output. Weights are read as
-   stored in any format edge_linear takes (f32, bf16, int8, int4); everything is computed in float32,
+   stored in any format edge_linear takes (f32, bf16, int8, int4; and int8 repacked at load, EDGE_INT8_R4,
+   with 8-bit activations only); everything is computed in float32,
    or with `acts` EDGE_ACT_A8 for int8 / int4 experts with 8-bit activations on integer units
    (qlinear_a8.c): each routed token quantized once for all its experts' gate and up rows, each
-   expert's SiLU(gate) * up once for its down rows.
+   expert's SiLU(gate) * up once for its down rows; or EDGE_ACT_BF16X2 for bf16 experts on
+   vdpbf16ps (edge_linear_bf16x2).
    `real`: only the first `real` tokens are routed (a compiled step's padding rows stay zero and are
    not counted); `load`, when given, gains each expert's token count (the engine's expert load). */
 #include <math.h>
@@ -22,12 +24,13 @@ static int64_t weight_bytes(int fmt, int64_t rows, int64_t cols) {
     case EDGE_F32: return rows * cols * 4;
     case EDGE_BF16: return rows * cols * 2;
     case EDGE_INT8: return rows * cols;
+    case EDGE_INT8_R4: return (rows + 3) / 4 * 4 * ((cols + 63) / 64 * 64); /* padded blocks of four rows */
     default: return rows * cols / 2;
     }
 }
 
 static int64_t scale_bytes(int fmt, int64_t rows, int64_t cols) {
-    if (fmt == EDGE_INT8) return rows * 4;         /* a float32 per row */
+    if (fmt == EDGE_INT8 || fmt == EDGE_INT8_R4) return rows * 4; /* a float32 per row */
     if (fmt == EDGE_INT4) return rows * (cols / 32) * 2; /* a bfloat16 per 32 along a row */
     return 0;
 }
@@ -61,7 +64,8 @@ int edge_fused_moe(const float *x, int64_t tokens, int64_t hidden, const int64_t
     float *ys = (float *)malloc(sizeof(float) * (size_t)(most * hidden));
     int64_t *tok = (int64_t *)malloc(sizeof(int64_t) * (size_t)(most > 0 ? most : 1));
     /* 8-bit activations: the routed tokens' rows packed once, each expert reads its own by index */
-    int a8 = acts == EDGE_ACT_A8 && (fmt == EDGE_INT8 || fmt == EDGE_INT4);
+    int a8 = acts == EDGE_ACT_A8 && (fmt == EDGE_INT8 || fmt == EDGE_INT8_R4 || fmt == EDGE_INT4);
+    int bf16x2 = acts == EDGE_ACT_BF16X2 && fmt == EDGE_BF16; /* bf16 experts on vdpbf16ps */
     EdgeA8 *xa = a8 ? edge_a8_pack(x, real, hidden, fmt, threads) : NULL;
     int status = -1; /* out of memory until every expert is done */
     if (fill == NULL || xs == NULL || gu == NULL || act == NULL || ys == NULL || tok == NULL) goto done;
@@ -85,7 +89,8 @@ int edge_fused_moe(const float *x, int64_t tokens, int64_t hidden, const int64_t
         } else {
             for (int64_t j = 0; j < c; j++)
                 memcpy(xs + j * hidden, x + (order[start + j] / top_k) * hidden, sizeof(float) * (size_t)hidden);
-            edge_linear(xs, c, hidden, 2 * inter, gu, threads, we13, se13, fmt);
+            if (bf16x2) edge_linear_bf16x2(xs, c, hidden, 2 * inter, gu, threads, we13);
+            else edge_linear(xs, c, hidden, 2 * inter, gu, threads, we13, se13, fmt);
         }
         for (int64_t j = 0; j < c; j++) {
             const float *g = gu + j * 2 * inter, *u = g + inter;
@@ -97,6 +102,8 @@ int edge_fused_moe(const float *x, int64_t tokens, int64_t hidden, const int64_t
             if (pa == NULL) goto done;
             edge_a8_linear(pa, NULL, c, hidden, ys, threads, we2, se2);
             edge_a8_free(pa);
+        } else if (bf16x2) {
+            edge_linear_bf16x2(act, c, inter, hidden, ys, threads, we2);
         } else {
             edge_linear(act, c, inter, hidden, ys, threads, we2, se2, fmt);
         }

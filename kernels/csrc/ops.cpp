@@ -14,15 +14,20 @@ namespace {
 
 // the format code of a weight as stored (kernels/formats.py): dense float32 / bfloat16, int8, int4
 int64_t check_format(int64_t fmt) {
-  TORCH_CHECK(fmt == EDGE_F32 || fmt == EDGE_BF16 || fmt == EDGE_INT8 || fmt == EDGE_INT4,
-              "edge_cpu: weight format code ", fmt, " is not one of 32 (f32), 16 (bf16), 8 (int8), 4 (int4)");
+  TORCH_CHECK(fmt == EDGE_F32 || fmt == EDGE_BF16 || fmt == EDGE_INT8 || fmt == EDGE_INT4 || fmt == EDGE_INT8_R4,
+              "edge_cpu: weight format code ", fmt,
+              " is not one of 32 (f32), 16 (bf16), 8 (int8), 4 (int4), 9 (int8 repacked)");
   return fmt;
 }
 
-// the activation format code (kernels/formats.py's ACTIVATION): 32 f32, or 8 a8 beside int8 / int4
+// the activation format code (kernels/formats.py's ACTIVATION): 32 f32, 8 a8 beside int8 / int4, or 16
+// bf16x2 beside bf16
 void check_activations(int64_t act, int64_t fmt, const char* op) {
-  TORCH_CHECK(act == EDGE_ACT_F32 || (act == EDGE_ACT_A8 && (fmt == EDGE_INT8 || fmt == EDGE_INT4)), "edge_cpu::",
-              op, ": activation format code ", act, " is not 32 (f32) or 8 (a8, for int8 / int4 weights only)");
+  TORCH_CHECK((act == EDGE_ACT_F32 && fmt != EDGE_INT8_R4) ||
+                  (act == EDGE_ACT_A8 && (fmt == EDGE_INT8 || fmt == EDGE_INT4 || fmt == EDGE_INT8_R4)) ||
+                  (act == EDGE_ACT_BF16X2 && fmt == EDGE_BF16),
+              "edge_cpu::", op, ": activation format code ", act, " is not 32 (f32), 8 (a8, for int8 / int4 ",
+              "weights only) or 16 (bf16x2, for bf16 weights only); int8 repacked (9) takes a8 only");
 }
 
 const void* scale_ptr(const std::optional<at::Tensor>& scale, int64_t fmt) {
@@ -63,13 +68,20 @@ at::Tensor fused_moe(const at::Tensor& x, const at::Tensor& topk_weights, const 
 
 // y = x W^T (+ b) for a weight W [N, K] in `fmt`, as stored; x [..., K] in float32 or bfloat16, y in x's
 // dtype (computed in float32, or with `act` 8 for an int8 / int4 W: x quantized to 8 bits per block
-// of 32 and multiplied in integers, qlinear_a8.c)
+// of 32 and multiplied in integers, qlinear_a8.c; `act` 16 for a bf16 W: x split into two bf16 halves,
+// vdpbf16ps)
 at::Tensor linear(const at::Tensor& x, const at::Tensor& w, const std::optional<at::Tensor>& scale,
                   const std::optional<at::Tensor>& bias, int64_t fmt, int64_t out_features, int64_t act) {
   check_format(fmt);
   check_activations(act, fmt, "linear");
   int64_t k = x.size(-1), n = out_features;
-  TORCH_CHECK(w.is_contiguous() && w.size(0) == n, "edge_cpu::linear: a contiguous weight of ", n, " rows");
+  if (fmt == EDGE_INT8_R4) {  // blocks of four rows, each padded to a multiple of 64 bytes
+    TORCH_CHECK(w.is_contiguous() && w.dim() == 2 && w.size(0) == (n + 3) / 4 * 4 && w.size(1) == (k + 63) / 64 * 64,
+                "edge_cpu::linear: a repacked int8 weight of ", n, " rows of ", k, " is [", (n + 3) / 4 * 4, ", ",
+                (k + 63) / 64 * 64, "]");
+  } else {
+    TORCH_CHECK(w.is_contiguous() && w.size(0) == n, "edge_cpu::linear: a contiguous weight of ", n, " rows");
+  }
   TORCH_CHECK(fmt != EDGE_INT4 || k % 32 == 0, "edge_cpu::linear: int4 needs an input size divisible by 32");
   at::Tensor xf = x.reshape({-1, k}).to(at::kFloat).contiguous();
   at::Tensor y = at::empty({xf.size(0), n}, xf.options());
@@ -77,6 +89,9 @@ at::Tensor linear(const at::Tensor& x, const at::Tensor& w, const std::optional<
     int done = edge_linear_a8(xf.data_ptr<float>(), xf.size(0), k, n, y.data_ptr<float>(), at::get_num_threads(),
                               w.data_ptr(), scale_ptr(scale, fmt), static_cast<int>(fmt));
     TORCH_CHECK(done == 0, "edge_cpu::linear: out of memory packing the activations");
+  } else if (act == EDGE_ACT_BF16X2) {
+    edge_linear_bf16x2(xf.data_ptr<float>(), xf.size(0), k, n, y.data_ptr<float>(), at::get_num_threads(),
+                       w.data_ptr());
   } else {
     edge_linear(xf.data_ptr<float>(), xf.size(0), k, n, y.data_ptr<float>(), at::get_num_threads(), w.data_ptr(),
                 scale_ptr(scale, fmt), static_cast<int>(fmt));

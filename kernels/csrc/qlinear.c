@@ -4,7 +4,8 @@
    int4: W [N, K/2] uint8, two codes a byte (low nibble first, offset 8), one bfloat16 scale per
          group of 32 along K (kernels/packing.py's layout, used as stored: no repack at load).
    f32 / bf16: W [N, K] dense (the fused ops of kernels/csrc/ops.cpp take every format through
-         edge_linear, declared in edge_kernels.h).
+         edge_linear, declared in edge_kernels.h). A bf16 checkpoint's matrices stay bf16 on a CPU
+         (kernels.dispatch.keeps_bf16): half the bytes a decode step reads, widened in registers.
 
    One row of x (a decode step at batch 1, bandwidth-bound): each row of W is decoded in registers
    straight into its dot product, the int8 row scale applied once to the sum and each int4 group's
@@ -14,7 +15,14 @@
    whatever the batch and each load feeds several FMAs. Output rows are split over threads with
    OpenMP (torch's thread count). Three paths, chosen at run time by CPUID (qlinear_isa says which):
    AVX-512 (F, BW, VL), AVX2 + FMA, and the same loops in portable scalar C; qlinear_set_max_isa caps
-   the choice (the tests run every path the CPU has). Accumulation is float32 throughout. */
+   the choice (the tests run every path the CPU has). Accumulation is float32 throughout.
+
+   bf16 rows below the micro-kernel's MR rows of x skip the tile (bf16_rows_*: the same arithmetic,
+   so the same bits), and edge_linear_bf16x2 multiplies them on AVX-512 BF16's vdpbf16ps with x split
+   into two bf16 halves (the "bf16x2" activations; a path of its own, "avx512_bf16", qlinear_bf16_isa).
+   Measured (bench/bf16_linear.py, AMD EPYC Zen 4, one thread, beside other work), batch 1 streamed
+   from memory: bf16 widened 18.6-22 GB/s of weights, 2.8-3.5x the float32 path's time per product;
+   vdpbf16ps about 5% faster than widening (15% in cache), but 1.3x slower at 32 rows of x. */
 
 #include <stdint.h>
 #include <stdlib.h>
@@ -399,6 +407,171 @@ AVX512 static void tile_dots_avx512(const float *x, int64_t m, int64_t kp, const
         memcpy(y + i * n + n0, out, sizeof(float) * rows);
     }
 }
+
+/* --- bf16 rows read as stored, a few rows of x ----------------------------------------------------
+
+   Why: the tile path writes four decoded rows as float32 (twice the bf16 bytes) and reads them back,
+   which pays for itself only when several rows of x share the tile. Below MR rows of x each bf16
+   weight is widened in registers straight into the same FMAs, in the same order, with the same
+   accumulators and horizontal sums as tile_dots_avx512 / tile_dots_avx2 make of the decoded tile
+   (widening a bf16 is exact), so a row's result is the same bits on either path and at every batch
+   size. The last chunk of a row (k off the vector width) is read with a mask, as zeros: the tile's
+   padding. Four weight rows are read at once, too short a stream each for the hardware prefetcher
+   to learn, so each is prefetched into L2 16 KB ahead (bf16_ahead, as qlinear_a8.c does). */
+
+static inline int64_t bf16_ahead(int64_t k) {
+    int64_t group = ROWS * k * 2;
+    return group * ((16384 + group - 1) / group);
+}
+
+AVX512 static inline __attribute__((always_inline)) void bf16_rows_avx512_mr(
+    const float *x, int mr, int64_t k, int64_t kp, const uint16_t *const *w, int rows, float *y, int64_t n) {
+    __m512 acc[3][4];
+    for (int r = 0; r < 3; r++)
+        for (int c = 0; c < 4; c++) acc[r][c] = _mm512_setzero_ps();
+    const int64_t ahead = bf16_ahead(k);
+    int64_t j = 0;
+    for (; j + 16 <= k; j += 16) {
+        __m512 wv[4];
+        for (int c = 0; c < 4; c++) {
+            __builtin_prefetch(w[c] + j + ahead / 2, 0, 2);
+            wv[c] = bf16x16(_mm256_loadu_si256((const __m256i *)(w[c] + j)));
+        }
+        for (int r = 0; r < mr; r++) {
+            __m512 xv = _mm512_loadu_ps(x + r * kp + j);
+            for (int c = 0; c < 4; c++) acc[r][c] = _mm512_fmadd_ps(xv, wv[c], acc[r][c]);
+        }
+    }
+    if (j < kp) { /* k % 16 left: the mask reads no further than the row, the padded x is zero past k */
+        __mmask16 mask = (__mmask16)((1u << (k - j)) - 1);
+        __m512 wv[4];
+        for (int c = 0; c < 4; c++) wv[c] = bf16x16(_mm256_maskz_loadu_epi16(mask, w[c] + j));
+        for (int r = 0; r < mr; r++) {
+            __m512 xv = _mm512_loadu_ps(x + r * kp + j);
+            for (int c = 0; c < 4; c++) acc[r][c] = _mm512_fmadd_ps(xv, wv[c], acc[r][c]);
+        }
+    }
+    for (int r = 0; r < mr; r++) {
+        float out[4];
+        _mm_storeu_ps(out, hsum4_512(acc[r][0], acc[r][1], acc[r][2], acc[r][3]));
+        memcpy(y + r * n, out, sizeof(float) * rows);
+    }
+}
+
+/* y[i, n0 .. n0 + rows) for the m (< 4) rows of x, x padded to kp (a multiple of 16) */
+AVX512 static void bf16_rows_avx512(const float *x, int64_t m, int64_t k, int64_t kp, const uint16_t *const *w,
+                                    int rows, float *y, int64_t n) {
+    if (m == 1) bf16_rows_avx512_mr(x, 1, k, kp, w, rows, y, n);
+    else if (m == 2) bf16_rows_avx512_mr(x, 2, k, kp, w, rows, y, n);
+    else bf16_rows_avx512_mr(x, 3, k, kp, w, rows, y, n);
+}
+
+/* as bf16_rows_avx512 for tile_dots_avx2's order: 8 wide, m < 3 (its 3-row pass differs in nothing
+   per row, but 3 rows x 4 here would need more than AVX2's 16 registers) */
+AVX2 static inline __attribute__((always_inline)) void bf16_rows_avx2_mr(
+    const float *x, int mr, int64_t k, int64_t kp, const uint16_t *const *w, int rows, float *y, int64_t n) {
+    __m256 acc[2][4];
+    for (int r = 0; r < 2; r++)
+        for (int c = 0; c < 4; c++) acc[r][c] = _mm256_setzero_ps();
+    const int64_t ahead = bf16_ahead(k);
+    int64_t j = 0;
+    for (; j + 8 <= k; j += 8) {
+        if ((j & 31) == 0)
+            for (int c = 0; c < 4; c++) __builtin_prefetch(w[c] + j + ahead / 2, 0, 2);
+        for (int c = 0; c < 4; c++) {
+            __m256 wv = bf16x8(w[c] + j);
+            for (int r = 0; r < mr; r++) acc[r][c] = _mm256_fmadd_ps(_mm256_loadu_ps(x + r * kp + j), wv, acc[r][c]);
+        }
+    }
+    for (; j < kp; j += 8) { /* the tail, and the tile's zero padding, from a zeroed copy */
+        uint16_t tail[4][8] = {{0}};
+        for (int c = 0; c < 4; c++)
+            for (int64_t t = j; t < k && t < j + 8; t++) tail[c][t - j] = w[c][t];
+        for (int c = 0; c < 4; c++) {
+            __m256 wv = bf16x8(tail[c]);
+            for (int r = 0; r < mr; r++) acc[r][c] = _mm256_fmadd_ps(_mm256_loadu_ps(x + r * kp + j), wv, acc[r][c]);
+        }
+    }
+    for (int r = 0; r < mr; r++) {
+        float out[4];
+        _mm_storeu_ps(out, hsum4_256(acc[r][0], acc[r][1], acc[r][2], acc[r][3]));
+        memcpy(y + r * n, out, sizeof(float) * rows);
+    }
+}
+
+AVX2 static void bf16_rows_avx2(const float *x, int64_t m, int64_t k, int64_t kp, const uint16_t *const *w,
+                                int rows, float *y, int64_t n) {
+    if (m == 1) bf16_rows_avx2_mr(x, 1, k, kp, w, rows, y, n);
+    else bf16_rows_avx2_mr(x, 2, k, kp, w, rows, y, n);
+}
+
+/* --- AVX-512 BF16: vdpbf16ps ------------------------------------------------------------------------
+
+   Why: widening costs two operations per 16 weights before the FMA; vdpbf16ps multiplies 32 bf16
+   pairs into 16 float32 sums in one. It multiplies bf16 by bf16, so each row of x is split once per
+   call into two bf16 rows, hi = bf16(x) (round to nearest even) and lo = bf16(x - hi): hi + lo
+   carries 16 of x's 24 significant bits (|x - hi - lo| <= 2^-16 |x|), and the weight is dotted with
+   each (a bf16 x bf16 product is exact in float32). Float32 accumulation, 16 lanes of pairs per
+   (row of x, row of W), summed as the other paths do; one code for every batch size (up to four rows
+   of x against four of W a pass, each pair's arithmetic the same in any pass), so a row's result is
+   the same bits whatever the batch, though not the widening paths' bits. vdpbf16ps treats
+   denormal inputs and results as zero (below 2^-126: no weight or activation of a model). */
+#if !defined(EDGE_NO_BF16DP) && (defined(__clang__) ? __clang_major__ >= 9 : (defined(__GNUC__) && __GNUC__ >= 10))
+#define EDGE_HAVE_BF16DP 1
+#define BF16DP __attribute__((target("avx512bf16,avx512f,avx512bw,avx512vl,avx2,fma")))
+
+/* x [m, k] -> hi, lo [m, kq] bf16 (kq: k up to a multiple of 32, zeros past k) */
+BF16DP static void bf16_split(const float *x, int64_t m, int64_t k, int64_t kq, uint16_t *hi, uint16_t *lo) {
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t j = 0; j < kq; j += 16) {
+            int64_t left = k - j;
+            __mmask16 mask = left >= 16 ? (__mmask16)0xFFFF : left > 0 ? (__mmask16)((1u << left) - 1) : 0;
+            __m512 v = _mm512_maskz_loadu_ps(mask, x + i * k + j);
+            __m256bh h = _mm512_cvtneps_pbh(v);
+            __m512 rest = _mm512_sub_ps(v, bf16x16((__m256i)h));
+            _mm256_storeu_si256((__m256i *)(hi + i * kq + j), (__m256i)h);
+            _mm256_storeu_si256((__m256i *)(lo + i * kq + j), (__m256i)_mm512_cvtneps_pbh(rest));
+        }
+}
+
+BF16DP static inline __attribute__((always_inline)) void bf16_dp_mr(
+    const uint16_t *hi, const uint16_t *lo, int mr, int64_t k, int64_t kq, const uint16_t *const *w, int rows,
+    float *y, int64_t n) {
+    __m512 acc[4][4];
+    for (int r = 0; r < 4; r++)
+        for (int c = 0; c < 4; c++) acc[r][c] = _mm512_setzero_ps();
+    const int64_t ahead = bf16_ahead(k);
+    for (int64_t j = 0; j < kq; j += 32) {
+        int64_t left = k - j;
+        __mmask32 mask = left >= 32 ? ~(__mmask32)0 : (((__mmask32)1 << left) - 1); /* no read past a row */
+        __m512bh wv[4];
+        for (int c = 0; c < 4; c++) {
+            __builtin_prefetch(w[c] + j + ahead / 2, 0, 2);
+            wv[c] = (__m512bh)_mm512_maskz_loadu_epi16(mask, w[c] + j);
+        }
+        for (int r = 0; r < mr; r++) {
+            __m512bh xh = (__m512bh)_mm512_loadu_si512((const void *)(hi + r * kq + j));
+            __m512bh xl = (__m512bh)_mm512_loadu_si512((const void *)(lo + r * kq + j));
+            for (int c = 0; c < 4; c++) acc[r][c] = _mm512_dpbf16_ps(_mm512_dpbf16_ps(acc[r][c], xh, wv[c]), xl, wv[c]);
+        }
+    }
+    for (int r = 0; r < mr; r++) {
+        float out[4];
+        _mm_storeu_ps(out, hsum4_512(acc[r][0], acc[r][1], acc[r][2], acc[r][3]));
+        memcpy(y + r * n, out, sizeof(float) * rows);
+    }
+}
+
+/* y[i, n0 .. n0 + rows) for every row i of x (split into hi, lo [m, kq]) */
+BF16DP static void bf16_dp_rows(const uint16_t *hi, const uint16_t *lo, int64_t m, int64_t k, int64_t kq,
+                                const uint16_t *const *w, int rows, float *y, int64_t n) {
+    int64_t i = 0;
+    for (; i + 4 <= m; i += 4) bf16_dp_mr(hi + i * kq, lo + i * kq, 4, k, kq, w, rows, y + i * n, n);
+    if (m - i == 3) bf16_dp_mr(hi + i * kq, lo + i * kq, 3, k, kq, w, rows, y + i * n, n);
+    else if (m - i == 2) bf16_dp_mr(hi + i * kq, lo + i * kq, 2, k, kq, w, rows, y + i * n, n);
+    else if (m - i == 1) bf16_dp_mr(hi + i * kq, lo + i * kq, 1, k, kq, w, rows, y + i * n, n);
+}
+#endif
 #endif
 
 /* --- the path this CPU runs ------------------------------------------------------------------- */
@@ -442,6 +615,42 @@ const char *qlinear_cpu_isa(void) { return NAMES[cpu_level()]; }
 void qlinear_set_max_isa(int isa) { max_level = isa < ISA_SCALAR ? ISA_SCALAR : isa > ISA_AVX512 ? ISA_AVX512 : isa; }
 
 void qlinear_force_scalar(int on) { max_level = on ? ISA_SCALAR : ISA_AVX512; }
+
+/* bf16 weights have a path more: "avx512_bf16" (vdpbf16ps, for the "bf16x2" activations of
+   edge_linear_bf16x2) above the widening ones, where the CPU has AVX-512 BF16 and the compiler knew
+   it; qlinear_set_max_isa's cap bounds it (AVX-512 BF16 only under an "avx512" cap), and
+   qlinear_bf16_set_max too (the tests run every path) */
+enum { BF16_DP = 3 };
+static const char *BF16_NAMES[] = {"scalar", "avx2", "avx512", "avx512_bf16"};
+
+static int bf16_cpu(void) {
+    int isa = cpu_level();
+#ifdef EDGE_HAVE_BF16DP
+    static int dp = -1;
+    if (dp < 0) dp = isa == ISA_AVX512 && __builtin_cpu_supports("avx512bf16");
+    if (dp) return BF16_DP;
+#endif
+    return isa;
+}
+
+static int bf16_max = BF16_DP;
+
+static int bf16_level(void) {
+    int best = bf16_cpu(), cap = level();
+    int bound = cap == ISA_AVX512 ? BF16_DP : cap;
+    int path = best < bound ? best : bound;
+    return path < bf16_max ? path : bf16_max;
+}
+
+/* "avx512_bf16", "avx512", "avx2" or "scalar": the best path a bf16 weight's product may run now
+   (float32 activations run the widening one at most: "avx512") */
+const char *qlinear_bf16_isa(void) { return BF16_NAMES[bf16_level()]; }
+
+/* the best bf16 path this CPU has, whatever the caps */
+const char *qlinear_bf16_cpu_isa(void) { return BF16_NAMES[bf16_cpu()]; }
+
+/* cap the bf16 path: 0 scalar, 1 avx2, 2 avx512, 3 avx512_bf16 */
+void qlinear_bf16_set_max(int path) { bf16_max = path < ISA_SCALAR ? ISA_SCALAR : path > BF16_DP ? BF16_DP : path; }
 
 /* --- the two entry points --------------------------------------------------------------------- */
 
@@ -512,14 +721,49 @@ static void decode_row(int isa, int fmt, int64_t k, const void *w, const void *s
     decode_int4_row(wr, sr, k, t);
 }
 
+/* W's four rows from n0 (the last one repeated past n: those sums are not stored) */
+static void four_rows(const uint16_t *w, int64_t k, int64_t n0, int rows, const uint16_t **out) {
+    for (int r = 0; r < ROWS; r++) out[r] = w + (n0 + (r < rows ? r : rows - 1)) * k;
+}
+
+#ifdef EDGE_HAVE_BF16DP
+/* the AVX-512 BF16 path: x split once, then every block of four rows of W; 0 out of memory */
+static int bf16_dp_linear(const float *x, int64_t m, int64_t k, int64_t n, float *y, int threads,
+                          const uint16_t *w) {
+    int64_t kq = (k + 31) / 32 * 32;
+    uint16_t *hi = (uint16_t *)malloc(sizeof(uint16_t) * (size_t)(2 * m * kq) + 64);
+    if (hi == NULL) return 0;
+    uint16_t *lo = hi + m * kq;
+    bf16_split(x, m, k, kq, hi, lo);
+    int64_t blocks = (n + ROWS - 1) / ROWS;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) num_threads(threads)
+#endif
+    for (int64_t b = 0; b < blocks; b++) {
+        int64_t n0 = b * ROWS;
+        int rows = (int)(n - n0 < ROWS ? n - n0 : ROWS);
+        const uint16_t *wr[ROWS];
+        four_rows(w, k, n0, rows, wr);
+        bf16_dp_rows(hi, lo, m, k, kq, wr, rows, y + n0, n);
+    }
+    free(hi);
+    return 1;
+}
+#endif
+
 void edge_linear(const float *x, int64_t m, int64_t k, int64_t n, float *y, int threads,
                  const void *w, const void *scales, int fmt) {
     int isa = level();
     /* a fork and join (a few us) costs more than a product this small */
     if (threads < 1 || n * k * (m < 8 ? 1 : m / 4) < 128 * 1024 || n < 2 * ROWS) threads = 1;
+    if (fmt == EDGE_BF16) {
+        int path = bf16_level(); /* the bf16 cap, lower than the f32 one in the tests */
+        if (path < isa) isa = path;
+    }
     /* one row of x against int8 / int4: each weight row decoded in registers straight into its dot
-       product. Dense rows take the tile path at every m, so a row's result is the same bits whatever
-       the batch (int8 / int4 sum one row in another order than several: the last bits may differ) */
+       product. Dense rows take the tile path (or for bf16 below 4 / 3 rows of x its direct rows, the
+       same arithmetic) at every m, so a row's result is the same bits whatever the batch (int8 / int4
+       sum one row in another order than several: the last bits may differ) */
     if (m == 1 && (fmt == EDGE_INT8 || fmt == EDGE_INT4)) {
 #ifdef _OPENMP
 #pragma omp parallel for schedule(static) num_threads(threads)
@@ -540,18 +784,29 @@ void edge_linear(const float *x, int64_t m, int64_t k, int64_t n, float *y, int 
         }
     }
     if (isa == ISA_SCALAR) kp = k;
+    /* bf16 rows against fewer rows of x than the tile's micro-kernel takes: widened in registers */
+    int direct = fmt == EDGE_BF16 && m >= 1 && ((isa == ISA_AVX512 && m < 4) || (isa == ISA_AVX2 && m < 3));
     int64_t blocks = (n + ROWS - 1) / ROWS;
 #ifdef _OPENMP
 #pragma omp parallel num_threads(threads)
 #endif
     {
-        float *tile = (float *)calloc((size_t)(ROWS * kp), sizeof(float));
+        float *tile = direct ? NULL : (float *)calloc((size_t)(ROWS * kp), sizeof(float));
 #ifdef _OPENMP
 #pragma omp for schedule(static)
 #endif
         for (int64_t b = 0; b < blocks; b++) {
             int64_t n0 = b * ROWS;
             int rows = (int)(n - n0 < ROWS ? n - n0 : ROWS);
+#ifdef EDGE_X86
+            if (direct) {
+                const uint16_t *wr[ROWS];
+                four_rows((const uint16_t *)w, k, n0, rows, wr);
+                if (isa == ISA_AVX512) bf16_rows_avx512(xs, m, k, kp, wr, rows, y + n0, n);
+                else bf16_rows_avx2(xs, m, k, kp, wr, rows, y + n0, n);
+                continue;
+            }
+#endif
             if (rows < ROWS) memset(tile, 0, sizeof(float) * ROWS * kp);
             for (int r = 0; r < rows; r++) decode_row(isa, fmt, k, w, scales, n0 + r, tile + r * kp);
 #ifdef EDGE_X86
@@ -564,6 +819,17 @@ void edge_linear(const float *x, int64_t m, int64_t k, int64_t n, float *y, int 
         free(tile);
     }
     free(padded);
+}
+
+/* y = x W^T for a bf16 W with x in "bf16x2" activations (each row split into two bf16 halves,
+   vdpbf16ps): on the AVX-512 BF16 path where the CPU has it and the caps allow, else (and out of
+   memory for the split x) edge_linear's float32 activations, a closer product */
+void edge_linear_bf16x2(const float *x, int64_t m, int64_t k, int64_t n, float *y, int threads, const void *w) {
+#ifdef EDGE_HAVE_BF16DP
+    int ths = threads < 1 || n * k * (m < 8 ? 1 : m / 4) < 128 * 1024 || n < 2 * ROWS ? 1 : threads;
+    if (bf16_level() == BF16_DP && bf16_dp_linear(x, m, k, n, y, ths, (const uint16_t *)w)) return;
+#endif
+    edge_linear(x, m, k, n, y, threads, w, NULL, EDGE_BF16);
 }
 
 /* x [m, k] float32, w [n, k] int8, scales [n] float32 -> y [m, n] float32 */

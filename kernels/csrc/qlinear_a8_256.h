@@ -21,8 +21,8 @@ A8_TARGET static inline __m128 A8_FN(hsum4)(__m256 a, __m256 b, __m256 c, __m256
 /* int8 W, four rows: |x| (u8) against w with x's sign (s8), so the pairs maddubs forms stay within
    int16 (2 x 127 x 127; an offset of 128 on either side would saturate it). Codes are in [-127, 127]
    (int8_encode clamps): a stored -128 would keep its sign. */
-A8_TARGET static void A8_FN(int8_rows)(const A8Rows *a, int64_t i, const int8_t *const *w, const float *sw,
-                                       float *out) {
+A8_TARGET static inline __attribute__((always_inline)) void A8_FN(int8_body)(
+    const A8Rows *a, int64_t i, const int8_t *const *w, const float *sw, float *out, const int packed) {
     const int8_t *q = a->q + i * a->kp;
     const float *d = a->d + i * a->nb;
     int64_t k = a->k, full = k / A8_BLOCK;
@@ -34,17 +34,18 @@ A8_TARGET static void A8_FN(int8_rows)(const A8Rows *a, int64_t i, const int8_t 
         __m256i xv = _mm256_loadu_si256((const __m256i *)(q + b * A8_BLOCK));
         __m256i ax = _mm256_sign_epi8(xv, xv);
         __m256 db = _mm256_set1_ps(d[b]);
-        for (int r = 0; r < 4; r++) __builtin_prefetch(w[r] + b * A8_BLOCK + ahead, 0, 2);
-        A8_ROW(_mm256_loadu_si256((const __m256i *)(w[0] + b * A8_BLOCK)), f0);
-        A8_ROW(_mm256_loadu_si256((const __m256i *)(w[1] + b * A8_BLOCK)), f1);
-        A8_ROW(_mm256_loadu_si256((const __m256i *)(w[2] + b * A8_BLOCK)), f2);
-        A8_ROW(_mm256_loadu_si256((const __m256i *)(w[3] + b * A8_BLOCK)), f3);
+        if (!packed) /* one stream when repacked: the hardware prefetcher's (w8at) */
+            for (int r = 0; r < 4; r++) __builtin_prefetch(w[r] + b * A8_BLOCK + ahead, 0, 2);
+        A8_ROW(_mm256_loadu_si256((const __m256i *)w8at(w[0], b * A8_BLOCK, packed)), f0);
+        A8_ROW(_mm256_loadu_si256((const __m256i *)w8at(w[1], b * A8_BLOCK, packed)), f1);
+        A8_ROW(_mm256_loadu_si256((const __m256i *)w8at(w[2], b * A8_BLOCK, packed)), f2);
+        A8_ROW(_mm256_loadu_si256((const __m256i *)w8at(w[3], b * A8_BLOCK, packed)), f3);
     }
     if (full * A8_BLOCK < k) { /* the last, partial block: each row's tail copied beside zeros (no read past it) */
         int64_t b = full, left = k - full * A8_BLOCK;
         int8_t t[4][A8_BLOCK];
         memset(t, 0, sizeof t);
-        for (int r = 0; r < 4; r++) memcpy(t[r], w[r] + b * A8_BLOCK, (size_t)left);
+        for (int r = 0; r < 4; r++) memcpy(t[r], w8at(w[r], b * A8_BLOCK, packed), (size_t)left);
         __m256i xv = _mm256_loadu_si256((const __m256i *)(q + b * A8_BLOCK)); /* zero past k */
         __m256i ax = _mm256_sign_epi8(xv, xv);
         __m256 db = _mm256_set1_ps(d[b]);
@@ -56,6 +57,13 @@ A8_TARGET static void A8_FN(int8_rows)(const A8Rows *a, int64_t i, const int8_t 
 #undef A8_ROW
     __m128 sums = _mm_mul_ps(A8_FN(hsum4)(f0, f1, f2, f3), _mm_loadu_ps(sw));
     _mm_storeu_ps(out, sums);
+}
+
+/* the two copies (rows as stored, repacked at load), so neither tests the layout in its loop */
+A8_TARGET static void A8_FN(int8_rows)(const A8Rows *a, int64_t i, const int8_t *const *w, const float *sw,
+                                       float *out) {
+    if (a->wpacked) A8_FN(int8_body)(a, i, w, sw, out, 1);
+    else A8_FN(int8_body)(a, i, w, sw, out, 0);
 }
 
 /* int4 W, four rows against nx (1 or 2) rows of x at once: the codes (0..15, u8) against x (s8);

@@ -225,7 +225,12 @@ def catalog_view(
                 "task": {"name": "Text Generation"},  # Cloudflare's task for its Kimi and GLM too
                 "schema": entry.schema,
                 "properties": [{"property_id": "context_window", "value": str(entry.context_window or "")}],
-                "quantization": {"weights": weights, "weights_by_part": by_part, "kv_cache": kv},
+                "quantization": {
+                    "weights": weights,
+                    "weights_by_part": by_part,
+                    "kv_cache": kv,
+                    **({"dense_path": formats.dense_path} if formats and formats.dense_path else {}),
+                },
                 "quality": quality_view(folder),
                 "served": name in edge.models(),
                 "served_by": {"model": name, "stand_in": False, "weights": weights, "kv_cache": kv},

@@ -52,8 +52,13 @@ def quantization_label(result: GenerateResult) -> str:
 
 
 def quantization(result: GenerateResult) -> dict[str, Any]:
+    """The formats that served an answer; `dense_path` (how the uncompressed matrices were held and
+    multiplied: "bf16 (edge_cpu, avx512_bf16)" for bf16 read as bf16) where the PoP says."""
     f = result.formats
-    return {"weights": f.weights, "weights_by_part": f.weights_by_part, "kv_cache": f.kv_cache}
+    out = {"weights": f.weights, "weights_by_part": f.weights_by_part, "kv_cache": f.kv_cache}
+    if f.dense_path:
+        out["dense_path"] = f.dense_path
+    return out
 
 
 def served_by(model: str, result: GenerateResult) -> dict[str, Any]:

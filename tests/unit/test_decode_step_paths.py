@@ -30,8 +30,10 @@ def reference_ops(monkeypatch) -> None:
         "run_native",
         lambda self, x, weights, ids, load, rows: experts_ref(self, x, weights, ids),
     )
-    monkeypatch.setattr(
-        native_ops, "linear_dense", lambda x, w, bias=None: torch.nn.functional.linear(x, w, bias)
+    monkeypatch.setattr(  # (a bf16 matrix kept bf16 on the CPU: widened, as the C kernel does in registers)
+        native_ops,
+        "linear_dense",
+        lambda x, w, bias=None, activations="f32": torch.nn.functional.linear(x, w.to(x.dtype), bias),
     )
     monkeypatch.setattr(
         paged_kv_flat,

@@ -47,7 +47,7 @@ def _both(w) -> tuple[str, str]:
 # (format, device) -> (eager op, compiled op), with the CPU ops built
 LINEAR_BUILT = {
     ("f32", "cpu"): (NATIVE_LINEAR, NATIVE_LINEAR),
-    ("bf16", "cpu"): (MATMUL, MATMUL),
+    ("bf16", "cpu"): (NATIVE_LINEAR, NATIVE_LINEAR),  # bf16 rows read as stored (kept bf16 at load)
     ("f16", "cpu"): (MATMUL, MATMUL),
     ("int8", "cpu"): (NATIVE_LINEAR, NATIVE_LINEAR),
     ("int4", "cpu"): (NATIVE_LINEAR, NATIVE_LINEAR),
