@@ -15,7 +15,12 @@ from tests.conftest import SHIPPED_KIMI
 from tests.hf_reference import tiny_deepseek_v3, tiny_glm4_moe
 
 # Relative L2 error of the logits against the uncompressed model, per format (experts compressed).
-LOGIT_TOLERANCE = {"int8": 0.05, "fp8": 0.25, "int4": 0.5}
+# the relative error of the logits of SEQUENCES fresh sequences taken together, against the bf16
+# checkpoint's (a random tiny model's logits are nearly flat, so one sequence's error has a long tail:
+# int8's ranged 0.001-0.11 over 40 single draws); over 12 draws of 16 it measured int8 0.022-0.052,
+# fp8 0.060-0.092, int4 0.17-0.21
+LOGIT_TOLERANCE = {"int8": 0.1, "fp8": 0.25, "int4": 0.5}
+SEQUENCES = 16
 
 
 def rel_err(a, b):
@@ -24,7 +29,11 @@ def rel_err(a, b):
 
 @pytest.fixture(scope="module")
 def ids():
-    return torch.randint(10, 4000, (48,)).tolist()
+    return [torch.randint(10, 4000, (48,)).tolist() for _ in range(SEQUENCES)]
+
+
+def logits(llm, sequences):
+    return torch.cat([llm.logits(s) for s in sequences])
 
 
 @pytest.mark.parametrize("fmt", ["int8", "fp8", "int4"])
@@ -49,8 +58,8 @@ def test_quantized_checkpoint_round_trips(tiny_model_dir, tmp_path, ids, fmt):
     assert isinstance(expert, QuantizedWeight) and expert.format == fmt
     # Quantizing at load gives exactly what the compressed checkpoint holds.
     at_load = LLM(tiny_model_dir, weights=fmt, device="cpu", allow_unsigned=True)
-    torch.testing.assert_close(stored.logits(ids), at_load.logits(ids), atol=1e-5, rtol=0)
-    err = rel_err(stored.logits(ids), base.logits(ids))
+    torch.testing.assert_close(logits(stored, ids), logits(at_load, ids), atol=1e-5, rtol=0)
+    err = rel_err(logits(stored, ids), logits(base, ids))
     assert err < LOGIT_TOLERANCE[fmt]
     out = stored.generate("def f(x):", SamplingParams(max_tokens=8, temperature=0, ignore_eos=True))[0]
     assert out.completion_tokens == 8
@@ -80,8 +89,8 @@ def test_bf16_expands_a_compressed_checkpoint(tiny_model_dir, tmp_path, ids):
     expanded = LLM(tmp_path / "q", weights="bf16", device="cpu", allow_unsigned=True)
     assert set(expanded.weight_formats.values()) == {"bf16"}
     torch.testing.assert_close(
-        expanded.logits(ids),
-        LLM(tmp_path / "q", device="cpu", allow_unsigned=True).logits(ids),
+        logits(expanded, ids),
+        logits(LLM(tmp_path / "q", device="cpu", allow_unsigned=True), ids),
         atol=1e-4,
         rtol=0,
     )
@@ -135,8 +144,8 @@ def test_kimi_k2_model_type_reads_as_deepseek_v3(tiny_model_dir, tmp_path, ids):
     cfg["model_type"] = "kimi_k2"
     (d / "config.json").write_text(json.dumps(cfg))
     torch.testing.assert_close(
-        LLM(d, device="cpu", allow_unsigned=True).logits(ids),
-        LLM(tiny_model_dir, device="cpu", allow_unsigned=True).logits(ids),
+        logits(LLM(d, device="cpu", allow_unsigned=True), ids),
+        logits(LLM(tiny_model_dir, device="cpu", allow_unsigned=True), ids),
     )
 
 
