@@ -23,15 +23,23 @@ in float32, and only the float32 sums round. hi + lo keeps 16 of x's 24 signific
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import torch
 import torch.nn.functional as F
 
 from kernels.packing import unpack_int4
 
-if TYPE_CHECKING:
-    from kernels.formats import QuantizedWeight
+
+class QuantizedWeight(Protocol):
+    """What the reference reads of kernels.formats.QuantizedWeight (named by shape: formats imports
+    this module, so this one does not import it back)."""
+
+    format: str
+    data: torch.Tensor
+    scale: torch.Tensor
+    shape: tuple[int, ...]
+
 
 A8_BLOCK = 32  # activation values per scale (int4's weight group too, so the two line up)
 A8_MAX = 127  # codes in [-127, 127]: symmetric, and |x| fits the unsigned side of vpdpbusd / maddubs

@@ -40,7 +40,8 @@ class Kept:
             return await answer(call, *args, **kw)
 
         async def embedded(call, *args, **kw):
-            self.calls.append(call)
+            if not self.calls or self.calls[-1] is not call:  # OpenAI's embeddings: answer -> embed
+                self.calls.append(call)
             return await embed(call, *args, **kw)
 
         rt.ai.answer, rt.ai.embed = answered, embedded
