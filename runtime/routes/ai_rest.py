@@ -109,6 +109,14 @@ def _retry_after(response: JSONResponse, exc: AIError) -> JSONResponse:
     return response
 
 
+def gateway_options(request: Request, gateway: str) -> GatewayOptions:
+    """Gateway `gateway`'s options for a call, as the request's cf-aig-* headers set them
+    (runtime.ai.gateway_universal's reading, shared with the universal run's steps); AIError naming a
+    header that does not read."""
+    headers = {k.lower(): v for k, v in request.headers.items()}
+    return GatewayOptions.parse({"id": gateway, **options_from_headers(headers)})
+
+
 class AuthError(Exception):
     def __init__(self, status: int, message: str):
         super().__init__(message)
@@ -221,8 +229,7 @@ class AIApi:
             return await self.runtime.ai.answer(call), []
         if self.gateways is None:
             raise AIError(5004, f"{GATEWAY_HEADER}: this runtime has no AI Gateway to route the call through")
-        headers = {k.lower(): v for k, v in request.headers.items()}
-        options = GatewayOptions.parse({"id": gateway, **options_from_headers(headers)})
+        options = gateway_options(request, gateway)
         through: GatewayAnswer = await self.gateways.run(
             call, options, shape=shape, body=await request.body()
         )

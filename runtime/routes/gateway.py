@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import time
 import uuid
-from typing import Any
 
 import msgspec
 from starlette.requests import Request
@@ -38,8 +37,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from runtime.ai.call import CHAT, AICall
-from runtime.ai.gateway import OPENAI, PROVIDER, GatewayOptions, Gateways
-from runtime.ai.gateway_universal import options_from_headers
+from runtime.ai.gateway import OPENAI, PROVIDER, Gateways
 from runtime.ai.inputs import ChatCompletionRequest
 from runtime.ai.run_options import rest_body_options
 from runtime.http.json_body import BadJSON, decode_json
@@ -49,6 +47,7 @@ from runtime.routes.ai_rest import (
     ai_error,
     cf_error,
     envelope,
+    gateway_options,
     openai_ai_error,
     openai_error,
     session_key,
@@ -84,7 +83,7 @@ class GatewayApi:
             return cf_error(5004, f"{exc}; send the model inputs as a JSON object")
         try:
             inputs, busy = rest_body_options(inputs)
-            options = GatewayOptions.parse({"id": request.path_params["gateway"], **_header_options(request)})
+            options = gateway_options(request, request.path_params["gateway"])
             ingress, rtt = self.api._where(request)
             session = session_key(request)
             model = request.path_params["model"]
@@ -117,7 +116,7 @@ class GatewayApi:
             return model
         body = msgspec.structs.replace(body, model=model)
         try:
-            options = GatewayOptions.parse({"id": request.path_params["gateway"], **_header_options(request)})
+            options = gateway_options(request, request.path_params["gateway"])
             ingress, rtt = self.api._where(request)
             call = AICall(model, body, account, None, ingress, rtt, shape=CHAT, reject_if_busy=busy)
             through = await self.gateways.run(call, options, shape=OPENAI, body=await request.body())
@@ -175,9 +174,3 @@ def _compat_model(name: str) -> str | Response:
         why += f"name {PROVIDER}/<model>"
         return openai_error(400, why, 5007, "model")
     return name.removeprefix(f"{PROVIDER}/")
-
-
-def _header_options(request: Request) -> dict[str, Any]:
-    """The gateway options a request's cf-aig-* headers set (runtime.ai.gateway_universal's,
-    shared with the universal run's steps); AIError naming a header that does not read."""
-    return options_from_headers({k.lower(): v for k, v in request.headers.items()})
