@@ -13,6 +13,7 @@ from typing import Any, Protocol
 
 from edge_sim.topology import Location, PoP
 from runtime.ai.gateway import Gateways
+from runtime.ai.search.service import AISearch
 from runtime.ai.service import AIService
 from runtime.bindings import BindingStores
 from runtime.control.dashboard_feed import DashboardFeed
@@ -67,6 +68,7 @@ class WorkerServices:
     origin: str = ""  # the runtime's own origin (configured): what URLs handed to a worker start with
     workflows: WorkflowSteps | None = None  # set once the workflow engine is built (runtime.app)
     gateways: Gateways | None = None  # AI Gateway (runtime.ai.gateway); the app sets it
+    ai_search: AISearch | None = None  # AI Search (runtime.ai.search); the app sets it
     # the models search view of the catalog (runtime.ai.catalog.catalog_view): env.AI.models()
     catalog_view: Callable[[], list[dict[str, Any]]] = lambda: []  # noqa: E731
     # an object set ((account, script, class, id), ms) or deleted (ms None) its alarm: the scheduler's
