@@ -16,8 +16,9 @@ import hmac
 import html
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
+from typing import Any
 from urllib.parse import parse_qs
 
 from starlette.requests import Request
@@ -47,10 +48,17 @@ CSP = (
 
 
 class DashboardEndpoints:
-    def __init__(self, edge: Edge, feed: DashboardFeed, rollouts: Rollouts | None, admin_token: str | None):
+    def __init__(
+        self,
+        edge: Edge,
+        feed: DashboardFeed,
+        rollouts: Rollouts | None,
+        admin_token: str | None,
+        ai_search: Callable[[], list[dict[str, Any]]] | None = None,
+    ):
         self.edge, self.feed, self.admin_token = edge, feed, admin_token
         self.sessions = DashboardSessions()
-        self.snapshots = SnapshotBuilder(edge, feed, rollouts)
+        self.snapshots = SnapshotBuilder(edge, feed, rollouts, ai_search)
 
     def routes(self) -> list[Route]:
         return [

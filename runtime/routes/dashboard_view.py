@@ -5,6 +5,7 @@ per-account metrics too), the canaries in progress and the feed's windows (runti
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 from edge_sim.edge import Edge
@@ -28,8 +29,15 @@ def topology_view(edge: Edge) -> dict[str, Any]:
 class SnapshotBuilder:
     """Builds the state of now; keeps the last generated-token counts to show decode tok/s."""
 
-    def __init__(self, edge: Edge, feed: DashboardFeed, rollouts: Rollouts | None):
+    def __init__(
+        self,
+        edge: Edge,
+        feed: DashboardFeed,
+        rollouts: Rollouts | None,
+        ai_search: Callable[[], list[dict[str, Any]]] | None = None,
+    ):
         self.edge, self.feed, self.rollouts = edge, feed, rollouts
+        self.ai_search = ai_search  # each AI Search instance's indexing progress (runtime.ai.search)
         self._generated: dict[tuple[str, str], tuple[float, int]] = {}
 
     def build(self) -> dict[str, Any]:
@@ -80,6 +88,7 @@ class SnapshotBuilder:
             "accounts": self._accounts(per_account, seats, blocks),
             "models": self._models(models),
             "series": self.feed.series.view(),
+            "ai_search": self.ai_search() if self.ai_search is not None else [],
             "work_s": round(self.feed.work_s, 6),  # the dashboards' cost so far (dashboard_feed)
         }
 

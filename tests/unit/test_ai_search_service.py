@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from runtime.ai.search import indexing, service
+from runtime.ai.search import documents, indexing
 from runtime.ai.search.errors import EXISTS, INVALID, LIMIT, NOT_FOUND, SOURCE, AISearchError
 from runtime.ai.search.service import AISearch
 from runtime.bindings import BindingStores
@@ -140,7 +140,7 @@ def test_item_checks(ais: AISearch):
                 await ais.item_upload("a", "default", "docs", key, content, meta)
             assert exc.value.code == INVALID and words in exc.value.message, key
         with pytest.raises(AISearchError) as exc:
-            await ais.item_upload("a", "default", "docs", "big.md", b"x" * (service.MAX_ITEM_BYTES + 1))
+            await ais.item_upload("a", "default", "docs", "big.md", b"x" * (documents.MAX_ITEM_BYTES + 1))
         assert exc.value.code == LIMIT
 
     run(go())
@@ -418,7 +418,7 @@ def test_r2_source_synced_as_objects_change(tmp_path: Path):
 
 
 def test_background_sync_picks_up_a_new_object(tmp_path: Path, monkeypatch):
-    monkeypatch.setattr(service, "SYNC_S", 0.05)
+    monkeypatch.setattr(documents, "SYNC_S", 0.05)
     stores = BindingStores(tmp_path)
     ais = AISearch(tmp_path, stores)
     r2 = stores.store("r2")
@@ -460,7 +460,7 @@ def test_folder_source(tmp_path: Path, ais: AISearch):
 
 
 def test_caps_are_stated_and_held(ais: AISearch, monkeypatch):
-    monkeypatch.setattr(service, "MAX_ITEMS", 2)
+    monkeypatch.setattr(documents, "MAX_ITEMS", 2)
     monkeypatch.setattr(indexing, "MAX_CHUNKS", 3)
 
     async def go():
@@ -494,3 +494,23 @@ def test_one_accounts_flood_does_not_hold_anothers_search(ais: AISearch):
         assert stats["queued"] > 0
 
     run(go())
+
+
+def test_progress_for_the_dashboard(ais: AISearch):
+    from runtime.control.dashboard_feed import DashboardFeed
+    from runtime.routes.dashboard_view import SnapshotBuilder
+
+    async def go():
+        await _indexed(ais, docs={"photo.png": b"\x89PNG\r\n\x1a\n", **DOCS})
+
+    run(go())
+    (row,) = ais.progress()
+    assert row["account"] == "acct" and row["instance"] == "docs" and row["documents"] == 5
+    assert row["completed"] == 4 and row["error"] == 1 and row["chunks"] >= 4
+    assert row["last_error"].startswith("photo.png: ")
+
+    class NoPoPs:
+        nodes: dict = {}
+
+    snapshot = SnapshotBuilder(NoPoPs(), DashboardFeed(), None, ais.progress).build()
+    assert snapshot["ai_search"] == [row]

@@ -233,6 +233,20 @@ function updateModels(models) {
   }));
 }
 
+// --- AI Search: each instance's indexing (documents done of all, chunks, errors) ---------------
+function updateSearch(rows) {
+  const body = document.querySelector("#ai-search tbody");
+  body.replaceChildren(...(rows || []).map((r) => {
+    const done = r.completed + r.error + r.skipped;
+    const bar = el("progress", { max: String(Math.max(1, r.documents)), value: String(done) });
+    return el("tr", { "data-instance": `${r.account}/${r.namespace}/${r.instance}` },
+      el("td", {}, r.account), el("td", {}, r.namespace), el("td", {}, r.instance),
+      el("td", {}, bar, ` ${done} / ${r.documents}`), el("td", { class: "num" }, r.queued + r.running),
+      el("td", { class: "num" }, r.chunks), el("td", { class: r.error ? "num limited hot" : "num" }, r.error),
+      el("td", { class: "muted" }, r.last_error || ""));
+  }));
+}
+
 // --- charts: the last 10 minutes ---------------------------------------------------------------
 const CHARTS = [
   ["output tokens / s", [["tok_s", "tok/s"]]], ["requests / s", [["req_s", "req/s"]]],
@@ -273,7 +287,7 @@ events.addEventListener("topology", (e) => { state.topology = JSON.parse(e.data)
 events.addEventListener("snapshot", (e) => {
   const snapshot = JSON.parse(e.data);
   state.snapshot = snapshot;
-  updateMap(snapshot); updateAccounts(snapshot.accounts); updateModels(snapshot.models);
+  updateMap(snapshot); updateAccounts(snapshot.accounts); updateModels(snapshot.models); updateSearch(snapshot.ai_search);
   if (document.getElementById("view-charts").classList.contains("active")) drawCharts();
 });
 events.addEventListener("request", (e) => {
