@@ -19,9 +19,12 @@ from runtime.bindings import BindingStores
 DOCS = {
     "kettle.md": "# Zephyr kettle\n\nThe Zephyr kettle boils a litre of water in ninety seconds. "
     "It carries a two year warranty against limescale damage.\n",
-    "bridge.md": "# Harbor bridge\n\nThe harbor bridge opened in 1932 and carries freight trains across the bay.\n",
-    "guide/setup.md": "# Setup\n\nRun make dev to start the local edge, then open the dashboard in a browser.\n",
-    "guide/deploy.md": "# Deploying\n\nRun edge deploy to publish a version; edge rollback returns to the previous one.\n",
+    "bridge.md": "# Harbor bridge\n\nThe harbor bridge opened in 1932 and carries freight trains "
+    "across the bay.\n",
+    "guide/setup.md": "# Setup\n\nRun make dev to start the local edge, then open the dashboard "
+    "in a browser.\n",
+    "guide/deploy.md": "# Deploying\n\nRun edge deploy to publish a version; edge rollback returns "
+    "to the previous one.\n",
 }
 
 
@@ -36,7 +39,9 @@ def ais(tmp_path: Path):
     s.close()
 
 
-async def _indexed(s: AISearch, account: str = "acct", name: str = "docs", docs=DOCS, **settings) -> list[dict]:
+async def _indexed(
+    s: AISearch, account: str = "acct", name: str = "docs", docs=DOCS, **settings
+) -> list[dict]:
     await s.instance_create(account, "default", {"id": name, **settings})
     items = []
     for key, text in docs.items():
@@ -75,7 +80,9 @@ def test_namespaces_default_create_delete(ais: AISearch):
 
 def test_instance_settings_checked(ais: AISearch):
     async def go():
-        made = await ais.instance_create("a", "default", {"id": "docs", "chunk_size": 128, "max_num_results": 5})
+        made = await ais.instance_create(
+            "a", "default", {"id": "docs", "chunk_size": 128, "max_num_results": 5}
+        )
         assert made["id"] == "docs" and made["chunk_size"] == 128 and made["type"] is None
         assert made["edge"]["embedder"] == ais.embedder.name
         for body, code, words in [
@@ -92,7 +99,9 @@ def test_instance_settings_checked(ais: AISearch):
                 await ais.instance_create("a", "default", body)
             assert exc.value.code == code and words in exc.value.message, body
         updated = await ais.instance_update("a", "default", "docs", {"max_num_results": 7, "reranking": True})
-        assert updated["max_num_results"] == 7 and updated["reranking"] is True and updated["chunk_size"] == 128
+        assert (
+            updated["max_num_results"] == 7 and updated["reranking"] is True and updated["chunk_size"] == 128
+        )
         listed, total = await ais.instances("a", "default")
         assert total == 1 and listed[0]["id"] == "docs"
         assert (await ais.instances("b", "default"))[1] == 0
@@ -199,7 +208,9 @@ def test_each_retrieval_type_finds_the_passage(ais: AISearch, kind: str):
     async def go():
         await _indexed(ais)
         options = {"retrieval": {"retrieval_type": kind, "keyword_match_mode": "or"}}
-        result = await ais.search("acct", "default", ["docs"], {"query": "kettle warranty", "ai_search_options": options})
+        result = await ais.search(
+            "acct", "default", ["docs"], {"query": "kettle warranty", "ai_search_options": options}
+        )
         assert _keys(result)[0] == "kettle.md"
         chunk = result["chunks"][0]
         assert chunk["type"] == "text" and "two year warranty" in chunk["text"] and chunk["score"] > 0
@@ -216,7 +227,10 @@ def test_retrieval_options(ais: AISearch):
         await _indexed(ais)
 
         def ask(query: str, **retrieval):
-            body = {"messages": [{"role": "user", "content": query}], "ai_search_options": {"retrieval": retrieval}}
+            body = {
+                "messages": [{"role": "user", "content": query}],
+                "ai_search_options": {"retrieval": retrieval},
+            }
             return ais.search("acct", "default", ["docs"], body)
 
         # filters: both formats, before ranking
@@ -224,17 +238,31 @@ def test_retrieval_options(ais: AISearch):
         assert only_guide["chunks"] and set(_keys(only_guide)) <= {"guide/setup.md", "guide/deploy.md"}
         meta = await ask("run", keyword_match_mode="or", filters={"section": {"$eq": "guide"}})
         assert set(_keys(meta)) == {"guide/setup.md", "guide/deploy.md"}
-        legacy = await ask("run", keyword_match_mode="or", filters={"type": "eq", "key": "filename", "value": "guide/deploy.md"})
+        legacy = await ask(
+            "run",
+            keyword_match_mode="or",
+            filters={"type": "eq", "key": "filename", "value": "guide/deploy.md"},
+        )
         assert _keys(legacy) == ["guide/deploy.md"]
         none = await ask("run", filters={"timestamp": {"$lt": 1000}})
         assert none["chunks"] == []
         # max_num_results, keyword_match_mode and/or, match_threshold
-        assert len((await ask("the edge run bay kettle", keyword_match_mode="or", max_num_results=2))["chunks"]) == 2
-        assert (await ask("kettle bridge", retrieval_type="keyword"))["chunks"] == []  # and: no chunk has both
-        assert len((await ask("kettle bridge", retrieval_type="keyword", keyword_match_mode="or"))["chunks"]) == 2
+        assert (
+            len((await ask("the edge run bay kettle", keyword_match_mode="or", max_num_results=2))["chunks"])
+            == 2
+        )
+        assert (await ask("kettle bridge", retrieval_type="keyword"))[
+            "chunks"
+        ] == []  # and: no chunk has both
+        assert (
+            len((await ask("kettle bridge", retrieval_type="keyword", keyword_match_mode="or"))["chunks"])
+            == 2
+        )
         assert (await ask("kettle warranty", match_threshold=1.0))["chunks"] == []
         # context_expansion joins neighbouring chunks of the same document
-        long_doc = {"long.md": "# Long\n\n" + " ".join(f"Sentence {i} says nothing much." for i in range(400))}
+        long_doc = {
+            "long.md": "# Long\n\n" + " ".join(f"Sentence {i} says nothing much." for i in range(400))
+        }
         await ais.instance_create("acct", "default", {"id": "long", "chunk_size": 64})
         item = await ais.item_upload("acct", "default", "long", "long.md", long_doc["long.md"])
         await ais.item_wait("acct", "default", "long", item["id"], 30)
@@ -271,7 +299,9 @@ def test_reranking_and_query_rewrite_use_the_local_models(ais: AISearch):
             return {"response": "deploy rollback version", "usage": {}}
 
         options = {"query_rewrite": {"enabled": True}, "reranking": {"enabled": True}}
-        result = await ais.search("acct", "default", ["docs"], {"query": "how do I go back", "ai_search_options": options}, generate)
+        result = await ais.search(
+            "acct", "default", ["docs"], {"query": "how do I go back", "ai_search_options": options}, generate
+        )
         assert result["search_query"] == "how do I go back\ndeploy rollback version"
         assert asked and asked[0][1]["messages"][-1]["content"] == "how do I go back"
         assert _keys(result)[0] == "guide/deploy.md"
@@ -294,18 +324,29 @@ def test_chat_completions_and_stream(ais: AISearch):
                     yield b'data: {"response":" years."}\n\ndata: [DONE]\n\n'
 
                 return events()
-            return {"response": "Two years.", "usage": {"prompt_tokens": 9, "completion_tokens": 2, "total_tokens": 11}}
+            return {
+                "response": "Two years.",
+                "usage": {"prompt_tokens": 9, "completion_tokens": 2, "total_tokens": 11},
+            }
 
-        body = {"messages": [{"role": "user", "content": "What warranty does the kettle have?"}], "model": "@cf/x/y"}
+        body = {
+            "messages": [{"role": "user", "content": "What warranty does the kettle have?"}],
+            "model": "@cf/x/y",
+        }
         answer = await ais.chat_completions("acct", "default", ["docs"], body, generate)
-        assert answer["object"] == "chat.completion" and answer["choices"][0]["message"]["content"] == "Two years."
+        assert (
+            answer["object"] == "chat.completion"
+            and answer["choices"][0]["message"]["content"] == "Two years."
+        )
         assert answer["chunks"][0]["item"]["key"] == "kettle.md" and answer["usage"]["total_tokens"] == 11
         system = seen["inputs"]["messages"][0]["content"]
         assert seen["model"] == "@cf/x/y" and "two year warranty" in system and 'key="kettle.md"' in system
         stream = await ais.chat_completions("acct", "default", ["docs"], {**body, "stream": True}, generate)
         events = b"".join([e async for e in stream]).decode()
         first, *rest = events.split("\n\n")
-        assert first.startswith("event: chunks\ndata: ") and json.loads(first.split("data: ", 1)[1])[0]["item"]
+        assert (
+            first.startswith("event: chunks\ndata: ") and json.loads(first.split("data: ", 1)[1])[0]["item"]
+        )
         deltas = [json.loads(e[6:]) for e in rest if e.startswith("data: {")]
         assert "".join(d["choices"][0]["delta"].get("content", "") for d in deltas) == "Two years."
         assert events.rstrip().endswith("data: [DONE]")
@@ -325,7 +366,9 @@ def test_legacy_autorag_shapes(ais: AISearch):
         top = page["data"][0]
         assert top["filename"] == "guide/deploy.md" and top["attributes"]["folder"] == "guide/"
         assert top["content"][0]["type"] == "text" and "edge deploy" in top["content"][0]["text"]
-        answered = await ais.autorag_ai_search("acct", "docs", {"query": "publish a version", "model": "@cf/m"}, generate)
+        answered = await ais.autorag_ai_search(
+            "acct", "docs", {"query": "publish a version", "model": "@cf/m"}, generate
+        )
         assert answered["response"] == "Run edge deploy." and answered["data"]
         filtered = await ais.autorag_search(
             "acct", "docs", {"query": "run", "filters": {"type": "eq", "key": "folder", "value": "guide/"}}
@@ -366,11 +409,17 @@ def test_another_account_reaches_nothing(ais: AISearch):
 def test_multi_instance_search_in_a_namespace(ais: AISearch):
     async def go():
         await ais.namespace_create("a", {"name": "kb"})
-        for name, text in [("one", "The lighthouse keeper logs every storm."), ("two", "The baker logs every loaf.")]:
+        for name, text in [
+            ("one", "The lighthouse keeper logs every storm."),
+            ("two", "The baker logs every loaf."),
+        ]:
             await ais.instance_create("a", "kb", {"id": name})
             item = await ais.item_upload("a", "kb", name, f"{name}.md", text)
             await ais.item_wait("a", "kb", name, item["id"], 30)
-        body = {"query": "who logs", "ai_search_options": {"instance_ids": ["one", "two"], "retrieval": {"keyword_match_mode": "or"}}}
+        body = {
+            "query": "who logs",
+            "ai_search_options": {"instance_ids": ["one", "two"], "retrieval": {"keyword_match_mode": "or"}},
+        }
         result = await ais.search("a", "kb", [], body)
         assert {c["instance_id"] for c in result["chunks"]} == {"one", "two"}
         with pytest.raises(AISearchError) as exc:
@@ -386,29 +435,56 @@ def test_r2_source_synced_as_objects_change(tmp_path: Path):
     r2 = stores.store("r2")
 
     async def go():
-        r2.call("acct", "kb", "put", ["faq/returns.md", b"# Returns\n\nReturns are accepted within thirty days."], {})
+        r2.call(
+            "acct",
+            "kb",
+            "put",
+            ["faq/returns.md", b"# Returns\n\nReturns are accepted within thirty days."],
+            {},
+        )
         made = await ais.instance_create("acct", "default", {"id": "kb", "type": "r2", "source": "kb"})
         assert made["type"] == "r2" and made["source"] == "kb"
         await ais.wait_indexed("acct", "default", "kb", 30)
-        assert _keys(await ais.search("acct", "default", ["kb"], {"query": "returns thirty days"})) == ["faq/returns.md"]
-        with pytest.raises(AISearchError):  # the items come from the bucket
-            await ais.item_upload("acct", "default", "kb", "x.md", "x")
+        assert _keys(await ais.search("acct", "default", ["kb"], {"query": "returns thirty days"})) == [
+            "faq/returns.md"
+        ]
+        with pytest.raises(AISearchError) as exc:  # the source's document keeps its name
+            await ais.item_upload("acct", "default", "kb", "faq/returns.md", "x")
+        assert exc.value.code == EXISTS
+        extra = await ais.item_upload(
+            "acct", "default", "kb", "notes.md", "Uploaded beside the bucket: the heron."
+        )
+        assert (await ais.item_wait("acct", "default", "kb", extra["id"], 30))["source_id"] == "builtin"
         # changed and new objects are indexed, removed ones dropped, by a sync (a job, or the schedule)
         await asyncio.sleep(0.01)
-        r2.call("acct", "kb", "put", ["faq/returns.md", b"# Returns\n\nReturns are accepted within ninety days."], {})
+        r2.call(
+            "acct",
+            "kb",
+            "put",
+            ["faq/returns.md", b"# Returns\n\nReturns are accepted within ninety days."],
+            {},
+        )
         r2.call("acct", "kb", "put", ["faq/shipping.md", b"# Shipping\n\nParcels ship every Tuesday."], {})
         job = await ais.job_create("acct", "default", "kb")
         assert job["source"] == "user" and job["total"] == 2
         await ais.wait_indexed("acct", "default", "kb", 30)
         result = await ais.search("acct", "default", ["kb"], {"query": "returns accepted days"})
         assert "ninety days" in result["chunks"][0]["text"]
-        assert _keys(await ais.search("acct", "default", ["kb"], {"query": "parcels tuesday"})) == ["faq/shipping.md"]
+        assert (
+            _keys(await ais.search("acct", "default", ["kb"], {"query": "parcels tuesday"}))[0]
+            == "faq/shipping.md"
+        )
         r2.call("acct", "kb", "delete", ["faq/shipping.md"], {})
         service_sync = ais._sync  # the schedule runs the same sync every SYNC_S in the background
         await ais._run("acct", service_sync, "acct", "default", "kb", "schedule", "test")
-        assert (await ais.search("acct", "default", ["kb"], {"query": "parcels tuesday"}))["chunks"] == []
+        assert "faq/shipping.md" not in _keys(
+            await ais.search("acct", "default", ["kb"], {"query": "parcels tuesday"})
+        )
+        assert _keys(await ais.search("acct", "default", ["kb"], {"query": "heron"}))[0] == "notes.md"  # kept
         jobs, total = await ais.jobs("acct", "default", "kb")
-        assert total >= 2 and (await ais.job_get("acct", "default", "kb", jobs[0]["id"]))["id"] == jobs[0]["id"]
+        assert (
+            total >= 2 and (await ais.job_get("acct", "default", "kb", jobs[0]["id"]))["id"] == jobs[0]["id"]
+        )
 
     try:
         run(go())
@@ -487,7 +563,9 @@ def test_one_accounts_flood_does_not_hold_anothers_search(ais: AISearch):
         await _indexed(ais, account="quiet")
         await ais.instance_create("flood", "default", {"id": "docs"})
         for i in range(150):
-            await ais.item_upload("flood", "default", "docs", f"d{i}.md", f"# Doc {i}\n\n" + "filler text " * 150)
+            await ais.item_upload(
+                "flood", "default", "docs", f"d{i}.md", f"# Doc {i}\n\n" + "filler text " * 150
+            )
         result = await ais.search("quiet", "default", ["docs"], {"query": "kettle warranty"})
         assert _keys(result)[0] == "kettle.md"
         stats = await ais.instance_stats("flood", "default", "docs")
@@ -514,3 +592,23 @@ def test_progress_for_the_dashboard(ais: AISearch):
 
     snapshot = SnapshotBuilder(NoPoPs(), DashboardFeed(), None, ais.progress).build()
     assert snapshot["ai_search"] == [row]
+
+
+def test_a_source_document_over_the_cap_is_an_item_in_error(tmp_path: Path, ais: AISearch, monkeypatch):
+    monkeypatch.setattr(documents, "MAX_ITEM_BYTES", 100)
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    (folder / "small.md").write_text("The wren nests low.")
+    (folder / "big.md").write_text("word " * 100)
+
+    async def go():
+        await ais.sync_folder("acct", "default", "docs", folder)
+        await ais.wait_indexed("acct", "default", "docs", 30)
+        (big,), _ = await ais.items("acct", "default", "docs", key="big.md")
+        assert big["status"] == "error" and "at most" in big["error"]
+        (small,), _ = await ais.items("acct", "default", "docs", key="small.md")
+        assert small["status"] == "completed"
+        jobs, _ = await ais.jobs("acct", "default", "docs")
+        assert jobs[0]["errors"] == 1 and jobs[0]["documents"] == 1
+
+    run(go())

@@ -25,7 +25,7 @@ from typing import Any
 from runtime.ai.search import settings as cfg
 from runtime.ai.search.common import PER_PAGE, int_arg, iso, page_of
 from runtime.ai.search.embedder import Embedder
-from runtime.ai.search.errors import INVALID, LIMIT, NOT_FOUND, AISearchError
+from runtime.ai.search.errors import EXISTS, INVALID, LIMIT, NOT_FOUND, AISearchError
 from runtime.ai.search.indexing import index_item
 from runtime.ai.search.store import ITEM_COLUMNS, SearchStore, item_row
 from runtime.control.fair_pool import FairPool
@@ -117,7 +117,6 @@ class Documents:
         metadata: dict,
         source_id: str,
         object_time: float,
-        job: str | None = None,
     ) -> tuple[dict, bool]:
         """Insert or replace an item (queued); (its row, whether it changed)."""
         checksum = hashlib.sha256(content).hexdigest()
@@ -129,7 +128,9 @@ class Documents:
                 (account, ns, name, key),
             ).fetchone()
             if old is not None and old[1] == checksum and json.loads(old[3] or "{}") == metadata:
-                db.execute("UPDATE items SET last_seen = ? WHERE id = ?", (now, old[0]))
+                db.execute(
+                    "UPDATE items SET last_seen = ?, object_time = ? WHERE id = ?", (now, object_time, old[0])
+                )
                 changed = False
                 item_id = old[0]
             else:
@@ -176,10 +177,9 @@ class Documents:
                     )
                 else:
                     db.execute(
-                        "UPDATE items SET content = ?, content_type = ?, size = ?, checksum = "
-                        "?, metadata = ?, "
-                        "status = 'queued', error = NULL, modified = ?, last_seen = ?, "
-                        "object_time = ? WHERE id = ?",
+                        "UPDATE items SET content = ?, content_type = ?, size = ?, checksum = ?, "
+                        "metadata = ?, status = 'queued', error = NULL, modified = ?, last_seen = ?, "
+                        "object_time = ?, source_id = ? WHERE id = ?",
                         (
                             content,
                             content_type,
@@ -189,13 +189,12 @@ class Documents:
                             now,
                             now,
                             object_time,
+                            source_id,
                             item_id,
                         ),
                     )
                 self.store.bump(db, account, ns, name, grown)
                 changed = True
-            if job is not None and changed:
-                db.execute("UPDATE items SET error = NULL WHERE id = ?", (item_id,))
         return self.store.item(account, ns, name, item_id), changed
 
     async def item_upload(
@@ -214,9 +213,12 @@ class Documents:
 
         def work() -> dict:
             row = self._instance_row(account, ns, name)
-            if row["config"].get("type") == "r2" or row["config"].get("source_dir"):
+            held = self.store.item_by_key(account, ns, name, key)
+            if held is not None and held["source_id"] != "builtin":  # the source's copy wins its name
                 raise AISearchError(
-                    INVALID, "this instance's documents come from its source; upload to the source"
+                    EXISTS,
+                    f"{key!r} is a document of the instance's source ({held['source_id']}); "
+                    "upload under another name, or change it in the source",
                 )
             meta = self._check_metadata(metadata, row["config"].get("custom_metadata") or [])
             item, _ = self._put_item(account, ns, name, key, content, "", meta, "builtin", time.time())
@@ -371,8 +373,9 @@ class Documents:
         known = {
             key: (item_id, object_time)
             for key, item_id, object_time in self.store.execute(
-                "SELECT key, id, object_time FROM items WHERE account = ? AND namespace = ? AND instance = ?",
-                (account, ns, name),
+                "SELECT key, id, object_time FROM items WHERE account = ? AND namespace = ? AND instance = ? "
+                "AND source_id = ?",
+                (account, ns, name, _source_id(row["config"])),
             )
         }
         gone = [item_id for key, (item_id, _) in known.items() if key not in objects]
@@ -387,27 +390,21 @@ class Documents:
             (job_id, account, ns, name, source, description, now, len(objects)),
         )
         errors = skipped = 0
+        source_id = _source_id(row["config"])
         for key in fresh:
             t, read = objects[key]
             content = read()
-            if len(content) > MAX_ITEM_BYTES:
-                errors += 1
-                continue
             try:
-                _, changed = self._put_item(
-                    account, ns, name, key, content, "", {}, _source_id(row["config"]), t, job_id
-                )
-            except AISearchError:
+                if len(content) > MAX_ITEM_BYTES:
+                    raise AISearchError(
+                        LIMIT, f"{len(content)} bytes; at most {MAX_ITEM_BYTES // 2**20} MiB a document"
+                    )
+                _, changed = self._put_item(account, ns, name, key, content, "", {}, source_id, t)
+            except AISearchError as exc:  # said on the item, and the others go on
+                self._refused_item(account, ns, name, key, source_id, t, exc.message)
                 errors += 1
                 continue
-            if changed:
-                self.store.execute(
-                    "UPDATE items SET error = ? WHERE account = ? AND key = ? AND namespace = ? "
-                    "AND instance = ?",
-                    (None, account, key, ns, name),
-                )
-            else:
-                skipped += 1
+            skipped += 0 if changed else 1
         if gone:
             self._drop_items(account, ns, name, gone)
         self.store.execute(
@@ -422,6 +419,34 @@ class Documents:
             ),
         )
         return self._job_shape(self.store.one(f"SELECT {JOB_COLUMNS} FROM jobs WHERE id = ?", (job_id,)))
+
+    def _refused_item(
+        self, account: str, ns: str, name: str, key: str, source_id: str, object_time: float, why: str
+    ) -> None:
+        """An object of the source that cannot be taken (too big, a cap): an item in `error` with
+        the reason, its old chunks gone, so that stats and the dashboard say so."""
+        now = time.time()
+        with self.store.transaction() as db:
+            old = db.execute(
+                "SELECT id FROM items WHERE account = ? AND namespace = ? AND instance = ? AND key = ?",
+                (account, ns, name, key),
+            ).fetchone()
+            if old is not None:
+                db.execute("DELETE FROM chunks WHERE item_id = ?", (old[0],))
+                db.execute(
+                    "UPDATE items SET status = 'error', error = ?, modified = ?, object_time = ?, "
+                    "chunks_count = NULL WHERE id = ?",
+                    (why, now, object_time, old[0]),
+                )
+            else:
+                db.execute(
+                    "INSERT INTO items (id, account, namespace, instance, key, source_id, content, "
+                    "content_type, size, checksum, metadata, status, error, created, modified, last_seen, "
+                    "object_time) "
+                    "VALUES (?, ?, ?, ?, ?, ?, x'', '', 0, '', '{}', 'error', ?, ?, ?, ?, ?)",
+                    (str(uuid.uuid4()), account, ns, name, key, source_id, why, now, now, now, object_time),
+                )
+            self.store.bump(db, account, ns, name)
 
     def _job_shape(self, row: tuple) -> dict:
         job_id, source, description, started, ended, end_reason, documents, chunks, errors, skipped, total = (
