@@ -31,8 +31,12 @@ from edge_sim.remote import health_checks
 from runtime.ai.batch import BatchQueue
 from runtime.ai.catalog import CatalogAlias, CatalogEntry, alias_map, catalog_view
 from runtime.ai.gateway import Gateways, GatewaySettings
+from runtime.ai.search.binding import prepare as prepare_ai_search
+from runtime.ai.search.errors import AISearchError
+from runtime.ai.search.service import AISearch
 from runtime.ai.service import AIService, account_rows
 from runtime.bindings import BindingStores
+from runtime.bindings.ai_search import source_folders
 from runtime.control.accounts import Accounts
 from runtime.control.addresses import DEFAULT_ORIGIN, parse_origin
 from runtime.control.config import WorkerConfig, account_settings
@@ -62,6 +66,7 @@ from runtime.host.worker import WorkerHandle
 from runtime.routes.accounts import AccountEndpoints
 from runtime.routes.ai_models import AIModelsApi
 from runtime.routes.ai_rest import AIApi
+from runtime.routes.ai_search import AISearchRestApi  # AI Search REST (issue 58, REST/CLI helper)
 from runtime.routes.app import assemble
 from runtime.routes.dashboard import DashboardEndpoints
 from runtime.routes.deploy import ControlApi
@@ -201,6 +206,9 @@ class Runtime:
         }
         self.gateways = Gateways(self.ai, self.bindings.pool, config.state_dir, settings=gateway_settings)
         services.gateways = self.gateways
+        # AI Search: every account's namespaces and instances under .edge/ (runtime.ai.search)
+        self.ai_search = AISearch(config.state_dir, self.bindings)
+        services.ai_search = self.ai_search
         self.workers = WorkerRegistry(config, self.state, start, self.objects, deps)
         # the dev worker's workflows: each runs its instances in an isolate of its own
         configured = {w.name: w.class_name for w in config.bindings.get("workflows", [])}
@@ -223,7 +231,9 @@ class Runtime:
         self.rollout_endpoints = RolloutEndpoints(
             config, edge, self.metrics, self.tail, self.ai.rollouts, self.endpoints.admin_body
         )
-        self.dashboard = DashboardEndpoints(edge, self.feed, self.ai.rollouts, admin_token)
+        self.dashboard = DashboardEndpoints(
+            edge, self.feed, self.ai.rollouts, admin_token, ai_search=self.ai_search.progress
+        )
         self.api = AIApi(
             ApiServices(self.state, self.ai, self.metrics, self.locator, self.catalog, edge, self.aliases),
             self.gateways,
@@ -232,6 +242,7 @@ class Runtime:
         self.responses = ResponsesApi(self.api)
         self.gateway_api = GatewayApi(self.api, self.gateways)
         self.gateway_rest = GatewayRestApi(self.api, self.gateways, lambda: self.origin)
+        self.ai_search_rest = AISearchRestApi(self.api, self.ai_search)  # AI Search REST (issue 58)
         self.control = ControlApi(self.state, config.state_dir, self.tail, self.workers.restart_worker)
         self.workflow_api = WorkflowApi(self.state, self.bindings, lambda: dict(self.workflows.names))
         self._tasks: list[asyncio.Task] = []
@@ -244,13 +255,16 @@ class Runtime:
 
     # --- lifecycle --------------------------------------------------------------------------------
 
-    async def start(self) -> None:
+    async def start(self, ai_search_wait_s: float = 0.0) -> None:
+        """Start serving; `ai_search_wait_s`: how long to wait for the AI Search folders' documents
+        to be indexed first (the pytest plugin waits; `edge dev` serves at once)."""
         self._loop = asyncio.get_running_loop()
         remotes = self.edge.remote_nodes()
         if remotes:  # know their state before the first request, then keep checking
             await asyncio.gather(*(node.refresh() for node in remotes))
             self._tasks.append(asyncio.create_task(health_checks(remotes)))
         await self.workers.load_dev()  # a script that does not load is reported, and served 503s
+        await self._prepare_ai_search(ai_search_wait_s)
         if self.watch:
             watch = watch_source(self.config.main_path.parent, self.workers.source_changed)
             self._tasks.append(asyncio.create_task(watch))
@@ -272,6 +286,17 @@ class Runtime:
             self._tasks.append(asyncio.create_task(self.workflows.run_forever()))
         self._tasks.append(asyncio.create_task(self.alarms.run()))
         self._tasks.append(asyncio.create_task(self.dashboard.publish_forever()))
+
+    async def _prepare_ai_search(self, wait_s: float) -> None:
+        """The dev worker's AI Search bindings: their namespaces made, and each [[ai_search]]
+        source_dir indexed into its instance and kept in step (runtime.ai.search.binding.prepare);
+        a folder missing is said and the rest serve."""
+        namespaces = [e.namespace for e in self.config.bindings.get("ai_search_namespaces", [])]
+        try:
+            folders = source_folders(self.config.bindings.get("ai_search", []), Path(self.config.base_dir))
+            await prepare_ai_search(self.ai_search, self.config.account_id, namespaces, folders, wait_s)
+        except (ValueError, AISearchError) as exc:
+            log.error("ai_search: %s", exc)
 
     def _start_queue_consumers(self) -> None:
         """One delivery loop per queues.consumers entry of the dev worker (runtime.events.queue_consumers)."""
@@ -332,6 +357,7 @@ class Runtime:
         await self.workers.stop()
         await self.workflows.stop()
         await self.objects.stop()
+        self.ai_search.close()  # before the bindings: it reads R2 sources
         self.bindings.close()
         self.gateways.close()
         self.ai.embed_pool.close()
@@ -349,6 +375,7 @@ def create_app(runtime: Runtime) -> Starlette:
         *runtime.responses.routes(),
         *runtime.gateway_api.routes(),
         *runtime.gateway_rest.routes(),
+        *runtime.ai_search_rest.routes(),  # AI Search REST (issue 58)
         *runtime.control.routes(),
         *runtime.workflow_api.routes(),
         *openapi_routes(),

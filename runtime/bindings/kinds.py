@@ -12,6 +12,8 @@ from typing import Any
 
 import msgspec
 
+from runtime.bindings.ai_search import INSTANCE as AI_SEARCH
+from runtime.bindings.ai_search import NAMESPACE as AI_SEARCH_NAMESPACE
 from runtime.bindings.d1 import KIND as D1
 from runtime.bindings.kind import BindingKind, BindingRef
 from runtime.bindings.kv import KIND as KV
@@ -22,7 +24,7 @@ from runtime.bindings.vectorize import KIND as VECTORIZE
 from runtime.bindings.workflows import KIND as WORKFLOW
 from runtime.control import config_schema
 
-KINDS: list[BindingKind] = [KV, D1, R2, QUEUE, RATELIMIT, WORKFLOW, VECTORIZE]
+KINDS: list[BindingKind] = [KV, D1, R2, QUEUE, RATELIMIT, WORKFLOW, VECTORIZE, AI_SEARCH_NAMESPACE, AI_SEARCH]
 
 
 def kind(name: str) -> BindingKind | None:

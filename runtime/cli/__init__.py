@@ -11,6 +11,7 @@ import argparse
 
 from capacity import cli as capacity_cli
 from runtime.cli.accounts import add_account_parsers
+from runtime.cli.ai_search import add_ai_search_parser
 from runtime.cli.bench import add_bench_parser
 from runtime.cli.common import _show_defaults
 from runtime.cli.control import _pretty, add_client_parsers, add_reload_parser
@@ -39,6 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     add_rollout_parser(models)
     add_d1_parser(sub)
     add_vectorize_parser(sub)
+    add_ai_search_parser(sub)
     add_bench_parser(sub)
     capacity_cli.register(sub)
     _show_defaults(parser)

@@ -8,6 +8,8 @@ D1 binding `env.DB` (wrangler.jsonc's d1_databases) and answers 501 naming it if
 `rag` embeds documents into a Vectorize index (env.VECTORIZE) and answers questions with the
 chat model, the passages found in its prompt. `agent` runs a tool loop: the model calls a tool the
 worker implements, the worker runs it and sends the result back, the model answers from it.
+`ai-search` (docs-bot) answers from the Markdown files of its docs/ folder through an AI Search
+binding (env.DOCS) whose instance `edge dev` fills from that folder (its `source_dir`).
 Each project gets tests/test_worker.py, tests of its worker with edge-workers' pytest plugin
 (runtime.testing), which `python -m pytest` runs there.
 """
@@ -512,6 +514,162 @@ async def test_a_question_is_needed(worker):
 """
 )
 
+# The ai-search template ("docs-bot"): a worker that answers from the Markdown files in docs/,
+# through an [[ai_search]] binding whose instance edge dev fills from that folder (source_dir, edge's
+# own key) and keeps in step with it as files change.
+DOCS_BOT = r'''"""A docs bot: answers questions from the Markdown files in docs/ through AI Search (the
+[[ai_search]] binding env.DOCS, whose instance `edge dev` fills from that folder and keeps in step
+with it). GET /?q=How many backups does Skylark keep? answers in words, naming the files it read;
+GET /search?q=... shows the passages found (retrieval only); GET /stats says how far the indexing is.
+"""
+
+from urllib.parse import parse_qs, urlsplit
+
+from workers import Response, WorkerEntrypoint
+
+MODEL = "@READER@"  # the model that answers; the instance's own default when left out
+SOURCES = 3  # passages given to the model, and shown by /search
+
+
+class Default(WorkerEntrypoint):
+    async def fetch(self, request):
+        url = urlsplit(request.url)
+        if url.path == "/stats":
+            try:
+                return Response.json(await self.env.DOCS.stats())
+            except Exception as exc:  # no instance yet: edge dev makes it from docs/ as it starts
+                return Response.json({"error": str(exc)}, status=503)
+        question = parse_qs(url.query).get("q", [""])[0].strip()
+        if request.method == "POST":
+            try:
+                body = await request.json()
+            except ValueError:
+                body = None
+            question = str(body.get("question") or "").strip() if isinstance(body, dict) else ""
+        if not question:
+            hint = 'ask with ?q=... or POST {"question": "..."}'
+            return Response.json({"error": hint}, status=400)
+        retrieval = {"retrieval": {"max_num_results": SOURCES}}
+        try:
+            if url.path == "/search":
+                found = await self.env.DOCS.search({"query": question, "ai_search_options": retrieval})
+                results = [
+                    {"file": c["item"]["key"], "score": round(c["score"], 4), "text": c["text"]}
+                    for c in found["chunks"]
+                ]
+                return Response.json({"query": found["search_query"], "results": results})
+            answer = await self.env.DOCS.chatCompletions(
+                {
+                    "messages": [{"role": "user", "content": question}],
+                    "model": MODEL,
+                    "max_tokens": 48,
+                    "ai_search_options": retrieval,
+                }
+            )
+        except Exception as exc:  # AI Search's error: its message names the code and what to change
+            return Response.json({"error": str(exc)}, status=502)
+        return Response.json(
+            {
+                "answer": answer["choices"][0]["message"]["content"],
+                "sources": [c["item"]["key"] for c in answer["chunks"]],
+            }
+        )
+'''.replace("@READER@", READER)
+
+DOCS_BOT_PAGES = {
+    "docs/getting-started.md": """\
+# Getting started with Skylark
+
+Skylark is a small self-hosted notes server.
+
+## Install
+
+Install it with `pip install skylark-notes`, then start the server with `skylark serve`.
+
+## The port
+
+By default Skylark listens on port 4040. Set the `SKYLARK_PORT` environment variable to listen
+on another port, for example `SKYLARK_PORT=8080 skylark serve`.
+""",
+    "docs/backups.md": """\
+# Backups
+
+Skylark writes a backup of every notebook every six hours into the `backups/` folder.
+
+## How many backups are kept
+
+Skylark keeps the 14 newest backups and deletes older ones. Change the number with
+`backup_keep` in `skylark.toml`.
+
+## Restoring a backup
+
+Stop the server, then run `skylark restore backups/FILE.tar` and start it again.
+""",
+    "docs/accounts.md": """\
+# Accounts and passwords
+
+Every person who writes notes has an account, made with `skylark add-user NAME`.
+
+## Resetting a password
+
+An administrator resets a user's password with `skylark reset-password NAME`; the user gets a
+one-time link that expires after 24 hours.
+
+## Removing an account
+
+`skylark remove-user NAME` deletes the account; its notes move to the administrator.
+""",
+}
+
+DOCS_BOT_TEST = (
+    TEST_HEAD
+    + '''
+import asyncio
+
+
+async def indexed(worker):
+    """Until every file of docs/ is indexed (edge dev reads the folder at start, then indexes it)."""
+    for _ in range(600):
+        r = await worker.fetch("/stats")
+        stats = r.json()
+        if r.status == 200 and stats["completed"] >= 3 and stats["queued"] + stats["running"] == 0:
+            return stats
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"docs/ was not indexed: {stats}")
+
+
+async def test_every_file_of_docs_is_indexed(worker):
+    stats = await indexed(worker)
+    assert stats["completed"] == 3 and stats["error"] == 0
+
+
+async def test_the_passage_that_answers_comes_first(worker):
+    await indexed(worker)
+    r = await worker.fetch("/search?q=Which+port+does+Skylark+listen+on+by+default%3F")
+    assert r.status == 200
+    best = r.json()["results"][0]
+    assert best["file"] == "getting-started.md" and "4040" in best["text"]
+
+
+async def test_it_answers_from_the_file_that_says(worker):
+    await indexed(worker)
+    r = await worker.fetch("/?q=How+many+backups+does+Skylark+keep%3F")
+    assert r.status == 200
+    body = r.json()
+    assert body["sources"][0] == "backups.md"
+    assert body["answer"].strip()  # the model's words, read from the passages above
+    # the real model samples; every AI call without a seed of its own gets the plugin's
+    # (pytest --edge-ai-seed N, default 0), so the same question gets the same answer
+    assert (await worker.fetch("/?q=How+many+backups+does+Skylark+keep%3F")).json() == body
+
+
+async def test_a_question_is_needed(worker):
+    r = await worker.fetch("/", method="POST", json={"q": "?"})
+    assert r.status == 400
+    assert "question" in r.json()["error"]
+'''
+)
+
 TEMPLATES: dict[str, Template] = {
     "hello": Template(
         "a plain fetch handler",
@@ -597,6 +755,31 @@ TEMPLATES: dict[str, Template] = {
         'chat".',
         {"ai": {"binding": "AI"}},
         test=AGENT_TEST,
+    ),
+    "ai-search": Template(
+        "a docs bot: AI Search over the Markdown files in docs/ (env.DOCS), answered by the chat model",
+        DOCS_BOT,
+        "`edge dev` indexes the Markdown files in `docs/` into the AI Search instance `docs` (the "
+        "`ai_search` binding's `source_dir`, edge's own key; Cloudflare fills an instance from an R2 "
+        "bucket or uploads instead) and keeps it in step as files change. Ask it what the docs say:\n\n"
+        "    curl 'http://127.0.0.1:8787/?q=Which+port+does+Skylark+listen+on+by+default%3F'\n"
+        "    curl 'http://127.0.0.1:8787/?q=How+many+backups+does+Skylark+keep%3F'\n"
+        '    curl http://127.0.0.1:8787/ -d \'{"question": "How do I reset a password?"}\'\n'
+        "    curl 'http://127.0.0.1:8787/search?q=restore+a+backup'     # the passages only\n"
+        "    curl http://127.0.0.1:8787/stats                            # the indexing's progress\n\n"
+        "Each answer names the files it read (`sources`). Put your own Markdown in `docs/` (the "
+        "instance follows within seconds); `edge ai-search search docs --query '...'` searches it from "
+        "the shell, `edge ai-search stats docs` says how far indexing is. The answering model is the "
+        "GLM-4.5 miniature, the better reader of the two; it was trained on short passages, and it "
+        "still picks the wrong one at times (its held-out rates are in edge-workers' BENCHMARKS.md, "
+        '"Miniatures that chat").',
+        {
+            "ai_search": [{"binding": "DOCS", "instance_name": "docs", "source_dir": "docs/"}],
+            # edge's own: the GPU PoP and the model that answer (a worker without env.AI gets none)
+            "edge": {"pops": ["ICN"], "models": [READER]},
+        },
+        extra_files=DOCS_BOT_PAGES,
+        test=DOCS_BOT_TEST,
     ),
 }
 

@@ -266,10 +266,13 @@ class WorkerConfig(msgspec.Struct, kw_only=True):
 
     @property
     def gpu_pops(self) -> list[str]:
-        """[edge] pops; unset: DEFAULT_POPS with an AI binding, none (no engine loads) without."""
+        """[edge] pops; unset: DEFAULT_POPS with an AI binding or an AI Search one (its answers
+        are generated), none (no engine loads) without."""
         if self.edge.pops is not None:
             return self.edge.pops
-        return list(DEFAULT_POPS) if self.ai is not None else []
+        searches = ("ai_search", "ai_search_namespaces")
+        answers = self.ai is not None or any(self.bindings.get(k) for k in searches)
+        return list(DEFAULT_POPS) if answers else []
 
     @property
     def state_dir(self) -> Path:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import threading
+import time
 from collections import Counter, OrderedDict, deque
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
@@ -101,6 +102,13 @@ class FairPool:
         for job in running:
             _interrupt(job)
             _settle(job, exception=PoolClosed(f"{self.name}: the runtime is stopping"))
+
+    def join(self, timeout: float) -> None:
+        """After close(): wait, at most `timeout` seconds in all, for the threads to end (a slice
+        running finishes first), so that what it writes to can be closed after it."""
+        deadline = time.monotonic() + timeout
+        for worker in list(self._workers):
+            worker.join(max(0.0, deadline - time.monotonic()))
 
     # --- the queues ----------------------------------------------------------------------------------
 

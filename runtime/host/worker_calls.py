@@ -1,6 +1,6 @@
 """What a worker's isolate asks of the runtime while it runs: AI calls (to the edge), outbound
-fetches (checked and capped by the fetch guard), service-binding calls, KV / D1 / R2 and Durable
-Object calls, and log lines. Each call names the request it belongs to; a call whose request has
+fetches (checked and capped by the fetch guard), service-binding calls, KV / D1 / R2, AI Search
+and Durable Object calls, and log lines. Each call names the request it belongs to; a call whose request has
 ended is refused, and every per-request budget (subrequests, binding calls, log volume) is
 counted here, never trusted to the isolate."""
 
@@ -9,13 +9,18 @@ from __future__ import annotations
 import logging
 import time
 import uuid
+from typing import Any
 
 from runtime.ai.call import AICall
 from runtime.ai.catalog import models_matching
 from runtime.ai.gateway import GatewayAnswer, Gateways
 from runtime.ai.run_options import parse_run_options
+from runtime.ai.search import binding as search_binding
+from runtime.ai.search.binding import Generate
 from runtime.ai.service import Answer
 from runtime.bindings import BindingError, BindingRef
+from runtime.bindings.ai_search import KINDS as AI_SEARCH_KINDS
+from runtime.bindings.ai_search import NAMESPACE_KIND as AI_SEARCH_NAMESPACE
 from runtime.bindings.workflows import WORKFLOW_STEP
 from runtime.control.ai_record import AIRecord
 from runtime.control.tail import LogBudget, log_event
@@ -55,6 +60,7 @@ class WorkerCalls:
         self.spec, self.requests, self.services = spec, requests, services
         self._console = console
         self._background_logs = LogBudget()
+        self._staging = search_binding.Staging()  # AI Search uploads sent in parts, per request
 
     @property
     def console(self) -> WorkerConsole:
@@ -73,32 +79,66 @@ class WorkerCalls:
         if ctx is None:
             return ipc.AIReply(msg.call, error_code=5004, error_message=ENDED)
         request_id = str(uuid.uuid4())
-        headers = [("cf-ai-req-id", request_id)]
         try:
-            options = parse_run_options(msg.options, msg.model)
-            call = AICall(
-                options.model,
-                msg.inputs,
-                self.spec.account,
-                options.session,
-                ctx.ingress,
-                ctx.client_rtt_ms,
-                queue=options.queue,
-                reject_if_busy=options.reject_if_busy,
-                priority=options.priority,
-                request_id=request_id,
-                tags=options.tags,
-            )
-            call.record.listed_as = msg.model  # the tail lists it as the worker wrote it
-            ctx.ai_calls.append(call.record)
-            if options.gateway is None:
-                answer = await self.services.ai.answer(call)
-            else:
-                through = await self._gateways().run(call, options.gateway)
-                answer, headers = through.answer, [*headers, *_gateway_headers(through)]
+            answer, headers, record = await self._run(ctx, msg.model, msg.inputs, msg.options, request_id)
         except AIError as exc:
+            headers = [("cf-ai-req-id", request_id)]
             return ipc.AIReply(msg.call, error_code=exc.code, error_message=exc.detail, headers=headers)
-        return self._reply(msg.call, ctx, answer, headers, call.record)
+        return self._reply(msg.call, ctx, answer, headers, record)
+
+    async def _run(
+        self,
+        ctx: Invocation,
+        model: str,
+        inputs: Any,
+        options: Any,
+        request_id: str,
+        listed_as: str | None = None,
+    ) -> tuple[Answer, list[tuple[str, str]], AIRecord]:
+        """One env.AI.run-like call of the worker's request `ctx` (env.AI.run itself, or the
+        generation behind an AI Search answer): its options checked, its call made, recorded in
+        the request (`listed_as`: its name in the tail, the model as written by default) and
+        answered by the AI service or through a gateway; its answer, headers and record. Raises
+        AIError."""
+        headers = [("cf-ai-req-id", request_id)]
+        options = parse_run_options(options, model)
+        call = AICall(
+            options.model,
+            inputs,
+            self.spec.account,
+            options.session,
+            ctx.ingress,
+            ctx.client_rtt_ms,
+            queue=options.queue,
+            reject_if_busy=options.reject_if_busy,
+            priority=options.priority,
+            request_id=request_id,
+            tags=options.tags,
+        )
+        call.record.listed_as = model if listed_as is None else listed_as  # the tail lists it so
+        ctx.ai_calls.append(call.record)
+        if options.gateway is None:
+            answer = await self.services.ai.answer(call)
+        else:
+            through = await self._gateways().run(call, options.gateway)
+            answer, headers = through.answer, [*headers, *_gateway_headers(through)]
+        return answer, headers, call.record
+
+    def _generate(self, ctx: Invocation) -> Generate:
+        """The generation behind an AI Search answer (chatCompletions, aiSearch, a query rewrite)
+        for the worker's request `ctx`: run as env.AI.run is (routed, recorded in the request and
+        its tail, counted, rate limited): the Workers AI answer {response, usage}, or (inputs'
+        `stream`) its SSE bytes. Raises AIError."""
+
+        async def generate(model: str, inputs: dict) -> Any:
+            answer, _, record = await self._run(ctx, model, inputs, None, str(uuid.uuid4()))
+            if answer.stream is not None:
+                return answer.stream
+            if answer.result is not None:
+                ctx.ai_answers.append(record)  # its latency in the response's server-timing
+            return answer.body
+
+        return generate
 
     def _reply(
         self,
@@ -186,14 +226,26 @@ class WorkerCalls:
         headers = [*headers, *_gateway_headers(through, True)]
         return self._reply(call.call, ctx, through.answer, headers, through.record)
 
-    async def ai_query(self, call: ipc.AIQuery) -> ipc.BindingReply:
+    async def ai_query(self, call: ipc.AIQuery):
         """env.AI.models(params): the models this edge serves, filtered as the REST API's
-        `ai/models/search` filters them (search, task, author)."""
+        `ai/models/search` filters them (search, task, author); env.AI.autorag(name)'s search,
+        aiSearch (streamed: AIChunks then an AIReply) and list, on the AI Search service
+        (runtime.ai.search.binding.autorag)."""
         ctx = self.requests.get(call.request)
         if ctx is None:
             return ipc.BindingReply(call.call, error_type="Error", error_message=ENDED)
         if refused := ctx.spend_binding_call("KV, D1, R2, Durable Object and AI"):
             return ipc.BindingReply(call.call, error_type="Error", error_message=refused)
+        if call.method in search_binding.LEGACY_METHODS:  # env.AI.autorag(name).search / aiSearch / list
+            try:
+                result = await search_binding.autorag(
+                    self.services.ai_search, self.spec.account, call.method, call.args, self._generate(ctx)
+                )
+            except search_binding.Refused as exc:
+                return ipc.BindingReply(call.call, error_type=exc.type, error_message=str(exc))
+            if hasattr(result, "__aiter__"):
+                return self._chunks(call.call, result, [])
+            return ipc.BindingReply(call.call, result=result)
         if call.method != "models":
             return ipc.BindingReply(
                 call.call, error_type="TypeError", error_message=f"env.AI.{call.method[:64]} is not a method"
@@ -207,9 +259,13 @@ class WorkerCalls:
 
     async def _chunks(self, call: int, stream, headers: list[tuple[str, str]]):
         try:
-            async for data in stream:
-                yield ipc.AIChunk(call, data, headers)
-                headers = []  # the first chunk carries them
+            try:
+                async for data in stream:
+                    yield ipc.AIChunk(call, data, headers)
+                    headers = []  # the first chunk carries them
+            except AIError as exc:  # failed mid-stream (an AI Search answer's): the stream ends so
+                yield ipc.AIReply(call, error_code=exc.code, error_message=exc.detail, headers=headers)
+                return
             yield ipc.AIReply(call)
         finally:
             if hasattr(stream, "aclose"):
@@ -272,7 +328,8 @@ class WorkerCalls:
 
     async def binding(self, call: ipc.BindingCall) -> ipc.BindingReply:
         """env.NAME.method(...) on a KV, D1 or R2 binding: the name is looked up in this worker's
-        own spec (the isolate cannot pick an id) and the store is this worker's account's."""
+        own spec (the isolate cannot pick an id) and the store is this worker's account's. An AI
+        Search binding's call goes to the AI Search service instead (_ai_search)."""
         ctx = self.requests.get(call.request)
         if ctx is None:
             return ipc.BindingReply(call.call, error_type="Error", error_message=ENDED)
@@ -294,6 +351,8 @@ class WorkerCalls:
             )
         if refused := ctx.spend_binding_call("KV, D1 and R2"):
             return ipc.BindingReply(call.call, error_type="Error", error_message=refused)
+        if ref.kind in AI_SEARCH_KINDS:
+            return await self._ai_search(call, ctx, ref)
         stores, spec = self.services.bindings, self.spec
         try:
             if ref.kind == "do" and obj is not None:
@@ -307,6 +366,31 @@ class WorkerCalls:
                 result = await stores.call(spec.account, ref, call.method, call.args, call.kwargs)
         except BindingError as exc:
             return ipc.BindingReply(call.call, error_type=exc.type, error_message=str(exc))
+        return ipc.BindingReply(call.call, result=result)
+
+    async def _ai_search(self, call: ipc.BindingCall, ctx: Invocation, ref: BindingRef):
+        """A call of an AI Search binding (runtime.ai.search.binding): on the worker's account, in
+        the namespace (and instance) its binding names, the isolate naming neither; a streamed
+        answer as AIChunks ending in an AIReply, as env.AI.run's."""
+        if ref.kind == AI_SEARCH_NAMESPACE:
+            scope = search_binding.Scope(ref.id)
+        else:
+            scope = search_binding.Scope(search_binding.DEFAULT_NAMESPACE, ref.id)
+        try:
+            result = await search_binding.call(
+                self.services.ai_search,
+                self.spec.account,
+                scope,
+                call.method,
+                call.args,
+                call.kwargs,
+                self._generate(ctx),
+                search_binding.Staged(self._staging, call.request, self.requests),
+            )
+        except search_binding.Refused as exc:
+            return ipc.BindingReply(call.call, error_type=exc.type, error_message=str(exc))
+        if hasattr(result, "__aiter__"):
+            return self._chunks(call.call, result, [])
         return ipc.BindingReply(call.call, result=result)
 
     async def object(self, call: ipc.ObjectCall) -> ipc.ObjectReply:

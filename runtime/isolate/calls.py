@@ -189,6 +189,12 @@ async def serve_sync(
             if not isinstance(msg, ipc.BindingCall):
                 raise ProtocolError(f"{type(msg).__name__} on the synchronous channel")
             reply = await on_binding(msg)
+            if not isinstance(reply, ipc.BindingReply):  # a streamed answer (AI Search's): not here
+                if hasattr(reply, "aclose"):
+                    await reply.aclose()
+                reply = ipc.BindingReply(
+                    msg.call, error_type="TypeError", error_message=f"{msg.method[:64]} cannot be called here"
+                )
             frame = ipc.encode(reply)
             if len(frame) > ipc.TO_ISOLATE:
                 frame = ipc.encode(

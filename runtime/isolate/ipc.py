@@ -265,7 +265,9 @@ class AIRun(msgspec.Struct, tag=True):
 
 
 class BindingCall(msgspec.Struct, tag=True):
-    """env.NAME.method(*args, **kwargs) on a KV, D1 or R2 binding; the runtime checks every value."""
+    """env.NAME.method(*args, **kwargs) on a KV, D1 or R2 binding; the runtime checks every value.
+    Answered by a BindingReply, or (an AI Search binding's streamed answer) by AIChunks then an
+    AIReply, as an AIRun is."""
 
     call: int
     request: int  # the Invoke this call belongs to
@@ -357,8 +359,9 @@ class AIReply(msgspec.Struct, tag=True):
 
 
 class AIQuery(msgspec.Struct, tag=True):
-    """From an isolate: an env.AI method other than run (method "models": args [params]);
-    answered by BindingReply."""
+    """From an isolate: an env.AI method other than run (method "models": args [params];
+    "autorag.search" / "autorag.aiSearch": args [name, params]; "autorag.list": args []);
+    answered by BindingReply, or (a streamed aiSearch) by AIChunks then an AIReply."""
 
     call: int
     request: int  # the Invoke this call belongs to

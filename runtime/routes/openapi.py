@@ -19,6 +19,7 @@ from runtime.ai.gateway_log_query import EQUALS, MAX_PER_PAGE, ORDER_BY, RANGES
 from runtime.ai.inputs import ChatCompletionRequest, CompletionRequest, TextGenerationInputs
 from runtime.ai.refusals import REFUSED
 from runtime.ai.responses_inputs import ResponsesRequest
+from runtime.routes.ai_search import JobCreate, NamespaceCreate, NamespaceUpdate
 from runtime.routes.deploy import DeployRequest, RollbackRequest, SecretRequest, Upload
 from runtime.routes.edge import ReloadRequest
 from runtime.routes.rollouts import FinishRequest, StartRequest
@@ -39,6 +40,9 @@ STRUCTS = [
     StartRequest,
     FinishRequest,
     TriggerRequest,
+    NamespaceCreate,
+    NamespaceUpdate,
+    JobCreate,
 ]
 ACCOUNT = "/client/v4/accounts/{account}"
 SCRIPT = ACCOUNT + "/workers/scripts/{name}"
@@ -251,6 +255,92 @@ def _log_query() -> dict[str, dict[str, Any]]:
     return query
 
 
+def _ai_search() -> dict[str, dict[str, Any]]:
+    """AI Search's REST paths (runtime.routes.ai_search): the namespaces, then each instance's paths
+    under a namespace and under the deprecated default-namespace prefix alike."""
+    a, n = ["account"], ["account", "namespace"]
+    base = ACCOUNT + "/ai-search"
+    page = {"type": "integer", "minimum": 1}
+    paging = {"page": page, "per_page": {"type": "integer", "minimum": 1, "maximum": 100}}
+    text = {"type": "string"}
+    chat = _streamed(_ANY_OBJECT, "Envelope")  # a chat.completion with its chunks, bare, or its events
+    multipart = {"required": True, "content": {"multipart/form-data": {"schema": _ANY_OBJECT}}}
+    paths: dict[str, dict[str, Any]] = {
+        base + "/namespaces": {
+            "get": _cf("the account's AI Search namespaces", a, query={**paging, "search": text}),
+            "post": _cf("create a namespace", a, "NamespaceCreate"),
+        },
+        base + "/namespaces/{namespace}": {
+            "get": _cf("one namespace", n),
+            "put": _cf("change a namespace's description", n, "NamespaceUpdate", optional_body=True),
+            "delete": _cf("delete an empty namespace (not default)", n),
+        },
+        base + "/namespaces/{namespace}/search": {
+            "post": _cf("search several instances (ai_search_options.instance_ids)", n)
+        },
+        base + "/namespaces/{namespace}/chat/completions": {
+            "post": _op("answer from several instances (ai_search_options.instance_ids)", n, chat)
+        },
+    }
+    for prefix, p in ((base + "/namespaces/{namespace}/instances", n), (base + "/instances", a)):
+        i = p + ["instance"]
+        one = prefix + "/{instance}"
+        listing = {**paging, "search": text, "order_by": {"enum": ["created_at"]}}
+        listing["order_by_direction"] = {"enum": ["asc", "desc"]}
+        listing |= {"namespace": text, "hostname": text}
+        paths |= {
+            prefix: {
+                "get": _cf("the namespace's instances", p, query=listing),
+                "post": _cf(
+                    "create an instance (InstanceCreateParams: id, type, source, chunk_size, ...)", p
+                ),
+            },
+            one: {
+                "get": _cf("one instance", i),
+                "put": _cf("change an instance's settings", i),
+                "delete": _cf("delete an instance, its items and its index", i),
+            },
+            one + "/stats": {"get": _cf("queued, running, completed, error, skipped; the index's size", i)},
+            one + "/search": {"post": _cf("search the instance: {query | messages, ai_search_options}", i)},
+            one + "/chat/completions": {"post": _op("answer from the instance (stream: true: SSE)", i, chat)},
+            one + "/items": {
+                "get": _cf(
+                    "the instance's items",
+                    i,
+                    query={**paging, "key": text, "item_id": text, "status": text},
+                ),
+                "post": {
+                    **_cf("upload a file: part 'file' (its name the key), 'metadata' a JSON object", i),
+                    "requestBody": multipart,
+                },
+            },
+            one + "/items/{item}": {
+                "get": _cf("one item: its status, chunks and metadata", i + ["item"]),
+                "delete": _cf("delete an item and its chunks", i + ["item"]),
+            },
+            one + "/items/{item}/download": {
+                "get": _op(
+                    "the item's bytes, as uploaded",
+                    i + ["item"],
+                    _answers({}, "Envelope", media="application/octet-stream"),
+                )
+            },
+            one + "/items/{item}/chunks": {
+                "get": _cf(
+                    "the item's chunks and their text",
+                    i + ["item"],
+                    query={"limit": page, "offset": {"type": "integer", "minimum": 0}, **paging},
+                )
+            },
+            one + "/jobs": {
+                "get": _cf("the instance's indexing jobs", i, query=paging),
+                "post": _cf("sync the instance's source now", i, "JobCreate", optional_body=True),
+            },
+            one + "/jobs/{job}": {"get": _cf("one job: when it ran and how it ended", i + ["job"])},
+        }
+    return paths
+
+
 def _paths() -> dict[str, dict[str, Any]]:
     a, s, g = ["account"], ["account", "name"], ["account", "gateway"]
     sse_or_envelope = _streamed(_ref("Envelope"), "Envelope")
@@ -373,6 +463,7 @@ def _paths() -> dict[str, dict[str, Any]]:
                 _answers(_ANY_OBJECT, "Envelope"),
             )
         },
+        **_ai_search(),
         "/cdn-cgi/ai-gateway/v1/{account}/{gateway}/compat/chat/completions": {
             "post": _op("OpenAI's chat completions through a gateway", g, openai, "ChatCompletionRequest")
         },

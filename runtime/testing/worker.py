@@ -38,6 +38,7 @@ T = TypeVar("T")
 
 BASE_URL = "http://localhost"  # a request's URL when the test gives a path
 TERMINAL = ("complete", "errored", "terminated")  # a workflow instance's statuses that never change
+AI_SEARCH_WAIT_S = 60.0  # the AI Search folders (source_dir) indexed before a test runs, at most this long
 
 
 class WorkerLoadError(Exception):
@@ -186,7 +187,7 @@ class EdgeWorker:
         logger = logging.getLogger("edge.runtime")
         logger.addHandler(handler)
         try:
-            await self.runtime.start()
+            await self.runtime.start(ai_search_wait_s=AI_SEARCH_WAIT_S)
         finally:
             logger.removeHandler(handler)
         if not self.runtime.dev.isolate.alive:

@@ -112,9 +112,9 @@ class Default(WorkerEntrypoint):
                                       "code": exc.code, "is_ai_error": isinstance(exc, AIError)})
         if path == "ai-search":
             try:
-                ai.autorag("docs")
-            except AIError as exc:
-                return Response.json({"refused": str(exc)})
+                await ai.autorag("docs").search({"query": "x"})
+            except Exception as exc:
+                return Response.json({"type": type(exc).__name__, "message": str(exc)})
         if path == "gateway-run":
             gw = ai.gateway("gw")
             out = await ai.run(MODEL, ASK, {"gateway": {"id": "gw"}, "tags": ["checkout", "eu"]})
@@ -215,8 +215,9 @@ def test_a_prefix_names_the_model_called_as_workerd_does(server):
     assert out["code"] == 5007 and f"my-org:{MODEL}" in out["error"], out
 
 
-def test_ai_search_is_refused_saying_it_is_not_simulated(server):
-    assert "not simulated" in get(server, "ai-search")["refused"]
+def test_the_legacy_ai_search_names_an_instance_that_is_not_there(server):
+    out = get(server, "ai-search")  # env.AI.autorag is served (runtime.ai.search): no instance "docs" here
+    assert out["type"] == "AutoRAGNotFoundError" and out["message"].startswith("7002: ")
 
 
 def test_each_call_names_its_request(server):

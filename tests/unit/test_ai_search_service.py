@@ -612,3 +612,45 @@ def test_a_source_document_over_the_cap_is_an_item_in_error(tmp_path: Path, ais:
         assert jobs[0]["errors"] == 1 and jobs[0]["documents"] == 1
 
     run(go())
+
+
+def test_an_instance_keeps_the_embedder_it_was_indexed_with(tmp_path: Path):
+    """Vectors of one embedder are never searched with another: an instance indexed with the
+    stand-in keeps it after the default changes; one whose embedder is gone is indexed again."""
+    from runtime.ai.search.embedder import HashedNgrams
+
+    class Other(HashedNgrams):
+        name = "test/other-embedder"
+
+    async def index(s: AISearch) -> None:
+        await _indexed(s)
+
+    first = AISearch(tmp_path, embedder=HashedNgrams(384))
+    run(index(first))
+    first.close()
+    second = AISearch(tmp_path, embedder=Other(256))  # a new default, 256 wide
+
+    async def go():
+        info = await second.instance_get("acct", "default", "docs")
+        assert info["edge"]["embedder"] == HashedNgrams.name
+        assert (
+            _keys(await second.search("acct", "default", ["docs"], {"query": "kettle warranty"}))[0]
+            == "kettle.md"
+        )
+        made = await second.instance_create("acct", "default", {"id": "new"})
+        assert made["edge"]["embedder"] == "test/other-embedder" and made["edge"]["dimensions"] == 256
+
+    run(go())
+    second.close()
+    # the "new" instance's embedder is not known to a runtime without it: indexed again
+    third = AISearch(tmp_path)
+
+    async def again():
+        item = await third.item_upload("acct", "default", "new", "owl.md", "The owl hunts at dusk.")
+        await third.item_wait("acct", "default", "new", item["id"], 30)
+        info = await third.instance_get("acct", "default", "new")
+        assert info["edge"]["embedder"] == third.embedder.name
+        assert _keys(await third.search("acct", "default", ["new"], {"query": "owl dusk"}))[0] == "owl.md"
+
+    run(again())
+    third.close()

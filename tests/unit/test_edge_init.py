@@ -7,6 +7,7 @@ import re
 import subprocess
 import sys
 from datetime import date
+from pathlib import Path
 
 import httpx
 import pytest
@@ -23,7 +24,13 @@ from tests.integration.dev_server import REPO, DevServer
 def test_each_template_writes_a_worker_a_wrangler_config_and_a_readme(tmp_path, template):
     folder = tmp_path / "My Project"
     files = write_project(folder, template, today=date(2026, 11, 1))
-    expected = [".gitignore", "README.md", "worker.py", "wrangler.jsonc", *TEMPLATES[template].extra_files]
+    expected = [
+        ".gitignore",
+        "README.md",
+        "worker.py",
+        "wrangler.jsonc",
+        *(Path(p).name for p in TEMPLATES[template].extra_files),
+    ]
     expected.append("test_worker.py")  # tests/test_worker.py: pytest with the plugin (runtime.testing)
     assert sorted(f.name for f in files) == sorted(expected)
     compile((folder / "worker.py").read_text(), "worker.py", "exec")

@@ -183,7 +183,7 @@ def test_defaults_when_the_keys_are_absent():
     assert cfg.compatibility_flags == [] and cfg.migrations == [] and cfg.triggers.crons == []
     assert cfg.bindings == {
         "kv_namespaces": [], "d1_databases": [], "r2_buckets": [], "queues.producers": [], "ratelimits": [],
-        "workflows": [], "vectorize": [],
+        "workflows": [], "vectorize": [], "ai_search_namespaces": [], "ai_search": [],
     }  # fmt: skip
     assert cfg.durable_objects.bindings == [] and cfg.queues == QueuesConfig()
     assert cfg.assets is None and cfg.observability is None and cfg.ai is None

@@ -84,6 +84,31 @@ def answer_messages(body: dict, chunks: list[dict], system_prompt: str | None) -
     return [{"role": "system", "content": system}, {"role": "user", "content": body["query"]}]
 
 
+def answer_text(answer: Any) -> str:
+    """A generation's text in either shape a model answers: Workers AI's `response`, or the
+    OpenAI chat completion's `choices[0].message.content` (the GLM and Kimi families' own)."""
+    if not isinstance(answer, dict):
+        return ""
+    if answer.get("response") is not None:
+        return str(answer["response"])
+    choices = answer.get("choices")
+    if isinstance(choices, list) and choices and isinstance(choices[0], dict):
+        message = choices[0].get("message") or {}
+        return str(message.get("content") or "") if isinstance(message, dict) else ""
+    return ""
+
+
+def _delta_text(event: dict) -> str:
+    """A streamed event's text: Workers AI's `response`, or an OpenAI chunk's delta content."""
+    if event.get("response"):
+        return str(event["response"])
+    choices = event.get("choices")
+    if isinstance(choices, list) and choices and isinstance(choices[0], dict):
+        delta = choices[0].get("delta") or {}
+        return str(delta.get("content") or "") if isinstance(delta, dict) else ""
+    return ""
+
+
 def chat_completion(answer: Any, model: str, chunks: list[dict]) -> dict:
     answer = answer if isinstance(answer, dict) else {}
     usage = answer.get("usage") or {}
@@ -95,7 +120,7 @@ def chat_completion(answer: Any, model: str, chunks: list[dict]) -> dict:
         "choices": [
             {
                 "index": 0,
-                "message": {"role": "assistant", "content": str(answer.get("response") or "")},
+                "message": {"role": "assistant", "content": answer_text(answer)},
                 "finish_reason": "stop",
             }
         ],
@@ -140,7 +165,7 @@ async def stream_chat(stream: Any, model: str, chunks: list[dict]) -> AsyncItera
     yield _sse(chunks, "chunks")
     try:
         async for event in _pieces(stream):
-            text = event.get("response")
+            text = _delta_text(event)
             if text:
                 yield _sse(
                     {
@@ -167,10 +192,13 @@ async def stream_chat(stream: Any, model: str, chunks: list[dict]) -> AsyncItera
 
 
 async def stream_legacy(stream: Any) -> AsyncIterator[bytes]:
-    """aiSearch's stream: the model's own event stream as env.AI.run streams it."""
+    """aiSearch's stream: Workers AI's events (`{"response": text}`), whichever shape the model
+    streams in."""
     try:
         async for event in _pieces(stream):
-            yield _sse(event)
+            text = _delta_text(event)
+            if text:
+                yield _sse({"response": text})
         yield b"data: [DONE]\n\n"
     finally:
         if hasattr(stream, "aclose"):

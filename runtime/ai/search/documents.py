@@ -556,8 +556,11 @@ class Documents:
                 if not claimed:
                     assert self._wake is not None
                     self._wake.clear()
+                    # asyncio.timeout, not wait_for: 3.11's wait_for can swallow a cancel that
+                    # lands as the event is set, and the loop would then never stop
                     with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(self._wake.wait(), timeout=SYNC_S)
+                        async with asyncio.timeout(SYNC_S):
+                            await self._wake.wait()
         except asyncio.CancelledError:
             for task in running:
                 task.cancel()
@@ -618,7 +621,7 @@ class Documents:
                     account,
                     index_item,
                     self.store,
-                    self.embedder,
+                    self.embedder_of(row),
                     account,
                     ns,
                     name,

@@ -13,6 +13,7 @@ from runtime.ai.search import settings as cfg
 from runtime.ai.search.answers import (
     GENERATION_OPTIONS,
     answer_messages,
+    answer_text,
     chat_completion,
     legacy_page,
     query_of,
@@ -123,8 +124,9 @@ class Querying:
     ) -> tuple[list[dict], Options]:
         row = self._instance_row(account, ns, name)
         opts = self._options(row["config"], options)
-        vector = self.embedder.embed([query])[0]
-        loaded = self.retriever.loaded(account, ns, name, row["version"], self.embedder.dimensions)
+        embedder = self.embedder_of(row)
+        vector = embedder.embed([query])[0]
+        loaded = self.retriever.loaded(account, ns, name, row["version"], embedder.dimensions)
         hits = self.retriever.search((account, ns, name), loaded, query, vector, opts)
         texts = self._texts([h.rowid for h in hits])
         if opts.rerank and hits:
@@ -224,9 +226,11 @@ class Querying:
         prompt = rewrite.get("rewrite_prompt") or config.get("system_prompt_rewrite_query")
         try:
             answer = await generate(model, {"messages": rewrite_messages(query, prompt), "max_tokens": 64})
+        except AISearchError:  # a rate limit, said as it is
+            raise
         except Exception as exc:
             raise AISearchError(GENERATION, f"query rewrite with {model}: {str(exc)[:300]}") from None
-        rewritten = str((answer or {}).get("response") or "").strip()
+        rewritten = answer_text(answer).strip()
         # searched beside the original: a miniature's rewrite can lose what the user asked
         return f"{query}\n{rewritten}" if rewritten and rewritten != query else query
 
@@ -363,8 +367,10 @@ class Querying:
             inputs["stream"] = True
         try:
             answer = await generate(model, inputs)
+        except AISearchError:
+            raise
         except Exception as exc:
             raise AISearchError(GENERATION, f"{model}: {str(exc)[:300]}") from None
         if body.get("stream"):
             return stream_legacy(answer)
-        return {**legacy_page(found), "response": str((answer or {}).get("response") or "")}
+        return {**legacy_page(found), "response": answer_text(answer)}

@@ -97,7 +97,8 @@ class Retriever:
                 key,
             )
             attrs = {i: attributes(k, t, json.loads(m) if m else None) for i, k, t, m in items}
-            rows = [r for r in rows if r[1] in attrs]
+            # a chunk of another width is an old embedder's, waiting to be indexed again
+            rows = [r for r in rows if r[1] in attrs and len(r[3]) == dimensions * 4]
             vectors = (
                 np.frombuffer(b"".join(bytes(r[3]) for r in rows), dtype=np.float32).reshape(
                     len(rows), dimensions

@@ -26,6 +26,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+from runtime.ai.embeddings import HASHED_NGRAMS
 from runtime.ai.search import documents, indexing
 from runtime.ai.search import settings as cfg
 from runtime.ai.search.common import DEFAULT_NAMESPACE, PER_PAGE, iso, page_of
@@ -33,7 +34,7 @@ from runtime.ai.search.documents import (
     STALE_RUNNING_S,
     Documents,
 )
-from runtime.ai.search.embedder import Embedder, default_embedder
+from runtime.ai.search.embedder import Embedder, default_embedder, embedder_named
 from runtime.ai.search.errors import EXISTS, INVALID, LIMIT, NOT_FOUND, AISearchError
 from runtime.ai.search.querying import Querying
 from runtime.ai.search.retrieve import RERANKER, Retriever
@@ -48,6 +49,7 @@ Generate = Callable[[str, dict], Awaitable[Any]]
 THREADS, ACCOUNT_THREADS = 2, 1
 MAX_NAMESPACES = 20
 MAX_INSTANCES = 50
+CLOSE_WAIT_S = 10.0  # at stop, a slice running (one document's stage) finishes first
 log = logging.getLogger("edge.ai_search")
 __all__ = ["DEFAULT_NAMESPACE", "PER_PAGE", "AISearch", "Generate"]
 
@@ -58,7 +60,10 @@ class AISearch(Documents, Querying):
         self.bindings = (
             bindings  # runtime.bindings.BindingStores: R2 sources (duck-typed: ai sits beside bindings)
         )
-        self.embedder = embedder or default_embedder()
+        self.embedder = embedder or default_embedder()  # what new instances index with
+        self._embedders: dict[tuple[str, int], Embedder] = {
+            (self.embedder.name, self.embedder.dimensions): self.embedder
+        }
         self.store = SearchStore(self.state_dir / "ai_search.sqlite")
         self.retriever = Retriever(self.store)
         self.pool = FairPool(THREADS, ACCOUNT_THREADS, name="edge-ai-search")
@@ -71,6 +76,41 @@ class AISearch(Documents, Querying):
             "UPDATE items SET status = 'queued' WHERE status = 'running' AND modified < ?",
             (time.time() - STALE_RUNNING_S,),
         )
+
+    def embedder_of(self, row: dict) -> Embedder:
+        """The embedder an instance's vectors come from (an instance made before embedders were
+        named: the stand-in). One that is not here any more (a trained model removed) is replaced
+        by the default: the instance's documents are queued to be indexed again, and until they
+        are, its old vectors (another width) are skipped by search."""
+        name = row["config"].get("embedder", HASHED_NGRAMS)
+        width = int(row["config"].get("embedder_dimensions", 768))
+        found = self._embedders.get((name, width))
+        if found is None:
+            found = embedder_named(name, width)
+            if found is None:
+                self._reembed(row)
+                return self.embedder
+            self._embedders[(name, width)] = found
+        return found
+
+    def _reembed(self, row: dict) -> None:
+        account, ns, name = row["account"], row["namespace"], row["name"]
+        config = dict(
+            row["config"], embedder=self.embedder.name, embedder_dimensions=self.embedder.dimensions
+        )
+        with self.store.transaction() as db:
+            db.execute(
+                "UPDATE instances SET config = ? WHERE account = ? AND namespace = ? AND name = ?",
+                (json.dumps(config), account, ns, name),
+            )
+            db.execute(
+                "UPDATE items SET status = 'queued', modified = ? WHERE account = ? AND namespace = ? "
+                "AND instance = ? AND status IN ('completed', 'error')",
+                (time.time(), account, ns, name),
+            )
+            self.store.bump(db, account, ns, name)
+        row["config"] = config
+        log.warning("AI Search: %s/%s is indexed again with %s", ns, name, self.embedder.name)
 
     def progress(self) -> list[dict]:
         """Each instance's indexing progress, for the dashboard: read on a connection of its own
@@ -109,6 +149,7 @@ class AISearch(Documents, Querying):
         if self._indexer is not None:
             self._indexer.cancel()
         self.pool.close()
+        self.pool.join(CLOSE_WAIT_S)  # a slice indexing or syncing ends before its files close
         self.store.close()
 
     async def _run(self, account: str, fn: Callable[..., Any], *args: Any, lane: Any = None) -> Any:
@@ -219,8 +260,8 @@ class AISearch(Documents, Querying):
         if row["config"].get("source_dir"):
             out["type"], out["source"] = None, None
         out["edge"] = {
-            "embedder": self.embedder.name,
-            "dimensions": self.embedder.dimensions,
+            "embedder": row["config"].get("embedder", HASHED_NGRAMS),
+            "dimensions": self.embedder_of(row).dimensions,
             "reranker": RERANKER,
             "keyword_tokenizer": "porter",
             "source_dir": row["config"].get("source_dir"),
@@ -249,6 +290,8 @@ class AISearch(Documents, Querying):
         self, account: str, ns: str, name: str, changes: dict, source_dir: Path | None = None
     ) -> dict:
         config = cfg.merged(None, changes)
+        # kept with the instance: its vectors are this embedder's, this wide
+        config["embedder"], config["embedder_dimensions"] = self.embedder.name, self.embedder.dimensions
         if source_dir is not None:
             config["source_dir"] = str(source_dir)
 
@@ -356,7 +399,7 @@ class AISearch(Documents, Querying):
                 "last_activity": iso(row["last_activity"]),
                 "file_embed_errors": {key: error for key, error in errors},
                 "engine": {
-                    "vectorize": {"dimensions": self.embedder.dimensions, "vectorsCount": chunks},
+                    "vectorize": {"dimensions": self.embedder_of(row).dimensions, "vectorsCount": chunks},
                     "r2": {
                         "objectCount": sum(counts.values()),
                         "payloadSizeBytes": row["bytes"],

@@ -136,7 +136,7 @@ class SearchStore:
 
     def instance(self, account: str, ns: str, name: str) -> dict | None:
         row = self.one(
-            "SELECT name, config, created, modified, last_activity, version, bytes, namespace "
+            "SELECT name, config, created, modified, last_activity, version, bytes, namespace, account "
             "FROM instances WHERE account = ? AND namespace = ? AND name = ?",
             (account, ns, name),
         )
@@ -145,13 +145,13 @@ class SearchStore:
     def instances(self, account: str, ns: str | None = None) -> list[dict]:
         if ns is None:
             rows = self.execute(
-                "SELECT name, config, created, modified, last_activity, version, bytes, namespace "
+                "SELECT name, config, created, modified, last_activity, version, bytes, namespace, account "
                 "FROM instances WHERE account = ? ORDER BY namespace, name",
                 (account,),
             )
         else:
             rows = self.execute(
-                "SELECT name, config, created, modified, last_activity, version, bytes, namespace "
+                "SELECT name, config, created, modified, last_activity, version, bytes, namespace, account "
                 "FROM instances WHERE account = ? AND namespace = ? ORDER BY name",
                 (account, ns),
             )
@@ -224,10 +224,11 @@ def _namespace(row: tuple) -> dict:
 
 
 def _instance(row: tuple) -> dict:
-    name, config, created, modified, last_activity, version, size, namespace = row
+    name, config, created, modified, last_activity, version, size, namespace, account = row
     return {
         "name": name,
         "namespace": namespace,
+        "account": account,
         "config": json.loads(config),
         "created": created,
         "modified": modified,

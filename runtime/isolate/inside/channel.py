@@ -26,6 +26,7 @@ from runtime.isolate import ipc
 from runtime.isolate.inside.ai_gateway import AIGateway
 from workers import AIError, Response, markdown
 from workers.abort import AbortSignal
+from workers.ai_search import AutoRAG
 from workers.binding_values import wrap_result
 from workers.bindings import binding_error
 from workers.blob import Blob
@@ -236,9 +237,9 @@ class Channel:
             raise binding_error(reply.error_type, reply.error_message or f"{binding}.{method} failed")
         return reply.result
 
-    async def _round_trip(self, what: str, message: Callable[[int, int], ipc.Message]) -> Any:
-        """Send one call (built from its call id and the current request) and wait for the
-        runtime's reply; what cannot be sent says why in the worker's terms."""
+    def _start_call(self, what: str, message: Callable[[int, int], ipc.Message]) -> tuple[int, asyncio.Queue]:
+        """Send one call (built from its call id and the current request): its id, and the queue
+        its replies land in; what cannot be sent says why in the worker's terms."""
         request = current_request.get()
         if request is None:
             raise RuntimeError(f"{what} can only be called while handling a request")
@@ -252,16 +253,57 @@ class Channel:
             raise TypeError(
                 f"{what}: arguments must be str, bytes, numbers, None, lists or dicts: {exc}"
             ) from None
+        except UnicodeEncodeError:
+            del self._pending[call]
+            raise ValueError(
+                f"{what}: a string holds a lone UTF-16 surrogate ('\\ud800'); send valid text"
+            ) from None
         except ValueError:
             del self._pending[call]
             raise ValueError(
                 f"{what}: the call is over the {ipc.FROM_ISOLATE // 2**20} MiB one call may carry to the "
                 "runtime; send less per call"
             ) from None
+        return call, queue
+
+    async def _round_trip(self, what: str, message: Callable[[int, int], ipc.Message]) -> Any:
+        """Send one call and wait for the runtime's reply."""
+        call, queue = self._start_call(what, message)
         try:
             return await queue.get()
         finally:
             self._pending.pop(call, None)
+
+    async def call_streamable(self, what: str, message: Callable[[int, int], ipc.Message]) -> Any:
+        """A call answered by a BindingReply (its result; its error raised as binding_error
+        makes it), or, streamed, by AIChunks then an AIReply as env.AI.run's streams are: then an
+        async iterator of their bytes (a failure at its end raised as InferenceUpstreamError; left
+        before its end, the runtime is told to cancel it). AI Search's calls."""
+        call, queue = self._start_call(what, message)
+        try:
+            first = await queue.get()
+        except BaseException:
+            self._pending.pop(call, None)
+            raise
+        if isinstance(first, ipc.AIChunk):
+            return self._stream(call, first, queue, None, None)
+        self._pending.pop(call, None)
+        if isinstance(first, ipc.AIReply):  # a stream that ended before its first chunk
+            if first.error_code is not None:
+                raise InferenceUpstreamError(first.error_code, first.error_message or f"{what} failed")
+            return _no_chunks()
+        if first.error_type is not None:
+            raise binding_error(first.error_type, first.error_message or f"{what} failed")
+        return first.result
+
+    async def call_binding_streamable(self, binding: str, method: str, args: list, kwargs: dict) -> Any:
+        """env.BINDING.method(...) on a binding whose answer may stream (AI Search's)."""
+        if not all(isinstance(k, str) for k in kwargs):
+            raise TypeError(f"env.{binding}.{method}: option names must be strings")
+        return await self.call_streamable(
+            f"env.{binding}.{method}",
+            lambda call, request: ipc.BindingCall(call, request, binding, method, list(args), dict(kwargs)),
+        )
 
     async def call_binding(self, binding: str, method: str, args: list, kwargs: dict) -> Any:
         """env.BINDING.method(...) on a KV, D1 or R2 binding, answered by the runtime's store."""
@@ -351,7 +393,8 @@ class AIBinding:
     read a JS object (keys, attributes, `to_py()`); `lastRequestId` is the last call's request id
     (cf-ai-req-id), `aiGatewayLogId` its AI Gateway log id (None: not through a gateway);
     `models(params)` lists the models; `toMarkdown(files)` converts documents (workers.markdown);
-    `gateway(id)` reaches an AI Gateway (runtime.isolate.inside.ai_gateway).
+    `gateway(id)` reaches an AI Gateway (runtime.isolate.inside.ai_gateway); `autorag(name)` an
+    AI Search instance of the default namespace, as the legacy binding did (workers.ai_search).
     Options are checked by the runtime (runtime.ai.run_options), except `signal`, which stays here:
     when it aborts, the call is cancelled."""
 
@@ -422,10 +465,32 @@ class AIBinding:
         """AI Gateway `gateway_id` of this account: getUrl, getLog, patchLog, run (ai_gateway)."""
         return AIGateway(self, gateway_id)
 
-    def aiSearch(self, *_args: Any) -> Any:  # noqa: N802 - Cloudflare's name
-        raise AIError(5004, "env.AI.aiSearch: AI Search is not simulated here; use a Vectorize index")
+    def autorag(self, name: str | None = None) -> AutoRAG:
+        """The legacy AI Search binding (workerd's AutoRAG): `env.AI.autorag("docs").search(...)`,
+        `.aiSearch(...)` (streamed with `stream: True`: a Response of the event stream) and
+        `env.AI.autorag().list()`, on the account's "default" namespace; nothing is called yet."""
+        if name is not None and not isinstance(name, str):
+            raise TypeError(f"env.AI.autorag(name): name must be a string, got {type(name).__name__}")
 
-    autorag = aiSearch
+        def transport(method: str, args: list, kwargs: dict) -> Any:
+            return self._channel.call_streamable(
+                f"env.AI.autorag().{method}",
+                lambda call, request: ipc.AIQuery(call, request, f"autorag.{method}", list(args)),
+            )
+
+        return AutoRAG(transport, name)
+
+    def aiSearch(self, *_args: Any) -> Any:  # noqa: N802 - Cloudflare's name
+        raise AIError(
+            5004,
+            "env.AI.aiSearch: bind AI Search in the config instead: [[ai_search]] (an instance) or "
+            "[[ai_search_namespaces]] (a namespace); env.AI.autorag(name) serves the legacy calls",
+        )
+
+
+async def _no_chunks() -> AsyncIterator[bytes]:
+    return
+    yield  # an async generator that yields nothing
 
 
 def _plain_options(value: Any) -> Any:

@@ -477,8 +477,11 @@ async def main(fd: int, sync_fd: int | None = None) -> None:
         values[name] = ServiceBinding(channel, name)
         kinds[name] = "Fetcher"
     for name, client in init.bindings.items():  # each call crosses as ipc.BindingCall
-        values[name] = sdk_client(client)(
-            lambda method, args, kwargs, _name=name: channel.call_binding(_name, method, args, kwargs)
+        cls = sdk_client(client)
+        # a client whose answers may stream (AI Search's) reads them as env.AI.run's are read
+        call = channel.call_binding_streamable if getattr(cls, "streams", False) else channel.call_binding
+        values[name] = cls(
+            lambda method, args, kwargs, _name=name, _call=call: _call(_name, method, args, kwargs)
         )
         kinds[name] = type(values[name]).__name__  # KVNamespace, D1Database, R2Bucket...
     for name, key in init.durable_objects.items():  # each call crosses as ipc.ObjectCall
