@@ -519,7 +519,8 @@ async def test_a_question_is_needed(worker):
 # own key) and keeps in step with it as files change.
 DOCS_BOT = r'''"""A docs bot: answers questions from the Markdown files in docs/ through AI Search (the
 [[ai_search]] binding env.DOCS, whose instance `edge dev` fills from that folder and keeps in step
-with it). GET /?q=How many backups does Skylark keep? answers in words, naming the files it read;
+with it). GET /?q=How many backups does Skylark keep? answers in words, naming the files it read
+and quoting the passage found first (a small model's words can stray; the docs' own cannot);
 GET /search?q=... shows the passages found (retrieval only); GET /stats says how far the indexing is.
 """
 
@@ -568,10 +569,12 @@ class Default(WorkerEntrypoint):
             )
         except Exception as exc:  # AI Search's error: its message names the code and what to change
             return Response.json({"error": str(exc)}, status=502)
+        chunks = answer["chunks"]
         return Response.json(
             {
                 "answer": answer["choices"][0]["message"]["content"],
-                "sources": [c["item"]["key"] for c in answer["chunks"]],
+                "quote": {"file": chunks[0]["item"]["key"], "text": chunks[0]["text"]} if chunks else None,
+                "sources": [c["item"]["key"] for c in chunks],
             }
         )
 '''.replace("@READER@", READER)
@@ -657,6 +660,7 @@ async def test_it_answers_from_the_file_that_says(worker):
     assert r.status == 200
     body = r.json()
     assert body["sources"][0] == "backups.md"
+    assert body["quote"]["file"] == "backups.md" and "14 newest backups" in body["quote"]["text"]
     assert body["answer"].strip()  # the model's words, read from the passages above
     # the real model samples; every AI call without a seed of its own gets the plugin's
     # (pytest --edge-ai-seed N, default 0), so the same question gets the same answer

@@ -29,6 +29,15 @@ KEYWORD_HALF = 5.0  # the BM25 score that maps to a keyword_score of 0.5
 CANDIDATES = 100  # each side's candidates before fusion
 RERANKER = "edge/rerank-overlap-v1"
 _WORD = re.compile(r"\w+", re.UNICODE)
+# a question's own words, which the passage answering it seldom holds: dropped from the keyword
+# query beside the stop words, so that "and" asks only for what the answer is about
+QUESTION_WORDS = frozenset(
+    "about after all also am any been before being both but could did do does doing during each "
+    "few had having he her here hers him his how if into just many me more most much my no nor not "
+    "now off once only other our ours over own same she should so some such than their theirs them "
+    "then there these they those through too under until up very we whom whose would yours "
+    "far big long often".split()
+)
 
 
 @dataclass
@@ -213,7 +222,7 @@ def fts_query(query: str, mode: str) -> str | None:
     """An FTS5 expression of the query's words (each quoted: no operator a client types reaches
     FTS5's syntax), stop words dropped unless nothing else is left, joined by AND or OR."""
     found = list(dict.fromkeys(words(query)))[:64]
-    content = [w for w in found if w not in STOP_WORDS] or found
+    content = [w for w in found if w not in STOP_WORDS and w not in QUESTION_WORDS] or found
     if not content:
         return None
     joiner = " AND " if mode == "and" else " OR "
