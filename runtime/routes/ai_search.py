@@ -415,7 +415,13 @@ class AISearchRestApi:
         content, kind = await self.search.item_download(account, namespace, name, item_id)
         filename = str(item.get("key") or item_id).rsplit("/", 1)[-1]
         disposition = f"attachment; filename*=UTF-8''{quote(filename, safe='')}"
-        return Response(content, media_type=kind, headers={"content-disposition": disposition})
+        # a tenant's file, never run as a page of this origin: downloaded, not sniffed, sandboxed
+        headers = {
+            "content-disposition": disposition,
+            "x-content-type-options": "nosniff",
+            "content-security-policy": "sandbox; default-src 'none'",
+        }
+        return Response(content, media_type=kind, headers=headers)
 
     async def chunks(self, request: Request, account: str, namespace: str) -> Response:
         """An item's chunks, by the SDK's limit and offset (or page and per_page)."""

@@ -384,3 +384,22 @@ def test_a_generation_is_an_ai_call_of_the_account_counted_against_its_rate_limi
     assert error_of(exc) == (7004, 429) and int(exc.value.response.headers["retry-after"]) >= 1
     # retrieval alone is no model call: still answered
     assert instances(other).search("limited", account_id="other", name="default", query="x").chunks == []
+
+
+def test_a_downloaded_html_item_is_never_a_page_of_this_origin(srv, client):
+    """A tenant's HTML file comes back as a download, unsniffed and sandboxed: never run as a page
+    of the runtime's origin (where the dashboard's cookie lives)."""
+    items = instances(client).items
+    page = b"<script>fetch('/cdn-cgi/edge/dashboard/events')</script>"
+    made = items.upload("places", account_id=ACCOUNT, name=NS, file={"file": ("x.html", page)})
+    r = httpx.get(
+        f"{srv.url}/client/v4/accounts/{ACCOUNT}/ai-search/namespaces/{NS}/instances/places/items/{made.id}/download",
+        headers={"authorization": f"Bearer {srv.token}"},
+        timeout=30,
+    )
+    assert r.status_code == 200 and r.content == page
+    assert r.headers["content-disposition"].startswith("attachment")
+    assert (
+        r.headers["x-content-type-options"] == "nosniff" and "sandbox" in r.headers["content-security-policy"]
+    )
+    items.delete(made.id, account_id=ACCOUNT, name=NS, id="places")
