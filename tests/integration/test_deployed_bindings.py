@@ -112,3 +112,60 @@ def test_a_deployed_version_has_its_queue_producer_and_durable_object(tmp_path):
         while get("/seen", "m1").text != "1" and time.monotonic() < deadline:
             time.sleep(0.2)
         assert get("/seen", "m1").text == "1"  # delivered to the dev worker's consumer
+
+
+SEARCHER = """
+    from workers import Response, WorkerEntrypoint
+
+
+    class Default(WorkerEntrypoint):
+        async def fetch(self, request):
+            if request.url.endswith("/add"):
+                item = await self.env.NOTES.items.uploadAndPoll("owl.md", "The owl hunts at dusk.")
+                return Response(item.status)
+            found = await self.env.KB.get("notes").search({"query": "owl dusk"})
+            return Response(found.chunks[0].item.key if found.chunks else "none")
+"""
+
+
+def test_a_deployed_version_has_its_ai_search_bindings(tmp_path):
+    """[[ai_search]] and [[ai_search_namespaces]] travel in the deploy upload (source_dir does not:
+    a deployed version reads no folder of the deployer's), and reach the deploying account's
+    instances."""
+    (tmp_path / "dev").mkdir()
+    (tmp_path / "dev" / "worker.py").write_text(textwrap.dedent(DEV))
+    dev_config = {"name": "dev", "main": "worker.py", "compatibility_date": "2026-11-01"}
+    (tmp_path / "dev" / "wrangler.json").write_text(json.dumps(dev_config))
+    (tmp_path / "app").mkdir()
+    (tmp_path / "app" / "worker.py").write_text(textwrap.dedent(SEARCHER))
+    app_config = {
+        "name": "searcher",
+        "main": "worker.py",
+        "compatibility_date": "2026-11-01",
+        "ai_search": [{"binding": "NOTES", "instance_name": "notes"}],
+        "ai_search_namespaces": [{"binding": "KB", "namespace": "default"}],
+    }
+    (tmp_path / "app" / "wrangler.json").write_text(json.dumps(app_config))
+    with DevServer(tmp_path / "dev" / "wrangler.json", cwd=tmp_path / "dev") as dev:
+        token = (tmp_path / "dev" / ".edge" / "api-token").read_text().strip()
+        made = httpx.post(
+            f"{dev.url}/client/v4/accounts/local/ai-search/namespaces/default/instances",
+            json={"id": "notes"},
+            headers={"authorization": f"Bearer {token}"},
+            timeout=30,
+        )
+        assert made.status_code == 200, made.text
+        deploy = subprocess.run(
+            [sys.executable, "-m", "runtime.cli", "deploy", "--url", dev.url],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+            cwd=tmp_path / "app",
+            env={**os.environ, "EDGE_API_TOKEN": token, "PYTHONPATH": str(REPO)},
+        )
+        assert deploy.returncode == 0, deploy.stderr
+        headers = {"x-edge-worker": "local/searcher"}
+        added = httpx.get(f"{dev.url}/add", headers=headers, timeout=60)
+        assert added.status_code == 200 and added.text == "completed", added.text
+        assert httpx.get(f"{dev.url}/find", headers=headers, timeout=60).text == "owl.md"
