@@ -19,6 +19,7 @@ import itertools
 import json as json_module
 import logging
 import time
+import uuid
 from collections.abc import Awaitable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -26,8 +27,12 @@ from typing import Any, TypeVar
 import httpx
 import msgspec
 
+from runtime.ai.call import AICall
+from runtime.ai.search import binding as search_binding
 from runtime.app import Runtime, create_app
 from runtime.bindings import BindingError, BindingRef, kinds
+from runtime.bindings.ai_search import KINDS as AI_SEARCH_KINDS
+from runtime.bindings.ai_search import NAMESPACE_KIND as AI_SEARCH_NAMESPACE
 from runtime.host.invocation import Invocation
 from runtime.host.objects import namespace_key
 from runtime.isolate import ipc
@@ -344,7 +349,20 @@ class EdgeWorker:
             raise TypeError(f"{name}: no client for binding kind {ref.kind!r}")
         module, _, cls = kind.client.partition(":")
         client = getattr(importlib.import_module(module), cls)
+        if ref.kind in AI_SEARCH_KINDS:
+            return client(self._search_transport(name, ref))
         return client(self._transport(name, ref))
+
+    def ai_search(self, name: str) -> Any:
+        """`env.<name>`, an [[ai_search]] instance or an [[ai_search_namespaces]] namespace:
+        search, chatCompletions (answered by the edge's models, as the worker's calls are), info,
+        stats, items, jobs; get / create / list / delete on a namespace."""
+        ref = self._ref(name)
+        if ref.kind not in AI_SEARCH_KINDS:
+            raise TypeError(
+                f"{name} is a {ref.kind} binding, not AI Search (ai_search, ai_search_namespaces)"
+            )
+        return self.binding(name)
 
     def kv(self, name: str) -> Any:
         """`env.<name>`, a KV namespace: get, getWithMetadata, put, delete, list."""
@@ -410,6 +428,38 @@ class EdgeWorker:
                 result = await stores.call(account, ref, method, args, kwargs)
             except BindingError as exc:
                 raise binding_error(exc.type, str(exc) or f"{name}.{method} failed") from None
+            return msgspec.msgpack.decode(msgspec.msgpack.encode(result))
+
+        return call
+
+    def _search_transport(self, name: str, ref: BindingRef):
+        """An AI Search binding's calls, on the runtime's service for the worker's account, in the
+        namespace (and instance) its binding names, as runtime.host.worker_calls makes them; a
+        generation (chatCompletions, a query rewrite) is an AI call of the account's."""
+        service, account, runtime = self.runtime.ai_search, self.account, self.runtime
+        if ref.kind == AI_SEARCH_NAMESPACE:
+            scope = search_binding.Scope(ref.id)
+        else:
+            scope = search_binding.Scope(search_binding.DEFAULT_NAMESPACE, ref.id)
+        staged = search_binding.Staged(search_binding.Staging(), 0, {0})
+
+        async def generate(model: str, inputs: dict) -> Any:
+            ingress, rtt = runtime.locator.edge.ingress(runtime.locator.default_location)
+            call = AICall(model, inputs, account, None, ingress, rtt, request_id=str(uuid.uuid4()))
+            answer = await runtime.ai.answer(call)
+            return answer.stream if answer.stream is not None else answer.body
+
+        async def call(method: str, args: list, kwargs: dict) -> Any:
+            self._check_loop(f"{name}.{method}")
+            args, kwargs = _wire([list(args), dict(kwargs)], f"{name}.{method}")
+            try:
+                result = await search_binding.call(
+                    service, account, scope, method, args, kwargs, generate, staged
+                )
+            except search_binding.Refused as exc:
+                raise binding_error(exc.type, str(exc)) from None
+            if hasattr(result, "__aiter__"):
+                return result
             return msgspec.msgpack.decode(msgspec.msgpack.encode(result))
 
         return call

@@ -91,6 +91,19 @@ async def test_each_test_starts_from_an_empty_namespace(worker):
     assert r.status == 500 and "AiSearchNotFoundError" in r.text  # no instance "team" in this test's state
 
 
+async def test_the_test_seeds_and_reads_the_instance_itself(worker):
+    notes = worker.ai_search("NOTES")  # env.NOTES as the worker sees it, driven from the test
+    await notes.create({"id": "team"})
+    item = await notes.get("team").items.uploadAndPoll("seeded.md", "The spare key hangs by the door.")
+    assert item.status == "completed"
+    assert (await worker.fetch("/search?q=where is the spare key")).json()["keys"][0] == "seeded.md"
+    found = await notes.get("team").search({"query": "spare key"})
+    assert found.chunks[0].item.key == "seeded.md"
+    ask = {"messages": [{"role": "user", "content": "key?"}], "max_tokens": 4}
+    answer = await notes.get("team").chatCompletions(ask)
+    assert answer.chunks[0].item.key == "seeded.md" and isinstance(answer.choices[0].message.content, str)
+
+
 async def test_an_answer_names_its_sources(worker):
     await worker.fetch("/notes?name=cat.md", method="POST", body=CAT)
     out = (await worker.fetch("/ask?q=What is the office cat called")).json()
@@ -136,7 +149,7 @@ def test_the_plugin_drives_a_worker_that_makes_uploads_to_and_searches_its_insta
     (project / "tests" / "test_failing.py").write_text(FAILING)
     done, out = _pytest(project)
     assert done.returncode == 1, out[-6000:]  # the one failing test, and only it
-    assert re.search(r"\b1 failed, 3 passed\b", out), out[-6000:]
+    assert re.search(r"\b1 failed, 4 passed\b", out), out[-6000:]
     assert "test_a_wrong_expectation_fails" in out, out[-6000:]
     assert not (project / ".edge").exists()  # the tests' state lives in pytest's tmp folders
 
