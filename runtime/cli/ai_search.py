@@ -25,10 +25,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from runtime.ai.search.common import DEFAULT_NAMESPACE
 from runtime.cli.common import CONFIG_HELP, _fail
 from runtime.control.config import ConfigError, load_config
 
-DEFAULT_NAMESPACE = "default"
 POLL_S = 0.1
 STALL_S = 60.0  # indexing followed until no document moved on for this long
 STOP_S = 2.0  # the background work's moment to stop when a command ends

@@ -16,7 +16,7 @@ from runtime.ai.catalog import models_matching
 from runtime.ai.gateway import GatewayAnswer, Gateways
 from runtime.ai.run_options import parse_run_options
 from runtime.ai.search import binding as search_binding
-from runtime.ai.search.binding import Generate
+from runtime.ai.search.common import Generate
 from runtime.ai.service import Answer
 from runtime.bindings import BindingError, BindingRef
 from runtime.bindings.ai_search import KINDS as AI_SEARCH_KINDS

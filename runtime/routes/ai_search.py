@@ -51,6 +51,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from runtime.ai.call import AICall
+from runtime.ai.search.common import DEFAULT_NAMESPACE
 from runtime.ai.search.errors import INVALID, LIMIT, AISearchError
 from runtime.control.admin import read_capped
 from runtime.http.errors import BodyTooLarge, ClientBody
@@ -75,7 +76,6 @@ NAMESPACES = PREFIX + "/namespaces"
 NAMESPACE = NAMESPACES + "/{namespace}"
 INSTANCES = NAMESPACE + "/instances"
 LEGACY_INSTANCES = PREFIX + "/instances"  # the deprecated paths: the namespace "default"
-DEFAULT_NAMESPACE = "default"
 
 JSON_BYTES = 1024 * 1024  # a JSON body (an instance's settings, a query and its messages)
 MAX_UPLOAD = 16 * 1024 * 1024  # an upload's request in all; the service holds each item to its own cap

@@ -73,6 +73,17 @@ class DevServer:
             time.sleep(0.2)
         raise TimeoutError(f"edge dev did not become ready:\n{self.log.read_text()}")
 
+    def create_account(self, admin_token: str, name: str = "other") -> str:
+        """A second tenant, made as an operator makes one (POST /cdn-cgi/edge/accounts): its API token."""
+        made = httpx.post(
+            f"{self.url}/cdn-cgi/edge/accounts",
+            headers={"authorization": f"Bearer {admin_token}"},
+            json={"name": name},
+            timeout=30,
+        )
+        made.raise_for_status()
+        return made.json()["token"]["token"]
+
     def stop(self) -> None:
         self.proc.terminate()
         try:

@@ -92,13 +92,7 @@ def test_batch_via_rest_and_worker_matches_direct_runs_and_survives_restart(proj
         from_worker = poll_until_done(srv, r.json()["request_id"], via_worker=True)
         assert from_worker["responses"][0]["result"]["response"] == direct[0]["response"]
         # another account: the same refusal as an id that never existed
-        made = httpx.post(
-            srv.url + "/cdn-cgi/edge/accounts",
-            headers={"authorization": f"Bearer {srv.admin}"},
-            json={"name": "other"},
-            timeout=30,
-        )
-        other_token = made.json()["token"]["token"]
+        other_token = srv.create_account(srv.admin)
         url = f"{srv.url}/client/v4/accounts/other/ai/run/{MODEL}"
         theirs = httpx.post(
             url, headers={"authorization": f"Bearer {other_token}"}, json={"request_id": body["request_id"]}

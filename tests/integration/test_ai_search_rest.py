@@ -56,13 +56,7 @@ def srv(tmp_path_factory):
     server.__enter__()
     server.token = (d / ".edge" / "api-token").read_text().strip()
     admin = (d / ".edge" / "admin-token").read_text().strip()
-    made = httpx.post(
-        f"{server.url}/cdn-cgi/edge/accounts",
-        headers={"authorization": f"Bearer {admin}"},
-        json={"name": "other"},
-        timeout=30,
-    )
-    server.other_token = made.json()["token"]["token"]
+    server.other_token = server.create_account(admin)
     server.admin = admin
     yield server
     server.stop()

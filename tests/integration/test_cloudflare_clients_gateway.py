@@ -61,13 +61,7 @@ def srv(project):
     server.__enter__()
     server.token = (project / ".edge" / "api-token").read_text().strip()
     admin = (project / ".edge" / "admin-token").read_text().strip()
-    made = httpx.post(
-        f"{server.url}/cdn-cgi/edge/accounts",
-        headers={"authorization": f"Bearer {admin}"},
-        json={"name": "other"},
-        timeout=30,
-    )
-    server.other_token = made.json()["token"]["token"]
+    server.other_token = server.create_account(admin)
     yield server
     server.stop()
 

@@ -62,6 +62,19 @@ DEPLOYED = """
 """
 
 
+def edge_deploy(project, url: str, token: str) -> subprocess.CompletedProcess:
+    """`edge deploy --url URL` in `project`, as the account of `token`."""
+    return subprocess.run(
+        [sys.executable, "-m", "runtime.cli", "deploy", "--url", url],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        cwd=project,
+        env={**os.environ, "EDGE_API_TOKEN": token, "PYTHONPATH": str(REPO)},
+    )
+
+
 def test_a_deployed_version_has_its_queue_producer_and_durable_object(tmp_path):
     (tmp_path / "dev").mkdir()
     (tmp_path / "dev" / "worker.py").write_text(textwrap.dedent(DEV))
@@ -88,15 +101,7 @@ def test_a_deployed_version_has_its_queue_producer_and_durable_object(tmp_path):
 
     with DevServer(tmp_path / "dev" / "wrangler.json", cwd=tmp_path / "dev") as dev:
         token = (tmp_path / "dev" / ".edge" / "api-token").read_text().strip()
-        deploy = subprocess.run(
-            [sys.executable, "-m", "runtime.cli", "deploy", "--url", dev.url],
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-            cwd=tmp_path / "app",
-            env={**os.environ, "EDGE_API_TOKEN": token, "PYTHONPATH": str(REPO)},
-        )
+        deploy = edge_deploy(tmp_path / "app", dev.url, token)
         assert deploy.returncode == 0, deploy.stderr
         assert "not deployed" not in deploy.stderr  # producers and Durable Objects are
 
@@ -155,15 +160,7 @@ def test_a_deployed_version_has_its_ai_search_bindings(tmp_path):
             timeout=30,
         )
         assert made.status_code == 200, made.text
-        deploy = subprocess.run(
-            [sys.executable, "-m", "runtime.cli", "deploy", "--url", dev.url],
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-            cwd=tmp_path / "app",
-            env={**os.environ, "EDGE_API_TOKEN": token, "PYTHONPATH": str(REPO)},
-        )
+        deploy = edge_deploy(tmp_path / "app", dev.url, token)
         assert deploy.returncode == 0, deploy.stderr
         headers = {"x-edge-worker": "local/searcher"}
         added = httpx.get(f"{dev.url}/add", headers=headers, timeout=60)

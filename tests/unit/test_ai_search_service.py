@@ -85,6 +85,7 @@ def test_instance_settings_checked(ais: AISearch):
         )
         assert made["id"] == "docs" and made["chunk_size"] == 128 and made["type"] is None
         assert made["edge"]["embedder"] == ais.embedder.name
+        assert not {"embedder", "embedder_dimensions", "source_dir"} & set(made)  # edge's own, under "edge"
         for body, code, words in [
             ({"id": "Bad Name"}, INVALID, "lowercase"),
             ({"id": "x", "chunk_size": 10}, INVALID, "chunk_size"),
@@ -564,7 +565,12 @@ def test_one_accounts_flood_does_not_hold_anothers_search(ais: AISearch):
         await ais.instance_create("flood", "default", {"id": "docs"})
         for i in range(150):
             await ais.item_upload(
-                "flood", "default", "docs", f"d{i}.md", f"# Doc {i}\n\n" + "filler text " * 150
+                # 7 KB each: indexing one takes several times its upload, so the queue stays long
+                "flood",
+                "default",
+                "docs",
+                f"d{i}.md",
+                f"# Doc {i}\n\n" + "filler text " * 600,
             )
         result = await ais.search("quiet", "default", ["docs"], {"query": "kettle warranty"})
         assert _keys(result)[0] == "kettle.md"

@@ -19,16 +19,14 @@ from __future__ import annotations
 
 import copy
 import weakref
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from runtime.ai.search.common import DEFAULT_NAMESPACE, Generate
 from runtime.ai.search.errors import EXISTS, GENERATION, NOT_FOUND, AISearchError
 from workers import AIError
 
-Generate = Callable[[str, dict], Awaitable[Any]]
-
-DEFAULT_NAMESPACE = "default"
 NAME_CHARS = 256  # an instance's, an item's or a job's id, as it may cross (the service checks the rest)
 PAGES = 1_000_000  # a page number or size as it may cross (the service states its own limits)
 CHUNK_PAGE = 50  # an item's chunks are read from the service in pages of this many

@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from runtime.ai.search.errors import INVALID, AISearchError
 
 DEFAULT_NAMESPACE = "default"
 PER_PAGE = 50  # items, instances or jobs in one page
+# (model, Workers AI text-generation inputs) -> the answer {response | choices, usage}, or (inputs'
+# `stream`) its event stream: made by the caller (worker host, REST door, plugin) so that a
+# generation is routed, recorded and rate limited as that caller's other AI calls are
+Generate = Callable[[str, dict], Awaitable[Any]]
 
 
 def iso(ts: float | None) -> str | None:

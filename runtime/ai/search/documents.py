@@ -28,7 +28,7 @@ from runtime.ai.search.embedder import Embedder
 from runtime.ai.search.errors import EXISTS, INVALID, LIMIT, NOT_FOUND, AISearchError
 from runtime.ai.search.indexing import index_item
 from runtime.ai.search.store import ITEM_COLUMNS, SearchStore, item_row
-from runtime.control.fair_pool import FairPool
+from runtime.control.fair_pool import RUNTIME, FairPool
 
 log = logging.getLogger("edge.ai_search")
 
@@ -38,6 +38,7 @@ MAX_ITEM_BYTES = 4 * 1024 * 1024
 MAX_INSTANCE_BYTES = 256 * 1024 * 1024
 MAX_KEY = 1024
 SYNC_S = 3.0  # an R2 or folder source is compared with its items this often
+OTHER_PROCESS_S = 0.5  # a waiter looks again this often when another process may be indexing
 STALE_RUNNING_S = 120.0  # an item 'running' this long was left by a process that ended
 JOB_COLUMNS = "id, source, description, started, ended, end_reason, documents, chunks, errors, skipped, total"
 
@@ -51,6 +52,7 @@ class Documents:
     bindings: Any
     _indexer: asyncio.Task | None
     _wake: asyncio.Event | None
+    _moved: asyncio.Event | None
     _busy: set[str]
 
     # --- items ------------------------------------------------------------------------------------
@@ -236,8 +238,7 @@ class Documents:
             item = await self.item_get(account, ns, name, item_id)
             if item["status"] not in ("queued", "running") or time.monotonic() >= deadline:
                 return item
-            self._nudge()
-            await asyncio.sleep(0.05)
+            await self._indexing_moved(deadline)
 
     async def items(
         self,
@@ -519,8 +520,17 @@ class Documents:
             stats = await self.instance_stats(account, ns, name)
             if stats["queued"] + stats["running"] == 0 or time.monotonic() >= deadline:
                 return stats
-            self._nudge()
-            await asyncio.sleep(0.05)
+            await self._indexing_moved(deadline)
+
+    async def _indexing_moved(self, deadline: float) -> None:
+        """Until this process finishes indexing an item (or OTHER_PROCESS_S passes: another
+        process, the CLI or edge dev, may be the one indexing), at most until `deadline`."""
+        self._nudge()
+        assert self._moved is not None
+        wait = max(0.0, min(OTHER_PROCESS_S, deadline - time.monotonic()))
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(wait):
+                await self._moved.wait()
 
     # --- the indexer ----------------------------------------------------------------------------------
 
@@ -531,7 +541,7 @@ class Documents:
             loop = asyncio.get_running_loop()
         except RuntimeError:
             return
-        self._wake = asyncio.Event()
+        self._wake, self._moved = asyncio.Event(), asyncio.Event()
         self._indexer = loop.create_task(self._index_loop(), name="ai-search-indexer")
 
     def _nudge(self) -> None:
@@ -547,7 +557,7 @@ class Documents:
                 if time.monotonic() - last_sync >= SYNC_S:
                     last_sync = time.monotonic()
                     await self._sync_sources()
-                claimed = await asyncio.to_thread(self._claim, set(self._busy))
+                claimed = await self.pool.run(RUNTIME, self._claim, set(self._busy))
                 for account, ns, name, item_id in claimed:
                     self._busy.add(account)
                     task = asyncio.create_task(self._index_one(account, ns, name, item_id))
@@ -567,8 +577,8 @@ class Documents:
             raise
 
     async def _sync_sources(self) -> None:
-        rows = await asyncio.to_thread(
-            self.store.execute, "SELECT account, namespace, name, config FROM instances"
+        rows = await self.pool.run(
+            RUNTIME, self.store.execute, "SELECT account, namespace, name, config FROM instances"
         )
         for account, ns, name, config in rows:
             config = json.loads(config)
@@ -639,6 +649,9 @@ class Documents:
             self._busy.discard(account)
             if self._wake is not None:
                 self._wake.set()
+            if self._moved is not None:  # the waiters (item_wait, wait_indexed) look again
+                self._moved.set()
+                self._moved = asyncio.Event()
 
 
 def _source_id(config: dict) -> str:

@@ -6,7 +6,7 @@ runtime.ai.search.service.AISearch."""
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
 from runtime.ai.search import settings as cfg
@@ -21,18 +21,14 @@ from runtime.ai.search.answers import (
     stream_chat,
     stream_legacy,
 )
-from runtime.ai.search.common import DEFAULT_NAMESPACE
+from runtime.ai.search.common import DEFAULT_NAMESPACE, Generate
 from runtime.ai.search.embedder import Embedder
 from runtime.ai.search.errors import GENERATION, INVALID, AISearchError
 from runtime.ai.search.filters import compile_filter
 from runtime.ai.search.retrieve import Hit, Options, Retriever, rerank
 from runtime.ai.search.store import SearchStore
 
-Generate = Callable[[str, dict], Awaitable[Any]]
-
-
 log = logging.getLogger("edge.ai_search")
-Generate = Callable[[str, dict], Awaitable[Any]]
 MAX_INSTANCE_IDS = 10  # instances one namespace search reaches
 RETRIEVAL_KEYS = {
     "retrieval_type",
@@ -48,6 +44,21 @@ RETRIEVAL_KEYS = {
 OPTION_KEYS = {"retrieval", "query_rewrite", "reranking", "cache", "custom_metadata", "instance_ids"}
 
 
+def _options_object(value: Any, where: str, known: set[str]) -> dict:
+    """An options object (absent: {}), refusing a key it does not know by name, with the known ones."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise AISearchError(INVALID, f"{where}: an object")
+    unknown = sorted(set(value) - known)
+    if unknown:
+        raise AISearchError(
+            INVALID,
+            f"{where}.{str(unknown[0])[:64]}: not an option; the options are: {', '.join(sorted(known))}",
+        )
+    return value
+
+
 class Querying:
     """Search and answers (the state is AISearch's: store, retriever, embedder)."""
 
@@ -58,17 +69,7 @@ class Querying:
     # --- retrieval -------------------------------------------------------------------------------------
 
     def _options(self, config: dict, options: dict) -> Options:
-        retrieval = options.get("retrieval") or {}
-        if not isinstance(retrieval, dict):
-            raise AISearchError(INVALID, "ai_search_options.retrieval: an object")
-        unknown = sorted(set(retrieval) - RETRIEVAL_KEYS)
-        if unknown:
-            raise AISearchError(
-                INVALID,
-                f"ai_search_options.retrieval.{unknown[0][:64]}: not an option; the options are: "
-                f"{', '.join(sorted(RETRIEVAL_KEYS))}",
-            )
-        r = dict(retrieval)
+        r = dict(_options_object(options.get("retrieval"), "ai_search_options.retrieval", RETRIEVAL_KEYS))
         index_method = config.get("index_method") or {"vector": True, "keyword": True}
         default_type = (
             "hybrid"
@@ -187,17 +188,7 @@ class Querying:
                 + (f" ({', '.join(sorted(extra))})" if extra else ""),
             )
         query = query_of(body)
-        options = body.get("ai_search_options") or {}
-        if not isinstance(options, dict):
-            raise AISearchError(INVALID, "ai_search_options: an object")
-        bad = sorted(set(options) - OPTION_KEYS)
-        if bad:
-            raise AISearchError(
-                INVALID,
-                f"ai_search_options.{bad[0][:64]}: not an option; the options are: "
-                f"{', '.join(sorted(OPTION_KEYS))}",
-            )
-        return query, options
+        return query, _options_object(body.get("ai_search_options"), "ai_search_options", OPTION_KEYS)
 
     async def _rewritten(
         self,

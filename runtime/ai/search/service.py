@@ -22,14 +22,14 @@ import json
 import logging
 import sqlite3
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from runtime.ai.embeddings import HASHED_NGRAMS
 from runtime.ai.search import documents, indexing
 from runtime.ai.search import settings as cfg
-from runtime.ai.search.common import DEFAULT_NAMESPACE, PER_PAGE, iso, page_of
+from runtime.ai.search.common import DEFAULT_NAMESPACE, PER_PAGE, Generate, iso, page_of
 from runtime.ai.search.documents import (
     STALE_RUNNING_S,
     Documents,
@@ -41,14 +41,10 @@ from runtime.ai.search.retrieve import RERANKER, Retriever
 from runtime.ai.search.store import SearchStore
 from runtime.control.fair_pool import FairPool
 
-Generate = Callable[[str, dict], Awaitable[Any]]
-
-
-Generate = Callable[[str, dict], Awaitable[Any]]
-
 THREADS, ACCOUNT_THREADS = 2, 1
 MAX_NAMESPACES = 20
 MAX_INSTANCES = 50
+INTERNAL_KEYS = ("source_dir", "embedder", "embedder_dimensions")  # set by the runtime, not by a body
 CLOSE_WAIT_S = 10.0  # at stop, a slice running (one document's stage) finishes first
 log = logging.getLogger("edge.ai_search")
 __all__ = ["DEFAULT_NAMESPACE", "PER_PAGE", "AISearch", "Generate"]
@@ -68,7 +64,8 @@ class AISearch(Documents, Querying):
         self.retriever = Retriever(self.store)
         self.pool = FairPool(THREADS, ACCOUNT_THREADS, name="edge-ai-search")
         self._indexer: asyncio.Task | None = None
-        self._wake: asyncio.Event | None = None
+        self._wake: asyncio.Event | None = None  # the indexer's: something was queued
+        self._moved: asyncio.Event | None = None  # set (and replaced) each time an item is indexed
         self._busy: set[str] = set()  # accounts with an item being indexed now
         self._folders: dict[tuple[str, str, str], Path] = {}  # config-declared folder sources
         self._reader: sqlite3.Connection | None = None  # the dashboard's (progress)
@@ -245,7 +242,8 @@ class AISearch(Documents, Querying):
         return found
 
     def _instance_shape(self, row: dict) -> dict:
-        config = {k: v for k, v in row["config"].items() if k != "source_dir"}
+        # edge's own keys (the folder, the embedder) are shown under "edge", never as settings
+        config = {k: v for k, v in row["config"].items() if k not in INTERNAL_KEYS}
         out = {
             "id": row["name"],
             "namespace": row["namespace"],
