@@ -36,8 +36,10 @@ async def test_the_real_model_answers_the_same_text_to_the_same_call(worker):
 
 @pytest.mark.edge_ai_seed(None)
 async def test_unseeded_calls_sample_afresh(worker):
-    answers = {(await worker.fetch("/ai?q=import")).json()["response"] for _ in range(3)}
-    assert len(answers) > 1
+    # the miniature is sure of its first words ("Hello! I'm here to help"): three calls gave one answer
+    # about one run in five, eight leave that to chance about one in a hundred
+    answers = {(await worker.fetch("/ai?q=import")).json()["response"] for _ in range(8)}
+    assert len(answers) > 1, answers
 
 
 async def test_seeded_d1_kv_and_r2_are_what_the_worker_reads(worker):
